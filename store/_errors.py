@@ -1,0 +1,53 @@
+"""Exceptions raised by tracklake.
+
+    TracklakeError                 root of every error tracklake raises on purpose
+    ├── RunStateError              the run is finished (or not started); logging is refused
+    ├── InvalidNameError           a project/run/artifact name is unusable
+    ├── StoreError                 the store on disk cannot be used as asked
+    │   ├── RunNotFoundError       no run matches the id given
+    │   ├── FormatError            a file is damaged or not a tracklake file
+    │   │   └── NewerFormatError   a file was written by a newer, incompatible tracklake
+    │   └── QueryError             a SQL query failed or tried to change the store
+    └── CursorError                a serialised cursor is malformed
+
+Value errors in what a caller logs raise the builtin `TypeError` or `ValueError`, naming
+the key, because they are misuse of the API rather than trouble with the store.
+"""
+
+from __future__ import annotations
+
+
+class TracklakeError(Exception):
+    """Root of every error tracklake raises on purpose."""
+
+
+class RunStateError(TracklakeError):
+    """The run is not in a state that allows this call (e.g. logging after finish())."""
+
+
+class InvalidNameError(TracklakeError, ValueError):
+    """A project, run or artifact name cannot be used safely as a path component."""
+
+
+class StoreError(TracklakeError):
+    """The store on disk cannot be used as asked."""
+
+
+class RunNotFoundError(StoreError, LookupError):
+    """No run in the store matches the given id."""
+
+
+class FormatError(StoreError):
+    """A file in the store is damaged or is not a tracklake file."""
+
+
+class NewerFormatError(FormatError):
+    """A file was written by a newer major format version than this tracklake reads."""
+
+
+class QueryError(StoreError):
+    """A SQL query failed, or tried to write to the store or the file system."""
+
+
+class CursorError(TracklakeError, ValueError):
+    """A serialised cursor cannot be parsed."""
