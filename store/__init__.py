@@ -15,7 +15,11 @@ from tracklake._errors import (
     StoreError,
     TracklakeError,
 )
-from tracklake._format import FORMAT_VERSION, KINDS
+from tracklake._compact import CompactionReport, compact
+from tracklake._cursor import Cursor
+from tracklake._format import FORMAT_VERSION, KINDS, StreamId
+from tracklake._query import connect, query
+from tracklake._reader import ReadProblems, RunRecord, find_run, list_runs, read_run
 from tracklake._run import FinishReport, Run, init
 from tracklake._trace import Span
 
@@ -24,17 +28,28 @@ __version__ = "0.1.0"
 __all__ = [
     "FORMAT_VERSION",
     "KINDS",
+    "CompactionReport",
+    "Cursor",
     "CursorError",
     "FinishReport",
     "FormatError",
     "InvalidNameError",
     "NewerFormatError",
     "QueryError",
+    "ReadProblems",
     "Run",
     "RunNotFoundError",
+    "RunRecord",
     "RunStateError",
     "Span",
     "StoreError",
+    "StreamId",
     "TracklakeError",
+    "compact",
+    "connect",
+    "find_run",
     "init",
+    "list_runs",
+    "query",
+    "read_run",
 ]

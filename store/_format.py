@@ -65,7 +65,7 @@ PARTITION_SCHEMA = pa.schema(
 SEGMENT_SUFFIX = ".arrows"
 PART_SUFFIX = ".parquet"
 _SEGMENT_RE = re.compile(r"^seg-(\d{6})-(\d{12})\.arrows$")
-_PART_RE = re.compile(r"^part-(\d{12})-(\d{12})\.parquet$")
+_PART_RE = re.compile(r"^part-(\d{12})-(\d{12})-(\d{6})\.parquet$")
 
 
 def check_version(version: object, where: object) -> None:
@@ -116,8 +116,9 @@ def segment_name(number: int, first_seq: int) -> str:
     return f"seg-{number:06d}-{first_seq:012d}{SEGMENT_SUFFIX}"
 
 
-def part_name(first_seq: int, last_seq: int) -> str:
-    return f"part-{first_seq:012d}-{last_seq:012d}{PART_SUFFIX}"
+def part_name(first_seq: int, last_seq: int, last_segment: int) -> str:
+    """A compacted part holding seqs first..last, made of segments numbered <= last_segment."""
+    return f"part-{first_seq:012d}-{last_seq:012d}-{last_segment:06d}{PART_SUFFIX}"
 
 
 def parse_segment_name(name: str) -> tuple[int, int] | None:
@@ -126,10 +127,10 @@ def parse_segment_name(name: str) -> tuple[int, int] | None:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
-def parse_part_name(name: str) -> tuple[int, int] | None:
-    """(first seq, last seq) of a compacted part file name, or None if it is not one."""
+def parse_part_name(name: str) -> tuple[int, int, int] | None:
+    """(first seq, last seq, last segment number) of a part file name, or None."""
     m = _PART_RE.match(name)
-    return (int(m.group(1)), int(m.group(2))) if m else None
+    return (int(m.group(1)), int(m.group(2)), int(m.group(3))) if m else None
 
 
 def fsync_dir(path: Path) -> None:

@@ -1,0 +1,67 @@
+"""Exporter cursors: the last `seq` delivered per stream, small and serialisable."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+from tracklake._errors import CursorError
+from tracklake._format import KINDS, StreamId
+
+_KEY = re.compile(r"^(\d+)/(\d+)/([a-z]+)$")
+
+
+@dataclass
+class Cursor:
+    """Position of a reader in one run: for each stream (``rank/attempt/kind``) the last
+    `seq` already delivered. `seq` is stored in every record, so a cursor stays valid when
+    segments are compacted into Parquet."""
+
+    project: str
+    run: str
+    positions: dict[str, int] = field(default_factory=dict)
+
+    def after(self, stream: StreamId) -> int:
+        """The last seq delivered for `stream`, or -1 if none."""
+        return self.positions.get(stream.key(), -1)
+
+    def advance(self, stream: StreamId, seq: int) -> None:
+        key = stream.key()
+        if seq < self.positions.get(key, -1):
+            raise CursorError(f"cursor for {self.run}/{key} cannot move back from "
+                              f"{self.positions[key]} to {seq}")
+        self.positions[key] = seq
+
+    def streams(self) -> Iterator[tuple[int, int, str, int]]:
+        for key, seq in self.positions.items():
+            m = _KEY.match(key)
+            assert m is not None
+            yield int(m.group(1)), int(m.group(2)), m.group(3), seq
+
+    def to_json(self) -> str:
+        return json.dumps({"project": self.project, "run": self.run,
+                           "positions": dict(sorted(self.positions.items()))})
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Cursor:
+        try:
+            data = json.loads(text)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise CursorError(f"cursor is not valid JSON: {exc}") from exc
+        if not isinstance(data, Mapping) or not isinstance(data.get("positions"), Mapping):
+            raise CursorError("cursor must be an object with project, run and positions")
+        project, run, positions = data.get("project"), data.get("run"), data["positions"]
+        if not isinstance(project, str) or not isinstance(run, str):
+            raise CursorError("cursor project and run must be strings")
+        checked: dict[str, int] = {}
+        for key, seq in positions.items():
+            m = _KEY.match(key) if isinstance(key, str) else None
+            if m is None or m.group(3) not in KINDS:
+                raise CursorError(f"cursor stream key {key!r} is not rank/attempt/kind")
+            if isinstance(seq, bool) or not isinstance(seq, int) or seq < -1:
+                raise CursorError(f"cursor position for {key!r} must be an int >= -1, "
+                                  f"not {seq!r}")
+            checked[key] = seq
+        return cls(project, run, checked)
