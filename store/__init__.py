@@ -2,7 +2,15 @@
 
 Training ranks write with `init()` and `Run`; `query()` runs SQL over the store; the
 `tracklake.exporters` package replays it into WandB, MLflow, SwanLab or TensorBoard.
+
+The read side (query, compaction, reader) is imported on first use, so that a training
+process importing tracklake pays for little beyond pyarrow.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from tracklake._errors import (
     CursorError,
@@ -15,15 +23,41 @@ from tracklake._errors import (
     StoreError,
     TracklakeError,
 )
-from tracklake._compact import CompactionReport, compact
-from tracklake._cursor import Cursor
 from tracklake._format import FORMAT_VERSION, KINDS, StreamId
-from tracklake._query import connect, query
-from tracklake._reader import ReadProblems, RunRecord, find_run, list_runs, read_run
 from tracklake._run import FinishReport, Run, init
 from tracklake._trace import Span
+from tracklake._tracking import Tracking
+
+if TYPE_CHECKING:
+    from tracklake._compact import CompactionReport, compact
+    from tracklake._cursor import Cursor
+    from tracklake._query import connect, query
+    from tracklake._reader import ReadProblems, RunRecord, find_run, list_runs, read_run
 
 __version__ = "0.1.0"
+
+_LAZY = {
+    "CompactionReport": "tracklake._compact",
+    "compact": "tracklake._compact",
+    "Cursor": "tracklake._cursor",
+    "connect": "tracklake._query",
+    "query": "tracklake._query",
+    "ReadProblems": "tracklake._reader",
+    "RunRecord": "tracklake._reader",
+    "find_run": "tracklake._reader",
+    "list_runs": "tracklake._reader",
+    "read_run": "tracklake._reader",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tracklake' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "FORMAT_VERSION",
@@ -44,6 +78,7 @@ __all__ = [
     "Span",
     "StoreError",
     "StreamId",
+    "Tracking",
     "TracklakeError",
     "compact",
     "connect",

@@ -8,12 +8,14 @@ import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-import numpy as np
-
 #: Value types accepted as they are on the fast path of `Run.log`.
 PLAIN_VALUE_TYPES = frozenset((float, int))
 
 SEPARATOR = "/"
+
+
+def _numpy() -> Any:
+    return sys.modules.get("numpy")  # no numpy value can exist unless numpy is imported
 
 
 def _is_torch_tensor(value: object) -> bool:
@@ -45,7 +47,8 @@ def to_float(key: str, value: object) -> float | str:
 
     Raises TypeError naming `key` for anything that is not a real scalar.
     """
-    if isinstance(value, (bool, np.bool_)):
+    np = _numpy()
+    if isinstance(value, bool) or np is not None and isinstance(value, np.bool_):
         return float(value)
     if isinstance(value, str):
         return value
@@ -54,7 +57,7 @@ def to_float(key: str, value: object) -> float | str:
             return float(value)
         except OverflowError:
             return math.copysign(math.inf, value)  # an int beyond float range
-    if isinstance(value, np.ndarray):
+    if np is not None and isinstance(value, np.ndarray):
         if value.ndim == 0 or value.size == 1 and value.dtype.kind in "biuf":
             return to_float(key, value.reshape(()).item())
         raise TypeError(
@@ -127,9 +130,10 @@ def jsonable(value: object) -> Any:
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else repr(value)
-    if isinstance(value, np.generic):
+    np = _numpy()
+    if np is not None and isinstance(value, np.generic):
         return jsonable(value.item())
-    if isinstance(value, np.ndarray):
+    if np is not None and isinstance(value, np.ndarray):
         return jsonable(value.tolist())
     if _is_torch_tensor(value):
         tensor: Any = value

@@ -15,7 +15,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -101,6 +100,8 @@ def _sorted_for_parquet(kind: str, table: pa.Table) -> pa.Table:
 
 def metric_summary(table: pa.Table) -> list[dict[str, object]]:
     """Per-key count, min, max, first/last step and last value of a metrics table."""
+    import duckdb  # imported on use: `import tracklake` stays light for training processes
+
     con = duckdb.connect()
     try:
         con.register("batch", table)

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import platform
 import re
 import socket
-import subprocess
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -91,6 +89,8 @@ def redact_config(flat: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _run(cmd: list[str], cwd: str) -> str | None:
+    import subprocess
+
     try:
         done = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=5,
                               check=False)
@@ -126,6 +126,8 @@ def gpus() -> list[dict[str, str]]:
 
 def packages() -> dict[str, str]:
     """Installed distributions and their versions."""
+    import importlib.metadata
+
     found: dict[str, str] = {}
     for dist in importlib.metadata.distributions():
         name = dist.metadata["Name"]

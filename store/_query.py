@@ -13,13 +13,15 @@ import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tracklake._errors import QueryError
+
+if TYPE_CHECKING:
+    import duckdb
 from tracklake._format import KINDS, PARTITION_SCHEMA, SCHEMAS, StreamId
 from tracklake._naming import resolve_root
 from tracklake._reader import RunRecord, list_runs, list_stream, list_streams, read_stream
@@ -178,6 +180,8 @@ def connect(root: str | os.PathLike[str] | None = None, *,
     events, metric_summaries; `<kind>_all` include the steps superseded by a later
     attempt. Run statements through `tracklake.query()` to keep them read-only.
     """
+    import duckdb  # imported on use: `import tracklake` stays light for training processes
+
     root_path = resolve_root(root)
     snap = _Snapshot(root_path)
     con = duckdb.connect(":memory:")
@@ -253,6 +257,8 @@ def _lock_down(con: duckdb.DuckDBPyConnection, root: Path) -> None:
 
 def check_read_only(sql: str) -> None:
     """Raise QueryError unless every statement in `sql` only reads."""
+    import duckdb
+
     try:
         statements = duckdb.extract_statements(sql)
     except duckdb.Error as exc:
@@ -270,6 +276,8 @@ def query(sql: str, *, root: str | os.PathLike[str] | None = None,
           params: list[Any] | dict[str, Any] | None = None,
           connection: duckdb.DuckDBPyConnection | None = None) -> pa.Table:
     """Run a read-only SQL query over the store and return an Arrow table."""
+    import duckdb
+
     check_read_only(sql)
     con = connection if connection is not None else connect(root)
     try:

@@ -10,6 +10,7 @@ capped at `max_buffer_bytes` and what arrives beyond that is dropped and counted
 
 from __future__ import annotations
 
+import math
 import sys
 import threading
 import time
@@ -18,7 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
 from tracklake._format import SCHEMAS, StreamId, segment_name, stream_dir
@@ -46,8 +46,14 @@ def _float_array(values: list[float]) -> pa.Array:
         return pa.array(values, pa.float64())
     except (pa.ArrowInvalid, OverflowError, TypeError):
         # a Python int beyond float64 range slipped through the fast path
-        return pa.array(np.array([float(v) if abs(v) < 1e308 else float("inf") * (1 if v > 0
-                                  else -1) for v in values], dtype=np.float64))
+        return pa.array([_clamp(v) for v in values], pa.float64())
+
+
+def _clamp(value: float) -> float:
+    try:
+        return float(value)
+    except OverflowError:
+        return math.copysign(math.inf, value)
 
 
 class RankWriter:
@@ -154,6 +160,8 @@ class RankWriter:
             for kind in rows:
                 self.rows[kind] = []
         if calls:
+            import numpy as np  # on the flush thread, not at `import tracklake`
+
             meta = np.array(calls, dtype=np.int64)
             counts = meta[:, 3]
             batch = pa.record_batch(
