@@ -427,7 +427,7 @@ def count_tracklake_values(root: Path) -> tuple[int, int, list[str]]:
     try:
         from tracklake._segment import read_segment
     except ImportError:
-        read_segment = None  # type: ignore[assignment]
+        read_segment = None
     rows = segs = 0
     for path in sorted((root / "metrics").rglob("*.arrows")):
         segs += 1
@@ -463,7 +463,7 @@ def tracklake_after(setup: Setup) -> Hook:
         data_bytes = sum(p.stat().st_size for p in (tmp / "metrics").rglob("*.arrows"))
         res.extra["data_file_bytes_per_value"] = data_bytes / res.values
         try:
-            compact = tracklake.compact  # type: ignore[attr-defined]
+            compact = tracklake.compact
         except AttributeError:
             res.extra["compaction"] = "compaction not available"
             print("  tracklake: compaction not available (no tracklake.compact)")
@@ -597,9 +597,9 @@ def print_results(results: list[Result], ratios: list[dict[str, Any]],
             widths = [max(len(c), *(len(r[i]) for r in rs)) if rs else len(c)
                       for i, c in enumerate(cs)]
             print(heading)
-            print("  ".join(c.rjust(w) for c, w in zip(cs, widths, strict=True)))
-            for r in rs:
-                print("  ".join(v.rjust(w) for v, w in zip(r, widths, strict=True)))
+            for line in (cs, *rs):
+                print("  ".join(v.ljust(w) if i == 0 else v.rjust(w)
+                                for i, (v, w) in enumerate(zip(line, widths, strict=True))))
             print()
 
     for r in results:
@@ -719,9 +719,10 @@ def main(argv: list[str] | None = None) -> int:
             if r.status == "ok" and r is not tl:
                 ratios.append({
                     "name": r.name,
-                    "median_ratio": tl.median_us / r.median_us if r.median_us else None,
+                    "median_ratio": (tl.median_us / r.median_us
+                                     if tl.median_us and r.median_us else None),
                     "values_per_s_ratio": (r.values_per_s / tl.values_per_s
-                                           if tl.values_per_s else None),
+                                           if r.values_per_s and tl.values_per_s else None),
                 })
     print()
     print_results(results, ratios, sustained, meta)

@@ -48,7 +48,7 @@ def to_float(key: str, value: object) -> float | str:
     Raises TypeError naming `key` for anything that is not a real scalar.
     """
     np = _numpy()
-    if isinstance(value, bool) or np is not None and isinstance(value, np.bool_):
+    if isinstance(value, bool) or (np is not None and isinstance(value, np.bool_)):
         return float(value)
     if isinstance(value, str):
         return value
@@ -58,7 +58,7 @@ def to_float(key: str, value: object) -> float | str:
         except OverflowError:
             return math.copysign(math.inf, value)  # an int beyond float range
     if np is not None and isinstance(value, np.ndarray):
-        if value.ndim == 0 or value.size == 1 and value.dtype.kind in "biuf":
+        if value.ndim == 0 or (value.size == 1 and value.dtype.kind in "biuf"):
             return to_float(key, value.reshape(()).item())
         raise TypeError(
             f"metric {key!r}: numpy array of shape {value.shape} is not a scalar; "

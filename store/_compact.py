@@ -18,7 +18,6 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-
 from tracklake._attempt import read_attempt
 from tracklake._format import (
     FORMAT_VERSION,
@@ -109,7 +108,7 @@ def metric_summary(table: pa.Table) -> list[dict[str, object]]:
         names = [d[0] for d in con.description]
     finally:
         con.close()
-    return [dict(zip(names, r)) for r in rows]
+    return [dict(zip(names, r, strict=True)) for r in rows]
 
 
 def write_part(directory: Path, s: StreamId, table: pa.Table, last_segment: int) -> Path:

@@ -121,7 +121,8 @@ def gpus() -> list[dict[str, str]]:
     if not out:
         return []
     fields = ("index", "name", "memory", "driver")
-    return [dict(zip(fields, (p.strip() for p in line.split(",")))) for line in out.splitlines()]
+    return [dict(zip(fields, (p.strip() for p in line.split(",")), strict=False))
+            for line in out.splitlines()]
 
 
 def packages() -> dict[str, str]:

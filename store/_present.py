@@ -12,7 +12,6 @@ import click
 import pyarrow as pa
 from rich.console import Console
 from rich.table import Table
-
 from tracklake._errors import QueryError
 from tracklake._query import connect, query
 from tracklake._reader import RunRecord, find_run
@@ -36,7 +35,7 @@ def _fmt(value: Any) -> str:
 def _duration(seconds: float | None) -> str:
     if seconds is None:
         return ""
-    s = int(round(seconds))
+    s = round(seconds)
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
 
 

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-
 from tracklake._errors import QueryError
 
 if TYPE_CHECKING:
@@ -48,7 +47,7 @@ def _sql_str(value: str) -> str:
 def _with_partitions(table: pa.Table, s: StreamId) -> pa.Table:
     n = table.num_rows
     for name, value in zip(("project", "run", "rank", "attempt"),
-                           (s.project, s.run, s.rank, s.attempt)):
+                           (s.project, s.run, s.rank, s.attempt), strict=True):
         table = table.append_column(
             PARTITION_SCHEMA.field(name), pa.array([value] * n, PARTITION_SCHEMA.field(name).type))
     return table
@@ -163,7 +162,7 @@ class _Cutoffs:
             FROM firsts a JOIN firsts b ON a.project = b.project AND a.run = b.run
                  AND a.rank = b.rank AND b.attempt > a.attempt
             GROUP BY ALL""").fetchall()
-        return [tuple(r) for r in rows]  # type: ignore[misc]
+        return [tuple(r) for r in rows]
 
 
 def _superseded_filter(cutoffs: Iterable[tuple[str, str, int, int, int]]) -> str:

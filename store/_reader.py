@@ -19,7 +19,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-
 from tracklake._attempt import read_attempt
 from tracklake._cursor import Cursor
 from tracklake._errors import FormatError, RunNotFoundError

@@ -68,6 +68,7 @@ class Run:
         self._record = record
         self._attempt_path = attempt_path
         self._state = RunState.RUNNING
+        self._report: FinishReport | None = None
         self._step = -1  # last step used; log() without a step uses the next one
         self._known_keys: set[tuple[str, ...]] = set()
         self._writer = RankWriter(root, project, run_id, rank, attempt,
@@ -207,7 +208,7 @@ class Run:
                 raise FileNotFoundError(f"artifact {str(path)!r} does not exist")
             base = safe_name(name or path.name, "artifact")
             if path.is_dir():
-                items = [(f"{base}/{'/'.join(safe_name(p, 'artifact') for p in f.relative_to(path).parts)}", f)
+                items = [(_member_name(base, f.relative_to(path)), f)
                          for f in sorted(path.rglob("*")) if f.is_file()]
             else:
                 items = [(base, path)]
@@ -270,7 +271,8 @@ class Run:
     def finish(self, status: str = "finished", *, timeout: float = 30.0) -> FinishReport:
         """Flush, seal the segments and record the final status. Idempotent."""
         if self._state is RunState.FINISHED:
-            return self._report
+            # a second call, or one re-entered from a signal handler while finishing
+            return self._report or FinishReport(status="finishing", complete=False)
         if status not in ("finished", "failed", "killed", "crashed"):
             raise ValueError(f"status must be finished, failed, killed or crashed, not {status!r}")
         self._state = RunState.FINISHED
@@ -319,11 +321,16 @@ class Run:
                 f"attempt={self.attempt}, state={self._state.value})")
 
 
+def _member_name(base: str, relative: Path) -> str:
+    """Artifact name of a file inside a logged directory: ``base/sub/file``."""
+    return "/".join([base, *(safe_name(p, "artifact") for p in relative.parts)])
+
+
 def _generation_row(key: str, index: int, sample: Any) -> dict[str, Any]:
     if isinstance(sample, Mapping):
         fields = dict(sample)
     elif isinstance(sample, (tuple, list)) and 2 <= len(sample) <= 3:
-        fields = dict(zip(("input", "output", "score"), sample))
+        fields = dict(zip(("input", "output", "score"), sample, strict=False))
     else:
         raise TypeError(f"{key} sample {index} must be a mapping with input/output/score or an "
                         f"(input, output, score) tuple, not {type(sample).__name__}")

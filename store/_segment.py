@@ -8,6 +8,7 @@ metadata; a sealed segment ends with the IPC end-of-stream marker. See docs/form
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import zlib
@@ -15,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
-
 from tracklake._errors import FormatError
 from tracklake._format import FORMAT_VERSION, StreamId, check_version
 
@@ -100,10 +100,10 @@ class SegmentWriter:
         """
         if self._fd is None:
             return
-        try:
+        # If even truncating fails, the torn tail stays: readers stop at the last
+        # complete batch and the writer continues in a new segment.
+        with contextlib.suppress(OSError):
             os.ftruncate(self._fd, self.size)
-        except OSError:
-            pass  # the torn tail stays; readers stop at the last complete batch
         self.close()
 
     def close(self) -> None:

@@ -24,7 +24,7 @@ def follow(root: Path, run_id: str, project: str | None, *, rank: int,
         for _, batch in read_run(root, cursor, kinds=("metrics",), ranks=(rank,)):
             for step, key, value in zip(batch.column("step").to_pylist(),
                                         batch.column("key").to_pylist(),
-                                        batch.column("value").to_pylist()):
+                                        batch.column("value").to_pylist(), strict=True):
                 pending.setdefault(step, {})[key] = value
         done = once or all(a.get("status") in TERMINAL
                            for a in find_run(root, run_id, project).attempts

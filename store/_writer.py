@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-
 from tracklake._format import SCHEMAS, StreamId, segment_name, stream_dir
 from tracklake._segment import SegmentWriter, stream_schema
 
@@ -243,7 +242,7 @@ class RankWriter:
         f = self.failures
         f.count += 1
         f.last_error = f"{exc.__class__.__name__}: {exc}"
-        name = exc.errno is not None and _errno_name(exc.errno) or "unknown"
+        name = (exc.errno is not None and _errno_name(exc.errno)) or "unknown"
         f.by_errno[name] = f.by_errno.get(name, 0) + 1
         self._backoff = min(self._backoff * 2, 30.0)
         self._retry_at = time.monotonic() + self._backoff

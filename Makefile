@@ -1,0 +1,45 @@
+# Two commands for a fresh machine with Python 3.10+ and PyPI:
+#   make demo   creates .venv, installs tracklake, runs the simulated RL job end to end
+#   make test   creates .venv, installs tracklake with its test extras, runs every test
+PYTHON ?= python3
+VENV ?= .venv
+BIN = $(VENV)/bin
+DEMO_ROOT ?= tracklake-demo
+
+.PHONY: demo test typecheck bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.demo: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.test: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[test,lint]'
+	$(BIN)/python -m pip install --quiet 'torch==2.13.0'
+	touch $@
+
+demo: $(VENV)/.demo
+	$(BIN)/tracklake demo --root $(DEMO_ROOT)
+	$(BIN)/tracklake runs --root $(DEMO_ROOT)
+
+test: $(VENV)/.test
+	$(BIN)/ruff check store exporters tests benchmarks
+	$(MAKE) typecheck
+	$(BIN)/pytest
+
+typecheck: $(VENV)/.test
+	rm -rf build/typecheck && mkdir -p build/typecheck/tracklake
+	ln -s $(CURDIR)/store/*.py $(CURDIR)/store/py.typed build/typecheck/tracklake/
+	ln -s $(CURDIR)/exporters build/typecheck/tracklake/exporters
+	cd build/typecheck && $(CURDIR)/$(BIN)/mypy --config-file $(CURDIR)/pyproject.toml -p tracklake
+
+bench: $(VENV)/.test
+	$(BIN)/python -m pip install --quiet -e '.[bench]'
+	$(BIN)/python benchmarks/write_path.py
+	$(BIN)/python benchmarks/sql_scale.py
+
+clean:
+	rm -rf $(VENV) $(DEMO_ROOT)

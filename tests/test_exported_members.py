@@ -1,0 +1,46 @@
+"""The public surface is exactly what we mean to export."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import tracklake
+import tracklake.exporters
+
+EXPECTED = {
+    "FORMAT_VERSION", "KINDS", "CompactionReport", "Cursor", "CursorError", "FinishReport",
+    "FormatError", "InvalidNameError", "NewerFormatError", "QueryError", "ReadProblems", "Run",
+    "RunNotFoundError", "RunRecord", "RunStateError", "Span", "StoreError", "StreamId",
+    "Tracking", "TracklakeError", "compact", "connect", "find_run", "init", "list_runs",
+    "query", "read_run",
+}
+
+
+def test_all_is_exactly_the_intended_public_api() -> None:
+    assert set(tracklake.__all__) == EXPECTED
+    assert len(tracklake.__all__) == len(EXPECTED)
+
+
+def test_every_exported_name_resolves_and_none_is_private() -> None:
+    for name in tracklake.__all__:
+        member = getattr(tracklake, name)
+        assert member is not None
+        module = getattr(member, "__module__", "tracklake")
+        assert module.startswith("tracklake"), (name, module)
+
+
+def test_errors_share_one_root() -> None:
+    for name in tracklake.__all__:
+        member = getattr(tracklake, name)
+        if isinstance(member, type) and issubclass(member, Exception):
+            assert issubclass(member, tracklake.TracklakeError), name
+
+
+def test_import_loads_neither_duckdb_nor_torch_nor_destination_sdks() -> None:
+    code = ("import sys, tracklake, tracklake.exporters; "
+            "print(sorted(m for m in ('duckdb', 'torch', 'wandb', 'mlflow', 'swanlab', "
+            "'tensorboard') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "[]"
