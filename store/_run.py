@@ -7,7 +7,7 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -90,7 +90,6 @@ class Run:
             step = self._check_step(step)
         self._step = step
         values = list(metrics.values())
-        keys: Iterable[str]
         if PLAIN_VALUE_TYPES.issuperset(map(type, values)):
             keys = tuple(metrics)
             if keys not in self._known_keys:
@@ -98,7 +97,8 @@ class Run:
                     check_key(key)
                 self._known_keys.add(keys)
         else:
-            keys, values, texts = coerce_metrics(metrics)
+            key_list, values, texts = coerce_metrics(metrics)
+            keys = tuple(key_list)
             for key, text in texts.items():
                 self.log_text(key, text, step=step)
         w = self._writer
@@ -109,10 +109,12 @@ class Run:
                 return
             seq = w.next_seq["metrics"]
             w.next_seq["metrics"] = seq + 1
-            w.metric_keys.extend(keys)
-            w.metric_values.extend(values)
-            w.metric_calls.append((seq, step, t, len(values)))
-            if len(w.metric_values) >= w.batch_values:
+            w.metric_calls.append((seq, step, t, keys, values))
+            buffered = w.buffered_values = w.buffered_values + len(values)
+        if buffered >= w.batch_values:
+            if buffered >= w.backpressure_values:
+                w.relieve()
+            else:
                 w.wake()
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:

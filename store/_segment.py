@@ -1,9 +1,9 @@
 """Segment files: framing, checksums and durability of one append-only stream file.
 
 A segment is a plain Arrow IPC stream (``pyarrow.ipc.open_stream`` reads it). Its schema
-carries the format version and the stream's identity; every record batch carries a
-CRC-32 of its message body and the range of ``seq`` it holds in the batch's custom
-metadata; a sealed segment ends with the IPC end-of-stream marker. See docs/format.md.
+carries the format version and the stream's identity; every record batch carries, in its
+custom metadata, a CRC-32 of its message body as stored on disk and the range of ``seq``
+it holds; a sealed segment ends with the IPC end-of-stream marker. See docs/format.md.
 """
 
 from __future__ import annotations
@@ -20,11 +20,15 @@ from tracklake._errors import FormatError
 from tracklake._format import FORMAT_VERSION, StreamId, check_version
 
 EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+CONTINUATION = b"\xff\xff\xff\xff"
+#: Written into the batch metadata first, then overwritten in place by the 10-digit CRC, so
+#: that each batch is serialised once.
+_CRC_PLACEHOLDER = b"##########"
 
 
-def body_crc(batch: pa.RecordBatch) -> int:
-    """CRC-32 of the IPC message body of `batch` (what the writer stores and the reader checks)."""
-    return zlib.crc32(pa.ipc.read_message(batch.serialize()).body)
+def _body_offset(message: bytes | memoryview) -> int:
+    """Offset of the body within one encapsulated IPC message (continuation, length, meta)."""
+    return 8 + int.from_bytes(message[4:8], "little")
 
 
 def stream_schema(schema: pa.Schema, stream: StreamId) -> pa.Schema:
@@ -41,9 +45,10 @@ def stream_schema(schema: pa.Schema, stream: StreamId) -> pa.Schema:
     )
 
 
-def _encode_stream(schema: pa.Schema, batch: pa.RecordBatch | None, md: dict[str, str]) -> bytes:
+def _encode_stream(schema: pa.Schema, batch: pa.RecordBatch | None, md: dict[str, str],
+                   options: pa.ipc.IpcWriteOptions | None = None) -> bytes:
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, schema) as writer:
+    with pa.ipc.new_stream(sink, schema, options=options) as writer:
         if batch is not None:
             writer.write_batch(batch, custom_metadata=md)
     return bytes(sink.getvalue())
@@ -52,10 +57,12 @@ def _encode_stream(schema: pa.Schema, batch: pa.RecordBatch | None, md: dict[str
 class SegmentWriter:
     """Appends checksummed record batches to one new segment file, then seals it."""
 
-    def __init__(self, path: Path, schema: pa.Schema, *, fsync: bool = True) -> None:
+    def __init__(self, path: Path, schema: pa.Schema, *, fsync: bool = True,
+                 compression: str | None = "zstd") -> None:
         self.path = path
         self.schema = schema
         self.fsync = fsync
+        self._options = pa.ipc.IpcWriteOptions(compression=compression)
         header = _encode_stream(schema, None, {})[: -len(EOS)]
         self._header_len = len(header)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -65,7 +72,7 @@ class SegmentWriter:
         self.batches = 0
         self._write(header)
 
-    def _write(self, data: bytes) -> None:
+    def _write(self, data: bytes | bytearray) -> None:
         assert self._fd is not None, "segment already closed"
         view = memoryview(data)
         while view:
@@ -79,11 +86,15 @@ class SegmentWriter:
         """Write one batch; on return it is complete in the file (and fsynced if asked)."""
         seqs = batch.column(0)
         md = {
-            "crc32": str(body_crc(batch)),
+            "crc32": _CRC_PLACEHOLDER.decode(),
             "seq_first": str(seqs[0].as_py()),
-            "seq_last": str(seqs[-1].as_py()),
+            "seq_last": str(seqs[len(seqs) - 1].as_py()),
         }
-        data = _encode_stream(self.schema, batch, md)[self._header_len : -len(EOS)]
+        encoded = _encode_stream(self.schema, batch, md, self._options)
+        data = bytearray(memoryview(encoded)[self._header_len : -len(EOS)])
+        body = _body_offset(data)
+        at = data.find(_CRC_PLACEHOLDER, 8, body)
+        data[at : at + len(_CRC_PLACEHOLDER)] = b"%010d" % zlib.crc32(memoryview(data)[body:])
         self._write(data)
         self.batches += 1
 
@@ -125,7 +136,19 @@ class SegmentContents:
 
 
 def _metadata(md: pa.KeyValueMetadata | None) -> dict[str, str]:
-    return {k.decode(): v.decode() for k, v in (md or {}).items()}
+    return {k.decode(errors="replace"): v.decode(errors="replace")
+            for k, v in (md or {}).items()}
+
+
+#: What pyarrow raises for bytes that do not decode (torn or damaged messages).
+_DECODE_ERRORS = (pa.ArrowException, OSError, ValueError)
+
+
+def _header_incomplete(data: bytes) -> bool:
+    """True if `data` is a prefix of a schema message still being (or torn while) written."""
+    if len(data) < 8:
+        return data == CONTINUATION[: len(data)] or data[:4] == CONTINUATION
+    return data[:4] == CONTINUATION and _body_offset(data) > len(data)
 
 
 def read_segment(path: Path) -> SegmentContents:
@@ -137,14 +160,15 @@ def read_segment(path: Path) -> SegmentContents:
     data = path.read_bytes()
     out = SegmentContents(path)
     src = pa.BufferReader(data)
+    if _header_incomplete(data):
+        out.torn_bytes = len(data)  # the header is being written, or was torn at creation
+        return out
     try:
         reader = pa.ipc.open_stream(src)
-    except (pa.ArrowInvalid, OSError) as exc:
-        if len(data) < 4096 and (not data or data[:4] == b"\xff\xff\xff\xff"):
-            out.torn_bytes = len(data)  # header still being written, or torn at creation
-            return out
-        raise FormatError(f"{path}: not an Arrow IPC stream ({exc})") from exc
-    meta = _metadata(reader.schema.metadata)
+        meta = _metadata(reader.schema.metadata)
+    except _DECODE_ERRORS as exc:
+        raise FormatError(f"{path}: not an Arrow IPC stream ({exc}); it is not a tracklake "
+                          "segment or its header is damaged: move it out of the store") from exc
     check_version(meta.get("tracklake.format"), path)
     out.schema_metadata = meta
     while True:
@@ -156,12 +180,17 @@ def read_segment(path: Path) -> SegmentContents:
             if not out.sealed:
                 out.torn_bytes = len(data) - pos
             return out
-        except (pa.ArrowInvalid, OSError):
-            # An incomplete message: a batch being written right now, or a torn tail.
+        except _DECODE_ERRORS as exc:
             out.torn_bytes = len(data) - pos
+            if src.tell() < len(data):
+                # a message that is complete but does not decode: damage, not a torn tail
+                out.damaged = f"undecodable batch at byte {pos}: {exc}"
+            # else an incomplete message: a batch being written right now, or a torn tail
             return out
         expected = _metadata(md).get("crc32")
-        if expected is None or int(expected) != body_crc(batch):
+        message = memoryview(data)[pos : src.tell()]
+        if expected is None or not expected.isdigit() or int(expected) != zlib.crc32(
+                message[_body_offset(message):]):
             out.torn_bytes = len(data) - pos
             out.damaged = f"checksum mismatch in batch at byte {pos}"
             return out

@@ -1,8 +1,12 @@
 """Per-rank writer: in-memory column buffers, the flush thread, and write-failure policy.
 
-`Run` appends to the buffers under a short lock and returns. The flush thread (or a
-synchronous `flush()`) swaps the buffers out, turns them into one RecordBatch per kind and
-appends those to the kind's current segment. A write that fails keeps its batches pending
+`Run` appends to the buffers under a short lock and returns: a metric call is buffered as
+(seq, step, time, key tuple, value list), so the per-value work happens later, in C, when
+the flush thread (or a synchronous `flush()`) swaps the buffers out and turns them into
+record batches of at most `batch_values` values, appended to the kind's current segment.
+If the training thread outpaces the flush thread by `4 * batch_values` values while the
+disk is healthy, the training thread writes a batch itself (back-pressure) instead of
+letting memory grow. A write that fails keeps its batches pending
 and retries later from a fresh segment; while nothing can be written, buffered data is
 capped at `max_buffer_bytes` and what arrives beyond that is dropped and counted
 (docs/concepts.md, "When the disk fails").
@@ -24,8 +28,9 @@ from tracklake._format import SCHEMAS, StreamId, segment_name, stream_dir
 from tracklake._segment import SegmentWriter, stream_schema
 
 _METRICS = SCHEMAS["metrics"]
-#: Rough in-memory cost of one buffered metric value (key ref, float, call share).
-_BYTES_PER_BUFFERED_VALUE = 24
+#: Rough in-memory cost of one buffered metric value (a float object and its list slot).
+_BYTES_PER_BUFFERED_VALUE = 32
+MetricCall = tuple[int, int, int, tuple[str, ...], list[float]]  # seq, step, time_us, keys, values
 
 
 @dataclass
@@ -51,8 +56,8 @@ def _float_array(values: list[float]) -> pa.Array:
 def _clamp(value: float) -> float:
     try:
         return float(value)
-    except OverflowError:
-        return math.copysign(math.inf, value)
+    except OverflowError:  # an int beyond float64 range
+        return math.inf if value > 0 else -math.inf
 
 
 class RankWriter:
@@ -89,9 +94,9 @@ class RankWriter:
         self._last_heartbeat = time.monotonic()
 
         self.lock = threading.Lock()  # guards the buffers below; held for microseconds
-        self.metric_keys: list[str] = []
-        self.metric_values: list[float] = []
-        self.metric_calls: list[tuple[int, int, int, int]] = []  # seq, step, time_us, count
+        self.metric_calls: list[MetricCall] = []
+        self.buffered_values = 0  # metric values in metric_calls
+        self.backpressure_values = 4 * batch_values
         self.rows: dict[str, list[dict[str, Any]]] = {k: [] for k in SCHEMAS if k != "metrics"}
         self.next_seq: dict[str, int] = dict.fromkeys(SCHEMAS, 0)
         self.dropping = False  # set while the buffer is over budget; log() drops and counts
@@ -103,6 +108,9 @@ class RankWriter:
         self._segment_numbers: dict[str, int] = dict.fromkeys(SCHEMAS, 0)
         self._retry_at = 0.0
         self._backoff = flush_interval
+        self._key_ids: dict[str, int] = {}
+        self._key_dictionary = pa.array([], pa.string())
+        self._keyset_ids: dict[tuple[str, ...], Any] = {}  # key tuple -> int32 index array
         self._wake = threading.Event()
         self._closing = False
         self._thread = threading.Thread(
@@ -128,6 +136,19 @@ class RankWriter:
     def wake(self) -> None:
         self._wake.set()
 
+    def relieve(self) -> None:
+        """Called by `log()` when the buffer outgrew the flush thread: write now if the disk
+        is healthy (back-pressure), else let `flush()` decide what to drop."""
+        if self._retry_at <= time.monotonic():
+            self.flush()
+        else:
+            with self.lock:
+                self._update_dropping()
+
+    def _update_dropping(self) -> None:
+        buffered = self.buffered_values * _BYTES_PER_BUFFERED_VALUE + self._pending_bytes
+        self.dropping = buffered > self.max_buffer_bytes
+
     # -- the flush thread --------------------------------------------------------------
 
     def _loop(self) -> None:
@@ -136,7 +157,11 @@ class RankWriter:
             self._wake.clear()
             if self._closing:
                 break
-            self.flush()
+            try:
+                self.flush()
+            except Exception as exc:  # a bug must not stop the writer: report it, keep going
+                with self._io_lock:
+                    self._on_failure("metrics", exc)
 
     def flush(self) -> bool:
         """Write everything buffered so far; True if nothing is left pending."""
@@ -153,34 +178,60 @@ class RankWriter:
 
     def _build_batches(self) -> None:
         with self.lock:
-            keys, values, calls = self.metric_keys, self.metric_values, self.metric_calls
-            self.metric_keys, self.metric_values, self.metric_calls = [], [], []
+            calls = self.metric_calls
+            self.metric_calls = []
+            self.buffered_values = 0
             rows = {k: v for k, v in self.rows.items() if v}
             for kind in rows:
                 self.rows[kind] = []
-        if calls:
-            import numpy as np  # on the flush thread, not at `import tracklake`
-
-            meta = np.array(calls, dtype=np.int64)
-            counts = meta[:, 3]
-            batch = pa.record_batch(
-                [
-                    pa.array(np.repeat(meta[:, 0], counts)),
-                    pa.array(np.repeat(meta[:, 2], counts)).cast(_METRICS.field("time").type),
-                    pa.array(np.repeat(meta[:, 1], counts)),
-                    pa.array(keys, pa.string()),
-                    _float_array(values),
-                ],
-                schema=_METRICS,
-            )
-            self._add_pending("metrics", batch)
+        start = 0
+        while start < len(calls):
+            end, n = start, 0
+            while end < len(calls) and (n == 0 or n + len(calls[end][4]) <= self.batch_values):
+                n += len(calls[end][4])
+                end += 1
+            self._add_pending("metrics", self._metric_batch(calls[start:end]))
+            start = end
         for kind, kind_rows in rows.items():
             self._add_pending(kind, pa.RecordBatch.from_pylist(kind_rows, schema=SCHEMAS[kind]))
+
+    def _key_indices(self, keys: tuple[str, ...]) -> Any:
+        ids = self._keyset_ids.get(keys)
+        if ids is None:
+            import numpy as np
+
+            for key in keys:
+                if key not in self._key_ids:
+                    self._key_ids[key] = len(self._key_ids)
+            if len(self._key_dictionary) != len(self._key_ids):
+                self._key_dictionary = pa.array(list(self._key_ids), pa.string())
+            ids = np.fromiter((self._key_ids[k] for k in keys), np.int32, len(keys))
+            self._keyset_ids[keys] = ids
+        return ids
+
+    def _metric_batch(self, calls: list[MetricCall]) -> pa.RecordBatch:
+        import numpy as np  # on the flush thread, not at `import tracklake`
+
+        counts = np.fromiter((len(c[4]) for c in calls), np.int64, len(calls))
+        meta = np.array([c[:3] for c in calls], dtype=np.int64)
+        key_ids = np.concatenate([self._key_indices(c[3]) for c in calls])
+        values = [v for c in calls for v in c[4]]
+        return pa.record_batch(
+            [
+                pa.array(np.repeat(meta[:, 0], counts)),
+                pa.array(np.repeat(meta[:, 2], counts)).cast(_METRICS.field("time").type),
+                pa.array(np.repeat(meta[:, 1], counts)),
+                self._key_dictionary.take(pa.array(key_ids)),
+                _float_array(values),
+            ],
+            schema=_METRICS,
+        )
 
     def _add_pending(self, kind: str, batch: pa.RecordBatch) -> None:
         self._pending.append((kind, batch))
         self._pending_bytes += batch.nbytes
-        self.dropping = self._pending_bytes > self.max_buffer_bytes
+        if self.failures.count and self._pending:
+            self._update_dropping()
 
     def _write_pending(self) -> None:
         while self._pending:
@@ -192,7 +243,8 @@ class RankWriter:
                 return
             self._pending.pop(0)
             self._pending_bytes -= batch.nbytes
-        self.dropping = False
+        with self.lock:
+            self.dropping = False
         if self.failures.count and self._backoff > self.flush_interval:
             self._backoff = self.flush_interval
             self._record_recovery()
@@ -235,14 +287,15 @@ class RankWriter:
         except OSError as exc:
             self._on_failure("runs", exc)
 
-    def _on_failure(self, kind: str, exc: OSError) -> None:
+    def _on_failure(self, kind: str, exc: Exception) -> None:
         seg = self._segments.pop(kind, None)
         if seg is not None:
             seg.abandon()  # continue in a new segment; the reader sees this one's torn tail
         f = self.failures
         f.count += 1
         f.last_error = f"{exc.__class__.__name__}: {exc}"
-        name = (exc.errno is not None and _errno_name(exc.errno)) or "unknown"
+        errno_ = getattr(exc, "errno", None)
+        name = _errno_name(errno_) if isinstance(errno_, int) else type(exc).__name__
         f.by_errno[name] = f.by_errno.get(name, 0) + 1
         self._backoff = min(self._backoff * 2, 30.0)
         self._retry_at = time.monotonic() + self._backoff

@@ -157,7 +157,7 @@ def test_runs_view_reports_status_attempts_and_ranks(root: Path) -> None:
 
 
 def test_bad_sql_gives_a_query_error_naming_the_problem(root: Path) -> None:
-    with pytest.raises(tracklake.QueryError, match="does not parse|query failed"):
+    with pytest.raises(tracklake.QueryError, match=r"does not parse|query failed"):
         tracklake.query("SELEKT 1", root=root)
     with pytest.raises(tracklake.QueryError, match="nosuchview"):
         tracklake.query("SELECT * FROM nosuchview", root=root)
