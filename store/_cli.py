@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+
 from tracklake._errors import TracklakeError
 from tracklake._naming import resolve_root
 

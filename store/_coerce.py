@@ -56,7 +56,7 @@ def to_float(key: str, value: object) -> float | str:
         try:
             return float(value)
         except OverflowError:
-            return math.inf if value > 0 else -math.inf  # an int beyond float range
+            return math.inf if value > 0 else -math.inf  # type: ignore[operator]  # int beyond float range
     if np is not None and isinstance(value, np.ndarray):
         if value.ndim == 0 or (value.size == 1 and value.dtype.kind in "biuf"):
             return to_float(key, value.reshape(()).item())

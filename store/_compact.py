@@ -18,6 +18,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+
 from tracklake._attempt import read_attempt
 from tracklake._format import (
     FORMAT_VERSION,

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
+
 from tracklake._errors import FormatError, NewerFormatError
 
 #: Major.minor of the on-disk format. Readers refuse a newer major version.

@@ -12,6 +12,7 @@ import click
 import pyarrow as pa
 from rich.console import Console
 from rich.table import Table
+
 from tracklake._errors import QueryError
 from tracklake._query import connect, query
 from tracklake._reader import RunRecord, find_run

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
 from tracklake._errors import QueryError
 
 if TYPE_CHECKING:

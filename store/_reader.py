@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+
 from tracklake._attempt import read_attempt
 from tracklake._cursor import Cursor
 from tracklake._errors import FormatError, RunNotFoundError
@@ -30,6 +31,7 @@ from tracklake._format import (
     parse_segment_name,
     stream_dir,
 )
+from tracklake._naming import resolve_root
 from tracklake._segment import SegmentContents, read_segment
 
 #: Rows per batch handed out from a compacted part (cut at record-group boundaries).
@@ -122,9 +124,11 @@ class RunRecord:
         return sorted({a["attempt"] for a in self.attempts})
 
 
-def list_runs(root: Path, project: str | None = None) -> list[RunRecord]:
-    """Runs in the store, from their attempt files."""
-    base = root / "runs"
+def list_runs(root: str | os.PathLike[str] | None = None, project: str | None = None
+              ) -> list[RunRecord]:
+    """Runs in the store (default root: $TRACKLAKE_ROOT, else ./tracklake), from their
+    attempt files."""
+    base = resolve_root(root) / "runs"
     by_run: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for path in sorted(base.glob(f"project={project or '*'}/run=*/rank=*/attempt=*.json")):
         record = read_attempt(path)
@@ -135,8 +139,10 @@ def list_runs(root: Path, project: str | None = None) -> list[RunRecord]:
             for (p, r), a in sorted(by_run.items())]
 
 
-def find_run(root: Path, run: str, project: str | None = None) -> RunRecord:
+def find_run(root: str | os.PathLike[str] | None, run: str, project: str | None = None
+             ) -> RunRecord:
     """The run with id `run` (in `project` if given); RunNotFoundError otherwise."""
+    root = resolve_root(root)
     matches = [r for r in list_runs(root, project) if r.run == run]
     if not matches:
         raise RunNotFoundError(f"no run {run!r} in {root}" + (f" project {project!r}"
@@ -225,12 +231,14 @@ def _note_problems(contents: SegmentContents, problems: ReadProblems | None,
         problems.torn.append((contents.path, contents.torn_bytes))
 
 
-def read_run(root: Path, cursor: Cursor, *, kinds: tuple[str, ...] = KINDS,
-             ranks: tuple[int, ...] | None = None,
+def read_run(root: str | os.PathLike[str] | None, cursor: Cursor, *,
+             kinds: tuple[str, ...] = KINDS, ranks: tuple[int, ...] | None = None,
              problems: ReadProblems | None = None
              ) -> Iterator[tuple[StreamId, pa.RecordBatch]]:
     """Batches of every stream of the cursor's run after the cursor, advancing it as each
-    batch is handed out (so a consumer that stops early resumes where it stopped)."""
+    batch is handed out (so a consumer that stops early resumes where it stopped; save
+    `cursor.to_json()` once the destination has what was handed out)."""
+    root = resolve_root(root)
     for stream in list_streams(root, cursor.project, cursor.run, kinds):
         if ranks is not None and stream.rank not in ranks:
             continue

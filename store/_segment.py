@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
+
 from tracklake._errors import FormatError
 from tracklake._format import FORMAT_VERSION, StreamId, check_version
 
@@ -26,7 +27,7 @@ CONTINUATION = b"\xff\xff\xff\xff"
 _CRC_PLACEHOLDER = b"##########"
 
 
-def _body_offset(message: bytes | memoryview) -> int:
+def _body_offset(message: bytes | bytearray | memoryview) -> int:
     """Offset of the body within one encapsulated IPC message (continuation, length, meta)."""
     return 8 + int.from_bytes(message[4:8], "little")
 

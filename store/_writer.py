@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+
 from tracklake._format import SCHEMAS, StreamId, segment_name, stream_dir
 from tracklake._segment import SegmentWriter, stream_schema
 
