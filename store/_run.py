@@ -265,9 +265,9 @@ class Run:
         self._record["heartbeat_at"] = now_iso()
         write_attempt(self._attempt_path, self._record)
 
-    def flush(self, timeout: float | None = None) -> bool:
-        """Write everything logged so far to disk now; True if nothing is left pending."""
-        del timeout  # a flush is one pass; failures are retried by the background thread
+    def flush(self) -> bool:
+        """Write everything logged so far to disk now; True if nothing is left pending
+        (False while writes are failing: the background thread keeps retrying)."""
         return self._writer.flush()
 
     def finish(self, status: str = "finished", *, timeout: float = 30.0) -> FinishReport:
