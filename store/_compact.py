@@ -84,10 +84,8 @@ def _compactable(root: Path, s: StreamId, segments: list[Segment], now: float,
     chosen: list[Segment] = []
     for i, seg in enumerate(segments):
         followed = i + 1 < len(segments)
-        if not (done or followed):
-            contents_sealed = seg.path.read_bytes()[-8:] == b"\xff\xff\xff\xff\x00\x00\x00\x00"
-            if not contents_sealed:
-                break  # the segment a live writer appends to
+        if not (done or followed or read_segment(seg.path).sealed):
+            break  # the segment a live writer appends to
         chosen.append(seg)
     return chosen
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from tracklake._errors import CursorError
 from tracklake._format import KINDS, StreamId
 
-_KEY = re.compile(r"^(\d+)/(\d+)/([a-z]+)$")
+_KEY = re.compile(r"(0|[1-9][0-9]*)/(0|[1-9][0-9]*)/([a-z]+)\Z")
 
 
 @dataclass

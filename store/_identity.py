@@ -18,7 +18,9 @@ SECRET_NAME_PARTS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL
 #: Config keys and command-line options whose last word is one of these are redacted.
 _SECRET_WORD = re.compile(
     r"(?:^|[_.\-/])(?:api[_-]?key|secret|secret[_-]?key|password|passwd|credentials?|"
-    r"token|auth[_-]?token|access[_-]?token|private[_-]?key)$",
+    r"access[_-]?key(?:[_-]?id)?|private[_-]?key|"
+    r"(?:auth|access|api|bearer|hf|github|gh|refresh|session|secret)[_-]?token)$"
+    r"|(?:^|[./])token$",  # a key that is just "token"; pad_token, eos_token are not secrets
     re.IGNORECASE,
 )
 #: Values that look like credentials whatever their name.
@@ -77,15 +79,19 @@ def redact_argv(argv: list[str]) -> list[str]:
 
 def redact_config(flat: Mapping[str, Any]) -> dict[str, Any]:
     """A flattened config with secret-named keys and credential-looking strings redacted."""
-    out: dict[str, Any] = {}
-    for key, value in flat.items():
-        if secret_key(key) and value not in (None, ""):
-            out[key] = REDACTED
-        elif isinstance(value, str):
-            out[key] = redact_value(value)
-        else:
-            out[key] = value
-    return out
+    return {key: _redact_nested(key, value) for key, value in flat.items()}
+
+
+def _redact_nested(key: str, value: Any) -> Any:
+    if secret_key(key) and value not in (None, ""):
+        return REDACTED
+    if isinstance(value, str):
+        return redact_value(value)
+    if isinstance(value, Mapping):
+        return {k: _redact_nested(str(k), v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_redact_nested("", v) for v in value]
+    return value
 
 
 def _run(cmd: list[str], cwd: str) -> str | None:

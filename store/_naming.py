@@ -51,7 +51,7 @@ def resolve_root(root: str | os.PathLike[str] | None) -> Path:
 def resolve_rank(rank: int | None, env: Mapping[str, str] = os.environ) -> int:
     """This process's rank: `rank`, else $RANK, else torch.distributed's, else 0."""
     if rank is not None:
-        if not isinstance(rank, int) or rank < 0:
+        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
             raise ValueError(f"rank must be a non-negative int, not {rank!r}")
         return rank
     for var in ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"):
@@ -61,6 +61,12 @@ def resolve_rank(rank: int | None, env: Mapping[str, str] = os.environ) -> int:
     if dist is not None and dist.is_available() and dist.is_initialized():
         return int(dist.get_rank())
     return 0
+
+
+def world_size(env: Mapping[str, str] = os.environ) -> int:
+    """$WORLD_SIZE as an int (1 when unset or not a number)."""
+    value = env.get("WORLD_SIZE", "")
+    return int(value) if value.isdigit() and int(value) > 0 else 1
 
 
 def resolve_run_id(run_id: str | None, project: str, name: str | None,
@@ -83,7 +89,7 @@ def resolve_run_id(run_id: str | None, project: str, name: str | None,
             if var == "SLURM_JOB_ID" and env.get("SLURM_ARRAY_TASK_ID"):
                 value = f"{value}_{env['SLURM_ARRAY_TASK_ID']}"
             return safe_name(f"{var.split('_')[0].lower()}-{value}", "run")
-    if int(env.get("WORLD_SIZE", "1") or 1) > 1 and env.get("MASTER_ADDR"):
+    if world_size(env) > 1 and env.get("MASTER_ADDR"):
         seed = "\x1f".join([project, name or "", env["MASTER_ADDR"], env.get("MASTER_PORT", "")])
         return "job-" + hashlib.sha256(seed.encode()).hexdigest()[:16]
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")

@@ -235,16 +235,17 @@ def read_run(root: str | os.PathLike[str] | None, cursor: Cursor, *,
              kinds: tuple[str, ...] = KINDS, ranks: tuple[int, ...] | None = None,
              problems: ReadProblems | None = None
              ) -> Iterator[tuple[StreamId, pa.RecordBatch]]:
-    """Batches of every stream of the cursor's run after the cursor, advancing it as each
-    batch is handed out (so a consumer that stops early resumes where it stopped; save
-    `cursor.to_json()` once the destination has what was handed out)."""
+    """Batches of every stream of the cursor's run after the cursor. The cursor moves past
+    each batch as it is handed out, so a consumer that stops after any batch resumes right
+    after it; persist `cursor.to_json()` only once the destination holds every batch
+    handed out so far."""
     root = resolve_root(root)
     for stream in list_streams(root, cursor.project, cursor.run, kinds):
         if ranks is not None and stream.rank not in ranks:
             continue
         for batch in read_stream(root, stream, cursor.after(stream), problems):
-            yield stream, batch
             cursor.advance(stream, batch.column(0)[-1].as_py())
+            yield stream, batch
 
 
 def read_table(root: Path, stream: StreamId) -> pa.Table:

@@ -25,7 +25,13 @@ from tracklake._coerce import (
 from tracklake._errors import RunStateError
 from tracklake._format import blob_path, fsync_dir
 from tracklake._identity import capture, redact_config
-from tracklake._naming import resolve_rank, resolve_root, resolve_run_id, safe_name
+from tracklake._naming import (
+    resolve_rank,
+    resolve_root,
+    resolve_run_id,
+    safe_name,
+    world_size,
+)
 from tracklake._trace import Span
 from tracklake._writer import RankWriter, WriteFailures
 
@@ -88,7 +94,6 @@ class Run:
             step = self._step + 1
         elif type(step) is not int:
             step = self._check_step(step)
-        self._step = step
         values = list(metrics.values())
         if PLAIN_VALUE_TYPES.issuperset(map(type, values)):
             keys = tuple(metrics)
@@ -101,6 +106,7 @@ class Run:
             keys = tuple(key_list)
             for key, text in texts.items():
                 self.log_text(key, text, step=step)
+        self._step = step  # only once the call is known to be valid
         w = self._writer
         t = time.time_ns() // 1000
         with self._lock:
@@ -177,8 +183,9 @@ class Run:
         if self._state is not RunState.RUNNING:
             raise RunStateError(f"run {self.id!r} is finished; span() after finish() is refused")
         return Span(lambda row: self._add("traces", [row]), name,
-                    step=self._resolve_step(step), inputs=inputs, token_ids=token_ids,
-                    attributes=attributes, max_length=max_length)
+                    step=None if step is None else self._check_step(step),
+                    default_step=self._resolve_step(None), inputs=inputs,
+                    token_ids=token_ids, attributes=attributes, max_length=max_length)
 
     def alert(self, title: str, text: str = "", *, level: str = "warning",
               step: int | None = None) -> None:
@@ -370,7 +377,7 @@ def init(*, project: str, name: str | None = None, config: Any = None,
     attempt, path = claim_attempt(root_path, project, run, rank_n)
     record: dict[str, Any] = {
         "project": project, "run": run, "name": name, "rank": rank_n, "attempt": attempt,
-        "world_size": int(os.environ.get("WORLD_SIZE", "1") or 1),
+        "world_size": world_size(),
         "tags": [str(t) for t in tags or ()], "status": "running",
         "started_at": now_iso(), "heartbeat_at": now_iso(), "finished_at": None,
         "identity": capture() if capture_identity else None,

@@ -2,8 +2,8 @@
 
 A segment is a plain Arrow IPC stream (``pyarrow.ipc.open_stream`` reads it). Its schema
 carries the format version and the stream's identity; every record batch carries, in its
-custom metadata, a CRC-32 of its message body as stored on disk and the range of ``seq``
-it holds; a sealed segment ends with the IPC end-of-stream marker. See docs/format.md.
+custom metadata, a CRC-32 of the whole message as stored on disk (metadata and body,
+computed with the CRC's own digits as ``##########``) and the range of ``seq`` it holds; a sealed segment ends with the IPC end-of-stream marker. See docs/format.md.
 """
 
 from __future__ import annotations
@@ -30,6 +30,23 @@ _CRC_PLACEHOLDER = b"##########"
 def _body_offset(message: bytes | bytearray | memoryview) -> int:
     """Offset of the body within one encapsulated IPC message (continuation, length, meta)."""
     return 8 + int.from_bytes(message[4:8], "little")
+
+
+def _message_crc_matches(message: memoryview, expected: str) -> bool:
+    """True if `message` (one stored batch message) has the CRC `expected`."""
+    if len(expected) != len(_CRC_PLACEHOLDER) or not expected.isdigit():
+        return False
+    digits = expected.encode()
+    copy = bytearray(message)
+    meta_end = min(_body_offset(copy), len(copy))
+    at = copy.find(digits, 8, meta_end)
+    while at != -1:
+        copy[at : at + len(digits)] = _CRC_PLACEHOLDER
+        if zlib.crc32(copy) == int(expected):
+            return True
+        copy[at : at + len(digits)] = digits
+        at = copy.find(digits, at + 1, meta_end)
+    return False
 
 
 def stream_schema(schema: pa.Schema, stream: StreamId) -> pa.Schema:
@@ -93,9 +110,8 @@ class SegmentWriter:
         }
         encoded = _encode_stream(self.schema, batch, md, self._options)
         data = bytearray(memoryview(encoded)[self._header_len : -len(EOS)])
-        body = _body_offset(data)
-        at = data.find(_CRC_PLACEHOLDER, 8, body)
-        data[at : at + len(_CRC_PLACEHOLDER)] = b"%010d" % zlib.crc32(memoryview(data)[body:])
+        at = data.find(_CRC_PLACEHOLDER, 8, _body_offset(data))
+        data[at : at + len(_CRC_PLACEHOLDER)] = b"%010d" % zlib.crc32(data)
         self._write(data)
         self.batches += 1
 
@@ -188,10 +204,8 @@ def read_segment(path: Path) -> SegmentContents:
                 out.damaged = f"undecodable batch at byte {pos}: {exc}"
             # else an incomplete message: a batch being written right now, or a torn tail
             return out
-        expected = _metadata(md).get("crc32")
-        message = memoryview(data)[pos : src.tell()]
-        if expected is None or not expected.isdigit() or int(expected) != zlib.crc32(
-                message[_body_offset(message):]):
+        expected = _metadata(md).get("crc32", "")
+        if not _message_crc_matches(memoryview(data)[pos : src.tell()], expected):
             out.torn_bytes = len(data) - pos
             out.damaged = f"checksum mismatch in batch at byte {pos}"
             return out

@@ -24,13 +24,15 @@ class Span:
     """
 
     def __init__(self, emit: Callable[[dict[str, Any]], None], name: str, *,
-                 step: int | None, inputs: Any = None, token_ids: Sequence[int] | None = None,
+                 step: int | None, default_step: int | None = None, inputs: Any = None,
+                 token_ids: Sequence[int] | None = None,
                  attributes: dict[str, Any] | None = None, max_length: int | None = None) -> None:
         if not isinstance(name, str) or not name:
             raise TypeError(f"span name must be a non-empty str, not {name!r}")
         self._emit = emit
         self.name = name
         self.step = step
+        self._default_step = default_step
         self.inputs = inputs
         self.outputs: Any = None
         self.token_ids: Sequence[int] | None = token_ids
@@ -49,8 +51,8 @@ class Span:
         parent = _current.get()
         self.parent_id = parent.span_id if parent else None
         self.trace_id = parent.trace_id if parent else secrets.token_hex(16)
-        if self.step is None and parent is not None:
-            self.step = parent.step
+        if self.step is None:  # a child takes its parent's step, a root the run's
+            self.step = parent.step if parent is not None else self._default_step
         self._token = _current.set(self)
         self._start_us = time.time_ns() // 1000
         return self
