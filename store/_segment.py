@@ -3,7 +3,8 @@
 A segment is a plain Arrow IPC stream (``pyarrow.ipc.open_stream`` reads it). Its schema
 carries the format version and the stream's identity; every record batch carries, in its
 custom metadata, a CRC-32 of the whole message as stored on disk (metadata and body,
-computed with the CRC's own digits as ``##########``) and the range of ``seq`` it holds; a sealed segment ends with the IPC end-of-stream marker. See docs/format.md.
+computed with the CRC's own digits as ``##########``) and the range of ``seq`` it holds;
+a sealed segment ends with the IPC end-of-stream marker. See docs/format.md.
 """
 
 from __future__ import annotations
