@@ -35,6 +35,9 @@ from tracklake._segment import read_segment
 #: A writer whose heartbeat is older than this is taken to be dead (its last segment
 #: becomes compactable). Writers heartbeat every 30 s while they live.
 STALE_AFTER_SECONDS = 3600.0
+#: Rows per Parquet row group: small enough that a query for one key of a part sorted by
+#: key skips most of it by the row groups' statistics (benchmarks/sql_scale.py).
+ROW_GROUP_ROWS = 1 << 17
 #: Segment bytes gathered into one part at most.
 MAX_PART_SOURCE_BYTES = 256 << 20
 
@@ -124,15 +127,15 @@ def write_part(directory: Path, s: StreamId, table: pa.Table, last_segment: int)
     table = table.replace_schema_metadata(meta)
     final = directory / part_name(first, last, last_segment)
     tmp = directory / f".{final.name}.{os.getpid()}.tmp"
-    encodings = {"seq": "DELTA_BINARY_PACKED"}
+    encodings = {"seq": "DELTA_BINARY_PACKED", "time": "DELTA_BINARY_PACKED"}
     if "step" in table.column_names:
         encodings["step"] = "DELTA_BINARY_PACKED"
     if s.kind == "metrics":
         encodings["value"] = "BYTE_STREAM_SPLIT"
-    dictionary = [c for c in table.column_names if c not in encodings and c != "time"]
+    dictionary = [c for c in table.column_names if c not in encodings and c != "end_time"]
     pq.write_table(table, tmp, compression="zstd", compression_level=3,
                    use_dictionary=dictionary, column_encoding=encodings,
-                   row_group_size=1 << 20, write_statistics=True)
+                   row_group_size=ROW_GROUP_ROWS, write_statistics=True)
     with open(tmp, "rb") as f:
         os.fsync(f.fileno())
     os.replace(tmp, final)
