@@ -192,7 +192,10 @@ def connect(root: str | os.PathLike[str] | None = None, *,
     for kind in KINDS:
         con.register(f"_live_{kind}", snap.live[kind])
         cols = ", ".join(f'"{n}"' for n in [*SCHEMAS[kind].names, *PARTITION_SCHEMA.names])
-        sources = [f"SELECT {cols} FROM _live_{kind}"]
+        # the live tail joins only when it has rows: a plain read_parquet view lets DuckDB
+        # use its partition-aware plans
+        sources = [f"SELECT {cols} FROM _live_{kind}"] if snap.live[kind].num_rows or not \
+            snap.parts[kind] else []
         if snap.parts[kind]:
             files = ", ".join(_sql_str(str(p)) for p in snap.parts[kind])
             sources.insert(0, f"SELECT {cols} FROM read_parquet([{files}], "
