@@ -8,10 +8,12 @@ part's name gives the seq range it covers, so a reader never counts a record twi
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
-from collections.abc import Iterable
+import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,6 +29,7 @@ from tracklake._format import (
     attempt_file,
     fsync_dir,
     part_name,
+    stream_dir,
 )
 from tracklake._naming import resolve_root
 from tracklake._reader import Segment, list_stream, list_streams
@@ -35,6 +38,8 @@ from tracklake._segment import read_segment
 #: A writer whose heartbeat is older than this is taken to be dead (its last segment
 #: becomes compactable). Writers heartbeat every 30 s while they live.
 STALE_AFTER_SECONDS = 3600.0
+#: A compaction claim older than this was left by a compactor that died.
+CLAIM_STALE_SECONDS = 600.0
 #: Rows per Parquet row group: small enough that a query for one key of a part sorted by
 #: key skips most of it by the row groups' statistics (benchmarks/sql_scale.py).
 ROW_GROUP_ROWS = 1 << 17
@@ -133,18 +138,63 @@ def write_part(directory: Path, s: StreamId, table: pa.Table, last_segment: int)
     if s.kind == "metrics":
         encodings["value"] = "BYTE_STREAM_SPLIT"
     dictionary = [c for c in table.column_names if c not in encodings and c != "end_time"]
-    pq.write_table(table, tmp, compression="zstd", compression_level=3,
-                   use_dictionary=dictionary, column_encoding=encodings,
-                   row_group_size=ROW_GROUP_ROWS, write_statistics=True)
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, final)
+    try:
+        pq.write_table(table, tmp, compression="zstd", compression_level=3,
+                       use_dictionary=dictionary, column_encoding=encodings,
+                       row_group_size=ROW_GROUP_ROWS, write_statistics=True)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, final)
+    except OSError:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()  # the segments stay; nothing was removed
+        raise
     fsync_dir(directory)
     return final
 
 
+@contextlib.contextmanager
+def _claim(directory: Path, report: CompactionReport) -> Iterator[bool]:
+    """Exclusively claim a stream for one compactor (O_EXCL works on NFS and Lustre, where
+    locks may not); a claim older than CLAIM_STALE_SECONDS is from a dead compactor."""
+    claim = directory / ".compacting"
+    for _ in range(2):
+        try:
+            fd = os.open(claim, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            try:
+                age = time.time() - claim.stat().st_mtime
+            except FileNotFoundError:
+                continue  # released meanwhile: try again
+            if age > CLAIM_STALE_SECONDS:
+                with contextlib.suppress(FileNotFoundError):
+                    claim.unlink()
+                continue
+            report.skipped.append((directory, "another compaction is working on it"))
+            yield False
+            return
+        os.close(fd)  # an empty file: its existence and age are the claim
+        try:
+            yield True
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                claim.unlink()
+        return
+    yield False
+
+
 def _compact_stream(root: Path, s: StreamId, now: float, dry_run: bool,
                     report: CompactionReport) -> None:
+    if dry_run:
+        _compact_claimed(root, s, now, dry_run, report)
+        return
+    with _claim(stream_dir(root, s), report) as claimed:
+        if claimed:
+            _compact_claimed(root, s, now, dry_run, report)
+
+
+def _compact_claimed(root: Path, s: StreamId, now: float, dry_run: bool,
+                     report: CompactionReport) -> None:
     files = list_stream(root, s)
     last = max((p.last_seq for p in files.parts), default=-1)
     todo = _compactable(root, s, files.segments, now, report)
@@ -189,7 +239,8 @@ def _compact_stream(root: Path, s: StreamId, now: float, dry_run: bool,
             report.parts_written.append(part)
             report.bytes_after += part.stat().st_size
         for seg in group:
-            seg.path.unlink()
+            with contextlib.suppress(FileNotFoundError):
+                seg.path.unlink()
             report.segments_removed.append(seg.path)
         fsync_dir(directory)
 

@@ -96,12 +96,14 @@ def _part_summary(path: Path, s: StreamId) -> list[dict[str, Any]]:
 def _attempt_rows(runs: list[RunRecord], now: float) -> list[dict[str, Any]]:
     rows = []
     for run in runs:
+        latest = {a["rank"]: a["attempt"] for a in run.attempts}  # attempts are sorted
         for a in run.attempts:
             status = a.get("status", "running")
             beat = a.get("heartbeat_at")
-            if status == "running" and beat and now - _dt.datetime.fromisoformat(
-                    beat).timestamp() > CRASHED_AFTER_SECONDS:
-                status = "crashed"
+            if status == "running" and (a["attempt"] < latest[a["rank"]] or (
+                    beat and now - _dt.datetime.fromisoformat(beat).timestamp()
+                    > CRASHED_AFTER_SECONDS)):
+                status = "crashed"  # a later attempt replaced it, or its heartbeat stopped
             ident = a.get("identity") or {}
             git = ident.get("git") or {}
             rows.append({

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import hashlib
 import json
@@ -229,7 +230,7 @@ class Run:
             try:
                 digest, size = self._store_blob(source)
             except OSError as exc:
-                self._writer._on_failure("artifacts", exc)
+                self._writer.record_failure(exc)
                 return None
             rows.append({"time": _now_us(), "step": self._resolve_step(step), "name": item_name,
                          "digest": digest, "size": size, "media_type": media_type,
@@ -241,6 +242,13 @@ class Run:
         tmp_dir = self.root / "blobs" / "tmp"
         tmp_dir.mkdir(parents=True, exist_ok=True)
         tmp = tmp_dir / f"{os.getpid()}-{time.time_ns()}"
+        try:
+            return self._copy_blob(source, tmp)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()  # left only when the copy failed (e.g. a full disk)
+
+    def _copy_blob(self, source: bytes | Path, tmp: Path) -> tuple[str, int]:
         h = hashlib.sha256()
         size = 0
         with open(tmp, "wb") as out:
@@ -259,9 +267,7 @@ class Run:
         digest = h.hexdigest()
         final = blob_path(self.root, digest)
         final.parent.mkdir(parents=True, exist_ok=True)
-        if final.exists():
-            tmp.unlink()
-        else:
+        if not final.exists():
             os.replace(tmp, final)
             fsync_dir(final.parent)
         return digest, size
@@ -299,10 +305,10 @@ class Run:
         try:
             write_attempt(self._attempt_path, self._record)
         except OSError as exc:
-            f.count += 1
-            f.last_error = f"{exc.__class__.__name__}: {exc}"
+            self._writer.record_failure(exc)
             report = FinishReport(**{**report.__dict__, "complete": False,
-                                     "failed_writes": f.count, "last_error": f.last_error})
+                                     "failed_writes": f.count, "last_error": f.last_error,
+                                     "errors_by_errno": dict(f.by_errno)})
         if not report.complete:
             import sys
 
@@ -383,7 +389,12 @@ def init(*, project: str, name: str | None = None, config: Any = None,
         "identity": capture() if capture_identity else None,
         "config": flat_config,
     }
-    write_attempt(path, record)
+    try:
+        write_attempt(path, record)
+    except OSError:
+        with contextlib.suppress(OSError):
+            path.unlink()  # give the attempt number back
+        raise
     r = Run(root=root_path, project=project, run_id=run, name=name, rank=rank_n,
             attempt=attempt, attempt_path=path, record=record,
             writer_options={"flush_interval": flush_interval, "segment_bytes": segment_bytes,

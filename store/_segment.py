@@ -89,7 +89,13 @@ class SegmentWriter:
         self.size = 0  # bytes known to be completely written
         self.opened_at = time.monotonic()
         self.batches = 0
-        self._write(header)
+        try:
+            self._write(header)
+        except OSError:
+            self.close()
+            with contextlib.suppress(OSError):  # the file holds no batch: nothing is lost
+                path.unlink()
+            raise
 
     def _write(self, data: bytes | bytearray) -> None:
         assert self._fd is not None, "segment already closed"

@@ -109,6 +109,7 @@ class RankWriter:
         self._segment_numbers: dict[str, int] = dict.fromkeys(SCHEMAS, 0)
         self._retry_at = 0.0
         self._backoff = flush_interval
+        self._failing = False  # between a failed write and the next successful one
         self._key_ids: dict[str, int] = {}
         self._key_dictionary = pa.array([], pa.string())
         self._keyset_ids: dict[tuple[str, ...], Any] = {}  # key tuple -> int32 index array
@@ -246,9 +247,12 @@ class RankWriter:
             self._pending_bytes -= batch.nbytes
         with self.lock:
             self.dropping = False
-        if self.failures.count and self._backoff > self.flush_interval:
+        if self._failing:
+            self._failing = False
             self._backoff = self.flush_interval
             self._record_recovery()
+            self._build_batches()  # write the recovery event now, not at some later flush
+            self._write_pending()
 
     def _segment_for(self, kind: str, batch: pa.RecordBatch) -> SegmentWriter:
         seg = self._segments.get(kind)
@@ -288,25 +292,34 @@ class RankWriter:
         except OSError as exc:
             self._on_failure("runs", exc)
 
+    def record_failure(self, exc: Exception) -> None:
+        """Count a failure of a write made outside the flush (an artifact, the attempt file)."""
+        with self._io_lock:
+            self._count_failure(None, exc)
+
     def _on_failure(self, kind: str, exc: Exception) -> None:
         seg = self._segments.pop(kind, None)
         if seg is not None:
             seg.abandon()  # continue in a new segment; the reader sees this one's torn tail
+        self._failing = True
+        self._backoff = min(self._backoff * 2, 30.0)
+        self._retry_at = time.monotonic() + self._backoff
+        self._count_failure(kind, exc)
+
+    def _count_failure(self, kind: str | None, exc: Exception) -> None:
         f = self.failures
         f.count += 1
         f.last_error = f"{exc.__class__.__name__}: {exc}"
         errno_ = getattr(exc, "errno", None)
         name = _errno_name(errno_) if isinstance(errno_, int) else type(exc).__name__
         f.by_errno[name] = f.by_errno.get(name, 0) + 1
-        self._backoff = min(self._backoff * 2, 30.0)
-        self._retry_at = time.monotonic() + self._backoff
         if not f.reported:
             f.reported = True
-            ident = self.ids[kind] if kind in self.ids else self.ids["metrics"]
+            ident = self.ids.get(kind or "metrics", self.ids["metrics"])
             print(
                 f"tracklake: cannot write run {ident.run!r} rank {ident.rank} under "
                 f"{self.root}: {f.last_error}. Training continues; tracklake keeps up to "
-                f"{self.max_buffer_bytes >> 20} MiB buffered, retries with backoff, and "
+                f"{_size(self.max_buffer_bytes)} buffered, retries with backoff, and "
                 "reports the total at finish(). (Reported once.)",
                 file=sys.stderr,
                 flush=True,
@@ -344,6 +357,10 @@ class RankWriter:
     @property
     def pending_records(self) -> int:
         return sum(b.num_rows for _, b in self._pending)
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes / (1 << 20):.0f} MiB" if nbytes >= 1 << 20 else f"{nbytes / 1024:.0f} KiB"
 
 
 def _now_us() -> int:
