@@ -18,6 +18,24 @@ def now_iso() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
 
 
+#: A "running" attempt whose heartbeat is older than this shows as "crashed" (writers
+#: heartbeat every 30 s).
+CRASHED_AFTER_SECONDS = 180.0
+
+
+def effective_status(record: dict[str, Any], latest_attempt: int, now: float) -> str:
+    """The status to show: "crashed" for a running attempt whose heartbeat stopped or that a
+    later attempt of its rank replaced, else the recorded status."""
+    status = str(record.get("status", "running"))
+    if status != "running":
+        return status
+    beat = record.get("heartbeat_at")
+    if record["attempt"] < latest_attempt or (
+            beat and now - _dt.datetime.fromisoformat(beat).timestamp() > CRASHED_AFTER_SECONDS):
+        return "crashed"
+    return status
+
+
 def claim_attempt(root: Path, project: str, run: str, rank: int) -> tuple[int, Path]:
     """Create the next free attempt file of this rank exclusively; (attempt, path).
 

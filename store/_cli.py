@@ -86,8 +86,7 @@ def diff(run_a: str, run_b: str, root: Path | None, section: str) -> None:
     """Differences between two runs: config, environment, packages, git."""
     from tracklake._present import print_diff
 
-    if print_diff(_store(root), run_a, run_b, section):
-        sys.exit(0)
+    print_diff(_store(root), run_a, run_b, section)
 
 
 @main.command()

@@ -8,9 +8,6 @@ import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-#: Value types accepted as they are on the fast path of `Run.log`.
-PLAIN_VALUE_TYPES = frozenset((float, int))
-
 SEPARATOR = "/"
 
 

@@ -138,7 +138,7 @@ def _identity_sections(record: RunRecord) -> dict[str, dict[str, Any]]:
 
 
 def print_diff(root: Path, run_a: str, run_b: str, section: str) -> bool:
-    """Print the differences; True if there are none."""
+    """Print the differences of each section; True if there are none at all."""
     a = _identity_sections(find_run(root, run_a))
     b = _identity_sections(find_run(root, run_b))
     console = _console()

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tracklake._attempt import effective_status
 from tracklake._errors import QueryError
 
 if TYPE_CHECKING:
@@ -25,9 +26,6 @@ if TYPE_CHECKING:
 from tracklake._format import KINDS, PARTITION_SCHEMA, SCHEMAS, StreamId
 from tracklake._naming import resolve_root
 from tracklake._reader import RunRecord, list_runs, list_stream, list_streams, read_stream
-
-#: A "running" attempt whose heartbeat is older than this shows as "crashed".
-CRASHED_AFTER_SECONDS = 180.0
 
 _ALLOWED_STATEMENTS = {"SELECT", "EXPLAIN", "RELATION"}
 _STEP_KINDS = ("metrics", "texts", "generations")
@@ -98,12 +96,8 @@ def _attempt_rows(runs: list[RunRecord], now: float) -> list[dict[str, Any]]:
     for run in runs:
         latest = {a["rank"]: a["attempt"] for a in run.attempts}  # attempts are sorted
         for a in run.attempts:
-            status = a.get("status", "running")
+            status = effective_status(a, latest[a["rank"]], now)
             beat = a.get("heartbeat_at")
-            if status == "running" and (a["attempt"] < latest[a["rank"]] or (
-                    beat and now - _dt.datetime.fromisoformat(beat).timestamp()
-                    > CRASHED_AFTER_SECONDS)):
-                status = "crashed"  # a later attempt replaced it, or its heartbeat stopped
             ident = a.get("identity") or {}
             git = ident.get("git") or {}
             rows.append({

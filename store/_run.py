@@ -17,7 +17,6 @@ from typing import Any
 from tracklake import _lifecycle
 from tracklake._attempt import claim_attempt, now_iso, write_attempt
 from tracklake._coerce import (
-    PLAIN_VALUE_TYPES,
     check_key,
     coerce_metrics,
     flatten_config,
@@ -78,6 +77,7 @@ class Run:
         self._report: FinishReport | None = None
         self._step = -1  # last step used; log() without a step uses the next one
         self._known_keys: set[tuple[str, ...]] = set()
+        self._last_keys: tuple[str, ...] = ()
         self._writer = RankWriter(root, project, run_id, rank, attempt,
                                   heartbeat=self._heartbeat, **writer_options)
         w = self._writer
@@ -96,12 +96,14 @@ class Run:
         elif type(step) is not int:
             step = self._check_step(step)
         values = list(metrics.values())
-        if PLAIN_VALUE_TYPES.issuperset(map(type, values)):
+        if _plain_numbers(values):
             keys = tuple(metrics)
-            if keys not in self._known_keys:
-                for key in keys:
-                    check_key(key)
-                self._known_keys.add(keys)
+            if keys != self._last_keys:  # usually the same keys as the call before
+                if keys not in self._known_keys:
+                    for key in keys:
+                        check_key(key)
+                    self._known_keys.add(keys)
+                self._last_keys = keys
         else:
             key_list, values, texts = coerce_metrics(metrics)
             keys = tuple(key_list)
@@ -334,6 +336,21 @@ class Run:
     def __repr__(self) -> str:
         return (f"Run(project={self.project!r}, id={self.id!r}, rank={self.rank}, "
                 f"attempt={self.attempt}, state={self._state.value})")
+
+
+def _plain_numbers(values: list[Any]) -> bool:
+    """True if `values` are Python ints, floats and bools (the fast path of `Run.log`).
+
+    `sum()` runs in C and ends as exactly int or float only for those (NumPy and torch
+    scalars keep their own types through the sum); str, None, mappings and arrays raise.
+    A float()-able number with an odd `__radd__` (e.g. Fraction) may pass: the flush
+    converts each value with float().
+    """
+    try:
+        kind = type(sum(values))
+    except (TypeError, OverflowError, ValueError):
+        return False
+    return kind is float or kind is int
 
 
 def _member_name(base: str, relative: Path) -> str:

@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from tracklake._attempt import effective_status
 from tracklake._cursor import Cursor
 from tracklake._reader import find_run, read_run
 
@@ -26,9 +27,11 @@ def follow(root: Path, run_id: str, project: str | None, *, rank: int,
                                         batch.column("key").to_pylist(),
                                         batch.column("value").to_pylist(), strict=True):
                 pending.setdefault(step, {})[key] = value
-        done = once or all(a.get("status") in TERMINAL
-                           for a in find_run(root, run_id, project).attempts
-                           if a["attempt"] == max(record.attempt_numbers))
+        record = find_run(root, run_id, project)
+        latest = max(record.attempt_numbers)
+        now = time.time()
+        done = once or all(effective_status(a, latest, now) in TERMINAL
+                           for a in record.attempts if a["attempt"] == latest)
         # a step is complete once a later one has started (or the run is over)
         ready = sorted(pending) if done else sorted(pending)[:-1]
         for step in ready:
@@ -36,4 +39,3 @@ def follow(root: Path, run_id: str, project: str | None, *, rank: int,
         if done:
             return
         time.sleep(interval)
-        record = find_run(root, run_id, project)

@@ -59,6 +59,8 @@ def _clamp(value: float) -> float:
         return float(value)
     except OverflowError:  # an int beyond float64 range
         return math.inf if value > 0 else -math.inf
+    except (TypeError, ValueError):  # an object that passed the fast path's sum() only
+        return math.nan
 
 
 class RankWriter:

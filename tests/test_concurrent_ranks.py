@@ -8,7 +8,6 @@ cursor, after compaction, and through plain pyarrow / DuckDB Parquet readers.
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
 import struct
@@ -26,6 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
+from _env import child_env
 
 import tracklake
 
@@ -113,15 +113,6 @@ COMPACTOR = textwrap.dedent("""
         sys.exit(1)
     print(json.dumps({"rounds": rounds, "parts": parts, "removed": removed}))
 """)
-
-
-def child_env() -> dict[str, str]:
-    """The current environment without tracklake settings or launcher ids."""
-    strip = ("TRACKLAKE_", "WANDB_", "MLFLOW_", "SWANLAB_")
-    launcher = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
-                "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "SLURM_PROCID"}
-    return {k: v for k, v in os.environ.items()
-            if not k.startswith(strip) and k not in launcher}
 
 
 @dataclass

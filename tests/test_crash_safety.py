@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from _env import child_env
 
 import tracklake
 
@@ -59,15 +60,6 @@ WRITER = textwrap.dedent(f"""
     report = run.finish()
     print("finished", json.dumps(report.__dict__), flush=True)
 """)
-
-
-def child_env() -> dict[str, str]:
-    """The current environment without tracklake settings or launcher ids."""
-    strip = ("TRACKLAKE_", "WANDB_", "MLFLOW_", "SWANLAB_")
-    launcher = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
-                "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "SLURM_PROCID"}
-    return {k: v for k, v in os.environ.items()
-            if not k.startswith(strip) and k not in launcher}
 
 
 def read_side_file(path: Path) -> dict[int, int]:
