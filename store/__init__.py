@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from tracklake._errors import (
     CursorError,
+    ExportError,
     FormatError,
     InvalidNameError,
     NewerFormatError,
@@ -65,6 +66,7 @@ __all__ = [
     "CompactionReport",
     "Cursor",
     "CursorError",
+    "ExportError",
     "FinishReport",
     "FormatError",
     "InvalidNameError",

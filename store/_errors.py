@@ -8,7 +8,8 @@
     │   ├── FormatError            a file is damaged or not a tracklake file
     │   │   └── NewerFormatError   a file was written by a newer, incompatible tracklake
     │   └── QueryError             a SQL query failed or tried to change the store
-    └── CursorError                a serialised cursor is malformed
+    ├── CursorError                a serialised cursor is malformed
+    └── ExportError                a destination refused or failed; says if retrying can help
 
 Value errors in what a caller logs raise the builtin `TypeError` or `ValueError`, naming
 the key, because they are misuse of the API rather than trouble with the store.
@@ -51,3 +52,15 @@ class QueryError(StoreError):
 
 class CursorError(TracklakeError, ValueError):
     """A serialised cursor cannot be parsed."""
+
+
+class ExportError(TracklakeError):
+    """A destination refused or failed to take records.
+
+    `retryable` says whether trying again later can help (a server that is down, a
+    timeout) or not (bad credentials, a destination that rejects the data).
+    """
+
+    def __init__(self, message: str, *, retryable: bool) -> None:
+        super().__init__(message)
+        self.retryable = retryable

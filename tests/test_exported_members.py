@@ -9,7 +9,8 @@ import tracklake
 import tracklake.exporters
 
 EXPECTED = {
-    "FORMAT_VERSION", "KINDS", "CompactionReport", "Cursor", "CursorError", "FinishReport",
+    "FORMAT_VERSION", "KINDS", "CompactionReport", "Cursor", "CursorError", "ExportError",
+    "FinishReport",
     "FormatError", "InvalidNameError", "NewerFormatError", "QueryError", "ReadProblems", "Run",
     "RunNotFoundError", "RunRecord", "RunStateError", "Span", "StoreError", "StreamId",
     "Tracking", "TracklakeError", "compact", "connect", "find_run", "init", "list_runs",
