@@ -1,3 +1,28 @@
-"""tracklake.exporters: processes that tail the store and replay it into other tools."""
+"""tracklake.exporters: processes that tail the store and replay it into other tools.
 
-__all__: list[str] = []
+`export(destination, root=..., selection=Selection(...))` runs the shared loop; a
+destination implements the small `Destination` protocol and registers itself in the
+``tracklake.exporters`` entry point group. `MemoryDestination` is a test double.
+"""
+
+from tracklake.exporters._loop import Exporter, ExportOptions, ExportSummary, RunOutcome, export
+from tracklake.exporters._protocol import Destination, RunInfo
+from tracklake.exporters._registry import available, load
+from tracklake.exporters._select import Selection
+from tracklake.exporters._status import export_status
+from tracklake.exporters.memory import MemoryDestination
+
+__all__ = [
+    "Destination",
+    "ExportOptions",
+    "ExportSummary",
+    "Exporter",
+    "MemoryDestination",
+    "RunInfo",
+    "RunOutcome",
+    "Selection",
+    "available",
+    "export",
+    "export_status",
+    "load",
+]

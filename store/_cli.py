@@ -150,6 +150,16 @@ def watch(run: str, root: Path | None, project: str | None, keys: str, rank: int
            interval=interval, once=once)
 
 
+def _export_group() -> click.Group:
+    from tracklake._cli_export import ExportGroup
+
+    return ExportGroup("export", help="Replay runs into another tool: `tracklake export DEST "
+                       "--help` for a destination's options; `tracklake export status`.")
+
+
+main.add_command(_export_group())
+
+
 def _step_line(step: int, values: dict[str, float], pattern: str) -> str:
     chosen = [(k, v) for k, v in values.items() if fnmatch.fnmatchcase(k, pattern)]
     return " - ".join([f"step:{step}", *(f"{k}:{v:.4g}" for k, v in chosen)])
