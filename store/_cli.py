@@ -188,3 +188,7 @@ def _json_default(value: Any) -> Any:
 
 def dumps(value: Any) -> str:
     return json.dumps(value, default=_json_default, indent=1)
+
+
+if __name__ == "__main__":
+    main()

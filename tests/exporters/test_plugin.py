@@ -1,0 +1,37 @@
+"""A third party adds a destination by installing a package with a `tracklake.exporters`
+entry point; `tracklake export <name>` then finds it, with its own options."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import tracklake
+
+PLUGIN = Path(__file__).parent.parent / "plugin"
+
+
+def test_an_installed_plugin_is_found_and_exports(root: Path, tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+                    "--no-build-isolation", "--no-index", "--target", str(site), str(PLUGIN)],
+                   check=True, capture_output=True)
+    with tracklake.init(project="p", run_id="r", root=root, capture_identity=False) as run:
+        for step in range(3):
+            run.log({"x": float(step)}, step=step)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get(
+        "PYTHONPATH", "")])}
+    listed = subprocess.run([sys.executable, "-m", "tracklake._cli", "export", "--help"],
+                            capture_output=True, text=True, env=env, check=True)
+    assert "hello" in listed.stdout
+    out = tmp_path / "hello.jsonl"
+    done = subprocess.run([sys.executable, "-m", "tracklake._cli", "export", "hello",
+                           "--root", str(root), "--all", "--out", str(out)],
+                          capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert lines == [{"run": "p/r", "step": s, "key": "x", "value": float(s)} for s in range(3)
+                     ] + [{"run": "p/r", "finished": "finished"}]
