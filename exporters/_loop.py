@@ -79,7 +79,8 @@ class ExportSummary:
         for path, nbytes in self.problems.torn:
             lines.append(f"  note: {path}: a torn tail of {nbytes} bytes was skipped")
         for path, why in self.problems.damaged:
-            lines.append(f"  warning: {path}: {why}; records after it were not exported")
+            lines.append(f"  warning: {path}: {why}; the rest of that segment was not "
+                         "exported (later segments were)")
         for path in self.problems.foreign:
             lines.append(f"  warning: {path}: not a tracklake file; ignored")
         return "\n".join(lines)

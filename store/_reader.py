@@ -190,7 +190,8 @@ def read_stream(root: Path, stream: StreamId, after: int = -1,
     record groups. Live segments are read up to their last complete batch."""
     files = list_stream(root, stream)
     if problems is not None:
-        problems.foreign.extend(files.foreign)
+        for path in files.foreign:
+            _add_once(problems.foreign, path)
     last = after
     for part in files.parts:
         if part.last_seq <= last:
@@ -226,9 +227,15 @@ def _note_problems(contents: SegmentContents, problems: ReadProblems | None,
     if problems is None:
         return
     if contents.damaged:
-        problems.damaged.append((contents.path, contents.damaged))
+        _add_once(problems.damaged, (contents.path, contents.damaged))
     elif contents.torn_bytes and superseded:
-        problems.torn.append((contents.path, contents.torn_bytes))
+        _add_once(problems.torn, (contents.path, contents.torn_bytes))
+
+
+def _add_once(found: list[Any], item: Any) -> None:
+    """Record a problem once, however often a follower reads past it."""
+    if item not in found:
+        found.append(item)
 
 
 def read_run(root: str | os.PathLike[str] | None, cursor: Cursor, *,

@@ -269,3 +269,30 @@ def test_export_closes_the_destination_and_the_state_holds_no_secret(root: Path)
     for path in (root / "exports").rglob("*.json"):
         data = json.loads(path.read_text())
         assert "password" not in json.dumps(data).lower()
+
+
+def test_foreign_torn_and_damaged_files_are_reported_not_fatal(root: Path) -> None:
+    """A foreign file is ignored with a warning; a torn tail costs only the torn batch; a
+    damaged batch costs the rest of its segment, with a warning naming the file."""
+    with tracklake.init(project="p", run_id="r", root=root, capture_identity=False,
+                        segment_bytes=1) as run:  # a new segment for every batch
+        for step in range(6):
+            run.log({"x": float(step)}, step=step)
+            run.flush()
+    segments = sorted(root.glob("metrics/**/seg-*.arrows"))
+    assert len(segments) == 6
+    (segments[0].parent / "notes.txt").write_text("not ours")
+    torn = segments[1].read_bytes()
+    segments[1].write_bytes(torn[: len(torn) - 20])  # cut inside its only batch
+    damaged = bytearray(segments[4].read_bytes())
+    damaged[-20] ^= 0xFF  # inside the last batch's body
+    segments[4].write_bytes(bytes(damaged))
+    dest = MemoryDestination()
+    summary = _run(dest, root)
+    assert [s for s, _, _ in _pairs(dest)] == [0, 2, 3, 5]
+    text = str(summary)
+    assert "notes.txt" in text and "not a tracklake file" in text
+    assert str(segments[1]) in text and "torn" in text
+    assert str(segments[4]) in text and "not exported" in text
+    again = _run(dest, root)  # no crash loop: the same warnings, nothing sent twice
+    assert again.records == 0 and [s for s, _, _ in _pairs(dest)] == [0, 2, 3, 5]
