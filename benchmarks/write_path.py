@@ -288,7 +288,7 @@ def make_setup_tracklake(run_name: str) -> Setup:
             report["finish"] = run.finish()
 
         setup.report = report  # type: ignore[attr-defined]
-        return run.log, finish, ["default init options (fsync=True, flush_interval=1 s)"]
+        return run.log, finish, ["default init options (fsync=True, flush_interval=0.5 s)"]
 
     return setup
 

@@ -387,7 +387,7 @@ def _generation_row(key: str, index: int, sample: Any) -> dict[str, Any]:
 def init(*, project: str, name: str | None = None, config: Any = None,
          root: str | os.PathLike[str] | None = None, run_id: str | None = None,
          rank: int | None = None, tags: Sequence[str] | None = None,
-         flush_interval: float = 1.0, segment_bytes: int = 64 << 20,
+         flush_interval: float = 0.5, segment_bytes: int = 64 << 20,
          segment_seconds: float = 600.0, max_buffer_bytes: int = 256 << 20,
          fsync: bool = True, capture_identity: bool = True) -> Run:
     """Start (or resume, as a new attempt) a run and return this rank's `Run`."""

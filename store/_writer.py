@@ -74,7 +74,7 @@ class RankWriter:
         rank: int,
         attempt: int,
         *,
-        flush_interval: float = 1.0,
+        flush_interval: float = 0.5,
         batch_values: int = 65536,
         segment_bytes: int = 64 << 20,
         segment_seconds: float = 600.0,

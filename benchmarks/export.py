@@ -1,0 +1,189 @@
+"""Export throughput and latency, against each destination's own fastest bulk API.
+
+    python benchmarks/export.py [--values 1000000] [--mlflow-values 200000] [--json PATH]
+
+Throughput: one run of N metric values (32 keys per step) is written and compacted;
+then, in the same process, the same values are written (a) straight with the
+destination's bulk API from memory — TensorBoard's EventFileWriter with one Summary of
+32 values per step; MLflow's MlflowClient.log_batch with 1,000 metrics per call into a
+sqlite store — and (b) by tracklake's exporter reading the store. The ratio is
+tracklake's throughput over the direct one (target ≥ 0.9).
+
+Latency: a writer process logs a step of 32 values every 20 ms with default settings;
+an exporter in this process follows it into TensorBoard (file events on); for every
+step, the time from log() (the record's timestamp) to the end of the destination's
+write() is recorded; median and p99 are printed (target < 1 s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+
+import numpy as np
+import pyarrow as pa
+
+import tracklake
+from tracklake.exporters import Exporter, ExportOptions, Selection, load
+
+KEYS = [f"group{i // 8}/metric_{i}" for i in range(32)]
+
+
+def build_store(root: Path, values: int) -> tuple[np.ndarray, np.ndarray, float]:
+    steps = values // len(KEYS)
+    data = np.random.default_rng(0).random((steps, len(KEYS)))
+    with tracklake.init(project="bench", run_id="export", root=root, capture_identity=False,
+                        fsync=False) as run:
+        for step in range(steps):
+            run.log(dict(zip(KEYS, data[step].tolist(), strict=True)), step=step)
+    tracklake.compact(root=root)
+    return np.arange(steps), data, time.time()
+
+
+def direct_tensorboard(logdir: Path, steps: np.ndarray, data: np.ndarray, wall: float
+                       ) -> float:
+    from tensorboard.compat.proto import event_pb2, summary_pb2
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    started = time.perf_counter()
+    writer = EventFileWriter(str(logdir))
+    for step, row in zip(steps.tolist(), data.tolist(), strict=True):
+        summary = summary_pb2.Summary(value=[
+            summary_pb2.Summary.Value(tag=k, simple_value=v)
+            for k, v in zip(KEYS, row, strict=True)])
+        writer.add_event(event_pb2.Event(wall_time=wall, step=step, summary=summary))
+    writer.close()
+    return time.perf_counter() - started
+
+
+def direct_mlflow(uri: str, steps: np.ndarray, data: np.ndarray, wall: float) -> float:
+    from mlflow.entities import Metric
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("direct")
+    run_id = client.create_run(experiment).info.run_id
+    ts = int(wall * 1000)
+    started = time.perf_counter()
+    batch: list[Metric] = []
+    for step, row in zip(steps.tolist(), data.tolist(), strict=True):
+        batch.extend(Metric(k, v, ts, step) for k, v in zip(KEYS, row, strict=True))
+        if len(batch) >= 1000:
+            client.log_batch(run_id, metrics=batch[:1000])
+            batch = batch[1000:]
+    if batch:
+        client.log_batch(run_id, metrics=batch)
+    return time.perf_counter() - started
+
+
+def via_tracklake(name: str, root: Path, **kwargs: Any) -> float:
+    destination = load(name)(**kwargs)
+    started = time.perf_counter()
+    Exporter(destination, root=root, selection=Selection(all_runs=True),
+             options=ExportOptions(state_dir=root.parent / f"state-{name}"),
+             log=lambda m: None).run()
+    destination.close()
+    return time.perf_counter() - started
+
+
+WRITER = textwrap.dedent("""
+    import sys, time, tracklake
+    run = tracklake.init(project="bench", run_id="live", root=sys.argv[1],
+                         capture_identity=False)
+    for step in range(int(sys.argv[2])):
+        run.log({f"k{i}": float(step) for i in range(32)}, step=step)
+        time.sleep(0.02)
+    run.finish()
+""")
+
+
+def latency(tmp: Path, steps: int) -> dict[str, float]:
+    root = tmp / "live-store"
+    root.mkdir()
+    base = load("tensorboard")
+    arrivals: dict[int, float] = {}
+
+    class Timed(base):  # type: ignore[misc, valid-type]
+        def write(self, run: Any, kind: str, records: pa.Table) -> None:
+            super().write(run, kind, records)
+            now = time.time()
+            if kind == "metrics":
+                for step, t in zip(records.column("step").to_pylist(),
+                                   records.column("time").cast(pa.int64()).to_pylist(),
+                                   strict=True):
+                    arrivals.setdefault(step, now - t / 1e6)
+
+    script = tmp / "writer.py"
+    script.write_text(WRITER)
+    writer = subprocess.Popen([sys.executable, str(script), str(root), str(steps)])
+    while not list(root.glob("runs/**/attempt=1.json")):
+        time.sleep(0.01)
+    exporter = Exporter(Timed(logdir=tmp / "tb-live"), root=root,
+                        selection=Selection(runs=("live",)),
+                        options=ExportOptions(follow=True, poll_interval=2.0),
+                        log=lambda m: None)
+    thread = threading.Thread(target=exporter.run)
+    thread.start()
+    writer.wait()
+    thread.join(timeout=120)
+    lags = sorted(arrivals.values())
+    return {"steps": len(lags), "median_s": statistics.median(lags),
+            "p99_s": lags[int(len(lags) * 0.99) - 1], "max_s": lags[-1]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--values", type=int, default=1_000_000)
+    parser.add_argument("--mlflow-values", type=int, default=1_000_000)
+    parser.add_argument("--latency-steps", type=int, default=250)
+    parser.add_argument("--destinations", default="tensorboard,mlflow")
+    parser.add_argument("--no-latency", action="store_true")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="tracklake-export-bench-") as tmp_name:
+        tmp = Path(tmp_name)
+        chosen = args.destinations.split(",")
+        for dest, n in (("tensorboard", args.values), ("mlflow", args.mlflow_values)):
+            if dest not in chosen:
+                continue
+            root = tmp / f"store-{dest}"
+            steps, data, wall = build_store(root, n)
+            values = steps.size * len(KEYS)
+            if dest == "tensorboard":
+                direct = direct_tensorboard(tmp / "tb-direct", steps, data, wall)
+                ours = via_tracklake("tensorboard", root, logdir=tmp / "tb-tracklake")
+            else:
+                direct = direct_mlflow(f"sqlite:///{tmp}/direct.db", steps, data, wall)
+                ours = via_tracklake("mlflow", root, tracking_uri=f"sqlite:///{tmp}/tl.db")
+            results[dest] = {"values": values, "direct_s": direct, "tracklake_s": ours,
+                             "direct_values_per_s": values / direct,
+                             "tracklake_values_per_s": values / ours,
+                             "ratio": direct / ours}
+            r = results[dest]
+            print(f"{dest:<12} {values:>10,} values: direct {r['direct_s']:7.2f} s "
+                  f"({r['direct_values_per_s']:,.0f}/s), tracklake {r['tracklake_s']:7.2f} s "
+                  f"({r['tracklake_values_per_s']:,.0f}/s), ratio {r['ratio']:.2f}", flush=True)
+        if not args.no_latency:
+            results["latency"] = lat = latency(tmp, args.latency_steps)
+            print(f"latency log() -> TensorBoard with --follow: {lat['steps']} steps, median "
+                  f"{lat['median_s']:.3f} s, p99 {lat['p99_s']:.3f} s, max {lat['max_s']:.3f} s")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
