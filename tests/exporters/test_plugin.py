@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,8 +17,10 @@ PLUGIN = Path(__file__).parent.parent / "plugin"
 
 def test_an_installed_plugin_is_found_and_exports(root: Path, tmp_path: Path) -> None:
     site = tmp_path / "site"
+    source = tmp_path / "plugin"  # pip builds in the source tree: keep the repository clean
+    shutil.copytree(PLUGIN, source)
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
-                    "--no-build-isolation", "--no-index", "--target", str(site), str(PLUGIN)],
+                    "--no-build-isolation", "--no-index", "--target", str(site), str(source)],
                    check=True, capture_output=True)
     with tracklake.init(project="p", run_id="r", root=root, capture_identity=False) as run:
         for step in range(3):
