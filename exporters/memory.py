@@ -3,6 +3,7 @@ implementation of the `Destination` protocol."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -40,13 +41,14 @@ class MemoryDestination:
         self.runs: dict[str, MemoryRun] = {}
         self.fail_next: ExportError | None = None
         self.closed = False
+        self._id = uuid.uuid4().hex[:12]  # each instance is its own destination
 
     @classmethod
     def cli_options(cls) -> list[Any]:
         return []
 
     def describe(self) -> str:
-        return f"memory:{id(self):x}"
+        return f"memory:{self._id}"
 
     def open_run(self, run: RunInfo, state: Mapping[str, Any]) -> None:
         held = self.runs.setdefault(run.key, MemoryRun(run))

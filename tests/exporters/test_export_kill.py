@@ -1,0 +1,120 @@
+"""Exactly-once under fire: an exporter killed with SIGKILL at random moments (20 times)
+while 4 rank processes write a run; restarted each time, it ends with the destination
+holding exactly the store's records — no gap, no duplicate."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tracklake
+
+pytestmark = pytest.mark.slow
+
+KILLS = 20
+RANKS = 4
+STEPS = 1500
+WRITER = textwrap.dedent("""
+    import sys, time, tracklake
+    root, rank = sys.argv[1], int(sys.argv[2])
+    run = tracklake.init(project="p", run_id="live", root=root, rank=rank,
+                         capture_identity=False, flush_interval=0.05, segment_bytes=64 << 10)
+    for step in range(STEPS):
+        run.log({"loss": step * 0.5 + rank, "acc": step / 1000.0}, step=step)
+        time.sleep(0.002)
+    run.finish()
+""").replace("STEPS", str(STEPS))
+
+
+def _store_points(root: Path) -> Counter[tuple[int, str, float]]:
+    rows = tracklake.query("SELECT step, key, value FROM metrics WHERE rank = 0",
+                           root=root).to_pylist()
+    return Counter((r["step"], r["key"], r["value"]) for r in rows)
+
+
+def _export_under_fire(root: Path, tmp_path: Path, dest_args: list[str]) -> None:
+    script = tmp_path / "writer.py"
+    script.write_text(WRITER)
+    writers = [subprocess.Popen([sys.executable, str(script), str(root), str(rank)])
+               for rank in range(RANKS)]
+    once = [sys.executable, "-m", "tracklake._cli", "export", *dest_args, "--root",
+            str(root), "--run", "live", "--batch-rows", "500"]
+    command = [*once, "--follow", "--poll-interval", "0.2"]
+    rng = random.Random(20261130)
+    kills = 0
+    try:
+        deadline = time.monotonic() + 30
+        while not list(root.glob("runs/**/attempt=1.json")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        while kills < KILLS:
+            exporter = subprocess.Popen(command, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL)
+            time.sleep(rng.uniform(0.3, 1.5))
+            if exporter.poll() is None:
+                os.kill(exporter.pid, signal.SIGKILL)
+                kills += 1
+            exporter.wait()
+    finally:
+        for w in writers:
+            w.wait(timeout=120)
+    assert all(w.returncode == 0 for w in writers)
+    final = subprocess.run(once, capture_output=True, text=True, timeout=300)
+    assert final.returncode == 0, final.stderr
+
+
+def _tensorboard_points(logdir: Path) -> Counter[tuple[int, str, float]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run_dir = logdir / "p" / "live"
+    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    acc.Reload()
+    return Counter((e.step, tag, e.value) for tag in acc.Tags()["scalars"]
+                   for e in acc.Scalars(tag))
+
+
+def test_tensorboard_holds_exactly_the_store_after_20_kills(root: Path, tmp_path: Path
+                                                             ) -> None:
+    pytest.importorskip("tensorboard")
+    logdir = tmp_path / "tb"
+    _export_under_fire(root, tmp_path, ["tensorboard", "--logdir", str(logdir)])
+    # TensorBoard keeps scalars as float32 (its simple_value field)
+    expected = Counter({(s, k, float(np.float32(v))): n
+                        for (s, k, v), n in _store_points(root).items()})
+    assert len(expected) == STEPS * 2
+    got = _tensorboard_points(logdir)
+    assert got == expected
+
+
+def _mlflow_points(uri: str) -> Counter[tuple[int, str, float]]:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    runs = client.search_runs(
+        [e.experiment_id for e in client.search_experiments()],
+        filter_string="tags.`tracklake.run_id` = 'p/live'")
+    assert len(runs) == 1
+    points: Counter[tuple[int, str, float]] = Counter()
+    for key in ("loss", "acc"):
+        for m in client.get_metric_history(runs[0].info.run_id, key):
+            points[(m.step, key, m.value)] += 1
+    return points
+
+
+def test_mlflow_holds_exactly_the_store_after_20_kills(root: Path, tmp_path: Path,
+                                                       mlflow_server: str) -> None:
+    _export_under_fire(root, tmp_path, ["mlflow", "--tracking-uri", mlflow_server])
+    expected = _store_points(root)
+    got = _mlflow_points(mlflow_server)
+    assert got == expected
+
+
