@@ -45,3 +45,27 @@ def test_import_loads_neither_duckdb_nor_torch_nor_destination_sdks() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "[]"
+
+
+EXPORTERS_EXPECTED = {
+    "Destination", "ExportOptions", "ExportSummary", "Exporter", "MemoryDestination",
+    "RunInfo", "RunOutcome", "Selection", "available", "export", "export_status", "load",
+}
+
+
+def test_exporters_all_is_exactly_the_intended_public_api() -> None:
+    assert set(tracklake.exporters.__all__) == EXPORTERS_EXPECTED
+    for name in tracklake.exporters.__all__:
+        assert getattr(tracklake.exporters, name) is not None
+
+
+def test_built_in_destinations_are_registered_and_satisfy_the_protocol() -> None:
+    from tracklake.exporters import Destination, available, load
+
+    assert {"console", "memory", "tensorboard", "mlflow"} <= set(available())
+    for name in ("console", "memory", "tensorboard", "mlflow"):
+        cls = load(name)
+        assert cls.name == name
+        for method in ("open_run", "write", "commit", "finish_run", "close"):
+            assert callable(getattr(cls, method))
+    assert isinstance(load("memory")(), Destination)
