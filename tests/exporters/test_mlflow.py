@@ -22,7 +22,8 @@ from click.testing import CliRunner
 import tracklake
 from tracklake import ExportError
 from tracklake.exporters import RunInfo
-from tracklake.exporters.mlflow import MlflowDestination, artifact_part, mlflow_key, redact_uri
+from tracklake.exporters._mlflow_names import artifact_part, mlflow_key
+from tracklake.exporters.mlflow import MlflowDestination, redact_uri
 
 mlflow = pytest.importorskip("mlflow")
 from mlflow.tracking import MlflowClient  # noqa: E402  (after the importorskip)
@@ -274,7 +275,7 @@ def test_limits_are_mlflows_own() -> None:
     from mlflow.store import tracking as tracking_store
     from mlflow.utils import validation
 
-    from tracklake.exporters import mlflow as dest_module
+    from tracklake.exporters import _mlflow_names as dest_module
 
     for name in ("MAX_METRICS_PER_BATCH", "MAX_PARAMS_TAGS_PER_BATCH",
                  "MAX_BATCH_LOG_REQUEST_SIZE", "MAX_PARAM_VAL_LENGTH", "MAX_TAG_VAL_LENGTH",
@@ -354,7 +355,7 @@ def test_mlflow_errors_are_retryable_by_their_code(error: str, retryable: bool) 
     from mlflow.exceptions import MlflowException
     from mlflow.protos import databricks_pb2
 
-    from tracklake.exporters.mlflow import _retryable
+    from tracklake.exporters._mlflow_errors import _retryable
 
     exc = MlflowException("message text is not looked at",
                           error_code=databricks_pb2.ErrorCode.Value(error))
@@ -366,7 +367,7 @@ def test_transport_errors_are_retryable_unless_permanent() -> None:
 
     import requests
 
-    from tracklake.exporters.mlflow import _retryable
+    from tracklake.exporters._mlflow_errors import _retryable
 
     assert _retryable(requests.ConnectionError("refused"))
     assert _retryable(requests.Timeout("slow"))

@@ -1,0 +1,79 @@
+"""MLflow names and limits: tracklake keys as metric, param, tag and artifact names, and
+requests cut to MLflow's limits (the rules are documented in `tracklake.exporters.mlflow`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable, Iterator, Sequence
+from typing import TypeVar
+
+#: Limits from mlflow.utils.validation (copied so that importing this module does not
+#: import mlflow; test_mlflow.py checks they still match).
+MAX_METRICS_PER_BATCH = 1000
+MAX_PARAMS_TAGS_PER_BATCH = 100
+MAX_BATCH_LOG_REQUEST_SIZE = 1_000_000
+MAX_PARAM_VAL_LENGTH = 6000
+MAX_TAG_VAL_LENGTH = 8000
+MAX_ENTITY_KEY_LENGTH = 250
+MAX_TRACE_LINKS_PER_REQUEST = 100
+#: Bytes of JSON sent per log_batch request: under MLflow's 1 MB with room for the envelope.
+REQUEST_BUDGET = 900_000
+#: Spans per log_spans request.
+SPANS_PER_REQUEST = 500
+
+RUN_ID_TAG = "tracklake.run_id"
+
+_BAD_KEY_CHARS = re.compile(r"[^\w/.\- :]")
+_T = TypeVar("_T")
+
+
+def mlflow_key(key: str) -> str:
+    """The MLflow metric/param/tag name for a tracklake key (see the module docstring)."""
+    name = _BAD_KEY_CHARS.sub("_", key)
+    parts = [p for p in name.split("/") if p]
+    name = "/".join("_" * len(p) if p in (".", "..") else p for p in parts) or "_"
+    if name.startswith(".."):
+        name = "_" + name[1:]
+    if len(name) > MAX_ENTITY_KEY_LENGTH:
+        digest = hashlib.sha256(key.encode()).hexdigest()[:8]
+        name = f"{name[:MAX_ENTITY_KEY_LENGTH - 9]}-{digest}"
+    return name
+
+
+def artifact_part(key: str) -> str:
+    """A key as a relative artifact path (no ``:``, no empty, ``.`` or ``..`` parts)."""
+    return mlflow_key(key).replace(":", "_")
+
+
+def step_name(step: int | None) -> str:
+    return "no_step" if step is None else f"step_{step:08d}"
+
+
+def param_value(json_text: str) -> str:
+    """A config value (JSON text) as a param: strings as themselves, the rest as JSON."""
+    value = json.loads(json_text)
+    return (value if isinstance(value, str) else json_text)[:MAX_PARAM_VAL_LENGTH]
+
+
+def chunks(items: Sequence[_T], limit: int, size: Callable[[_T], int]) -> Iterator[list[_T]]:
+    """`items` in lists of at most `limit` items and about REQUEST_BUDGET bytes."""
+    chunk: list[_T] = []
+    used = 0
+    for item in items:
+        n = size(item)
+        if chunk and (len(chunk) >= limit or used + n > REQUEST_BUDGET):
+            yield chunk
+            chunk, used = [], 0
+        chunk.append(item)
+        used += n
+    if chunk:
+        yield chunk
+
+
+def json_size(*texts: str) -> int:
+    """An upper bound of one entity's share of a log_batch request (MLflow sends indented
+    JSON with non-ASCII characters escaped: about 130 bytes besides the strings)."""
+    return 200 + sum(len(json.dumps(t)) for t in texts)
