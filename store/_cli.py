@@ -160,6 +160,16 @@ def _export_group() -> click.Group:
 main.add_command(_export_group())
 
 
+def _pack_commands() -> None:
+    from tracklake._cli_pack import pack, unpack
+
+    main.add_command(pack)
+    main.add_command(unpack)
+
+
+_pack_commands()
+
+
 def _step_line(step: int, values: dict[str, float], pattern: str) -> str:
     chosen = [(k, v) for k, v in values.items() if fnmatch.fnmatchcase(k, pattern)]
     return " - ".join([f"step:{step}", *(f"{k}:{v:.4g}" for k, v in chosen)])

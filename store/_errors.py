@@ -7,7 +7,8 @@
     │   ├── RunNotFoundError       no run matches the id given
     │   ├── FormatError            a file is damaged or not a tracklake file
     │   │   └── NewerFormatError   a file was written by a newer, incompatible tracklake
-    │   └── QueryError             a SQL query failed or tried to change the store
+    │   ├── QueryError             a SQL query failed or tried to change the store
+    │   └── PackConflictError      a pack holds records that differ from the target's
     ├── CursorError                a serialised cursor is malformed
     └── ExportError                a destination refused or failed; says if retrying can help
 
@@ -48,6 +49,10 @@ class NewerFormatError(FormatError):
 
 class QueryError(StoreError):
     """A SQL query failed, or tried to write to the store or the file system."""
+
+
+class PackConflictError(StoreError):
+    """A pack holds records or an attempt that differ from what the target store has."""
 
 
 class CursorError(TracklakeError, ValueError):
