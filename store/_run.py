@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import hashlib
 import json
 import os
 import time
@@ -16,6 +15,7 @@ from typing import Any
 
 from tracklake import _lifecycle
 from tracklake._attempt import claim_attempt, now_iso, write_attempt
+from tracklake._blobs import artifact_items, store_blob
 from tracklake._coerce import (
     check_key,
     coerce_metrics,
@@ -23,7 +23,6 @@ from tracklake._coerce import (
     jsonable,
 )
 from tracklake._errors import RunStateError
-from tracklake._format import blob_path, fsync_dir
 from tracklake._identity import capture, redact_config
 from tracklake._naming import (
     resolve_rank,
@@ -209,28 +208,12 @@ class Run:
         """
         if self._state is not RunState.RUNNING:
             raise RunStateError(f"run {self.id!r} is finished; log_artifact() after finish()")
-        if isinstance(artifact, (bytes, bytearray, memoryview)):
-            if name is None:
-                raise TypeError("log_artifact(bytes) needs a name")
-            items: list[tuple[str, bytes | Path]] = [(safe_name(name, "artifact"),
-                                                      bytes(artifact))]
-        elif isinstance(artifact, (str, os.PathLike)):
-            path = Path(artifact)
-            if not path.exists():
-                raise FileNotFoundError(f"artifact {str(path)!r} does not exist")
-            base = safe_name(name or path.name, "artifact")
-            if path.is_dir():
-                items = [(_member_name(base, f.relative_to(path)), f)
-                         for f in sorted(path.rglob("*")) if f.is_file()]
-            else:
-                items = [(base, path)]
-        else:
-            raise TypeError(f"artifact must be a path or bytes, not {type(artifact).__name__}")
+        items = artifact_items(artifact, name)
         digest = None
         rows = []
         for item_name, source in items:
             try:
-                digest, size = self._store_blob(source)
+                digest, size = store_blob(self.root, source)
             except OSError as exc:
                 self._writer.record_failure(exc)
                 return None
@@ -239,40 +222,6 @@ class Run:
                          "metadata": json.dumps(jsonable(dict(metadata or {})))})
         self._add("artifacts", rows)
         return digest
-
-    def _store_blob(self, source: bytes | Path) -> tuple[str, int]:
-        tmp_dir = self.root / "blobs" / "tmp"
-        tmp_dir.mkdir(parents=True, exist_ok=True)
-        tmp = tmp_dir / f"{os.getpid()}-{time.time_ns()}"
-        try:
-            return self._copy_blob(source, tmp)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                tmp.unlink()  # left only when the copy failed (e.g. a full disk)
-
-    def _copy_blob(self, source: bytes | Path, tmp: Path) -> tuple[str, int]:
-        h = hashlib.sha256()
-        size = 0
-        with open(tmp, "wb") as out:
-            if isinstance(source, bytes):
-                h.update(source)
-                out.write(source)
-                size = len(source)
-            else:
-                with open(source, "rb") as src:
-                    while chunk := src.read(1 << 20):
-                        h.update(chunk)
-                        out.write(chunk)
-                        size += len(chunk)
-            out.flush()
-            os.fsync(out.fileno())
-        digest = h.hexdigest()
-        final = blob_path(self.root, digest)
-        final.parent.mkdir(parents=True, exist_ok=True)
-        if not final.exists():
-            os.replace(tmp, final)
-            fsync_dir(final.parent)
-        return digest, size
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -351,11 +300,6 @@ def _plain_numbers(values: list[Any]) -> bool:
     except (TypeError, OverflowError, ValueError):
         return False
     return kind is float or kind is int
-
-
-def _member_name(base: str, relative: Path) -> str:
-    """Artifact name of a file inside a logged directory: ``base/sub/file``."""
-    return "/".join([base, *(safe_name(p, "artifact") for p in relative.parts)])
 
 
 def _generation_row(key: str, index: int, sample: Any) -> dict[str, Any]:
