@@ -325,10 +325,6 @@ def _rename_uncommitted(path: Path) -> None:
 
 
 def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_dir(path)  # opens read-only and fsyncs: works for a file as for a directory
     fsync_dir(path.parent)
     fsync_dir(path.parent.parent)

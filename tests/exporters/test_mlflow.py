@@ -17,6 +17,7 @@ from typing import Any
 import click
 import pyarrow as pa
 import pytest
+from _records import records_by_kind
 from click.testing import CliRunner
 
 import tracklake
@@ -97,16 +98,8 @@ def _info(root: Path, run_id: str) -> RunInfo:
 def _records(root: Path, run_id: str) -> dict[str, pa.Table]:
     """Every record of the run per kind, with `rank` and `attempt` columns, as the loop
     hands them over (metrics and texts of rank 0 only, as in its default rank mode)."""
-    tables: dict[str, list[pa.Table]] = {}
-    for stream, batch in tracklake.read_run(root, tracklake.Cursor(PROJECT, run_id)):
-        if stream.kind in ("metrics", "texts") and stream.rank != 0:
-            continue
-        table = pa.Table.from_batches([batch])
-        n = table.num_rows
-        table = table.append_column("rank", pa.array([stream.rank] * n, pa.int32()))
-        table = table.append_column("attempt", pa.array([stream.attempt] * n, pa.int32()))
-        tables.setdefault(stream.kind, []).append(table)
-    return {kind: pa.concat_tables(t) for kind, t in tables.items()}
+    return records_by_kind(root, PROJECT, run_id, skip=lambda s: s.kind in (
+        "metrics", "texts") and s.rank != 0)
 
 
 def _export(dest: MlflowDestination, info: RunInfo, records: dict[str, pa.Table]) -> str:

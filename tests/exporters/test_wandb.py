@@ -16,6 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from _records import records_by_kind
 
 import tracklake
 
@@ -52,14 +53,7 @@ def _make_run(root: Path, run_id: str = "r1", steps: int = 20) -> None:
 
 
 def _tables(root: Path, run_id: str = "r1") -> dict[str, pa.Table]:
-    parts: dict[str, list[pa.Table]] = {}
-    for stream, batch in tracklake.read_run(root, tracklake.Cursor(PROJECT, run_id)):
-        n = batch.num_rows
-        table = pa.Table.from_batches([batch]).append_column(
-            "rank", pa.array([stream.rank] * n, pa.int32())).append_column(
-            "attempt", pa.array([stream.attempt] * n, pa.int32()))
-        parts.setdefault(stream.kind, []).append(table)
-    return {kind: pa.concat_tables(tables) for kind, tables in parts.items()}
+    return records_by_kind(root, PROJECT, run_id)
 
 
 def _info(run_id: str = "r1", **changes: Any) -> RunInfo:
