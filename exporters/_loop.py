@@ -24,13 +24,14 @@ from typing import Any
 
 import pyarrow as pa
 
+from tracklake._attempt import TERMINAL_STATUSES
 from tracklake._errors import ExportError
 from tracklake._format import KINDS, StreamId, write_atomic
 from tracklake._naming import resolve_root
 from tracklake._reader import ReadProblems, read_run
 from tracklake.exporters._protocol import Destination, RunInfo
 from tracklake.exporters._ranks import AGGREGATES, Aggregator, check_mode, ranks_to_read, with_rank
-from tracklake.exporters._select import TERMINAL, Selection, select_runs
+from tracklake.exporters._select import Selection, select_runs
 from tracklake.exporters._state import RunState, destination_dir, load_state, now_iso
 
 
@@ -233,7 +234,7 @@ class Exporter:
             self.root, cursor, kinds=opts.kinds, ranks=ranks_to_read(opts.ranks),
             problems=self.summary.problems)
         first = next(batches, None)
-        terminal = info.status in TERMINAL
+        terminal = info.status in TERMINAL_STATUSES
         if first is None and not (aggregator and aggregator.held and terminal):
             if terminal and not state.finished:
                 self.destination.open_run(info, state.destination)

@@ -11,8 +11,6 @@ from tracklake._attempt import effective_status
 from tracklake._reader import RunRecord, list_runs
 from tracklake.exporters._protocol import RunInfo
 
-TERMINAL = frozenset({"finished", "failed", "killed", "crashed"})
-
 
 @dataclass(frozen=True)
 class Selection:

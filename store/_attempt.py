@@ -12,6 +12,8 @@ from tracklake._errors import FormatError
 from tracklake._format import FORMAT_VERSION, attempt_file, check_version, write_atomic
 
 STATUSES = ("running", "finished", "failed", "killed", "crashed")
+#: Statuses after which an attempt's writer will not write again.
+TERMINAL_STATUSES = frozenset(STATUSES[1:])
 
 
 def now_iso() -> str:

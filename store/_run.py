@@ -14,7 +14,7 @@ from types import TracebackType
 from typing import Any
 
 from tracklake import _lifecycle
-from tracklake._attempt import claim_attempt, now_iso, write_attempt
+from tracklake._attempt import TERMINAL_STATUSES, claim_attempt, now_iso, write_attempt
 from tracklake._blobs import artifact_items, store_blob
 from tracklake._coerce import (
     check_key,
@@ -239,7 +239,7 @@ class Run:
         if self._state is RunState.FINISHED:
             # a second call, or one re-entered from a signal handler while finishing
             return self._report or FinishReport(status="finishing", complete=False)
-        if status not in ("finished", "failed", "killed", "crashed"):
+        if status not in TERMINAL_STATUSES:
             raise ValueError(f"status must be finished, failed, killed or crashed, not {status!r}")
         self._state = RunState.FINISHED
         _lifecycle.forget(self)

@@ -6,11 +6,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tracklake._attempt import effective_status
+from tracklake._attempt import TERMINAL_STATUSES, effective_status
 from tracklake._cursor import Cursor
 from tracklake._reader import find_run, read_run
-
-TERMINAL = ("finished", "failed", "killed", "crashed")
 
 
 def follow(root: Path, run_id: str, project: str | None, *, rank: int,
@@ -30,7 +28,7 @@ def follow(root: Path, run_id: str, project: str | None, *, rank: int,
         record = find_run(root, run_id, project)
         latest = max(record.attempt_numbers)
         now = time.time()
-        done = once or all(effective_status(a, latest, now) in TERMINAL
+        done = once or all(effective_status(a, latest, now) in TERMINAL_STATUSES
                            for a in record.attempts if a["attempt"] == latest)
         # a step is complete once a later one has started (or the run is over)
         ready = sorted(pending) if done else sorted(pending)[:-1]
