@@ -38,6 +38,12 @@ def effective_status(record: dict[str, Any], latest_attempt: int, now: float) ->
     return status
 
 
+def attempt_numbers(rank_dir: Path) -> list[int]:
+    """The attempt numbers that have files in one rank's directory of a run."""
+    numbers = (p.stem.split("=", 1)[1] for p in rank_dir.glob("attempt=*.json"))
+    return [int(n) for n in numbers if n.isdigit()]
+
+
 def claim_attempt(root: Path, project: str, run: str, rank: int) -> tuple[int, Path]:
     """Create the next free attempt file of this rank exclusively; (attempt, path).
 
@@ -46,9 +52,7 @@ def claim_attempt(root: Path, project: str, run: str, rank: int) -> tuple[int, P
     """
     rank_dir = attempt_file(root, project, run, rank, 1).parent
     rank_dir.mkdir(parents=True, exist_ok=True)
-    taken = [int(p.stem.split("=", 1)[1]) for p in rank_dir.glob("attempt=*.json")
-             if p.stem.split("=", 1)[1].isdigit()]
-    attempt = max(taken, default=0) + 1
+    attempt = max(attempt_numbers(rank_dir), default=0) + 1
     while True:
         path = attempt_file(root, project, run, rank, attempt)
         try:

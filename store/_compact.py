@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from tracklake._attempt import read_attempt
+from tracklake._attempt import attempt_numbers, read_attempt
 from tracklake._format import (
     FORMAT_VERSION,
     SCHEMAS,
@@ -32,7 +32,7 @@ from tracklake._format import (
     stream_dir,
 )
 from tracklake._naming import resolve_root
-from tracklake._reader import Segment, list_stream, list_streams
+from tracklake._reader import Segment, after_seq, list_stream, list_streams
 from tracklake._segment import read_segment
 
 #: A writer whose heartbeat is older than this is taken to be dead (its last segment
@@ -71,8 +71,7 @@ class CompactionReport:
 def _writer_done(root: Path, s: StreamId, now: float) -> bool:
     """True if no writer will append to this stream again."""
     rank_dir = attempt_file(root, s.project, s.run, s.rank, s.attempt).parent
-    if any(p.stem.split("=", 1)[1].isdigit() and int(p.stem.split("=", 1)[1]) > s.attempt
-           for p in rank_dir.glob("attempt=*.json")):
+    if any(n > s.attempt for n in attempt_numbers(rank_dir)):
         return True  # a later attempt of this rank started: this one's writer is gone
     try:
         record = read_attempt(attempt_file(root, s.project, s.run, s.rank, s.attempt))
@@ -218,13 +217,10 @@ def _compact_claimed(root: Path, s: StreamId, now: float, dry_run: bool,
             if contents.torn_bytes:
                 report.torn.append((seg.path, contents.torn_bytes))
             for batch in contents.batches:
-                seqs = batch.column(0)
-                if seqs[len(seqs) - 1].as_py() <= last:
-                    continue
-                if seqs[0].as_py() <= last:
-                    batch = batch.filter(pc.greater(seqs, last))
-                batches.append(batch)
-                last = batch.column(0)[-1].as_py()
+                newer = after_seq(batch, last)
+                if newer is not None:
+                    batches.append(newer)
+                    last = newer.column(0)[-1].as_py()
         if not group:
             return
         report.bytes_before += sum(seg.path.stat().st_size for seg in group)

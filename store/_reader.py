@@ -213,13 +213,19 @@ def read_stream(root: Path, stream: StreamId, after: int = -1,
             return
         _note_problems(contents, problems, i + 1 < len(live))
         for batch in contents.batches:
-            seqs = batch.column(0)
-            if seqs[len(seqs) - 1].as_py() <= last:
-                continue  # a batch written twice after a failed fsync
-            if seqs[0].as_py() <= last:
-                batch = batch.filter(pc.greater(seqs, last))
-            yield batch
-            last = batch.column(0)[-1].as_py()
+            newer = after_seq(batch, last)
+            if newer is not None:
+                yield newer
+                last = newer.column(0)[-1].as_py()
+
+
+def after_seq(batch: pa.RecordBatch, last: int) -> pa.RecordBatch | None:
+    """The rows of `batch` with seq > `last` (None if none): a batch written again after
+    a failed fsync, or already held by a part, is not read twice."""
+    seqs = batch.column(0)
+    if seqs[len(seqs) - 1].as_py() <= last:
+        return None
+    return batch.filter(pc.greater(seqs, last)) if seqs[0].as_py() <= last else batch
 
 
 def _note_problems(contents: SegmentContents, problems: ReadProblems | None,
