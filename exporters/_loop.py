@@ -117,6 +117,8 @@ class Exporter:
         self._wake = threading.Event()
         if hasattr(destination, "store_root"):
             destination.store_root = self.root
+        if hasattr(destination, "rank_mode"):
+            destination.rank_mode = self.options.ranks
         self._write_destination_record()
 
     def _write_destination_record(self) -> None:
@@ -238,6 +240,8 @@ class Exporter:
         if first is None and not (aggregator and aggregator.held and terminal):
             if terminal and not state.finished:
                 self.destination.open_run(info, state.destination)
+                state.destination = dict(self.destination.commit(info))  # what it held back
+                state.save()
                 self.destination.finish_run(info)
                 state.finished = True
                 state.save()

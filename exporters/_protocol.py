@@ -13,6 +13,7 @@ file destination (TensorBoard) returns its file offsets and truncates back to th
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, runtime_checkable
@@ -39,6 +40,12 @@ class RunInfo:
     def key(self) -> str:
         """Stable identity of the run across exports: ``project/run``."""
         return f"{self.project}/{self.run}"
+
+    @property
+    def export_id(self) -> str:
+        """A deterministic id for the destination's run, valid where ids are restricted
+        (W&B, SwanLab): ``tl`` + the first 16 hex digits of SHA-256(`key`)."""
+        return "tl" + hashlib.sha256(self.key.encode()).hexdigest()[:16]
 
 
 @runtime_checkable

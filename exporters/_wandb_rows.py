@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +33,20 @@ class Pending:
 
     def empty(self) -> bool:
         return not (self.metrics or self.tables or self.config)
+
+    def first_step(self) -> int | None:
+        """The lowest metric step collected, None without metrics."""
+        return min(self.metrics) if self.metrics else None
+
+    def merge(self, later: Pending) -> None:
+        """Add what `later` collected; its metric values win at the same step and key."""
+        for step, values in later.metrics.items():
+            self.metrics.setdefault(step, {}).update(values)
+        for at, cells in later.tables.items():
+            self.tables.setdefault(at, []).extend(cells)
+        self.columns.update(later.columns)
+        self.config.update(later.config)
+        self.alerts.extend(later.alerts)
 
     def add_rows(self, key: str, columns: list[str], rows: Iterable[dict[str, Any]]) -> None:
         self.columns[key] = columns
@@ -102,23 +116,6 @@ def _json_value(text: str | None) -> Any:
         return None if text is None else json.loads(text)
     except ValueError:
         return text
-
-
-def nest(flat: Mapping[str, Any]) -> dict[str, Any]:
-    """``{"model/layers": 4}`` → ``{"model": {"layers": 4}}``, as W&B shows nested config.
-    A key one of whose prefixes is itself a key (``a`` and ``a/b``) stays flat, as does a
-    key with an empty part."""
-    out: dict[str, Any] = {}
-    for key, value in sorted(flat.items()):
-        parts = key.split("/")
-        if "" in parts or any("/".join(parts[:i]) in flat for i in range(1, len(parts))):
-            out[key] = value
-            continue
-        node = out
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-        node[parts[-1]] = value
-    return out
 
 
 def _cell(value: Any) -> Any:

@@ -5,6 +5,7 @@ per commit.
 | tracklake | W&B |
 |---|---|
 | run ``project/run`` | run id ``tl`` + 16 hex of SHA-256(``project/run``), resume="allow" |
+| a resumed attempt | run ``<id>-a<attempt>`` in the same group (see Resumed attempts) |
 | project | project (or ``--wandb-project``); entity ``--entity``/``WANDB_ENTITY`` |
 | run id, name, tags | group, name (the run id without one), tags |
 | configs, `RunInfo.config` | config, ``/`` keys nested back into dicts (`nest`) |
@@ -26,37 +27,57 @@ and JSON columns stay text. Events of other kinds (``write_error``) and unknown 
 Steps. A W&B run holds one history row per step and takes only increasing steps.
 `write()` only collects records; `commit()` merges everything collected (all kinds) per
 step and logs the rows in increasing step order, so out-of-order records within a commit
-arrive in order, and a step's tables sit in the same row as its metrics. The last step
-logged is kept in the commit state: metric records at or below it (a later attempt that
-restarted at an earlier step, supersession in tracklake terms) are dropped and counted
-in the state (``dropped_steps``, ``dropped_records``) and the summary
-(``tracklake/dropped_steps``) — tracklake keeps them (the ``metrics_all`` view). Table
-records at or below it (the loop sends a run kind by kind, so a long run's tables come
-after all its metrics) are not dropped: they go into the row of the last logged step, and
-their ``step`` column keeps their own step. W&B's rewind (``resume_from``) is not used:
-offline it is only recorded for the server to apply at sync, which tracklake cannot check.
+arrive in order, and a step's tables sit in the same row as its metrics.
+
+Resumed attempts. A job resumed from a checkpoint is a later attempt that logs steps
+again that W&B already holds. Its records go to a W&B run of their own,
+``<id>-a<attempt>``, in the same group, named ``<name> (attempt N)`` and tagged
+``attempt-N``: the base run keeps what the earlier attempt logged, the new run everything
+the resumed attempt logs, so no value is lost (tracklake's own views show the merged
+history, the later attempt winning: ``metrics``; every record: ``metrics_all``). An
+attempt is bound to a W&B run by its first metrics (`_wandb_state`); an attempt that
+starts after the last step continues the same run. W&B's rewind (``resume_from``) and
+fork (``fork_from``) are not used: offline they are only recorded for the server to apply
+at sync, rewind is not available on every server, a fork synced before its parent fails,
+and ``wandb sync`` with ``WANDB_RESUME`` (needed to append sessions, below) ignores both.
+Records that still arrive at or below their W&B run's last step (an export state that was
+lost, or one attempt logging a step twice) are dropped and counted in the state
+(``dropped_steps``, ``dropped_records``) and the summary (``tracklake/dropped_steps``).
+Table records at or below it are not dropped: they go into the row of the last logged
+step, and their ``step`` column keeps their own step (the loop sends a run kind by kind,
+so a long run's tables come after all its metrics).
 
 Exactly once. wandb-core buffers the transaction log (``run-<id>.wandb``) and writes it
 only when the run finishes: a process killed before `run.finish()` leaves none of its
 records in the file. So `commit()` is a whole wandb session: `wandb.init(id, resume="allow")`
 → log → `run.finish()` (which waits until wandb-core wrote and closed the file; online,
 until it was uploaded), then the file and its directory are fsynced, and the state
-``{"id", "sessions", "last_step", ...}`` is returned. Session N writes the directory
-``<mode>-run-<time>-<id>-tracklake<N:06d><nonce>`` (setting `x_sync_dir_suffix`); its
-state counts committed sessions. An exporter killed inside `commit()` (or
+``{"id", "targets": [{"id", "sessions", "last_step", ...}], "attempts", ...}`` is
+returned. Session N of a W&B run writes the directory
+``<mode>-run-<time>-<wandb id>-tracklake<N:06d><nonce>`` (setting `x_sync_dir_suffix`);
+the state counts each W&B run's committed sessions. An exporter killed inside `commit()` (or
 `finish_run()`) may leave a session directory whose number is not below the committed
 count; `open_run()` renames its ``.wandb`` file to ``.wandb.uncommitted`` (kept for
 inspection, never synced), and the loop sends those records again in a new session. The
 crash window is therefore only between `run.finish()` returning and the loop saving its
 cursor file: the next `open_run()` sets that session aside as well, so nothing is
 duplicated in the files. With an empty state every earlier session of the run is set
-aside (a warning names them) and the run is exported again from its start. What
-``wandb sync`` already uploaded cannot be taken back: sync only files of committed
-sessions (``wandb sync DIR/wandb/*-tracklake*``; set-aside files are not ``.wandb``
-files), and online a session killed mid-way may have streamed some rows to the server,
-whose re-sent steps W&B then refuses as not increasing — those rows stay as first sent.
-`run.alert` (online) sends e-mail or Slack messages that cannot be taken back either: an
-alert may be sent again after a crash.
+aside (a warning names them) and the run is exported again from its start. Online, a
+session killed mid-way may have streamed some rows to the server, whose re-sent steps W&B
+then refuses as not increasing — those rows stay as first sent. `run.alert` (online)
+sends e-mail or Slack messages that cannot be taken back either: an alert may be sent
+again after a crash.
+
+Uploading offline runs: ``WANDB_RESUME=allow wandb sync DIR/wandb``. Every committed
+session is a ``.wandb`` file (set-aside ones are not); `wandb sync` replays the files of
+one W&B run one after the other in start-time order, which is session order, and
+``WANDB_RESUME=allow`` makes each file after the first resume the run on the server (its
+history continues) instead of replacing it — without it, each file overwrites the last.
+`wandb sync` marks what it uploaded (``.wandb.synced``) and skips it the next time, so
+syncing again after a later export uploads only the new sessions. (That a synced file
+resumes rather than replaces follows from wandb-core 0.31's sync, which applies the
+``wandb sync`` process's resume setting to every run it replays; it cannot be checked
+without a W&B server.)
 
 Cost: a session takes about 30 ms offline after the first (the wandb-core service is
 reused); each commit adds a directory (in ``--follow`` mode about one per poll with new
@@ -67,7 +88,6 @@ requirements and console capture are off in every mode.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import os
 import re
@@ -78,12 +98,18 @@ from typing import Any, ClassVar
 
 import click
 import pyarrow as pa
+import pyarrow.compute as pc
 import wandb
 
+from tracklake._attempt import TERMINAL_STATUSES
 from tracklake._errors import ExportError
 from tracklake._format import fsync_dir
 from tracklake.exporters import _wandb_rows as rows
+from tracklake.exporters._nest import nest
 from tracklake.exporters._protocol import RunInfo
+from tracklake.exporters._wandb_state import RunState, Target, wandb_run_id
+
+__all__ = ["WandbDestination", "wandb_run_id"]
 
 logger = logging.getLogger(__name__)
 
@@ -93,36 +119,6 @@ _ADD: dict[str, Callable[[rows.Pending, pa.Table], None]] = {
     "metrics": rows.add_metrics, "texts": rows.add_texts, "configs": rows.add_configs,
     "generations": rows.add_generations, "traces": rows.add_traces,
     "artifacts": rows.add_artifacts, "events": rows.add_alerts}
-
-
-def wandb_run_id(run: RunInfo) -> str:
-    """The W&B run id of a tracklake run: deterministic, lowercase letters and digits."""
-    return "tl" + hashlib.sha256(run.key.encode()).hexdigest()[:16]
-
-
-class _State:
-    """The commit state of one run (JSON in the loop's cursor file)."""
-
-    def __init__(self, run: RunInfo, state: Mapping[str, Any]) -> None:
-        self.id = wandb_run_id(run)
-        sessions, last = state.get("sessions", 0), state.get("last_step")
-        dropped, dropped_records = state.get("dropped_steps", 0), state.get(
-            "dropped_records", 0)
-        ints = (sessions, dropped, dropped_records)
-        if (state and state.get("id") != self.id) or any(
-                isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in ints) or (
-                last is not None and (isinstance(last, bool) or not isinstance(last, int))):
-            raise ExportError(f"run {run.key}: the W&B export state {dict(state)!r} is not one "
-                              "this exporter wrote; delete the run's export state to export it "
-                              "again from its start", retryable=False)
-        self.sessions: int = sessions
-        self.last_step: int | None = last
-        self.dropped_steps: int = dropped
-        self.dropped_records: int = dropped_records
-
-    def dump(self) -> dict[str, Any]:
-        return {"id": self.id, "sessions": self.sessions, "last_step": self.last_step,
-                "dropped_steps": self.dropped_steps, "dropped_records": self.dropped_records}
 
 
 class WandbDestination:
@@ -142,8 +138,9 @@ class WandbDestination:
         self.wandb_project = wandb_project
         self.proxy = proxy
         self.store_root: Path | None = None  # set by the loop; artifacts are not uploaded
-        self._states: dict[str, _State] = {}
-        self._pending: dict[str, rows.Pending] = {}
+        self.rank_mode = "0"  # set by the loop: "all" holds steps back (`_hold`)
+        self._states: dict[str, RunState] = {}
+        self._pending: dict[str, dict[int | None, rows.Pending]] = {}  # per attempt
 
     @classmethod
     def cli_options(cls) -> list[click.Option]:
@@ -171,32 +168,113 @@ class WandbDestination:
     # -- the protocol ------------------------------------------------------------------
 
     def open_run(self, run: RunInfo, state: Mapping[str, Any]) -> None:
-        current = _State(run, state)
+        current = RunState(run, state)
         self._set_aside(run, current)
         self._states[run.key] = current
-        self._pending[run.key] = rows.Pending()  # uncommitted records: the loop re-sends
+        self._pending[run.key] = {}  # uncommitted records: the loop re-sends them
 
     def write(self, run: RunInfo, kind: str, records: pa.Table) -> None:
         pending = self._open(run)
         add = _ADD.get(kind)
-        if add is not None and records.num_rows:
-            add(pending, records)
+        if add is None or not records.num_rows:
+            return
+        for attempt, part in _by_attempt(records):
+            add(pending.setdefault(attempt, rows.Pending()), part)
+        if kind == "metrics" and "rank" in records.column_names:
+            reach = self._states[run.key].reach
+            for rank, step in zip(records.column("rank").to_pylist(),
+                                  records.column("step").to_pylist(), strict=True):
+                if rank is not None and step is not None:
+                    reach[str(rank)] = max(reach.get(str(rank), step), step)
 
     def commit(self, run: RunInfo) -> Mapping[str, Any]:
         pending = self._open(run)
         current = self._states[run.key]
-        if pending.empty():
-            return current.dump()
-        history, dropped_steps, dropped_records = rows.rows_by_step(pending, current.last_step)
+        self._hold(run, current, pending)
+        for target, collected in self._route(current, pending):
+            if not collected.empty():
+                self._commit_target(run, current, target, collected)
+        self._pending[run.key] = {}
+        return current.dump()
+
+    def finish_run(self, run: RunInfo) -> None:
+        """Record the final status in a session of each W&B run (not part of a commit: a
+        later `open_run()` sets it aside, and the next `finish_run()` writes it again)."""
+        self._open(run)
+        current = self._states[run.key]
+
+        def send(wb: Any) -> None:
+            wb.summary.update({"tracklake/status": run.status,
+                               "tracklake/attempts": run.attempts,
+                               "tracklake/ranks": ",".join(str(r) for r in run.ranks)})
+
+        for target in current.targets:
+            self._session(run, target, send, exit_code=_EXIT_CODES.get(run.status, 1))
+        self._pending.pop(run.key, None)
+
+    def close(self) -> None:
+        """Forget open runs; what they collected since their last commit is dropped."""
+        self._pending.clear()
+        self._states.clear()
+
+    # -- commits -----------------------------------------------------------------------
+
+    def _hold(self, run: RunInfo, current: RunState,
+              pending: dict[int | None, rows.Pending]) -> None:
+        """With ``--ranks all`` on a live run, a rank that lags would log steps W&B already
+        passed: metric steps above the watermark (the lowest latest step of the run's
+        ranks) wait in the state; earlier held steps join this commit. All go once the
+        run is over."""
+        for name, steps in current.held.items():
+            attempt = None if name == "-" else int(name)
+            held = rows.Pending(metrics={int(s): dict(v) for s, v in steps.items()})
+            held.merge(pending.get(attempt, rows.Pending()))
+            pending[attempt] = held
+        current.held = {}
+        if (self.rank_mode != "all" or run.status in TERMINAL_STATUSES
+                or len(run.ranks) < 2):
+            return
+        mark = min(current.reach.get(str(r), -1) for r in run.ranks)
+        for attempt, collected in pending.items():
+            above = {s: collected.metrics.pop(s) for s in list(collected.metrics) if s > mark}
+            if above:
+                current.held["-" if attempt is None else str(attempt)] = {
+                    str(s): values for s, values in sorted(above.items())}
+
+    @staticmethod
+    def _route(current: RunState, pending: Mapping[int | None, rows.Pending]
+               ) -> list[tuple[Target, rows.Pending]]:
+        """Each attempt's records to its W&B run, earlier attempts first (see
+        `_wandb_state`); records of no attempt (rank aggregates) to the latest one."""
+        merged: dict[str, tuple[Target, rows.Pending]] = {}
+        reach: dict[str, int | None] = {}  # last step per W&B run counting this commit
+        order = sorted(a for a in pending if a is not None) + (
+            [None] if None in pending else [])
+        for attempt in order:
+            collected = pending[attempt]
+            now = current.current()
+            target = current.route(attempt, collected.first_step(),
+                                   reach.get(now.id, now.last_step))
+            _, into = merged.setdefault(target.id, (target, rows.Pending()))
+            into.merge(collected)
+            steps = [s for s in (reach.get(target.id, target.last_step),
+                                 max(collected.metrics, default=None)) if s is not None]
+            reach[target.id] = max(steps) if steps else None
+        return list(merged.values())
+
+    def _commit_target(self, run: RunInfo, current: RunState, target: Target,
+                       pending: rows.Pending) -> None:
+        history, dropped_steps, dropped_records = rows.rows_by_step(pending, target.last_step)
         if dropped_steps:
             logger.warning("run %s: %d steps (%d metric values) at or before step %s, the "
-                           "last one W&B holds, were dropped (W&B takes only increasing "
-                           "steps)", run.key, dropped_steps, dropped_records, current.last_step)
+                           "last one W&B run %s holds, were dropped (W&B takes only "
+                           "increasing steps)", run.key, dropped_steps, dropped_records,
+                           target.last_step, target.id)
         total = current.dropped_steps + dropped_steps
 
         def send(wb: Any) -> None:
             if pending.config:
-                wb.config.update(rows.nest(pending.config), allow_val_change=True)
+                wb.config.update(nest(pending.config), allow_val_change=True)
             for step, row in history:
                 wb.log(row, step=step)
             if self.mode == "online":
@@ -207,67 +285,54 @@ class WandbDestination:
             if dropped_steps:
                 wb.summary["tracklake/dropped_steps"] = total
 
-        self._session(run, current, send, exit_code=0)
-        current.sessions += 1
+        self._session(run, target, send, exit_code=0)
+        target.sessions += 1
         if history:
-            current.last_step = max(current.last_step or history[-1][0], history[-1][0])
+            last = history[-1][0]
+            target.last_step = last if target.last_step is None else max(target.last_step, last)
         current.dropped_steps = total
         current.dropped_records += dropped_records
-        self._pending[run.key] = rows.Pending()
-        return current.dump()
-
-    def finish_run(self, run: RunInfo) -> None:
-        """Record the final status in a session of its own (not part of a commit: a
-        later `open_run()` sets it aside, and the next `finish_run()` writes it again)."""
-        self._open(run)
-        current = self._states[run.key]
-
-        def send(wb: Any) -> None:
-            wb.summary.update({"tracklake/status": run.status,
-                               "tracklake/attempts": run.attempts,
-                               "tracklake/ranks": ",".join(str(r) for r in run.ranks)})
-
-        self._session(run, current, send, exit_code=_EXIT_CODES.get(run.status, 1))
-        self._pending.pop(run.key, None)
-
-    def close(self) -> None:
-        """Forget open runs; what they collected since their last commit is dropped."""
-        self._pending.clear()
-        self._states.clear()
 
     # -- sessions ----------------------------------------------------------------------
 
-    def _open(self, run: RunInfo) -> rows.Pending:
+    def _open(self, run: RunInfo) -> dict[int | None, rows.Pending]:
         pending = self._pending.get(run.key)
         if pending is None:
             raise RuntimeError(f"run {run.key} is not open: call open_run() first")
         return pending
 
-    def _settings(self, current: _State) -> Any:
+    def _settings(self, target: Target) -> Any:
         nonce = uuid.uuid4().hex[:8]
         options: dict[str, Any] = {
             "mode": self.mode, "silent": True, "console": "off",
             "x_disable_stats": True, "x_disable_meta": True, "x_disable_machine_info": True,
             "disable_git": True, "disable_code": True, "save_code": False,
             "x_save_requirements": False, "disable_job_creation": True,
-            "x_sync_dir_suffix": f"{SUFFIX}{current.sessions:06d}{nonce}",
+            "x_sync_dir_suffix": f"{SUFFIX}{target.sessions:06d}{nonce}",
         }
         if self.proxy:
             options.update(http_proxy=self.proxy, https_proxy=self.proxy)
         return wandb.Settings(**options)
 
-    def _session(self, run: RunInfo, current: _State, send: Callable[[Any], None],
+    def _session(self, run: RunInfo, target: Target, send: Callable[[Any], None],
                  exit_code: int) -> None:
         """init → send → finish; the transaction log fsynced. A session that fails is
         finished and set aside, and the error is retryable (the loop sends again)."""
-        config = rows.nest({**run.config})
+        config = nest({**run.config})
+        name, tags = run.name or run.run, list(run.tags)
+        if target.attempt is not None:
+            name, tags = f"{name} (attempt {target.attempt})", [*tags, f"attempt-{target.attempt}"]
         try:
             wb = wandb.init(
                 entity=self.entity, project=self.wandb_project or run.project,
-                dir=str(self.dir), id=current.id, resume="allow", name=run.name or run.run,
-                group=run.run, tags=list(run.tags), config=config or None,
-                reinit="create_new", settings=self._settings(current))
-        except Exception as exc:  # the SDK raises many types (wandb.Error, OSError, ...)
+                dir=str(self.dir), id=target.id, resume="allow", name=name,
+                group=run.run, tags=tags, config=config or None,
+                reinit="create_new", settings=self._settings(target))
+        except (wandb.errors.UsageError, wandb.errors.AuthenticationError) as exc:
+            raise ExportError(f"run {run.key}: wandb.init refused: {exc} (online mode needs "
+                              "WANDB_API_KEY or `wandb login`; offline needs neither)",
+                              retryable=False) from exc
+        except Exception as exc:  # the SDK raises many types (CommError, OSError, ...)
             raise ExportError(f"run {run.key}: wandb.init failed: {exc}",
                               retryable=True) from exc
         sync_file = Path(wb.settings.sync_file)
@@ -287,11 +352,12 @@ class WandbDestination:
             raise ExportError(f"run {run.key}: finishing the W&B session {sync_file.parent} "
                               f"failed: {exc}", retryable=True) from exc
 
-    def _set_aside(self, run: RunInfo, current: _State) -> None:
-        """Rename the transaction logs of sessions after the last commit."""
+    def _set_aside(self, run: RunInfo, current: RunState) -> None:
+        """Rename the transaction logs of sessions after the last commit, of the run's
+        base W&B run and of its attempts' (also ones no commit knows)."""
         wandb_dir = Path(wandb.Settings(root_dir=str(self.dir)).wandb_dir)
-        pattern = re.compile(rf"(?:offline-)?run-\d{{8}}_\d{{6}}-{current.id}-{SUFFIX}"
-                             r"(\d{6})[0-9a-f]{8}\Z")
+        pattern = re.compile(rf"(?:offline-)?run-\d{{8}}_\d{{6}}-({current.base}(?:-a\d+)?)"
+                             rf"-{SUFFIX}(\d{{6}})[0-9a-f]{{8}}\Z")
         try:
             names = sorted(os.listdir(wandb_dir))
         except FileNotFoundError:
@@ -301,16 +367,32 @@ class WandbDestination:
                               retryable=True) from exc
         for name in names:
             m = pattern.match(name)
-            log = wandb_dir / name / f"run-{current.id}.wandb"
-            if m and int(m.group(1)) >= current.sessions and log.exists():
-                if current.sessions:
+            if not m:
+                continue
+            committed = current.committed_sessions(m.group(1))
+            log = wandb_dir / name / f"run-{m.group(1)}.wandb"
+            if int(m.group(2)) >= committed and log.exists():
+                if committed:
                     logger.info("run %s: setting aside %s, written after the last commit",
                                 run.key, log)
                 else:
                     logger.warning("run %s: %s was written by an earlier export but the export "
-                                   "state is empty: it is renamed to .wandb.uncommitted and "
-                                   "the run is exported again from its start", run.key, log)
+                                   "state does not count it: it is renamed to "
+                                   ".wandb.uncommitted and its records are exported again",
+                                   run.key, log)
                 _rename_uncommitted(log)
+
+
+def _by_attempt(records: pa.Table) -> list[tuple[int | None, pa.Table]]:
+    """`records` split by their ``attempt`` column (None: records of no one attempt)."""
+    if "attempt" not in records.column_names:
+        return [(None, records)]
+    column = records.column("attempt")
+    attempts = column.unique().to_pylist()
+    if len(attempts) == 1:
+        return [(attempts[0], records)]
+    return [(a, records.filter(pc.is_null(column) if a is None else pc.equal(column, a)))
+            for a in attempts]
 
 
 def _rename_uncommitted(path: Path) -> None:

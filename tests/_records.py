@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
 import tracklake
+from tracklake.exporters import Destination, RunInfo
 from tracklake.exporters._ranks import with_rank
 
 
@@ -24,3 +27,24 @@ def records_by_kind(root: Path, project: str, run_id: str,
         assert table is not None  # only aggregate modes hold records back
         tables.setdefault(stream.kind, []).append(table)
     return {kind: pa.concat_tables(parts) for kind, parts in tables.items()}
+
+
+def run_info(project: str, run_id: str = "r1", **changes: Any) -> RunInfo:
+    """A finished one-attempt rank-0 run named "a name" tagged "t1", with `changes`."""
+    fields: dict[str, Any] = {"project": project, "run": run_id, "name": "a name",
+                              "status": "finished", "attempts": 1, "ranks": (0,),
+                              "tags": ("t1",), "started_at": None}
+    fields.update(changes)
+    return RunInfo(**fields)
+
+
+def send(dest: Destination, info: RunInfo, tables: Mapping[str, pa.Table],
+         state: Mapping[str, Any]) -> dict[str, Any]:
+    """One export pass as the loop makes it: open, write every kind, commit; the state
+    back as the loop keeps it (JSON)."""
+    dest.open_run(info, state)
+    for kind in tracklake.KINDS:
+        if kind in tables:
+            dest.write(info, kind, tables[kind])
+    kept: dict[str, Any] = json.loads(json.dumps(dest.commit(info)))
+    return kept

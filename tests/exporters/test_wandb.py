@@ -7,22 +7,23 @@ from __future__ import annotations
 
 import json
 import math
-import struct
-import zlib
+import os
+import subprocess
+import sys
 from collections import Counter
-from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
-from _records import records_by_kind
+from _records import records_by_kind, run_info, send
 
 import tracklake
 
 pytest.importorskip("wandb")
 
-from wandb.proto import wandb_internal_pb2
+import _wandb_log as wlog
 
 from tracklake.exporters import Destination, RunInfo
 from tracklake.exporters.wandb import WandbDestination, wandb_run_id
@@ -57,99 +58,13 @@ def _tables(root: Path, run_id: str = "r1") -> dict[str, pa.Table]:
 
 
 def _info(run_id: str = "r1", **changes: Any) -> RunInfo:
-    fields: dict[str, Any] = {"project": PROJECT, "run": run_id, "name": "a name",
-                              "status": "finished", "attempts": 1, "ranks": (0,),
-                              "tags": ("t1",), "started_at": None}
-    fields.update(changes)
-    return RunInfo(**fields)
-
-
-def _send(dest: WandbDestination, info: RunInfo, tables: Mapping[str, pa.Table],
-          state: Mapping[str, Any]) -> dict[str, Any]:
-    dest.open_run(info, state)
-    for kind in tracklake.KINDS:
-        if kind in tables:
-            dest.write(info, kind, tables[kind])
-    kept: dict[str, Any] = json.loads(json.dumps(dest.commit(info)))  # the loop keeps JSON
-    return kept
-
-
-# -- reading .wandb files ------------------------------------------------------------------
-
-BLOCK = 32768
-
-
-def _records(path: Path) -> Iterator[Any]:
-    """wandb's transaction log: a 7-byte header (":W&B", magic, version), then LevelDB
-    log records (CRC-32 seeded with the type, length, type FULL/FIRST/MIDDLE/LAST) in
-    32 KiB blocks; each complete record is a serialised `Record`."""
-    data = path.read_bytes()
-    assert data[:4] == b":W&B"
-    pos, chunks = 7, b""
-    while pos + 7 <= len(data):
-        room = BLOCK - pos % BLOCK
-        if room < 7:
-            pos += room  # the block's zero trailer
-            continue
-        crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
-        payload = data[pos + 7:pos + 7 + length]
-        assert len(payload) == length, "a torn record"
-        assert zlib.crc32(payload, zlib.crc32(bytes([kind]))) & 0xFFFFFFFF == crc
-        pos += 7 + length
-        chunks += payload
-        if kind in (1, 4):  # FULL or LAST
-            record = wandb_internal_pb2.Record()
-            record.ParseFromString(chunks)
-            yield record
-            chunks = b""
+    return run_info(PROJECT, run_id, **changes)
 
 
 def _files(tmp_path: Path, run_id: str = "r1", suffix: str = ".wandb") -> list[Path]:
     wid = wandb_run_id(_info(run_id))
     return sorted((tmp_path / "out" / "wandb").glob(f"offline-run-*-{wid}-tracklake*/*"
                                                     f"{suffix}"))
-
-
-def _history(files: list[Path]) -> list[tuple[int, dict[str, Any]]]:
-    rows = []
-    for f in files:
-        for r in _records(f):
-            if r.WhichOneof("record_type") == "history":
-                values: dict[str, Any] = {}
-                for item in r.history.item:  # dict values come as items with nested keys
-                    *parents, last = [item.key] if item.key else list(item.nested_key)
-                    node = values
-                    for part in parents:
-                        node = node.setdefault(part, {})
-                    node[last] = json.loads(item.value_json)
-                rows.append((r.history.step.num,
-                             {k: v for k, v in values.items() if not k.startswith("_")}))
-    return rows
-
-
-def _same(value: float) -> object:
-    """Comparable: NaN equals NaN; W&B's history JSON writes -0.0 as 0."""
-    return "nan" if math.isnan(value) else value + 0.0
-
-
-def _points(history: list[tuple[int, dict[str, Any]]]) -> Counter[tuple[int, str, object]]:
-    return Counter((step, k, _same(float(v))) for step, values in history
-                   for k, v in values.items() if not isinstance(v, dict))
-
-
-def _expected(metrics: pa.Table) -> Counter[tuple[int, str, object]]:
-    return Counter((s, k, _same(v)) for s, k, v in zip(
-        metrics.column("step").to_pylist(), metrics.column("key").to_pylist(),
-        metrics.column("value").to_pylist(), strict=True))
-
-
-def _config(files: list[Path]) -> dict[str, Any]:
-    config: dict[str, Any] = {}
-    for f in files:
-        for r in _records(f):
-            if r.WhichOneof("record_type") == "config":
-                config.update((i.key, json.loads(i.value_json)) for i in r.config.update)
-    return config
 
 
 # -- tests -------------------------------------------------------------------------------
@@ -176,19 +91,20 @@ def test_it_is_a_destination_described_without_secrets(dest: WandbDestination,
 
 def test_every_metric_arrives_once_at_its_step_with_config_and_tables(
         dest: WandbDestination, tmp_path: Path, tables: dict[str, pa.Table]) -> None:
-    state = _send(dest, _info(), tables, {})
+    state = send(dest, _info(), tables, {})
     dest.finish_run(_info())
-    assert state["sessions"] == 1 and state["last_step"] == 19
+    assert state["targets"] == [{"id": wandb_run_id(_info()), "attempt": None, "sessions": 1,
+                                 "last_step": 19}]
     files = _files(tmp_path)
     assert len(files) == 2  # the commit's session and finish_run()'s
-    history = _history(files[:1])
+    history = wlog.history(files[:1])
     assert [s for s, _ in history] == list(range(20))
-    assert _points(history) == _expected(tables["metrics"])
+    assert wlog.points(history) == wlog.expected(tables["metrics"])
 
-    run = next(r.run for r in _records(files[0]) if r.WhichOneof("record_type") == "run")
+    run = next(r.run for r in wlog.records(files[0]) if r.WhichOneof("record_type") == "run")
     assert run.run_id == wandb_run_id(_info()) and run.project == PROJECT
     assert run.run_group == "r1" and run.display_name == "a name" and list(run.tags) == ["t1"]
-    config = _config(files[:1])
+    config = wlog.config(files[:1])
     assert config["model"] == {"layers": 4, "name": "gpt"} and config["lr"] == 0.001
 
     by_step = dict(history)
@@ -206,24 +122,24 @@ def test_out_of_order_steps_within_a_batch_arrive_in_order(
         dest: WandbDestination, tmp_path: Path, tables: dict[str, pa.Table]) -> None:
     metrics = tables["metrics"]
     shuffled = metrics.take(pa.array(list(reversed(range(metrics.num_rows)))))
-    _send(dest, _info(), {"metrics": shuffled}, {})
-    history = _history(_files(tmp_path))
+    send(dest, _info(), {"metrics": shuffled}, {})
+    history = wlog.history(_files(tmp_path))
     assert [s for s, _ in history] == list(range(20))
-    assert _points(history) == _expected(metrics)
+    assert wlog.points(history) == wlog.expected(metrics)
 
 
 def test_a_second_session_appends_to_the_same_run_and_repeats_nothing(
         dest: WandbDestination, tmp_path: Path, tables: dict[str, pa.Table]) -> None:
     metrics = tables["metrics"]
     half = metrics.num_rows // 2
-    state = _send(dest, _info(), {"metrics": metrics.slice(0, half)}, {})
+    state = send(dest, _info(), {"metrics": metrics.slice(0, half)}, {})
     fresh = WandbDestination(dir=str(tmp_path / "out"))  # a later export process
-    state = _send(fresh, _info(), {"metrics": metrics.slice(half)}, state)
+    state = send(fresh, _info(), {"metrics": metrics.slice(half)}, state)
     # the loop re-sends an overlapping batch (e.g. a later attempt restarting at step 0)
-    state = _send(fresh, _info(), {"metrics": metrics.slice(0, 4)}, state)
+    state = send(fresh, _info(), {"metrics": metrics.slice(0, 4)}, state)
     files = _files(tmp_path)
-    assert len(files) == 3 and state["sessions"] == 3
-    assert _points(_history(files)) == _expected(metrics)
+    assert len(files) == 3 and state["targets"][0]["sessions"] == 3
+    assert wlog.points(wlog.history(files)) == wlog.expected(metrics)
     assert state["dropped_steps"] == 2 and state["dropped_records"] == 4
 
 
@@ -233,22 +149,22 @@ def test_sessions_after_the_last_commit_are_set_aside_and_sent_again_once(
     commit()) is renamed on reopening, and its records are sent again in a new one."""
     metrics = tables["metrics"]
     half = metrics.num_rows // 2
-    state = _send(dest, _info(), {"metrics": metrics.slice(0, half)}, {})
-    _send(dest, _info(), {"metrics": metrics.slice(half)}, state)  # its state is lost
+    state = send(dest, _info(), {"metrics": metrics.slice(0, half)}, {})
+    send(dest, _info(), {"metrics": metrics.slice(half)}, state)  # its state is lost
     assert len(_files(tmp_path)) == 2
     fresh = WandbDestination(dir=str(tmp_path / "out"))
-    _send(fresh, _info(), {"metrics": metrics.slice(half)}, state)
+    send(fresh, _info(), {"metrics": metrics.slice(half)}, state)
     assert len(_files(tmp_path)) == 2
     assert len(_files(tmp_path, suffix=".wandb.uncommitted")) == 1
-    assert _points(_history(_files(tmp_path))) == _expected(metrics)
+    assert wlog.points(wlog.history(_files(tmp_path))) == wlog.expected(metrics)
 
 
 def test_an_empty_state_sets_aside_every_earlier_session(
         dest: WandbDestination, tmp_path: Path, tables: dict[str, pa.Table]) -> None:
-    _send(dest, _info(), tables, {})
-    _send(dest, _info(), tables, {})  # the export state was lost: export from the start
+    send(dest, _info(), tables, {})
+    send(dest, _info(), tables, {})  # the export state was lost: export from the start
     assert len(_files(tmp_path)) == 1
-    assert _points(_history(_files(tmp_path))) == _expected(tables["metrics"])
+    assert wlog.points(wlog.history(_files(tmp_path))) == wlog.expected(tables["metrics"])
 
 
 def test_a_state_this_exporter_did_not_write_is_refused(dest: WandbDestination) -> None:
@@ -256,3 +172,148 @@ def test_a_state_this_exporter_did_not_write_is_refused(dest: WandbDestination) 
     with pytest.raises(ExportError, match="not one this exporter wrote") as err:
         dest.open_run(_info(), {"id": "other", "sessions": 1})
     assert not err.value.retryable
+
+
+# -- resumed attempts ---------------------------------------------------------------------
+
+
+def _attempt(root: Path, steps: range, offset: float) -> None:
+    """One attempt of run r1 (a second call is the job resumed from a checkpoint)."""
+    with tracklake.init(project=PROJECT, run_id="r1", root=root, capture_identity=False,
+                        config=CONFIG) as run:
+        for step in steps:
+            run.log({"loss": offset + step}, step=step)
+        run.log_text("notes", f"attempt at {offset}", step=steps[-1])
+
+
+def _branch_files(tmp_path: Path, attempt: int) -> list[Path]:
+    wid = f"{wandb_run_id(_info())}-a{attempt}"
+    return sorted((tmp_path / "out" / "wandb").glob(f"offline-run-*-{wid}-tracklake*/*.wandb"))
+
+
+def _losses(files: list[Path]) -> Counter[tuple[int, str, object]]:
+    return wlog.points([(s, {k: v for k, v in row.items() if k == "loss"})
+                        for s, row in wlog.history(files)])
+
+
+def test_a_resumed_attempt_that_logs_steps_again_gets_a_w_and_b_run_of_its_own(
+        dest: WandbDestination, root: Path, tmp_path: Path) -> None:
+    """Attempt 1 logs steps 0..29 and dies; attempt 2 logs 20..39 again. W&B takes only
+    increasing steps: the base run keeps attempt 1, ``<id>-a2`` gets all of attempt 2, in
+    the same group; nothing is dropped."""
+    _attempt(root, range(30), 0.0)
+    _attempt(root, range(20, 40), 100.0)
+    state = send(dest, _info(attempts=2), _tables(root), {})
+    base = wandb_run_id(_info())
+    assert [(t["id"], t["attempt"], t["last_step"]) for t in state["targets"]] == [
+        (base, None, 29), (f"{base}-a2", 2, 39)]
+    assert state["attempts"] == {"1": 0, "2": 1} and state["dropped_steps"] == 0
+    assert _losses(_files(tmp_path)) == Counter((s, "loss", float(s)) for s in range(30))
+    branch = _branch_files(tmp_path, 2)
+    assert _losses(branch) == Counter((s, "loss", 100.0 + s) for s in range(20, 40))
+    run = next(r.run for r in wlog.records(branch[0]) if r.WhichOneof("record_type") == "run")
+    assert run.run_group == "r1" and run.display_name == "a name (attempt 2)"
+    assert list(run.tags) == ["t1", "attempt-2"]
+    assert wlog.config(branch)["model"] == {"layers": 4, "name": "gpt"}
+
+
+def test_an_attempt_keeps_its_w_and_b_run_across_exports(
+        dest: WandbDestination, root: Path, tmp_path: Path) -> None:
+    """Export attempt 1, then (a new process, from the state) attempt 2 that restarts at
+    step 10, then more of attempt 2: its later records follow it to its own W&B run."""
+    _attempt(root, range(20), 0.0)
+    state = send(dest, _info(), _tables(root), {})
+    _attempt(root, range(10, 30), 100.0)
+    metrics = _tables(root)["metrics"]
+    later = metrics.filter(pc.equal(metrics.column("attempt"), 2))
+    assert later.num_rows == 20
+    state = send(WandbDestination(dir=str(tmp_path / "out")), _info(attempts=2),
+                  {"metrics": later.slice(0, 5)}, state)
+    state = send(WandbDestination(dir=str(tmp_path / "out")), _info(attempts=2),
+                  {"metrics": later.slice(5)}, state)
+    assert [t["sessions"] for t in state["targets"]] == [1, 2]
+    assert _losses(_files(tmp_path)) == Counter((s, "loss", float(s)) for s in range(20))
+    assert _losses(_branch_files(tmp_path, 2)) == Counter(
+        (s, "loss", 100.0 + s) for s in range(10, 30))
+
+
+def test_an_attempt_that_continues_after_the_last_step_stays_in_the_same_run(
+        dest: WandbDestination, root: Path, tmp_path: Path) -> None:
+    _attempt(root, range(20), 0.0)
+    _attempt(root, range(20, 30), 0.0)
+    state = send(dest, _info(attempts=2), _tables(root), {})
+    assert len(state["targets"]) == 1 and state["attempts"] == {"1": 0, "2": 0}
+    assert _losses(_files(tmp_path)) == Counter((s, "loss", float(s)) for s in range(30))
+    assert not _branch_files(tmp_path, 2)
+
+
+def test_wandb_sync_finds_every_committed_session_and_no_set_aside_one(
+        dest: WandbDestination, root: Path, tmp_path: Path) -> None:
+    """What `wandb sync` would upload (its --dry-run needs no network or login): each
+    committed session once, in session order by start time (sync replays one run's
+    files in start-time order); a set-aside session is not a .wandb file."""
+    _attempt(root, range(20), 0.0)
+    _attempt(root, range(10, 30), 100.0)
+    tables = _tables(root)
+    metrics = tables["metrics"]
+    state = send(dest, _info(attempts=2), {"metrics": metrics.slice(0, 20)}, {})
+    send(dest, _info(attempts=2), {"metrics": metrics.slice(20, 5)}, state)  # state lost
+    state = send(WandbDestination(dir=str(tmp_path / "out")), _info(attempts=2),
+                  {"metrics": metrics.slice(20)}, state)
+    committed = _files(tmp_path) + _branch_files(tmp_path, 2)
+    assert len(committed) == 2 and len(list((tmp_path / "out").rglob("*.uncommitted"))) == 1
+    wandb_cli = Path(sys.executable).parent / "wandb"
+    out = subprocess.run([str(wandb_cli), "sync", "--dry-run", str(tmp_path / "out" / "wandb")],
+                         capture_output=True, text=True, check=True,
+                         env={**os.environ, "WANDB_RESUME": "allow"})
+    listed = {(tmp_path / "out" / "wandb" / line.split("wandb/", 1)[1]).resolve()
+              for line in (out.stdout + out.stderr).splitlines() if line.endswith(".wandb")}
+    assert listed == {f.resolve() for f in committed}
+
+
+def test_online_without_credentials_is_a_clear_error_that_is_not_retried(
+        tables: dict[str, pa.Table], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No API key: wandb refuses before any network; retrying cannot help."""
+    from tracklake import ExportError
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "config"))
+    dest = WandbDestination(mode="online", dir=str(tmp_path / "out"))
+    with pytest.raises(ExportError, match=r"run proj/r1: wandb\.init refused.*WANDB_API_KEY"
+                       ) as err:
+        send(dest, _info(), tables, {})
+    assert not err.value.retryable
+
+
+def test_every_rank_of_a_live_run_arrives_although_one_rank_lags(
+        root: Path, tmp_path: Path) -> None:
+    """--ranks all on a live run: rank 1 is 10 steps behind rank 0 when the exporter runs.
+    Steps above the watermark wait (in the export state) until every rank passed them, so
+    rank 1's later steps are not refused by W&B as going backwards."""
+    from tracklake.exporters import ExportOptions, Selection, export
+    runs = [tracklake.init(project=PROJECT, run_id="r1", root=root, rank=rank,
+                           capture_identity=False) for rank in (0, 1)]
+    for step in range(20):
+        runs[0].log({"loss": float(step)}, step=step)
+    for step in range(10):
+        runs[1].log({"loss": 100.0 + step}, step=step)
+    for run in runs:
+        run.flush()
+    options = ExportOptions(ranks="all")
+    select = Selection(runs=("r1",))
+
+    def once() -> None:
+        export(WandbDestination(dir=str(tmp_path / "out")), root=root, selection=select,
+               options=options, log=lambda _: None)
+
+    once()
+    assert {s for s, _ in wlog.history(_files(tmp_path))} == set(range(10))
+    for step in range(10, 20):
+        runs[1].log({"loss": 100.0 + step}, step=step)
+    for run in runs:
+        run.finish()
+    once()
+    files = _files(tmp_path)
+    want = Counter((s, "rank0/loss", float(s)) for s in range(20)) + Counter(
+        (s, "rank1/loss", 100.0 + s) for s in range(20))
+    assert wlog.points(wlog.history(files)) == want

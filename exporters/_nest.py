@@ -1,0 +1,22 @@
+"""Flat config keys back into the nested dicts W&B and SwanLab show."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+def nest(flat: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"model/layers": 4}`` → ``{"model": {"layers": 4}}``. A key one of whose prefixes
+    is itself a key (``a`` and ``a/b``) stays flat, as does a key with an empty part."""
+    out: dict[str, Any] = {}
+    for key, value in sorted(flat.items()):
+        parts = key.split("/")
+        if "" in parts or any("/".join(parts[:i]) in flat for i in range(1, len(parts))):
+            out[key] = value
+            continue
+        node = out
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+    return out
