@@ -17,7 +17,7 @@ $(VENV)/.demo: pyproject.toml | $(BIN)/python
 	touch $@
 
 $(VENV)/.test: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[test,lint,tensorboard,mlflow,wandb,follow]'
+	$(BIN)/python -m pip install --quiet -e '.[test,lint,tensorboard,mlflow,wandb,swanlab,follow]'
 	$(BIN)/python -m pip install --quiet 'torch==2.13.0'
 	touch $@
 

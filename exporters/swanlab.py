@@ -1,0 +1,249 @@
+"""The SwanLab destination: one SwanLab run per tracklake run, written by the swanlab SDK
+(0.10) in its offline, local or cloud mode, one short SwanLab session per commit. The
+mapping, limits, modes and troubleshooting are in docs/exporters.md (SwanLab).
+
+Run id ``tl`` + 16 hex of SHA-256(``project/run``) with resume="allow": every session of
+a run, from any export, is the same SwanLab run. Metrics are SwanLab scalars; every other
+record is one `swanlab.Text` with a caption (`_swanlab_records`); the config is nested
+back at ``/``; `finish_run()` logs ``tracklake/status`` and finishes with the run's state.
+
+Steps. SwanLab keeps one value per key and step, takes steps in any order within a
+session, and on resuming a cloud run drops steps at or below the last it holds per key.
+`commit()` merges per step, logs in increasing step order and keeps the last step per key
+in the commit state (``last_steps``): metric values at or below it are dropped and counted
+(``dropped_values``); texts there move to the key's next step (their caption says so).
+
+Exactly once. SwanLab writes a session to ``<logdir>/run-<id>-tracklake<N>/`` (it never
+appends to an earlier session's file, and only flushes), so a session is what can be
+committed: `commit()` runs init → log → finish, fsyncs the session's files and returns
+``{"id", "sessions", "last_steps", "config", "dropped_values"}``. `open_run()` sets aside
+(renames to ``uncommitted-…``) every session directory numbered at or past the committed
+count, and the loop sends those records again. The crash window is between `finish()`
+returning and the loop saving its cursor; that session is set aside too, so nothing is
+twice in the files. An empty state sets aside every earlier session (with a warning). In
+cloud mode what a killed session streamed stays, and SwanLab drops the re-sent steps.
+SwanLab replaces a run's config per session, so the state keeps the config logged after
+the run started and every session sends the whole config.
+
+Only SwanLab's public API is used (see `_swanlab_session`); the tests read the files back
+with SwanLab's internal reader.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+import click
+import pyarrow as pa
+import swanlab  # type: ignore[import-untyped, unused-ignore]  # ships no type information
+
+from tracklake._errors import ExportError
+from tracklake.exporters import _swanlab_records as mapping
+from tracklake.exporters import _swanlab_session as sessions
+from tracklake.exporters._protocol import RunInfo
+
+logger = logging.getLogger(__name__)
+
+_ADD: dict[str, Callable[[mapping.Pending, pa.Table], None]] = {
+    "metrics": mapping.add_metrics, "texts": mapping.add_texts,
+    "configs": mapping.add_configs, "generations": mapping.add_generations,
+    "traces": mapping.add_traces, "artifacts": mapping.add_artifacts,
+    "events": mapping.add_alerts}
+STATUS_KEY = "tracklake/status"
+
+
+def swanlab_run_id(run: RunInfo) -> str:
+    """The SwanLab run id of a tracklake run."""
+    return run.export_id
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+class _State:
+    """The commit state of one run (JSON in the loop's cursor file)."""
+
+    def __init__(self, run: RunInfo, state: Mapping[str, Any]) -> None:
+        self.id = swanlab_run_id(run)
+        steps, config = state.get("last_steps", {}), state.get("config", {})
+        if (state and state.get("id") != self.id) or not all(
+                _count(state.get(k, 0)) for k in ("sessions", "dropped_values")) or not (
+                isinstance(steps, dict) and all(isinstance(k, str) and _count(v)
+                                                for k, v in steps.items())) or not (
+                isinstance(config, dict)):
+            raise ExportError(f"run {run.key}: the SwanLab export state {dict(state)!r} is "
+                              "not one this exporter wrote; delete the run's export state to "
+                              "export it again from its start", retryable=False)
+        self.sessions: int = state.get("sessions", 0)
+        self.last_steps: dict[str, int] = dict(steps)
+        self.config: dict[str, Any] = dict(config)
+        self.dropped_values: int = state.get("dropped_values", 0)
+
+    def dump(self) -> dict[str, Any]:
+        return {"id": self.id, "sessions": self.sessions, "last_steps": self.last_steps,
+                "config": self.config, "dropped_values": self.dropped_values}
+
+
+class SwanlabDestination:
+    """Writes each run as a SwanLab run (offline files by default) through the swanlab SDK."""
+
+    name: ClassVar[str] = "swanlab"
+
+    def __init__(self, *, mode: str = "offline", logdir: str | None = None,
+                 swanlab_project: str | None = None, workspace: str | None = None) -> None:
+        if mode not in sessions.MODES:
+            raise ValueError(f"mode must be one of {', '.join(sessions.MODES)}, not {mode!r}")
+        sessions.check_version()
+        for option, value, rule in (("--swanlab-project", swanlab_project,
+                                     sessions.PROJECT_NAME),
+                                    ("--workspace", workspace, sessions.WORKSPACE_NAME)):
+            if value is not None and not rule.match(value):
+                raise ExportError(f"{option} {value!r} is not a name SwanLab accepts "
+                                  f"({rule.pattern.rstrip(chr(92) + 'Z')})", retryable=False)
+        sessions.check_mode(mode)
+        self.mode = mode
+        base = logdir or os.environ.get("SWANLAB_LOG_DIR") or "swanlog"
+        self.logdir = Path(os.path.abspath(os.path.expanduser(base)))
+        self.swanlab_project = swanlab_project
+        self.workspace = workspace
+        self.store_root: Path | None = None  # set by the loop; artifacts are not uploaded
+        self._states: dict[str, _State] = {}
+        self._pending: dict[str, mapping.Pending] = {}
+
+    @classmethod
+    def cli_options(cls) -> list[click.Option]:
+        return [
+            click.Option(["--mode"], type=click.Choice(list(sessions.MODES)),
+                         default="offline", show_default=True,
+                         help="offline: run files for `swanlab sync --id`; local: the same "
+                              "plus SwanLab's local dashboard; cloud: upload (SWANLAB_API_KEY)."),
+            click.Option(["--logdir"], type=click.Path(file_okay=False), default=None,
+                         help="SwanLab log directory (default $SWANLAB_LOG_DIR, else "
+                              "./swanlog)."),
+            click.Option(["--swanlab-project"], default=None,
+                         help="SwanLab project for every run (default: the tracklake project)."),
+            click.Option(["--workspace"], default=None,
+                         help="SwanLab workspace (cloud; default: your own)."),
+        ]
+
+    def describe(self) -> str:
+        parts = [f"swanlab:{self.mode}:{self.logdir}"]
+        if self.workspace or self.swanlab_project:
+            parts.append(f"{self.workspace or ''}/{self.swanlab_project or ''}")
+        return ":".join(parts)
+
+    # -- the protocol ------------------------------------------------------------------
+
+    def open_run(self, run: RunInfo, state: Mapping[str, Any]) -> None:
+        current = _State(run, state)
+        project = self.swanlab_project or run.project
+        if not sessions.PROJECT_NAME.match(project):
+            raise ExportError(f"run {run.key}: {project!r} is not a SwanLab project name "
+                              "(letters, digits, _ - + . and at most 100 of them); choose "
+                              "one with --swanlab-project", retryable=False)
+        self._set_aside(run, current)
+        self._states[run.key] = current
+        self._pending[run.key] = mapping.Pending()  # uncommitted records: the loop re-sends
+
+    def write(self, run: RunInfo, kind: str, records: pa.Table) -> None:
+        pending = self._open(run)
+        add = _ADD.get(kind)
+        if add is not None and records.num_rows:
+            add(pending, records)
+
+    def commit(self, run: RunInfo) -> Mapping[str, Any]:
+        pending = self._open(run)
+        current = self._states[run.key]
+        if pending.empty():
+            return current.dump()
+        planned = mapping.rows_by_step(pending, current.last_steps)
+        if planned.dropped:
+            logger.warning("run %s: %d metric values at or before the last step SwanLab holds "
+                           "for their key were dropped (SwanLab keeps one value per key and "
+                           "step)", run.key, planned.dropped)
+        config = {**current.config, **pending.config}
+
+        def send(sl: Any) -> None:
+            for step, row in planned.rows:
+                sl.log({k: _value(v) for k, v in row.items()}, step=step)
+
+        self._session(run, current, config, send, state="success")
+        current.sessions += 1
+        current.last_steps = planned.last_steps
+        current.config = config
+        current.dropped_values += planned.dropped
+        self._pending[run.key] = mapping.Pending()
+        return current.dump()
+
+    def finish_run(self, run: RunInfo) -> None:
+        """Record the final status in a session of its own (not part of a commit: a
+        later `open_run()` sets it aside, and the next `finish_run()` writes it again)."""
+        self._open(run)
+        current = self._states[run.key]
+        text = (f"**{run.status}** · attempts: {run.attempts} · ranks: "
+                + ", ".join(str(r) for r in run.ranks)
+                + f" · metric values dropped: {current.dropped_values}")
+
+        def send(sl: Any) -> None:  # at the attempt's number: a new attempt finishes again
+            sl.log({STATUS_KEY: swanlab.Text(text, caption=run.status)}, step=run.attempts)
+
+        self._session(run, current, current.config, send,
+                      state=sessions.finish_state(run.status))
+        self._pending.pop(run.key, None)
+
+    def close(self) -> None:
+        """Forget open runs; what they collected since their last commit is dropped."""
+        self._pending.clear()
+        self._states.clear()
+
+    # -- sessions ----------------------------------------------------------------------
+
+    def _open(self, run: RunInfo) -> mapping.Pending:
+        pending = self._pending.get(run.key)
+        if pending is None:
+            raise RuntimeError(f"run {run.key} is not open: call open_run() first")
+        return pending
+
+    def _session(self, run: RunInfo, current: _State, config: Mapping[str, Any],
+                 send: Callable[[Any], None], *, state: str) -> None:
+        session = sessions.Session(
+            logdir=self.logdir, mode=self.mode, run_id=current.id, number=current.sessions,
+            project=self.swanlab_project or run.project, workspace=self.workspace,
+            name=(run.name or run.run)[:512], group=run.run[:512],
+            tags=tuple(t[:512] for t in run.tags[:30]),
+            description=f"tracklake run {run.key}"[:1024],
+            config=mapping.nest({**run.config, **config}))
+        sessions.run_session(session, send, state=state, where=f"run {run.key}")
+
+    def _set_aside(self, run: RunInfo, current: _State) -> None:
+        """Set aside the session directories after the last commit."""
+        try:
+            names = sorted(os.listdir(self.logdir))
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise ExportError(f"cannot list the SwanLab log directory {self.logdir}: "
+                              f"{exc.strerror or exc}", retryable=True) from exc
+        for name in names:
+            number = sessions.session_number(current.id, name)
+            if number is None or number < current.sessions:
+                continue
+            moved = sessions.set_aside(self.logdir / name)
+            if current.sessions:
+                logger.info("run %s: set aside %s, written after the last commit, as %s",
+                            run.key, name, moved.name)
+            else:
+                logger.warning("run %s: %s was written by an earlier export but the export "
+                               "state is empty: it is set aside as %s and the run is exported "
+                               "again from its start", run.key, self.logdir / name, moved.name)
+
+
+def _value(value: Any) -> Any:
+    if isinstance(value, list):
+        return [swanlab.Text(item.content, caption=item.caption) for item in value]
+    return value
