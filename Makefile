@@ -1,5 +1,6 @@
 # Two commands for a fresh machine with Python 3.10+ and PyPI:
 #   make demo   creates .venv, installs tracklake, runs the simulated RL job end to end
+#               and exports its run to TensorBoard files
 #   make test   creates .venv, installs tracklake with its test extras, runs every test
 PYTHON ?= python3
 VENV ?= .venv
@@ -13,7 +14,7 @@ $(BIN)/python:
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 $(VENV)/.demo: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e .
+	$(BIN)/python -m pip install --quiet -e '.[tensorboard]'
 	touch $@
 
 $(VENV)/.test: pyproject.toml | $(BIN)/python
@@ -22,7 +23,7 @@ $(VENV)/.test: pyproject.toml | $(BIN)/python
 	touch $@
 
 demo: $(VENV)/.demo
-	$(BIN)/tracklake demo --root $(DEMO_ROOT)
+	$(BIN)/tracklake demo --root $(DEMO_ROOT) --export
 	$(BIN)/tracklake runs --root $(DEMO_ROOT)
 
 test: $(VENV)/.test
@@ -42,4 +43,4 @@ bench: $(VENV)/.test
 	$(BIN)/python benchmarks/sql_scale.py
 
 clean:
-	rm -rf $(VENV) $(DEMO_ROOT)
+	rm -rf $(VENV) $(DEMO_ROOT) $(DEMO_ROOT)-*/

@@ -180,16 +180,33 @@ def _step_line(step: int, values: dict[str, float], pattern: str) -> str:
 @click.option("--ranks", default=4, show_default=True)
 @click.option("--steps", default=2000, show_default=True)
 @click.option("--project", default="demo", show_default=True)
+@click.option("--export", "export_to", metavar="[DEST]", is_flag=False,
+              flag_value="tensorboard", default=None,
+              help="Then export the run to DEST: tensorboard when no name is given; mlflow, "
+                   "wandb, swanlab or any installed exporter.")
+@click.option("--export-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where --export writes (default: beside the store, ROOT-DEST).")
 @_friendly
-def demo(root: Path | None, ranks: int, steps: int, project: str) -> None:
-    """Simulate an RL job (several rank processes), compact it and query it."""
-    from tracklake._demo import run_demo
+def demo(root: Path | None, ranks: int, steps: int, project: str, export_to: str | None,
+         export_dir: Path | None) -> None:
+    """Simulate an RL job (several rank processes), compact it and query it; optionally
+    export it to TensorBoard, MLflow, W&B, ... on this machine."""
+    from tracklake._demo import new_run_id, run_demo
 
+    store = resolve_root(root)
+    plan = None
+    if export_to is not None:
+        from tracklake._demo_export import plan_export
+
+        plan = plan_export(export_to, store, export_dir)  # a bad name fails before the job
+    elif export_dir is not None:
+        raise click.UsageError("--export-dir needs --export [DEST]")
     started = time.monotonic()
-    summary = run_demo(resolve_root(root), ranks=ranks, steps=steps, project=project)
-    click.echo(summary)
-    click.echo(f"demo finished in {time.monotonic() - started:.1f} s; store at "
-               f"{resolve_root(root)}")
+    run_id = new_run_id()
+    click.echo(run_demo(store, ranks=ranks, steps=steps, project=project, run_id=run_id))
+    if plan is not None:
+        click.echo(plan.run(store, project=project, run_id=run_id))
+    click.echo(f"demo finished in {time.monotonic() - started:.1f} s; store at {store}")
 
 
 def _json_default(value: Any) -> Any:

@@ -99,14 +99,20 @@ WHERE r.project = $project
 """
 
 
-def run_demo(root: Path, *, ranks: int = 4, steps: int = 2000, project: str = "demo") -> str:
-    """Run the simulated job in `ranks` processes, compact, and return a printed summary."""
+def new_run_id() -> str:
+    """A fresh id for one demo run (the demo adds a run to the store each time)."""
     import secrets
 
+    return f"grpo-{secrets.token_hex(3)}"
+
+
+def run_demo(root: Path, *, ranks: int = 4, steps: int = 2000, project: str = "demo",
+             run_id: str | None = None) -> str:
+    """Run the simulated job in `ranks` processes, compact, and return a printed summary."""
     from tracklake._compact import compact
     from tracklake._query import query
 
-    run_id = f"grpo-{secrets.token_hex(3)}"
+    run_id = run_id or new_run_id()
     ctx = multiprocessing.get_context("spawn")
     procs = [ctx.Process(target=_rank_main, args=(str(root), project, run_id, r, steps))
              for r in range(ranks)]
