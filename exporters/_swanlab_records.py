@@ -51,6 +51,14 @@ class Pending:
     def empty(self) -> bool:
         return not (self.metrics or self.texts or self.config)
 
+    def merge(self, later: Pending) -> None:
+        """Add what `later` collected; its metric values win at the same step and key."""
+        for step, values in later.metrics.items():
+            self.metrics.setdefault(step, {}).update(values)
+        for key, items in later.texts.items():
+            self.texts.setdefault(key, []).extend(items)
+        self.config.update(later.config)
+
     def add_text(self, key: str, item: TextItem) -> None:
         self.texts.setdefault(swanlab_key(key), []).append(item)
 

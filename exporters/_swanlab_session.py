@@ -91,9 +91,11 @@ def session_name(run_id: str, number: int) -> str:
     return f"run-{run_id}-{SUFFIX}{number:06d}"
 
 
-def session_number(run_id: str, name: str) -> int | None:
-    m = re.fullmatch(rf"run-{re.escape(run_id)}-{SUFFIX}(\d{{6}})", name)
-    return int(m.group(1)) if m else None
+def session_of(base: str, name: str) -> tuple[str, int] | None:
+    """(SwanLab run id, session number) of a session directory of the tracklake run whose
+    base SwanLab id is `base` (its attempts' runs are ``<base>-a<N>``), else None."""
+    m = re.fullmatch(rf"run-({re.escape(base)}(?:-a\d+)?)-{SUFFIX}(\d{{6}})", name)
+    return (m.group(1), int(m.group(2))) if m else None
 
 
 def set_aside(path: Path) -> Path:

@@ -34,10 +34,6 @@ class Pending:
     def empty(self) -> bool:
         return not (self.metrics or self.tables or self.config)
 
-    def first_step(self) -> int | None:
-        """The lowest metric step collected, None without metrics."""
-        return min(self.metrics) if self.metrics else None
-
     def merge(self, later: Pending) -> None:
         """Add what `later` collected; its metric values win at the same step and key."""
         for step, values in later.metrics.items():

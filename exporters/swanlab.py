@@ -10,13 +10,16 @@ back at ``/``; `finish_run()` logs ``tracklake/status`` and finishes with the ru
 Steps. SwanLab keeps one value per key and step, takes steps in any order within a
 session, and on resuming a cloud run drops steps at or below the last it holds per key.
 `commit()` merges per step, logs in increasing step order and keeps the last step per key
-in the commit state (``last_steps``): metric values at or below it are dropped and counted
+of each SwanLab run in the commit state (``last_steps``). A resumed attempt that logs
+steps again gets a SwanLab run of its own, ``<id>-a<attempt>`` (`_attempt_routes`);
+metric values still at or below their key's last step are dropped and counted
 (``dropped_values``); texts there move to the key's next step (their caption says so).
 
 Exactly once. SwanLab writes a session to ``<logdir>/run-<id>-tracklake<N>/`` (it never
 appends to an earlier session's file, and only flushes), so a session is what can be
 committed: `commit()` runs init → log → finish, fsyncs the session's files and returns
-``{"id", "sessions", "last_steps", "config", "dropped_values"}``. `open_run()` sets aside
+``{"id", "targets": [{"id", "sessions", ...}], "attempts", "last_steps", "config",
+"dropped_values"}``. `open_run()` sets aside
 (renames to ``uncommitted-…``) every session directory numbered at or past the committed
 count, and the loop sends those records again. The crash window is between `finish()`
 returning and the loop saving its cursor; that session is set aside too, so nothing is
@@ -44,6 +47,7 @@ import swanlab  # type: ignore[import-untyped, unused-ignore]  # ships no type i
 from tracklake._errors import ExportError
 from tracklake.exporters import _swanlab_records as mapping
 from tracklake.exporters import _swanlab_session as sessions
+from tracklake.exporters._attempt_routes import Routes, Target, by_attempt
 from tracklake.exporters._protocol import RunInfo
 
 logger = logging.getLogger(__name__)
@@ -65,27 +69,36 @@ def _count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-class _State:
-    """The commit state of one run (JSON in the loop's cursor file)."""
+def _steps(value: Any) -> bool:
+    return isinstance(value, dict) and all(isinstance(k, str) and _count(v)
+                                           for k, v in value.items())
+
+
+class _State(Routes):
+    """The commit state of one run (JSON in the loop's cursor file): its SwanLab runs
+    (`_attempt_routes`), the last step per key of each, the config, what was dropped."""
 
     def __init__(self, run: RunInfo, state: Mapping[str, Any]) -> None:
-        self.id = swanlab_run_id(run)
-        steps, config = state.get("last_steps", {}), state.get("config", {})
-        if (state and state.get("id") != self.id) or not all(
-                _count(state.get(k, 0)) for k in ("sessions", "dropped_values")) or not (
-                isinstance(steps, dict) and all(isinstance(k, str) and _count(v)
-                                                for k, v in steps.items())) or not (
-                isinstance(config, dict)):
+        base = swanlab_run_id(run)
+        try:
+            if state and state.get("id") != base:
+                raise ValueError("another run's id")
+            super().__init__(base, state.get("targets"), state.get("attempts"))
+            self.last_steps: dict[str, dict[str, int]] = {
+                k: dict(v) for k, v in state.get("last_steps", {}).items()}
+            self.config: dict[str, Any] = dict(state.get("config", {}))
+            self.dropped_values: int = state.get("dropped_values", 0)
+            valid = (all(_steps(v) for v in self.last_steps.values())
+                     and _count(self.dropped_values))
+        except (TypeError, ValueError, AttributeError):
+            valid = False
+        if not valid:
             raise ExportError(f"run {run.key}: the SwanLab export state {dict(state)!r} is "
                               "not one this exporter wrote; delete the run's export state to "
                               "export it again from its start", retryable=False)
-        self.sessions: int = state.get("sessions", 0)
-        self.last_steps: dict[str, int] = dict(steps)
-        self.config: dict[str, Any] = dict(config)
-        self.dropped_values: int = state.get("dropped_values", 0)
 
     def dump(self) -> dict[str, Any]:
-        return {"id": self.id, "sessions": self.sessions, "last_steps": self.last_steps,
+        return {"id": self.base, **super().dump(), "last_steps": self.last_steps,
                 "config": self.config, "dropped_values": self.dropped_values}
 
 
@@ -113,7 +126,7 @@ class SwanlabDestination:
         self.workspace = workspace
         self.store_root: Path | None = None  # set by the loop; artifacts are not uploaded
         self._states: dict[str, _State] = {}
-        self._pending: dict[str, mapping.Pending] = {}
+        self._pending: dict[str, dict[int | None, mapping.Pending]] = {}  # per attempt
 
     @classmethod
     def cli_options(cls) -> list[click.Option]:
@@ -148,37 +161,47 @@ class SwanlabDestination:
                               "one with --swanlab-project", retryable=False)
         self._set_aside(run, current)
         self._states[run.key] = current
-        self._pending[run.key] = mapping.Pending()  # uncommitted records: the loop re-sends
+        self._pending[run.key] = {}  # uncommitted records: the loop re-sends them
 
     def write(self, run: RunInfo, kind: str, records: pa.Table) -> None:
         pending = self._open(run)
         add = _ADD.get(kind)
         if add is not None and records.num_rows:
-            add(pending, records)
+            for attempt, part in by_attempt(records):
+                add(pending.setdefault(attempt, mapping.Pending()), part)
 
     def commit(self, run: RunInfo) -> Mapping[str, Any]:
         pending = self._open(run)
         current = self._states[run.key]
-        if pending.empty():
-            return current.dump()
-        planned = mapping.rows_by_step(pending, current.last_steps)
+        for target, collected in current.split(pending, mapping.Pending):
+            if not collected.empty():
+                self._commit_target(run, current, target, collected)
+        self._pending[run.key] = {}
+        return current.dump()
+
+    def _commit_target(self, run: RunInfo, current: _State, target: Target,
+                       pending: mapping.Pending) -> None:
+        last_steps = current.last_steps.get(target.id, {})
+        planned = mapping.rows_by_step(pending, last_steps)
         if planned.dropped:
-            logger.warning("run %s: %d metric values at or before the last step SwanLab holds "
-                           "for their key were dropped (SwanLab keeps one value per key and "
-                           "step)", run.key, planned.dropped)
+            logger.warning("run %s: %d metric values at or before the last step SwanLab run "
+                           "%s holds for their key were dropped (SwanLab keeps one value per "
+                           "key and step)", run.key, planned.dropped, target.id)
         config = {**current.config, **pending.config}
 
         def send(sl: Any) -> None:
             for step, row in planned.rows:
                 sl.log({k: _value(v) for k, v in row.items()}, step=step)
 
-        self._session(run, current, config, send, state="success")
-        current.sessions += 1
-        current.last_steps = planned.last_steps
+        self._session(run, target, config, send, state="success")
+        target.sessions += 1
+        current.last_steps[target.id] = planned.last_steps
+        if pending.metrics:
+            newest = max(pending.metrics)
+            target.last_step = newest if target.last_step is None else max(target.last_step,
+                                                                           newest)
         current.config = config
         current.dropped_values += planned.dropped
-        self._pending[run.key] = mapping.Pending()
-        return current.dump()
 
     def finish_run(self, run: RunInfo) -> None:
         """Record the final status in a session of its own (not part of a commit: a
@@ -192,8 +215,9 @@ class SwanlabDestination:
         def send(sl: Any) -> None:  # at the attempt's number: a new attempt finishes again
             sl.log({STATUS_KEY: swanlab.Text(text, caption=run.status)}, step=run.attempts)
 
-        self._session(run, current, current.config, send,
-                      state=sessions.finish_state(run.status))
+        for target in current.targets:
+            self._session(run, target, current.config, send,
+                          state=sessions.finish_state(run.status))
         self._pending.pop(run.key, None)
 
     def close(self) -> None:
@@ -203,19 +227,22 @@ class SwanlabDestination:
 
     # -- sessions ----------------------------------------------------------------------
 
-    def _open(self, run: RunInfo) -> mapping.Pending:
+    def _open(self, run: RunInfo) -> dict[int | None, mapping.Pending]:
         pending = self._pending.get(run.key)
         if pending is None:
             raise RuntimeError(f"run {run.key} is not open: call open_run() first")
         return pending
 
-    def _session(self, run: RunInfo, current: _State, config: Mapping[str, Any],
+    def _session(self, run: RunInfo, target: Target, config: Mapping[str, Any],
                  send: Callable[[Any], None], *, state: str) -> None:
+        name, tags = run.name or run.run, run.tags[:30]
+        if target.attempt is not None:
+            name, tags = f"{name} (attempt {target.attempt})", (
+                *run.tags[:29], f"attempt-{target.attempt}")
         session = sessions.Session(
-            logdir=self.logdir, mode=self.mode, run_id=current.id, number=current.sessions,
+            logdir=self.logdir, mode=self.mode, run_id=target.id, number=target.sessions,
             project=self.swanlab_project or run.project, workspace=self.workspace,
-            name=(run.name or run.run)[:512], group=run.run[:512],
-            tags=tuple(t[:512] for t in run.tags[:30]),
+            name=name[:512], group=run.run[:512], tags=tuple(t[:512] for t in tags),
             description=f"tracklake run {run.key}"[:1024],
             config=mapping.nest({**run.config, **config}))
         sessions.run_session(session, send, state=state, where=f"run {run.key}")
@@ -230,17 +257,20 @@ class SwanlabDestination:
             raise ExportError(f"cannot list the SwanLab log directory {self.logdir}: "
                               f"{exc.strerror or exc}", retryable=True) from exc
         for name in names:
-            number = sessions.session_number(current.id, name)
-            if number is None or number < current.sessions:
+            found = sessions.session_of(current.base, name)
+            if found is None:
+                continue
+            committed = current.committed_sessions(found[0])
+            if found[1] < committed:
                 continue
             moved = sessions.set_aside(self.logdir / name)
-            if current.sessions:
+            if committed:
                 logger.info("run %s: set aside %s, written after the last commit, as %s",
                             run.key, name, moved.name)
             else:
                 logger.warning("run %s: %s was written by an earlier export but the export "
-                               "state is empty: it is set aside as %s and the run is exported "
-                               "again from its start", run.key, self.logdir / name, moved.name)
+                               "state does not count it: it is set aside as %s and its records "
+                               "are exported again", run.key, self.logdir / name, moved.name)
 
 
 def _value(value: Any) -> Any:

@@ -35,7 +35,7 @@ again that W&B already holds. Its records go to a W&B run of their own,
 ``attempt-N``: the base run keeps what the earlier attempt logged, the new run everything
 the resumed attempt logs, so no value is lost (tracklake's own views show the merged
 history, the later attempt winning: ``metrics``; every record: ``metrics_all``). An
-attempt is bound to a W&B run by its first metrics (`_wandb_state`); an attempt that
+attempt is bound to a W&B run by its first metrics (`_attempt_routes`); an attempt that
 starts after the last step continues the same run. W&B's rewind (``resume_from``) and
 fork (``fork_from``) are not used: offline they are only recorded for the server to apply
 at sync, rewind is not available on every server, a fork synced before its parent fails,
@@ -98,16 +98,16 @@ from typing import Any, ClassVar
 
 import click
 import pyarrow as pa
-import pyarrow.compute as pc
 import wandb
 
 from tracklake._attempt import TERMINAL_STATUSES
 from tracklake._errors import ExportError
 from tracklake._format import fsync_dir
 from tracklake.exporters import _wandb_rows as rows
+from tracklake.exporters._attempt_routes import Target, by_attempt
 from tracklake.exporters._nest import nest
 from tracklake.exporters._protocol import RunInfo
-from tracklake.exporters._wandb_state import RunState, Target, wandb_run_id
+from tracklake.exporters._wandb_state import RunState, wandb_run_id
 
 __all__ = ["WandbDestination", "wandb_run_id"]
 
@@ -178,7 +178,7 @@ class WandbDestination:
         add = _ADD.get(kind)
         if add is None or not records.num_rows:
             return
-        for attempt, part in _by_attempt(records):
+        for attempt, part in by_attempt(records):
             add(pending.setdefault(attempt, rows.Pending()), part)
         if kind == "metrics" and "rank" in records.column_names:
             reach = self._states[run.key].reach
@@ -191,7 +191,7 @@ class WandbDestination:
         pending = self._open(run)
         current = self._states[run.key]
         self._hold(run, current, pending)
-        for target, collected in self._route(current, pending):
+        for target, collected in current.split(pending, rows.Pending):
             if not collected.empty():
                 self._commit_target(run, current, target, collected)
         self._pending[run.key] = {}
@@ -240,27 +240,6 @@ class WandbDestination:
             if above:
                 current.held["-" if attempt is None else str(attempt)] = {
                     str(s): values for s, values in sorted(above.items())}
-
-    @staticmethod
-    def _route(current: RunState, pending: Mapping[int | None, rows.Pending]
-               ) -> list[tuple[Target, rows.Pending]]:
-        """Each attempt's records to its W&B run, earlier attempts first (see
-        `_wandb_state`); records of no attempt (rank aggregates) to the latest one."""
-        merged: dict[str, tuple[Target, rows.Pending]] = {}
-        reach: dict[str, int | None] = {}  # last step per W&B run counting this commit
-        order = sorted(a for a in pending if a is not None) + (
-            [None] if None in pending else [])
-        for attempt in order:
-            collected = pending[attempt]
-            now = current.current()
-            target = current.route(attempt, collected.first_step(),
-                                   reach.get(now.id, now.last_step))
-            _, into = merged.setdefault(target.id, (target, rows.Pending()))
-            into.merge(collected)
-            steps = [s for s in (reach.get(target.id, target.last_step),
-                                 max(collected.metrics, default=None)) if s is not None]
-            reach[target.id] = max(steps) if steps else None
-        return list(merged.values())
 
     def _commit_target(self, run: RunInfo, current: RunState, target: Target,
                        pending: rows.Pending) -> None:
@@ -381,18 +360,6 @@ class WandbDestination:
                                    ".wandb.uncommitted and its records are exported again",
                                    run.key, log)
                 _rename_uncommitted(log)
-
-
-def _by_attempt(records: pa.Table) -> list[tuple[int | None, pa.Table]]:
-    """`records` split by their ``attempt`` column (None: records of no one attempt)."""
-    if "attempt" not in records.column_names:
-        return [(None, records)]
-    column = records.column("attempt")
-    attempts = column.unique().to_pylist()
-    if len(attempts) == 1:
-        return [(attempts[0], records)]
-    return [(a, records.filter(pc.is_null(column) if a is None else pc.equal(column, a)))
-            for a in attempts]
 
 
 def _rename_uncommitted(path: Path) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import math
 import sys
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,8 @@ import tracklake
 from tracklake import ExportError
 
 pytest.importorskip("swanlab")
+
+import _swanlab_log as slog
 
 from tracklake.exporters import Destination, RunInfo, Selection, export
 from tracklake.exporters import _swanlab_session as sessions
@@ -42,33 +43,10 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 # -- reading SwanLab's run files ------------------------------------------------------------
 
 
-def _swanlab_records(path: Path) -> Iterator[Any]:
-    """Every record of a ``.swanlab`` file, read by SwanLab's own reader. The reader and
-    the record protobufs are SwanLab internals (0.10): only this section uses them."""
-    from swanlab.proto.swanlab.record.v1.record_pb2 import Record
-    from swanlab.sdk.internal.core_python.store import DataStoreReader
-
-    reader = DataStoreReader()
-    reader.open(path)
-    try:
-        for data in reader:
-            record = Record()
-            record.ParseFromString(data)
-            yield record
-    finally:
-        reader.close()
-
-
 def _sessions(logdir: Path, run_id: str = "r1") -> list[Path]:
     """The committed-looking session directories of a run, in order."""
     wid = swanlab_run_id(_info(run_id))
     return sorted(logdir.glob(f"run-{wid}-tracklake[0-9]*"))
-
-
-def _points(directories: list[Path]) -> Counter[tuple[int, str, object]]:
-    return Counter((r.scalar.step, r.scalar.key, _same(r.scalar.value.number))
-                   for d in directories for r in _swanlab_records(_run_file(d))
-                   if r.WhichOneof("record_type") == "scalar")
 
 
 def _texts(directories: list[Path]) -> dict[str, list[tuple[int, str, str]]]:
@@ -76,7 +54,7 @@ def _texts(directories: list[Path]) -> dict[str, list[tuple[int, str, str]]]:
     media directory."""
     found: dict[str, list[tuple[int, str, str]]] = {}
     for d in directories:
-        for r in _swanlab_records(_run_file(d)):
+        for r in slog.records(slog.run_file(d)):
             if r.WhichOneof("record_type") == "media":
                 for item in r.media.value.items:
                     content = (d / "media" / "text" / item.filename).read_text()
@@ -88,21 +66,12 @@ def _texts(directories: list[Path]) -> dict[str, list[tuple[int, str, str]]]:
 def _finish_states(directory: Path) -> list[str]:
     from swanlab.proto.swanlab.run.v1.run_pb2 import RunState
 
-    return [RunState.Name(r.finish.state) for r in _swanlab_records(_run_file(directory))
+    return [RunState.Name(r.finish.state) for r in slog.records(slog.run_file(directory))
             if r.WhichOneof("record_type") == "finish"]
 
 
-def _run_file(directory: Path) -> Path:
-    (path,) = directory.glob("run-*.swanlab")
-    return path
-
-
-def _same(value: float) -> object:
-    return "nan" if math.isnan(value) else value
-
-
 def _expected(metrics: pa.Table) -> Counter[tuple[int, str, object]]:
-    return Counter((s, k, _same(v)) for s, k, v in zip(
+    return Counter((s, k, slog.same(v)) for s, k, v in zip(
         metrics.column("step").to_pylist(), metrics.column("key").to_pylist(),
         metrics.column("value").to_pylist(), strict=True))
 
@@ -163,14 +132,16 @@ def test_every_metric_arrives_once_at_its_step_with_config_texts_and_status(
         dest: SwanlabDestination, logdir: Path, tables: dict[str, pa.Table]) -> None:
     state = send(dest, _info(), tables, {})
     dest.finish_run(_info())
-    assert state["sessions"] == 1 and state["last_steps"]["loss"] == 19
+    wid = swanlab_run_id(_info())
+    assert state["targets"] == [{"id": wid, "attempt": None, "sessions": 1, "last_step": 19}]
+    assert state["last_steps"][wid]["loss"] == 19
     commit, finish = _sessions(logdir)  # the commit's session and finish_run()'s
-    assert _points([commit]) == _expected(tables["metrics"])
-    steps = [r.scalar.step for r in _swanlab_records(_run_file(commit))
+    assert slog.points([commit]) == _expected(tables["metrics"])
+    steps = [r.scalar.step for r in slog.records(slog.run_file(commit))
              if r.WhichOneof("record_type") == "scalar" and r.scalar.key == "loss"]
     assert steps == list(range(20))
 
-    start = next(_swanlab_records(_run_file(commit))).start
+    start = next(slog.records(slog.run_file(commit))).start
     assert start.id == swanlab_run_id(_info()) and start.project == PROJECT
     assert start.name == "a name" and start.group == "r1" and list(start.tags) == ["t1"]
     config = yaml.safe_load((commit / "files" / "config.yaml").read_text())
@@ -197,9 +168,9 @@ def test_out_of_order_steps_within_a_batch_arrive_in_order(
     shuffled = metrics.take(pa.array(list(reversed(range(metrics.num_rows)))))
     send(dest, _info(), {"metrics": shuffled}, {})
     (session,) = _sessions(logdir)
-    steps = [r.scalar.step for r in _swanlab_records(_run_file(session))
+    steps = [r.scalar.step for r in slog.records(slog.run_file(session))
              if r.WhichOneof("record_type") == "scalar"]
-    assert steps == sorted(steps) and _points([session]) == _expected(metrics)
+    assert steps == sorted(steps) and slog.points([session]) == _expected(metrics)
 
 
 def test_a_second_export_after_more_steps_lands_in_the_same_run_and_repeats_nothing(
@@ -221,10 +192,10 @@ def test_a_second_export_after_more_steps_lands_in_the_same_run_and_repeats_noth
                      log=lambda _: None)
     assert summary.records == 0  # a third export finds nothing new
     directories = _sessions(logdir)
-    starts = {next(_swanlab_records(_run_file(d))).start.id for d in directories}
+    starts = {next(slog.records(slog.run_file(d))).start.id for d in directories}
     assert starts == {swanlab_run_id(_info())}
     expected = _expected(records_by_kind(root, PROJECT, "r1")["metrics"])
-    assert _points(directories) == expected and sum(expected.values()) == 50
+    assert slog.points(directories) == expected and sum(expected.values()) == 50
     generations = Counter(step for step, _, _ in _texts(directories)["generations/val"])
     assert generations == {0: 2, 10: 2, 20: 2}
     config = yaml.safe_load((directories[-1] / "files" / "config.yaml").read_text())
@@ -239,8 +210,8 @@ def test_values_at_or_before_a_keys_last_step_are_dropped_and_texts_move_on(
     state = send(dest, _info(), {"metrics": metrics, "texts": tables["texts"]}, {})
     state = send(dest, _info(), {"metrics": metrics.slice(0, 4),
                                   "texts": tables["texts"]}, state)
-    assert state["dropped_values"] == 4 and state["sessions"] == 2
-    assert _points(_sessions(logdir)) == _expected(metrics)
+    assert state["dropped_values"] == 4 and state["targets"][0]["sessions"] == 2
+    assert slog.points(_sessions(logdir)) == _expected(metrics)
     notes = _texts(_sessions(logdir))["texts/notes"]
     assert [(s, c) for s, c, _ in notes] == [(19, "hello *markdown*"), (20, "hello *markdown*")]
     assert notes[1][2].endswith("logged at step 19")
@@ -259,7 +230,7 @@ def test_sessions_after_the_last_commit_are_set_aside_and_sent_again_once(
     send(fresh, _info(), {"metrics": metrics.slice(half)}, state)
     assert len(_sessions(logdir)) == 2
     assert len(list(logdir.glob("uncommitted-run-*"))) == 1
-    assert _points(_sessions(logdir)) == _expected(metrics)
+    assert slog.points(_sessions(logdir)) == _expected(metrics)
 
 
 def test_a_session_that_fails_is_retryable_set_aside_and_resent_once(
@@ -276,7 +247,8 @@ def test_a_session_that_fails_is_retryable_set_aside_and_resent_once(
             send(dest, _info(), {"metrics": metrics}, {})
     assert err.value.retryable and _sessions(logdir) == []
     state = send(dest, _info(), {"metrics": metrics}, {})
-    assert state["sessions"] == 1 and _points(_sessions(logdir)) == _expected(metrics)
+    assert state["targets"][0]["sessions"] == 1
+    assert slog.points(_sessions(logdir)) == _expected(metrics)
 
 
 def test_an_empty_state_sets_aside_every_earlier_session(
@@ -284,7 +256,7 @@ def test_an_empty_state_sets_aside_every_earlier_session(
     send(dest, _info(), tables, {})
     send(dest, _info(), tables, {})  # the export state was lost: export from the start
     assert len(_sessions(logdir)) == 1
-    assert _points(_sessions(logdir)) == _expected(tables["metrics"])
+    assert slog.points(_sessions(logdir)) == _expected(tables["metrics"])
 
 
 def test_a_state_this_exporter_did_not_write_is_refused(dest: SwanlabDestination) -> None:
@@ -361,3 +333,27 @@ def test_the_cli_marks_the_exporter_unavailable_when_swanlab_cannot_be_imported(
     result = CliRunner().invoke(main, ["export", "swanlab", "--all"])
     assert result.exit_code == 1
     assert "pip install 'tracklake[swanlab]'" in result.output
+
+
+def test_a_resumed_attempt_that_logs_steps_again_gets_a_swanlab_run_of_its_own(
+        dest: SwanlabDestination, root: Path, logdir: Path) -> None:
+    """Attempt 1 logs steps 0..29 and dies; attempt 2 logs 20..39 again. SwanLab keeps
+    one value per key and step: the base run keeps attempt 1, ``<id>-a2`` gets all of
+    attempt 2 (one export or two, the same), and nothing is dropped."""
+    for offset, steps in ((0.0, range(30)), (100.0, range(20, 40))):
+        with tracklake.init(project=PROJECT, run_id="r1", root=root,
+                            capture_identity=False) as run:
+            for step in steps:
+                run.log({"loss": offset + step}, step=step)
+    state = send(dest, _info(attempts=2), records_by_kind(root, PROJECT, "r1"), {})
+    base = swanlab_run_id(_info())
+    assert [(t["id"], t["attempt"]) for t in state["targets"]] == [
+        (base, None), (f"{base}-a2", 2)]
+    assert state["dropped_values"] == 0
+    assert slog.points(_sessions(logdir)) == Counter(
+        (s, "loss", float(s)) for s in range(30))
+    branch = sorted(logdir.glob(f"run-{base}-a2-tracklake[0-9]*"))
+    assert slog.points(branch) == Counter((s, "loss", 100.0 + s) for s in range(20, 40))
+    start = next(slog.records(slog.run_file(branch[0]))).start
+    assert start.id == f"{base}-a2" and start.name == "a name (attempt 2)"
+    assert "attempt-2" in start.tags
