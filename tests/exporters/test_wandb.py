@@ -317,3 +317,76 @@ def test_every_rank_of_a_live_run_arrives_although_one_rank_lags(
     want = Counter((s, "rank0/loss", float(s)) for s in range(20)) + Counter(
         (s, "rank1/loss", 100.0 + s) for s in range(20))
     assert wlog.points(wlog.history(files)) == want
+
+
+class _ProbeProxy:
+    """A proxy on loopback that records each request line and answers 502: W&B behind a
+    proxy, with the service unreachable beyond it."""
+
+    def __init__(self) -> None:
+        import socket
+        import threading
+        self.requests: list[bytes] = []
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._server.getsockname()[1]}"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self._server.accept()
+            except OSError:
+                return
+            with conn:
+                self.requests.append(conn.recv(65536).split(b"\r\n", 1)[0])
+                conn.sendall(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n")
+
+    def close(self) -> None:
+        self._server.close()
+
+
+def _offline_service_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
+    monkeypatch.setenv("WANDB_BASE_URL", "http://wandb.example.invalid")
+    monkeypatch.setenv("WANDB_INIT_TIMEOUT", "3")
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "NO_PROXY",
+                 "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_online_mode_goes_through_the_proxy_option_and_an_unreachable_service_is_retried(
+        tables: dict[str, pa.Table], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Online, W&B's requests go through the proxy given with --proxy (verl's
+    wandb_proxy); W&B being unreachable beyond it is a retryable error."""
+    from tracklake import ExportError
+    _offline_service_env(tmp_path, monkeypatch)
+    proxy = _ProbeProxy()
+    dest = WandbDestination(mode="online", dir=str(tmp_path / "out"), proxy=proxy.url)
+    try:
+        with pytest.raises(ExportError, match=r"run proj/r1: wandb\.init failed") as err:
+            send(dest, _info(), tables, {})
+    finally:
+        proxy.close()
+    assert err.value.retryable
+    assert b"POST http://wandb.example.invalid/graphql HTTP/1.1" in proxy.requests
+
+
+def test_the_exporter_honours_http_proxy_from_the_environment(
+        root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`tracklake export wandb --mode online` in a process whose environment names the
+    proxy (wandb-core reads it when it starts); it gives up after --give-up-after."""
+    _make_run(root)
+    _offline_service_env(tmp_path, monkeypatch)
+    proxy = _ProbeProxy()
+    try:
+        done = subprocess.run(
+            [str(Path(sys.executable).parent / "tracklake"), "export", "wandb", "--root",
+             str(root), "--all", "--mode", "online", "--dir", str(tmp_path / "out"),
+             "--give-up-after", "1"], capture_output=True, text=True, timeout=120,
+            env={**os.environ, "HTTP_PROXY": proxy.url, "WANDB_SILENT": "true"})
+    finally:
+        proxy.close()
+    assert done.returncode == 1, done.stderr
+    assert "proj/r1" in done.stderr and "wandb.init failed" in done.stderr
+    assert b"POST http://wandb.example.invalid/graphql HTTP/1.1" in proxy.requests
