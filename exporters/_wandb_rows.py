@@ -30,9 +30,10 @@ class Pending:
     columns: dict[str, list[str]] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)  # flattened key -> value
     alerts: list[dict[str, Any]] = field(default_factory=list)
+    artifacts: list[dict[str, Any]] = field(default_factory=list)  # records, for their files
 
     def empty(self) -> bool:
-        return not (self.metrics or self.tables or self.config)
+        return not (self.metrics or self.tables or self.config or self.artifacts)
 
     def merge(self, later: Pending) -> None:
         """Add what `later` collected; its metric values win at the same step and key."""
@@ -43,6 +44,7 @@ class Pending:
         self.columns.update(later.columns)
         self.config.update(later.config)
         self.alerts.extend(later.alerts)
+        self.artifacts.extend(later.artifacts)
 
     def add_rows(self, key: str, columns: list[str], rows: Iterable[dict[str, Any]]) -> None:
         self.columns[key] = columns
@@ -98,7 +100,9 @@ def add_traces(pending: Pending, records: pa.Table) -> None:
 
 
 def add_artifacts(pending: Pending, records: pa.Table) -> None:
-    pending.add_rows("artifacts", ARTIFACT_COLUMNS, records.to_pylist())
+    rows = records.to_pylist()
+    pending.add_rows("artifacts", ARTIFACT_COLUMNS, rows)
+    pending.artifacts.extend(rows)
 
 
 def add_configs(pending: Pending, records: pa.Table) -> None:

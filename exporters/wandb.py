@@ -15,7 +15,8 @@ per commit.
 |  | rank, attempt |
 | events (alert) | table ``alerts``: step, level, title, text, time; online also `run.alert` |
 | traces | table ``traces``: one row per span (ids, name, status, error, duration) |
-| artifacts | table ``artifacts``: name, digest, size, media type (contents not sent) |
+| artifacts | W&B artifact per name and step, files referenced from the store's blobs |
+|  | (`_wandb_artifacts`); also table ``artifacts``: name, digest, size, media type |
 | `finish_run()` | summary ``tracklake/status``/``attempts``/``ranks``; exit code 0 if |
 |  | finished, else 1 |
 
@@ -107,6 +108,7 @@ from tracklake.exporters import _wandb_rows as rows
 from tracklake.exporters._attempt_routes import Target, by_attempt
 from tracklake.exporters._nest import nest
 from tracklake.exporters._protocol import RunInfo
+from tracklake.exporters._wandb_artifacts import build as build_artifacts
 from tracklake.exporters._wandb_state import RunState, wandb_run_id
 
 __all__ = ["WandbDestination", "wandb_run_id"]
@@ -250,12 +252,17 @@ class WandbDestination:
                            "increasing steps)", run.key, dropped_steps, dropped_records,
                            target.last_step, target.id)
         total = current.dropped_steps + dropped_steps
+        artifacts, missing = self._artifacts(run, pending)
 
         def send(wb: Any) -> None:
             if pending.config:
                 wb.config.update(nest(pending.config), allow_val_change=True)
             for step, row in history:
                 wb.log(row, step=step)
+            for artifact, aliases in artifacts:
+                wb.log_artifact(artifact, aliases=aliases)
+            if missing:
+                wb.summary["tracklake/missing_artifact_files"] = len(missing)
             if self.mode == "online":
                 for alert in pending.alerts:
                     wb.alert(title=str(alert.get("title") or "alert"),
@@ -271,6 +278,19 @@ class WandbDestination:
             target.last_step = last if target.last_step is None else max(target.last_step, last)
         current.dropped_steps = total
         current.dropped_records += dropped_records
+
+    def _artifacts(self, run: RunInfo, pending: rows.Pending
+                   ) -> tuple[list[tuple[Any, list[str]]], list[str]]:
+        if not pending.artifacts:
+            return [], []
+        if self.store_root is None:
+            raise ExportError(f"run {run.key}: cannot send artifacts: store_root is not set "
+                              "(the export loop sets it)", retryable=False)
+        built, missing = build_artifacts(pending.artifacts, self.store_root)
+        if missing:
+            logger.warning("run %s: %d artifact files are missing from the store's blobs and "
+                           "were left out: %s", run.key, len(missing), ", ".join(missing[:5]))
+        return built, missing
 
     # -- sessions ----------------------------------------------------------------------
 

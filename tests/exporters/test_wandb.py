@@ -390,3 +390,52 @@ def test_the_exporter_honours_http_proxy_from_the_environment(
     assert done.returncode == 1, done.stderr
     assert "proj/r1" in done.stderr and "wandb.init failed" in done.stderr
     assert b"POST http://wandb.example.invalid/graphql HTTP/1.1" in proxy.requests
+
+
+def test_artifacts_become_w_and_b_artifacts_referencing_the_stores_blobs(
+        root: Path, tmp_path: Path) -> None:
+    """A file and a directory become W&B artifacts (one version per name and step) whose
+    files are the store's blobs, referenced, not copied; a blob missing from the store is
+    left out and counted."""
+    import base64
+    import hashlib
+
+    from tracklake._format import blob_path
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "model.bin").write_bytes(b"weights" * 100)
+    (tmp_path / "ckpt" / "optim.bin").write_bytes(b"adam")
+    with tracklake.init(project=PROJECT, run_id="r1", root=root, capture_identity=False) as run:
+        run.log({"loss": 1.0}, step=5)
+        run.log_artifact(tmp_path / "ckpt", name="ckpt", step=5)
+        run.log_artifact(b"{}", name="eval results.json", media_type="application/json",
+                         step=6)
+        lost = run.log_artifact(b"gone", name="lost.txt", step=6)
+    assert lost is not None
+    blob_path(root, lost).unlink()
+    dest = WandbDestination(dir=str(tmp_path / "out"))
+    dest.store_root = root
+    state = send(dest, _info(), _tables(root), {})
+    assert state["targets"][0]["sessions"] == 1
+    found, summary = {}, {}
+    for record in wlog.records(_files(tmp_path)[0]):
+        if record.WhichOneof("record_type") == "artifact" and record.artifact.type == "tracklake":
+            art = record.artifact
+            found[art.name] = (set(art.aliases), {e.path: (e.digest, e.local_path)
+                                                  for e in art.manifest.contents})
+        if record.WhichOneof("record_type") == "summary":
+            summary.update((i.key or "/".join(i.nested_key), i.value_json)
+                           for i in record.summary.update)
+
+    def entry(content: bytes, digest: str) -> tuple[str, str]:
+        return (base64.b64encode(hashlib.md5(content).digest()).decode(),
+                str(blob_path(root, digest)))
+
+    digests = {r["name"]: r["digest"] for r in _tables(root)["artifacts"].to_pylist()}
+    assert found == {
+        "ckpt": ({"latest", "step-5"}, {
+            "ckpt/model.bin": entry(b"weights" * 100, digests["ckpt/model.bin"]),
+            "ckpt/optim.bin": entry(b"adam", digests["ckpt/optim.bin"])}),
+        "eval_results.json": ({"latest", "step-6"}, {
+            "eval_results.json": entry(b"{}", digests["eval_results.json"])}),
+    }
+    assert summary.get("tracklake/missing_artifact_files") == "1"
