@@ -1,12 +1,14 @@
 """Export throughput and latency, against each destination's own fastest bulk API.
 
-    python benchmarks/export.py [--values 1000000] [--mlflow-values 200000] [--json PATH]
+    python benchmarks/export.py [--values 1000000] [--mlflow-values 200000]
+        [--sdk-values 200000] [--destinations tensorboard,mlflow,wandb,swanlab] [--json PATH]
 
 Throughput: one run of N metric values (32 keys per step) is written and compacted;
 then, in the same process, the same values are written (a) straight with the
 destination's bulk API from memory — TensorBoard's EventFileWriter with one Summary of
 32 values per step; MLflow's MlflowClient.log_batch with 1,000 metrics per call into a
-sqlite store — and (b) by tracklake's exporter reading the store. The ratio is
+sqlite store; W&B and SwanLab offline: their SDK's `log(row, step=step)` with 32 values
+per call, then `finish()` — and (b) by tracklake's exporter reading the store. The ratio is
 tracklake's throughput over the direct one (target ≥ 0.9).
 
 Latency: a writer process logs a step of 32 values every 20 ms with default settings;
@@ -88,6 +90,31 @@ def direct_mlflow(uri: str, steps: np.ndarray, data: np.ndarray, wall: float) ->
     return time.perf_counter() - started
 
 
+def direct_wandb(directory: Path, steps: np.ndarray, data: np.ndarray, wall: float
+                 ) -> float:
+    import wandb
+
+    started = time.perf_counter()
+    run = wandb.init(project="direct", dir=str(directory), mode="offline",
+                     settings=wandb.Settings(silent=True, console="off", x_disable_stats=True))
+    for step, row in zip(steps.tolist(), data.tolist(), strict=True):
+        run.log(dict(zip(KEYS, row, strict=True)), step=step)
+    run.finish()
+    return time.perf_counter() - started
+
+
+def direct_swanlab(directory: Path, steps: np.ndarray, data: np.ndarray, wall: float
+                   ) -> float:
+    import swanlab
+
+    started = time.perf_counter()
+    run = swanlab.init(project="direct", logdir=str(directory), mode="offline")
+    for step, row in zip(steps.tolist(), data.tolist(), strict=True):
+        run.log(dict(zip(KEYS, row, strict=True)), step=step)
+    run.finish()
+    return time.perf_counter() - started
+
+
 def via_tracklake(name: str, root: Path, **kwargs: Any) -> float:
     destination = load(name)(**kwargs)
     started = time.perf_counter()
@@ -149,7 +176,9 @@ def main() -> None:
     parser.add_argument("--values", type=int, default=1_000_000)
     parser.add_argument("--mlflow-values", type=int, default=1_000_000)
     parser.add_argument("--latency-steps", type=int, default=250)
-    parser.add_argument("--destinations", default="tensorboard,mlflow")
+    parser.add_argument("--sdk-values", type=int, default=200_000,
+                        help="values for W&B and SwanLab (their SDKs are slow)")
+    parser.add_argument("--destinations", default="tensorboard,mlflow,wandb,swanlab")
     parser.add_argument("--no-latency", action="store_true")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -157,7 +186,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="tracklake-export-bench-") as tmp_name:
         tmp = Path(tmp_name)
         chosen = args.destinations.split(",")
-        for dest, n in (("tensorboard", args.values), ("mlflow", args.mlflow_values)):
+        for dest, n in (("tensorboard", args.values), ("mlflow", args.mlflow_values),
+                        ("wandb", args.sdk_values), ("swanlab", args.sdk_values)):
             if dest not in chosen:
                 continue
             root = tmp / f"store-{dest}"
@@ -166,9 +196,16 @@ def main() -> None:
             if dest == "tensorboard":
                 direct = direct_tensorboard(tmp / "tb-direct", steps, data, wall)
                 ours = via_tracklake("tensorboard", root, logdir=tmp / "tb-tracklake")
-            else:
+            elif dest == "mlflow":
                 direct = direct_mlflow(f"sqlite:///{tmp}/direct.db", steps, data, wall)
                 ours = via_tracklake("mlflow", root, tracking_uri=f"sqlite:///{tmp}/tl.db")
+            elif dest == "wandb":
+                direct = direct_wandb(tmp / "wandb-direct", steps, data, wall)
+                ours = via_tracklake("wandb", root, mode="offline", dir=str(tmp / "wandb-tl"))
+            else:
+                direct = direct_swanlab(tmp / "swanlab-direct", steps, data, wall)
+                ours = via_tracklake("swanlab", root, mode="offline",
+                                     logdir=str(tmp / "swanlab-tl"))
             results[dest] = {"values": values, "direct_s": direct, "tracklake_s": ours,
                              "direct_values_per_s": values / direct,
                              "tracklake_values_per_s": values / ours,
