@@ -138,10 +138,12 @@ class SwanlabDestination:
             click.Option(["--logdir"], type=click.Path(file_okay=False), default=None,
                          help="SwanLab log directory (default $SWANLAB_LOG_DIR, else "
                               "./swanlog)."),
-            click.Option(["--swanlab-project"], default=None,
-                         help="SwanLab project for every run (default: the tracklake project)."),
-            click.Option(["--workspace"], default=None,
-                         help="SwanLab workspace (cloud; default: your own)."),
+            click.Option(["--swanlab-project"], default=None, envvar="SWANLAB_PROJ_NAME",
+                         help="SwanLab project for every run (default $SWANLAB_PROJ_NAME, "
+                              "else the tracklake project)."),
+            click.Option(["--workspace"], default=None, envvar="SWANLAB_WORKSPACE",
+                         help="SwanLab workspace (cloud; default $SWANLAB_WORKSPACE, else "
+                              "your own)."),
         ]
 
     def describe(self) -> str:

@@ -82,8 +82,10 @@ without a W&B server.)
 
 Cost: a session takes about 30 ms offline after the first (the wandb-core service is
 reused); each commit adds a directory (in ``--follow`` mode about one per poll with new
-records). Nothing touches the network offline; system metrics, metadata, git, code,
-requirements and console capture are off in every mode.
+records). Nothing touches the network offline: wandb's own error reporting (which
+connects to W&B's servers in offline mode too) is off unless ``error_reporting=True``
+(``--allow-error-reporting``); system metrics, metadata, git, code, requirements and
+console capture are off in every mode.
 """
 
 from __future__ import annotations
@@ -130,9 +132,13 @@ class WandbDestination:
 
     def __init__(self, *, mode: str = "offline", dir: str | None = None,
                  entity: str | None = None, wandb_project: str | None = None,
-                 proxy: str | None = None) -> None:
+                 proxy: str | None = None, error_reporting: bool = False) -> None:
         if mode not in ("online", "offline"):
             raise ValueError(f"mode must be 'online' or 'offline', not {mode!r}")
+        if not error_reporting:
+            # read when wandb-core starts: otherwise it reports errors and traces to W&B's
+            # servers, in offline mode too (a connection an air-gapped node cannot make)
+            os.environ["WANDB_ERROR_REPORTING"] = "false"
         self.mode = mode
         base = dir or os.environ.get("WANDB_DIR") or os.getcwd()
         self.dir = Path(os.path.abspath(os.path.expanduser(base)))
@@ -155,10 +161,14 @@ class WandbDestination:
                               "else the current directory)."),
             click.Option(["--entity"], default=None,
                          help="W&B entity (default $WANDB_ENTITY or your default)."),
-            click.Option(["--wandb-project"], default=None,
-                         help="W&B project for every run (default: the tracklake project)."),
+            click.Option(["--wandb-project"], default=None, envvar="WANDB_PROJECT",
+                         help="W&B project for every run (default $WANDB_PROJECT, else the "
+                              "tracklake project)."),
             click.Option(["--proxy"], default=None,
                          help="HTTP(S) proxy for W&B (online mode)."),
+            click.Option(["--allow-error-reporting", "error_reporting"], is_flag=True,
+                         default=False,
+                         help="Let wandb send its error reports to W&B (off by default)."),
         ]
 
     def describe(self) -> str:
@@ -327,13 +337,9 @@ class WandbDestination:
                 dir=str(self.dir), id=target.id, resume="allow", name=name,
                 group=run.run, tags=tags, config=config or None,
                 reinit="create_new", settings=self._settings(target))
-        except (wandb.errors.UsageError, wandb.errors.AuthenticationError) as exc:
-            raise ExportError(f"run {run.key}: wandb.init refused: {exc} (online mode needs "
-                              "WANDB_API_KEY or `wandb login`; offline needs neither)",
-                              retryable=False) from exc
         except Exception as exc:  # the SDK raises many types (CommError, OSError, ...)
-            raise ExportError(f"run {run.key}: wandb.init failed: {exc}",
-                              retryable=True) from exc
+            _forget_failed_init()
+            raise _init_error(run, exc) from exc
         sync_file = Path(wb.settings.sync_file)
         try:
             send(wb)
@@ -380,6 +386,22 @@ class WandbDestination:
                                    ".wandb.uncommitted and its records are exported again",
                                    run.key, log)
                 _rename_uncommitted(log)
+
+
+def _init_error(run: RunInfo, exc: Exception) -> ExportError:
+    if isinstance(exc, (wandb.errors.UsageError, wandb.errors.AuthenticationError)):
+        return ExportError(f"run {run.key}: wandb.init refused: {exc} (online mode needs "
+                           "WANDB_API_KEY or `wandb login`; offline needs neither)",
+                           retryable=False)
+    return ExportError(f"run {run.key}: wandb.init failed: {exc}", retryable=True)
+
+
+def _forget_failed_init() -> None:
+    """A `wandb.init` that failed leaves its run registered in the wandb-core service, and
+    every later init of that id fails with "run ID is in use": stop the service (the next
+    init starts a fresh one)."""
+    with contextlib.suppress(Exception):
+        wandb.teardown()
 
 
 def _rename_uncommitted(path: Path) -> None:

@@ -171,3 +171,28 @@ def test_train_pack_unpack_export_then_again_with_only_the_new_steps(
     status = _cli("export", "status", "--root", str(b))
     assert RUN in status
 
+
+
+@pytest.mark.parametrize("dest,options", [
+    ("wandb", ["--mode", "offline", "--dir"]),
+    ("swanlab", ["--mode", "offline", "--logdir"]),
+])
+def test_an_offline_export_connects_to_nothing(tmp_path: Path, dest: str,
+                                               options: list[str]) -> None:
+    """With HTTP(S)_PROXY pointing at a recording proxy, an offline export (in a fresh
+    process, as a user runs it) makes no connection: wandb's own error reporting, which
+    connects to W&B's servers in offline mode too, is off."""
+    from _probe_proxy import ProbeProxy
+    root = tmp_path / "store"
+    with tracklake.init(project=PROJECT, run_id=RUN, root=root, capture_identity=False) as run:
+        run.log({"loss": 1.0}, step=0)
+    proxy = ProbeProxy()
+    env = {name: proxy.url for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy",
+                                        "https_proxy")}
+    try:
+        _cli("export", dest, "--root", str(root), "--all", *options, str(tmp_path / "out"),
+             env={**env, "HOME": str(tmp_path), "WANDB_API_KEY": "", "NO_PROXY": ""})
+    finally:
+        proxy.close()
+    assert proxy.requests == []
+    assert list((tmp_path / "out").rglob("*.wandb" if dest == "wandb" else "*.swanlab"))

@@ -24,6 +24,8 @@ import tracklake
 pytest.importorskip("wandb")
 
 import _wandb_log as wlog
+import wandb
+from _probe_proxy import ProbeProxy
 
 from tracklake.exporters import Destination, RunInfo
 from tracklake.exporters.wandb import WandbDestination, wandb_run_id
@@ -86,7 +88,7 @@ def test_it_is_a_destination_described_without_secrets(dest: WandbDestination,
     assert isinstance(dest, Destination)
     assert dest.describe() == f"wandb:offline:{tmp_path / 'out'}"
     assert [o.name for o in WandbDestination.cli_options()] == [
-        "mode", "dir", "entity", "wandb_project", "proxy"]
+        "mode", "dir", "entity", "wandb_project", "proxy", "error_reporting"]
 
 
 def test_every_metric_arrives_once_at_its_step_with_config_and_tables(
@@ -319,33 +321,9 @@ def test_every_rank_of_a_live_run_arrives_although_one_rank_lags(
     assert wlog.points(wlog.history(files)) == want
 
 
-class _ProbeProxy:
-    """A proxy on loopback that records each request line and answers 502: W&B behind a
-    proxy, with the service unreachable beyond it."""
-
-    def __init__(self) -> None:
-        import socket
-        import threading
-        self.requests: list[bytes] = []
-        self._server = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self._server.getsockname()[1]}"
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self._server.accept()
-            except OSError:
-                return
-            with conn:
-                self.requests.append(conn.recv(65536).split(b"\r\n", 1)[0])
-                conn.sendall(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n")
-
-    def close(self) -> None:
-        self._server.close()
-
-
 def _offline_service_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """W&B online against a host that does not exist; wandb's settings read afresh."""
+    wandb.teardown()  # its settings (base URL, ...) are read from the environment once
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
     monkeypatch.setenv("WANDB_BASE_URL", "http://wandb.example.invalid")
@@ -361,14 +339,16 @@ def test_online_mode_goes_through_the_proxy_option_and_an_unreachable_service_is
     wandb_proxy); W&B being unreachable beyond it is a retryable error."""
     from tracklake import ExportError
     _offline_service_env(tmp_path, monkeypatch)
-    proxy = _ProbeProxy()
+    proxy = ProbeProxy()
     dest = WandbDestination(mode="online", dir=str(tmp_path / "out"), proxy=proxy.url)
     try:
-        with pytest.raises(ExportError, match=r"run proj/r1: wandb\.init failed") as err:
-            send(dest, _info(), tables, {})
+        for _ in range(2):  # a retry in the same process fails the same way
+            with pytest.raises(ExportError, match=r"run proj/r1: wandb\.init failed") as err:
+                send(dest, _info(), tables, {})
+            assert err.value.retryable and "in use" not in str(err.value)
     finally:
         proxy.close()
-    assert err.value.retryable
+        wandb.teardown()
     assert b"POST http://wandb.example.invalid/graphql HTTP/1.1" in proxy.requests
 
 
@@ -378,7 +358,7 @@ def test_the_exporter_honours_http_proxy_from_the_environment(
     proxy (wandb-core reads it when it starts); it gives up after --give-up-after."""
     _make_run(root)
     _offline_service_env(tmp_path, monkeypatch)
-    proxy = _ProbeProxy()
+    proxy = ProbeProxy()
     try:
         done = subprocess.run(
             [str(Path(sys.executable).parent / "tracklake"), "export", "wandb", "--root",
