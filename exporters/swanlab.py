@@ -1,35 +1,17 @@
 """The SwanLab destination: one SwanLab run per tracklake run, written by the swanlab SDK
-(0.10) in its offline, local or cloud mode, one short SwanLab session per commit. The
-mapping, limits, modes and troubleshooting are in docs/exporters.md (SwanLab).
+(0.10) in its offline, local or cloud mode, one short SwanLab session per commit.
 
-Run id ``tl`` + 16 hex of SHA-256(``project/run``) with resume="allow": every session of
-a run, from any export, is the same SwanLab run. Metrics are SwanLab scalars; every other
-record is one `swanlab.Text` with a caption (`_swanlab_records`); the config is nested
-back at ``/``; `finish_run()` logs ``tracklake/status`` and finishes with the run's state.
-
-Steps. SwanLab keeps one value per key and step, takes steps in any order within a
-session, and on resuming a cloud run drops steps at or below the last it holds per key.
-`commit()` merges per step, logs in increasing step order and keeps the last step per key
-of each SwanLab run in the commit state (``last_steps``). A resumed attempt that logs
-steps again gets a SwanLab run of its own, ``<id>-a<attempt>`` (`_attempt_routes`);
-metric values still at or below their key's last step are dropped and counted
-(``dropped_values``); texts there move to the key's next step (their caption says so).
-
-Exactly once. SwanLab writes a session to ``<logdir>/run-<id>-tracklake<N>/`` (it never
-appends to an earlier session's file, and only flushes), so a session is what can be
-committed: `commit()` runs init → log → finish, fsyncs the session's files and returns
-``{"id", "targets": [{"id", "sessions", ...}], "attempts", "last_steps", "config",
-"dropped_values"}``. `open_run()` sets aside
-(renames to ``uncommitted-…``) every session directory numbered at or past the committed
-count, and the loop sends those records again. The crash window is between `finish()`
-returning and the loop saving its cursor; that session is set aside too, so nothing is
-twice in the files. An empty state sets aside every earlier session (with a warning). In
-cloud mode what a killed session streamed stays, and SwanLab drops the re-sent steps.
-SwanLab replaces a run's config per session, so the state keeps the config logged after
-the run started and every session sends the whole config.
-
-Only SwanLab's public API is used (see `_swanlab_session`); the tests read the files back
-with SwanLab's internal reader.
+The mapping, steps, resumed attempts, exactly-once sessions, modes, upload and
+troubleshooting are documented in docs/exporters.md (SwanLab). In short: `commit()`
+routes each attempt to its SwanLab run (`_attempt_routes`: a resumed attempt that logs
+steps again gets ``<id>-a<N>``), merges per step, keeps the last step per key of each run
+in the state (values at or below it are dropped and counted, texts move on), and writes
+one whole session — init, log, finish, fsync (`_swanlab_session`) — because SwanLab
+never appends to an earlier session's file. `open_run()` sets aside every session the
+state does not count, so a crash duplicates nothing in the files. SwanLab replaces a
+run's config per session, so the state keeps the whole config and every session sends
+it. Only SwanLab's public API is used; the tests read the files back with SwanLab's
+internal reader.
 """
 
 from __future__ import annotations

@@ -1,123 +1,45 @@
 """The Weights & Biases destination: one W&B run per tracklake run, written by the wandb
-SDK (offline by default: ``wandb sync`` uploads the files later), one short wandb session
-per commit.
+SDK (offline by default: ``wandb sync`` uploads the files later).
 
-| tracklake | W&B |
-|---|---|
-| run ``project/run`` | run id ``tl`` + 16 hex of SHA-256(``project/run``), resume="allow" |
-| a resumed attempt | run ``<id>-a<attempt>`` in the same group (see Resumed attempts) |
-| project | project (or ``--wandb-project``); entity ``--entity``/``WANDB_ENTITY`` |
-| run id, name, tags | group, name (the run id without one), tags |
-| configs, `RunInfo.config` | config, ``/`` keys nested back into dicts (`nest`) |
-| metrics | `run.log(row, step=step)`: one row per step, keys as exported |
-| texts | table ``texts/<key>``: step, text, rank, attempt |
-| generations | table ``generations/<key>``: step, sample, input, output, score, extra, |
-|  | rank, attempt |
-| events (alert) | table ``alerts``: step, level, title, text, time; online also `run.alert` |
-| traces | table ``traces``: one row per span (ids, name, status, error, duration) |
-| artifacts | W&B artifact per name and step, files referenced from the store's blobs |
-|  | (`_wandb_artifacts`); also table ``artifacts``: name, digest, size, media type |
-| `finish_run()` | summary ``tracklake/status``/``attempts``/``ranks``; exit code 0 if |
-|  | finished, else 1 |
-
-Tables are `wandb.Table`s logged in the row of their step, several records of a key and
-step in one table. A missing step counts as 0. NaN and ±inf are logged as they are (W&B's JSON has
-``NaN``/``Infinity``; -0.0 arrives as 0); table cells that are NaN/inf become strings
-and JSON columns stay text. Events of other kinds (``write_error``) and unknown kinds are skipped.
-
-Steps. A W&B run holds one history row per step and takes only increasing steps.
-`write()` only collects records; `commit()` merges everything collected (all kinds) per
-step and logs the rows in increasing step order, so out-of-order records within a commit
-arrive in order, and a step's tables sit in the same row as its metrics.
-
-Resumed attempts. A job resumed from a checkpoint is a later attempt that logs steps
-again that W&B already holds. Its records go to a W&B run of their own,
-``<id>-a<attempt>``, in the same group, named ``<name> (attempt N)`` and tagged
-``attempt-N``: the base run keeps what the earlier attempt logged, the new run everything
-the resumed attempt logs, so no value is lost (tracklake's own views show the merged
-history, the later attempt winning: ``metrics``; every record: ``metrics_all``). An
-attempt is bound to a W&B run by its first metrics (`_attempt_routes`); an attempt that
-starts after the last step continues the same run. W&B's rewind (``resume_from``) and
-fork (``fork_from``) are not used: offline they are only recorded for the server to apply
-at sync, rewind is not available on every server, a fork synced before its parent fails,
-and ``wandb sync`` with ``WANDB_RESUME`` (needed to append sessions, below) ignores both.
-Records that still arrive at or below their W&B run's last step (an export state that was
-lost, or one attempt logging a step twice) are dropped and counted in the state
-(``dropped_steps``, ``dropped_records``) and the summary (``tracklake/dropped_steps``).
-Table records at or below it are not dropped: they go into the row of the last logged
-step, and their ``step`` column keeps their own step (the loop sends a run kind by kind,
-so a long run's tables come after all its metrics).
-
-Exactly once. wandb-core buffers the transaction log (``run-<id>.wandb``) and writes it
-only when the run finishes: a process killed before `run.finish()` leaves none of its
-records in the file. So `commit()` is a whole wandb session: `wandb.init(id, resume="allow")`
-→ log → `run.finish()` (which waits until wandb-core wrote and closed the file; online,
-until it was uploaded), then the file and its directory are fsynced, and the state
-``{"id", "targets": [{"id", "sessions", "last_step", ...}], "attempts", ...}`` is
-returned. Session N of a W&B run writes the directory
-``<mode>-run-<time>-<wandb id>-tracklake<N:06d><nonce>`` (setting `x_sync_dir_suffix`);
-the state counts each W&B run's committed sessions. An exporter killed inside `commit()` (or
-`finish_run()`) may leave a session directory whose number is not below the committed
-count; `open_run()` renames its ``.wandb`` file to ``.wandb.uncommitted`` (kept for
-inspection, never synced), and the loop sends those records again in a new session. The
-crash window is therefore only between `run.finish()` returning and the loop saving its
-cursor file: the next `open_run()` sets that session aside as well, so nothing is
-duplicated in the files. With an empty state every earlier session of the run is set
-aside (a warning names them) and the run is exported again from its start. Online, a
-session killed mid-way may have streamed some rows to the server, whose re-sent steps W&B
-then refuses as not increasing — those rows stay as first sent. `run.alert` (online)
-sends e-mail or Slack messages that cannot be taken back either: an alert may be sent
-again after a crash.
-
-Uploading offline runs: ``WANDB_RESUME=allow wandb sync DIR/wandb``. Every committed
-session is a ``.wandb`` file (set-aside ones are not); `wandb sync` replays the files of
-one W&B run one after the other in start-time order, which is session order, and
-``WANDB_RESUME=allow`` makes each file after the first resume the run on the server (its
-history continues) instead of replacing it — without it, each file overwrites the last.
-`wandb sync` marks what it uploaded (``.wandb.synced``) and skips it the next time, so
-syncing again after a later export uploads only the new sessions. (That a synced file
-resumes rather than replaces follows from wandb-core 0.31's sync, which applies the
-``wandb sync`` process's resume setting to every run it replays; it cannot be checked
-without a W&B server.)
-
-Cost: a session takes about 30 ms offline after the first (the wandb-core service is
-reused); each commit adds a directory (in ``--follow`` mode about one per poll with new
-records). Nothing touches the network offline: wandb's own error reporting (which
-connects to W&B's servers in offline mode too) is off unless ``error_reporting=True``
-(``--allow-error-reporting``); system metrics, metadata, git, code, requirements and
-console capture are off in every mode.
+The mapping, steps, resumed attempts, artifacts, exactly-once sessions, the offline
+upload and troubleshooting are documented in docs/exporters.md (Weights & Biases). In
+short: `write()` collects records per attempt; `commit()` routes each attempt to its W&B
+run (`_attempt_routes`: a resumed attempt that logs steps again gets ``<id>-a<N>``),
+merges per step and logs rows in increasing step order in one whole wandb session per
+W&B run — init, log, finish, fsync — because wandb-core writes its ``.wandb`` file only
+when a run finishes. Session N of a W&B run is the directory ``…-<id>-tracklake<N>…``;
+the state counts committed sessions, and `open_run()` renames the ``.wandb`` file of
+every later one to ``.wandb.uncommitted``, so a crash duplicates nothing in the files.
+With ``--ranks all``, steps above the lowest latest step of the run's ranks wait in the
+state (`_hold`). wandb's error reporting, which connects to W&B's servers even offline,
+is off unless ``error_reporting=True``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import re
-import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
 import click
 import pyarrow as pa
-import wandb
 
 from tracklake._attempt import TERMINAL_STATUSES
 from tracklake._errors import ExportError
-from tracklake._format import fsync_dir
 from tracklake.exporters import _wandb_rows as rows
 from tracklake.exporters._attempt_routes import Target, by_attempt
 from tracklake.exporters._nest import nest
 from tracklake.exporters._protocol import RunInfo
 from tracklake.exporters._wandb_artifacts import build as build_artifacts
+from tracklake.exporters._wandb_session import Sessions
 from tracklake.exporters._wandb_state import RunState, wandb_run_id
 
 __all__ = ["WandbDestination", "wandb_run_id"]
 
 logger = logging.getLogger(__name__)
 
-SUFFIX = "tracklake"
 _EXIT_CODES = {"finished": 0}
 _ADD: dict[str, Callable[[rows.Pending, pa.Table], None]] = {
     "metrics": rows.add_metrics, "texts": rows.add_texts, "configs": rows.add_configs,
@@ -145,6 +67,7 @@ class WandbDestination:
         self.entity = entity
         self.wandb_project = wandb_project
         self.proxy = proxy
+        self._sessions = Sessions(mode, self.dir, entity, wandb_project, proxy)
         self.store_root: Path | None = None  # set by the loop; artifacts are not uploaded
         self.rank_mode = "0"  # set by the loop: "all" holds steps back (`_hold`)
         self._states: dict[str, RunState] = {}
@@ -181,7 +104,7 @@ class WandbDestination:
 
     def open_run(self, run: RunInfo, state: Mapping[str, Any]) -> None:
         current = RunState(run, state)
-        self._set_aside(run, current)
+        self._sessions.set_aside(run, current)
         self._states[run.key] = current
         self._pending[run.key] = {}  # uncommitted records: the loop re-sends them
 
@@ -221,7 +144,7 @@ class WandbDestination:
                                "tracklake/ranks": ",".join(str(r) for r in run.ranks)})
 
         for target in current.targets:
-            self._session(run, target, send, exit_code=_EXIT_CODES.get(run.status, 1))
+            self._sessions.run(run, target, send, exit_code=_EXIT_CODES.get(run.status, 1))
         self._pending.pop(run.key, None)
 
     def close(self) -> None:
@@ -281,7 +204,7 @@ class WandbDestination:
             if dropped_steps:
                 wb.summary["tracklake/dropped_steps"] = total
 
-        self._session(run, target, send, exit_code=0)
+        self._sessions.run(run, target, send, exit_code=0)
         target.sessions += 1
         if history:
             last = history[-1][0]
@@ -309,113 +232,3 @@ class WandbDestination:
         if pending is None:
             raise RuntimeError(f"run {run.key} is not open: call open_run() first")
         return pending
-
-    def _settings(self, target: Target) -> Any:
-        nonce = uuid.uuid4().hex[:8]
-        options: dict[str, Any] = {
-            "mode": self.mode, "silent": True, "console": "off",
-            "x_disable_stats": True, "x_disable_meta": True, "x_disable_machine_info": True,
-            "disable_git": True, "disable_code": True, "save_code": False,
-            "x_save_requirements": False, "disable_job_creation": True,
-            "x_sync_dir_suffix": f"{SUFFIX}{target.sessions:06d}{nonce}",
-        }
-        if self.proxy:
-            options.update(http_proxy=self.proxy, https_proxy=self.proxy)
-        return wandb.Settings(**options)
-
-    def _session(self, run: RunInfo, target: Target, send: Callable[[Any], None],
-                 exit_code: int) -> None:
-        """init → send → finish; the transaction log fsynced. A session that fails is
-        finished and set aside, and the error is retryable (the loop sends again)."""
-        config = nest({**run.config})
-        name, tags = run.name or run.run, list(run.tags)
-        if target.attempt is not None:
-            name, tags = f"{name} (attempt {target.attempt})", [*tags, f"attempt-{target.attempt}"]
-        try:
-            wb = wandb.init(
-                entity=self.entity, project=self.wandb_project or run.project,
-                dir=str(self.dir), id=target.id, resume="allow", name=name,
-                group=run.run, tags=tags, config=config or None,
-                reinit="create_new", settings=self._settings(target))
-        except Exception as exc:  # the SDK raises many types (CommError, OSError, ...)
-            _forget_failed_init()
-            raise _init_error(run, exc) from exc
-        sync_file = Path(wb.settings.sync_file)
-        try:
-            send(wb)
-        except Exception as exc:
-            with contextlib.suppress(Exception):
-                wb.finish(exit_code=1)
-            _rename_uncommitted(sync_file)
-            raise ExportError(f"run {run.key}: logging to W&B failed: {exc}",
-                              retryable=True) from exc
-        try:
-            wb.finish(exit_code=exit_code)
-            _fsync(sync_file)
-        except Exception as exc:
-            _rename_uncommitted(sync_file)
-            raise ExportError(f"run {run.key}: finishing the W&B session {sync_file.parent} "
-                              f"failed: {exc}", retryable=True) from exc
-
-    def _set_aside(self, run: RunInfo, current: RunState) -> None:
-        """Rename the transaction logs of sessions after the last commit, of the run's
-        base W&B run and of its attempts' (also ones no commit knows)."""
-        wandb_dir = Path(wandb.Settings(root_dir=str(self.dir)).wandb_dir)
-        pattern = re.compile(rf"(?:offline-)?run-\d{{8}}_\d{{6}}-({current.base}(?:-a\d+)?)"
-                             rf"-{SUFFIX}(\d{{6}})[0-9a-f]{{8}}\Z")
-        try:
-            names = sorted(os.listdir(wandb_dir))
-        except FileNotFoundError:
-            return
-        except OSError as exc:
-            raise ExportError(f"cannot list {wandb_dir}: {exc.strerror or exc}",
-                              retryable=True) from exc
-        for name in names:
-            m = pattern.match(name)
-            if not m:
-                continue
-            committed = current.committed_sessions(m.group(1))
-            log = wandb_dir / name / f"run-{m.group(1)}.wandb"
-            if int(m.group(2)) >= committed and log.exists():
-                if committed:
-                    logger.info("run %s: setting aside %s, written after the last commit",
-                                run.key, log)
-                else:
-                    logger.warning("run %s: %s was written by an earlier export but the export "
-                                   "state does not count it: it is renamed to "
-                                   ".wandb.uncommitted and its records are exported again",
-                                   run.key, log)
-                _rename_uncommitted(log)
-
-
-def _init_error(run: RunInfo, exc: Exception) -> ExportError:
-    if isinstance(exc, (wandb.errors.UsageError, wandb.errors.AuthenticationError)):
-        return ExportError(f"run {run.key}: wandb.init refused: {exc} (online mode needs "
-                           "WANDB_API_KEY or `wandb login`; offline needs neither)",
-                           retryable=False)
-    return ExportError(f"run {run.key}: wandb.init failed: {exc}", retryable=True)
-
-
-def _forget_failed_init() -> None:
-    """A `wandb.init` that failed leaves its run registered in the wandb-core service, and
-    every later init of that id fails with "run ID is in use": stop the service (the next
-    init starts a fresh one)."""
-    with contextlib.suppress(Exception):
-        wandb.teardown()
-
-
-def _rename_uncommitted(path: Path) -> None:
-    target = path.with_name(path.name + ".uncommitted")
-    try:
-        if path.exists():
-            os.replace(path, target)
-            fsync_dir(path.parent)
-    except OSError as exc:
-        raise ExportError(f"cannot set aside the uncommitted W&B file {path}: "
-                          f"{exc.strerror or exc}", retryable=True) from exc
-
-
-def _fsync(path: Path) -> None:
-    fsync_dir(path)  # opens read-only and fsyncs: works for a file as for a directory
-    fsync_dir(path.parent)
-    fsync_dir(path.parent.parent)
