@@ -5,6 +5,7 @@ in `tracklake.exporters.mlflow`; traces are in `_mlflow_spans`)."""
 from __future__ import annotations
 
 import json
+import logging
 import math
 import tempfile
 from collections.abc import Iterable, Mapping
@@ -28,6 +29,8 @@ from tracklake.exporters._mlflow_names import (
 )
 from tracklake.exporters._mlflow_target import Target
 from tracklake.exporters._protocol import RunInfo
+
+logger = logging.getLogger(__name__)
 
 LOGGED_ARTIFACTS_TAG = "mlflow.loggedArtifacts"
 CONFIG_ARTIFACT = "tracklake/config.json"
@@ -157,7 +160,8 @@ def _register_tables(target: Target, paths: Iterable[str]) -> None:
 def write_artifacts(run: RunInfo, target: Target, table: pa.Table, *,
                     store_root: Path | None, destination: str) -> None:
     """Upload the artifacts' blobs from the store at `store_root` (`destination` names
-    the exporter in error messages)."""
+    the exporter in messages). A blob missing from the store is left out, warned about
+    and recorded as the tag ``tracklake.missing_artifact.<path>`` = its sha256."""
     if store_root is None:
         raise ExportError(f"{destination}: cannot upload the artifacts of {run.key}: "
                           "store_root is not set (the export loop sets it)",
@@ -166,11 +170,14 @@ def write_artifacts(run: RunInfo, target: Target, table: pa.Table, *,
     for name, digest in zip(table.column("name").to_pylist(),
                             table.column("digest").to_pylist(), strict=True):
         latest[f"artifacts/{artifact_part(name)}"] = digest
+    missing: dict[str, str] = {}
     for path, digest in latest.items():
         blob = blob_path(store_root, digest)
-        if not blob.is_file():
-            raise ExportError(f"{destination}: artifact {path!r} of {run.key}: its "
-                              f"blob {blob} is missing from the store", retryable=False)
+        if not blob.is_file():  # lost from the store: say so, and export the rest
+            missing[mlflow_key(f"tracklake.missing_artifact.{path}")] = digest
+            logger.warning("%s: artifact %r of %s left out: its blob %s is missing from the "
+                           "store", destination, path, run.key, blob)
+            continue
         directory, _, filename = path.rpartition("/")
         with tempfile.TemporaryDirectory(prefix="tracklake-mlflow-") as tmp:
             local = Path(tmp) / filename
@@ -180,6 +187,8 @@ def write_artifacts(run: RunInfo, target: Target, table: pa.Table, *,
                 local.write_bytes(blob.read_bytes())
             target.client.log_artifact(target.run_id, str(local), directory)
         target.note_file(path)
+    if missing:
+        target.log_tags(missing)
 
 
 def write_events(run: RunInfo, target: Target, table: pa.Table) -> None:

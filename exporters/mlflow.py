@@ -32,7 +32,9 @@ generations    table artifact ``generations/<key>/step_<step:08d>.json`` in the 
                which appends to an existing file (a re-send would repeat the rows)
 artifacts      artifact ``artifacts/<name>``, uploaded from the store's blob (the loop
                sets `store_root`; pass ``store_root=`` when using the class alone); the
-               last version of a name wins; media type and metadata are not sent
+               last version of a name wins; media type and metadata are not sent; a
+               blob missing from the store is left out, tag
+               ``tracklake.missing_artifact.artifacts/<name>`` = its sha256
 events         tag ``tracklake.<kind>.<rank>.<attempt>.<seq>`` (kind ``alert`` or
                ``write_error``) = JSON ``{"level", "title", "text", "step", "time"}``
                (time in µs since the epoch; text cut to fit 8,000 characters)

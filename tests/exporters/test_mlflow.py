@@ -585,3 +585,21 @@ def _iso_ms(text: str | None) -> int:
 
     assert text is not None
     return int(dt.datetime.fromisoformat(text).timestamp() * 1000)
+
+
+def test_an_artifact_whose_blob_is_missing_is_left_out_and_named_in_a_tag(
+        dest: MlflowDestination, backend: tuple[str, Path], root: Path, run_id: str) -> None:
+    from tracklake._format import blob_path
+    with tracklake.init(project=PROJECT, run_id=run_id, root=root,
+                        capture_identity=False) as run:
+        run.log_artifact(b"kept", name="kept.bin")
+        lost = run.log_artifact(b"lost", name="lost.bin")
+    assert lost is not None
+    blob_path(root, lost).unlink()
+    info = _info(root, run_id)
+    mlflow_run_id = _export(dest, info, _records(root, run_id))
+    client = MlflowClient(backend[0])
+    assert [f.path for f in client.list_artifacts(mlflow_run_id, "artifacts")] == [
+        "artifacts/kept.bin"]
+    tags = client.get_run(mlflow_run_id).data.tags
+    assert tags["tracklake.missing_artifact.artifacts/lost.bin"] == lost
