@@ -1,5 +1,5 @@
 """MLflow names and limits: tracklake keys as metric, param, tag and artifact names, and
-requests cut to MLflow's limits (the rules are documented in `tracklake.exporters.mlflow`).
+requests cut to MLflow's limits (the rules are documented in docs/exporters.md, MLflow).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Records to SwanLab rows: metric values merged per step, every other kind as one text
-per record with a caption (the mapping is documented in `tracklake.exporters.swanlab`).
+per record with a caption (the mapping is documented in docs/exporters.md, SwanLab).
 
 Nothing here imports swanlab: texts are (content, caption) pairs until a session turns
 them into `swanlab.Text`. SwanLab keeps one value per key and step (the first one it

@@ -1,5 +1,5 @@
 """Records to TensorBoard events: scalars, markdown text tables, hparams and traces
-(the mapping is documented in `tracklake.exporters.tensorboard`)."""
+(the mapping is documented in docs/exporters.md, TensorBoard)."""
 
 
 from __future__ import annotations

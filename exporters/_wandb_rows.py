@@ -1,5 +1,5 @@
 """Records to W&B history rows: metrics merged per step, other kinds as `wandb.Table`s
-(the mapping is documented in `tracklake.exporters.wandb`)."""
+(the mapping is documented in docs/exporters.md, Weights & Biases)."""
 
 from __future__ import annotations
 

@@ -1,94 +1,17 @@
-"""MLflow destination: a tracklake run becomes an MLflow run, through `MlflowClient` only.
+"""The MLflow destination: one MLflow run per tracklake run, written through `MlflowClient`
+(spans through MLflow's tracing client).
 
-=============  ===========================================================================
-tracklake      MLflow
-=============  ===========================================================================
-project        experiment of the same name (created if missing)
-run            run tagged ``tracklake.run_id`` = ``project/run``, found again by that tag
-               (never by name); created with run name = run name or id, start time =
-               ``started_at``, tags ``tracklake.run_id``, ``tracklake.project``,
-               ``tracklake.attempts``, ``tracklake.ranks`` (``0,1``), ``tracklake.tags``
-               (JSON list) and one tag per run tag (value ""; ``mlflow.*``/``tracklake.*``
-               names get a ``tag.`` prefix)
-status         on `finish_run`: finished → FINISHED, failed → FAILED, killed and crashed →
-               KILLED; a run that runs again (a new attempt) is set back to RUNNING
-metrics        ``log_batch`` points (key, value, step, timestamp = record time in ms)
-configs        params: flattened key → the string itself for a JSON string, else the JSON
-               text; cut to 6,000 characters. A value that changes after it was logged
-               (MLflow refuses to change a param) goes to the tag
-               ``tracklake.param_changed.<key>`` (the latest value) and the param keeps
-               the first one. The whole config, untruncated, is the artifact
-               ``tracklake/config.json`` (key → JSON value, the latest of each key).
-               Latest means of the highest attempt (tag ``tracklake.config_attempt``):
-               ranks log the same config, and a rank's older attempt that arrives after
-               a newer one (the loop sends stream by stream) changes nothing
-texts          artifact ``texts/<key>/step_<step:08d>.txt`` (``no_step.txt`` without a
-               step); the last text of a key and step wins
-generations    table artifact ``generations/<key>/step_<step:08d>.json`` in the format of
-               ``MlflowClient.log_table`` (pandas "split" JSON, registered in the tag
-               ``mlflow.loggedArtifacts``), columns rank, attempt, seq, sample, input,
-               output, score (null for NaN), extra; rows of all ranks of that step, the
-               latest attempt of each rank only. Written as text, not with log_table,
-               which appends to an existing file (a re-send would repeat the rows)
-artifacts      artifact ``artifacts/<name>``, uploaded from the store's blob (the loop
-               sets `store_root`; pass ``store_root=`` when using the class alone); the
-               last version of a name wins; media type and metadata are not sent; a
-               blob missing from the store is left out, tag
-               ``tracklake.missing_artifact.artifacts/<name>`` = its sha256
-events         tag ``tracklake.<kind>.<rank>.<attempt>.<seq>`` (kind ``alert`` or
-               ``write_error``) = JSON ``{"level", "title", "text", "step", "time"}``
-               (time in µs since the epoch; text cut to fit 8,000 characters)
-traces         MLflow traces (``tr-<trace_id>``) with the store's span ids, parents and
-               start/end times, in the run's experiment and linked to the run; span
-               attributes: the logged ones plus ``tracklake.step``, ``tracklake.rank``,
-               ``tracklake.attempt``, ``tracklake.token_ids``, ``tracklake.trace_id``,
-               ``tracklake.span_id`` (logged attributes named ``mlflow.*`` get a
-               ``tracklake.attribute.`` prefix); trace tags
-               ``mlflow.traceName`` and ``tracklake.run_id``. Sent with the tracking
-               store's ``log_spans`` (MLflow ≥ 3.4): MlflowClient.start_trace/start_span
-               go through the process-wide tracer and make new ids, so a re-send would
-               make a second trace
-=============  ===========================================================================
-
-Keys (metric, param and tag names; path parts of artifacts) are mapped to what MLflow
-accepts, the same way everywhere: every character other than a letter, digit, ``_ - .
-space / :`` becomes ``_``; empty path segments are dropped and ``.``/``..`` segments
-become ``_``/``__`` (MLflow refuses names that change under path normalisation); a key
-longer than 250 characters keeps its first 241 and gets ``-`` and 8 hex digits of the
-SHA-256 of the original key. In artifact paths ``:`` also becomes ``_``. Two keys that
-differ only in replaced characters land on the same MLflow name.
-
-Limits respected (``mlflow.utils.validation``): at most 1,000 metrics and 100 params or
-tags per ``log_batch`` request and about 900 kB of JSON per request (MLflow refuses
-requests over 1 MB); params of 6,000 and tags of 8,000 characters (longer values are cut
-here, not by MLflow). ``mlflow.loggedArtifacts`` stops listing tables when it would
-exceed 8,000 characters (the files are still there).
-
-Exactly once, without state: every write is idempotent, so the loop may re-send anything
-after a crash or an outage. MLflow's SQL store keeps one metric row per (run, key,
-timestamp, step, value, NaN flag) and skips exact duplicates in a batch
-(``SqlAlchemyStore._log_metrics``); timestamps come from the record, so a re-sent point
-is an exact duplicate. Params already logged with the same value are skipped, tags and
-artifact files are overwritten with the same content, tables are merged by (rank,
-attempt, seq, sample), and spans are upserted by (trace id, span id) — which also lets
-the spans of one trace arrive in several batches. `commit()` returns only the MLflow
-run and experiment ids, for information.
-
-Values: NaN is stored and read back as NaN; MLflow's SQL store cannot hold infinities
-and stores ±inf as ±1.7976931348623157e308 (``sys.float_info.max``), which is what
-``get_metric_history`` then returns.
-
-Network: unless ``telemetry=True`` (``--allow-telemetry``), ``MLFLOW_DISABLE_TELEMETRY``
-is set to ``true`` before mlflow is imported (``import mlflow`` creates its telemetry
-client when it is not set) and MLflow's telemetry client is reset, so no usage data
-leaves the process. MLflow's client retries each HTTP request up to 7 times over about
-4 minutes; the export loop already retries with backoff, so unless
-``MLFLOW_HTTP_REQUEST_MAX_RETRIES`` is set it is set to 0 here and an outage comes back
-at once as ``ExportError(retryable=True)``; ``MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT``
-likewise defaults to ``true`` here, so that MLflow does not print run links into the
-exporter's output. Errors are translated by MLflow's error
-code (HTTP status ≥ 500 except 501, 408 and 429, and connection failures are
-retryable; other 4xx are not).
+The mapping, key rules, limits, exactly-once writes, network settings and troubleshooting
+are documented in docs/exporters.md (MLflow). In short: there is no export state to keep,
+because every write is idempotent — a metric's timestamp is its record's time, so a
+re-sent point is an exact duplicate MLflow's SQL store skips; params go once, files and
+tags are rewritten, generation tables are merged by row and spans are upserted by id
+(`log_spans`: `start_trace` would make new ids). The MLflow run is found again by its tag
+``tracklake.run_id``, never by name. The writers per kind are in `_mlflow_records` and
+`_mlflow_spans`, names and limits in `_mlflow_names`, and `_mlflow_errors` translates
+errors by MLflow's error code. Unless asked for, MLflow's telemetry and its own request
+retries are switched off before mlflow is imported: no usage data leaves the process, and
+the loop's backoff decides.
 """
 
 from __future__ import annotations
