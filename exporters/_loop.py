@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import random
 import sys
 import threading
@@ -48,6 +49,9 @@ class ExportOptions:
     retry_max: float = 60.0
     give_up_after: float | None = 600.0  # seconds of retrying a run before giving up; None: never
     state_dir: Path | None = None  # default: ROOT/exports/<destination>
+    #: while following, seconds at least between two deliveries to a live run (None: the
+    #: destination's `commit_interval`, else 0); a finished run is delivered at once
+    commit_interval: float | None = None
 
 
 @dataclass
@@ -114,6 +118,9 @@ class Exporter:
         self.state_dir = self.options.state_dir or destination_dir(
             self.root, destination.name, self.description)
         self.summary = ExportSummary(self.description)
+        interval = self.options.commit_interval
+        self.commit_interval = float(getattr(destination, "commit_interval", 0.0)
+                                     if interval is None else interval)
         self._wake = threading.Event()
         if hasattr(destination, "store_root"):
             destination.store_root = self.root
@@ -136,12 +143,18 @@ class Exporter:
             raise ValueError("select runs to export: a project, run ids, tags, since, or all")
         observer = self._watch() if self.options.follow else None
         done: dict[str, int] = {}  # run key -> attempts when it was finished and exported
+        delivered: dict[str, float] = {}  # run key -> when it was last delivered (following)
         try:
             while True:
                 runs = select_runs(self.root, self.selection)
                 for info in runs:
                     if done.get(info.key) == info.attempts:
                         continue  # finished and fully exported; a new attempt reopens it
+                    if (self.options.follow and info.status not in TERMINAL_STATUSES
+                            and time.monotonic() - delivered.get(info.key, -math.inf)
+                            < self.commit_interval):
+                        continue  # not yet: a destination whose commits are costly
+                    delivered[info.key] = time.monotonic()
                     outcome = self.export_run(info)
                     if outcome.finished and not outcome.error:
                         done[info.key] = info.attempts

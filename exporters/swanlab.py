@@ -88,6 +88,9 @@ class SwanlabDestination:
     """Writes each run as a SwanLab run (offline files by default) through the swanlab SDK."""
 
     name: ClassVar[str] = "swanlab"
+    #: while following, seconds between commits to a live run: each commit is a session
+    #: directory that `sync` uploads one by one (``--commit-interval`` overrides it)
+    commit_interval: ClassVar[float] = 30.0
 
     def __init__(self, *, mode: str = "offline", logdir: str | None = None,
                  swanlab_project: str | None = None, workspace: str | None = None) -> None:

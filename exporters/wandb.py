@@ -51,6 +51,9 @@ class WandbDestination:
     """Writes each run as a W&B run (offline files by default) through the wandb SDK."""
 
     name: ClassVar[str] = "wandb"
+    #: while following, seconds between commits to a live run: each commit is a session
+    #: directory that `sync` uploads one by one (``--commit-interval`` overrides it)
+    commit_interval: ClassVar[float] = 30.0
 
     def __init__(self, *, mode: str = "offline", dir: str | None = None,
                  entity: str | None = None, wandb_project: str | None = None,

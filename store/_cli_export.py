@@ -33,6 +33,10 @@ def _common_options() -> list[click.Parameter]:
                      help="Seconds between polls while following."),
         click.Option(["--batch-rows"], default=50_000, show_default=True,
                      help="Records sent and committed at a time."),
+        click.Option(["--commit-interval"], type=float, default=None,
+                     help="While following, seconds at least between two commits to a live "
+                          "run (default: the destination's; 30 for W&B and SwanLab, whose "
+                          "every commit is a session directory; 0 for the others)."),
         click.Option(["--give-up-after"], default=600.0, show_default=True,
                      help="Seconds to keep retrying a failing destination (without --follow)."),
         click.Option(["--state-dir"], type=click.Path(file_okay=False, path_type=Path),
@@ -65,6 +69,7 @@ def _run_export(name: str, params: dict[str, Any]) -> None:
     options = ExportOptions(ranks=params["ranks"], follow=params["follow"],
                             poll_interval=params["poll_interval"],
                             batch_rows=params["batch_rows"],
+                            commit_interval=params["commit_interval"],
                             give_up_after=params["give_up_after"],
                             state_dir=params["state_dir"])
     try:

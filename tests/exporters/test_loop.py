@@ -296,3 +296,37 @@ def test_foreign_torn_and_damaged_files_are_reported_not_fatal(root: Path) -> No
     assert str(segments[4]) in text and "not exported" in text
     again = _run(dest, root)  # no crash loop: the same warnings, nothing sent twice
     assert again.records == 0 and [s for s, _, _ in _pairs(dest)] == [0, 2, 3, 5]
+
+
+def test_a_commit_interval_delivers_a_live_run_once_then_at_its_end(root: Path) -> None:
+    """While following with a commit interval, a live run is delivered on the first pass
+    and then not again until the interval passed — or the run finished, which is
+    delivered at once."""
+    import threading
+    import time
+
+    run = tracklake.init(project="p", run_id="live", root=root, capture_identity=False)
+    run.log({"x": 0.0}, step=0)
+    run.flush()
+    dest = MemoryDestination()
+    exporter = Exporter(dest, root=root, selection=Selection(runs=("live",)),
+                        options=ExportOptions(follow=True, poll_interval=0.05,
+                                              commit_interval=3600.0), log=_quiet)
+    thread = threading.Thread(target=exporter.run)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while "p/live" not in dest.runs and time.monotonic() < deadline:
+            time.sleep(0.02)
+        for step in range(1, 50):
+            run.log({"x": float(step)}, step=step)
+        run.flush()
+        time.sleep(0.5)  # ten polls: the records wait
+        assert dest.runs["p/live"].commits == 1
+        assert [s for s, _, _ in _pairs(dest, "p/live")] == [0]
+    finally:
+        run.finish()
+        thread.join(timeout=60)
+    assert not thread.is_alive()
+    assert [s for s, _, _ in _pairs(dest, "p/live")] == list(range(50))
+    assert dest.runs["p/live"].finished_status == "finished"
