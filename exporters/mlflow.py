@@ -80,13 +80,17 @@ class MlflowDestination:
     name: ClassVar[str] = "mlflow"
 
     def __init__(self, *, tracking_uri: str | None = None, telemetry: bool = False,
-                 store_root: str | os.PathLike[str] | None = None) -> None:
+                 store_root: str | os.PathLike[str] | None = None,
+                 artifact_root: str | None = None) -> None:
         uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
         if not uri:
             raise ExportError("no MLflow tracking URI: pass --tracking-uri or set "
                               "MLFLOW_TRACKING_URI", retryable=False)
         self.tracking_uri = uri
         self.telemetry = telemetry
+        #: Where experiments this exporter creates keep their artifacts (None: MLflow's
+        #: default, the server's artifact root, or ./mlruns for a database URI).
+        self.artifact_root = artifact_root
         #: The tracklake store the records come from (artifact blobs are read there).
         self.store_root: Path | None = Path(store_root) if store_root is not None else None
         _configure_mlflow_environment(telemetry)
@@ -123,6 +127,11 @@ class MlflowDestination:
                          help="MLflow tracking URI (a server's http(s) URL or a database)."),
             click.Option(["--allow-telemetry", "telemetry"], is_flag=True, default=False,
                          help="Let MLflow send its usage telemetry (off by default)."),
+            click.Option(["--artifact-root"], default=None,
+                         help="Directory or URI under which experiments this exporter "
+                              "creates keep their artifacts, one folder per project "
+                              "(default: MLflow's: the server's, or ./mlruns for a "
+                              "database URI)."),
         ]
 
     def describe(self) -> str:
@@ -196,6 +205,13 @@ class MlflowDestination:
             raise RuntimeError(f"open_run() was not called for {run.key}")
         return target
 
+    def _artifact_location(self, project: str) -> str | None:
+        if self.artifact_root is None:
+            return None
+        if "://" in self.artifact_root:
+            return f"{self.artifact_root.rstrip('/')}/{project}"
+        return (Path(self.artifact_root).expanduser().resolve() / project).as_uri()
+
     def _experiment(self, project: str) -> str:
         cached = self._experiments.get(project)
         if cached is not None:
@@ -206,7 +222,8 @@ class MlflowDestination:
         experiment = self._client.get_experiment_by_name(project)
         if experiment is None:
             try:
-                experiment_id = self._client.create_experiment(project)
+                experiment_id = self._client.create_experiment(
+                    project, artifact_location=self._artifact_location(project))
             except MlflowException as exc:
                 if exc.error_code != ErrorCode.Name(RESOURCE_ALREADY_EXISTS):
                     raise

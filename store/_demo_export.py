@@ -10,7 +10,7 @@ directory, an MLflow tracking URI a SQLite file in it, a mode option ``offline``
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,6 +65,8 @@ def local_arguments(options: Sequence[click.Parameter], out: str) -> list[str]:
             arguments += [option.opts[0], out]
         elif option.name == "tracking_uri":
             arguments += [option.opts[0], sqlite_uri(out)]
+        elif option.name == "artifact_root":
+            arguments += [option.opts[0], f"{out}/artifacts"]
         elif (option.name == "mode" and isinstance(option.type, click.Choice)
               and "offline" in option.type.choices):
             arguments += [option.opts[0], "offline"]
@@ -87,9 +89,6 @@ class DemoExport:
         from tracklake.exporters import ExportOptions, Selection, export
 
         self.out.mkdir(parents=True, exist_ok=True)
-        prepare = _PREPARE.get(self.name)
-        if prepare is not None:
-            prepare(self.params, self.out, project)
         summary = export(self.destination, root=root,
                          selection=Selection(project=project, runs=(run_id,)),
                          options=ExportOptions(give_up_after=30.0))
@@ -144,21 +143,3 @@ def plan_export(name: str, root: Path, out: Path | None) -> DemoExport:
                       local_arguments(options, shown(out)))
 
 
-def _mlflow_experiment(params: Mapping[str, Any], out: Path, project: str) -> None:
-    """Create the project's experiment with its artifacts under `out`: with a database
-    URI, MLflow would otherwise put them in ./mlruns of the current directory."""
-    from mlflow.exceptions import MlflowException
-    from mlflow.tracking import MlflowClient
-
-    try:
-        client = MlflowClient(tracking_uri=params["tracking_uri"])
-        if client.get_experiment_by_name(project) is None:
-            client.create_experiment(project, artifact_location=(out / "artifacts").as_uri())
-    except MlflowException as exc:
-        raise ExportError(f"cannot create the MLflow experiment {project!r} in {out}: {exc}",
-                          retryable=False) from exc
-
-
-_PREPARE: Mapping[str, Callable[[Mapping[str, Any], Path, str], None]] = {
-    "mlflow": _mlflow_experiment,
-}

@@ -329,9 +329,11 @@ def test_cli_options_default_to_the_environment(monkeypatch: pytest.MonkeyPatch)
                             callback=lambda **kw: seen.update(kw))
     result = CliRunner().invoke(command, [], env={"MLFLOW_TRACKING_URI": "http://h:1"})
     assert result.exit_code == 0, result.output
-    assert seen == {"tracking_uri": "http://h:1", "telemetry": False}
-    CliRunner().invoke(command, ["--tracking-uri", "sqlite:///x.db", "--allow-telemetry"])
-    assert seen == {"tracking_uri": "sqlite:///x.db", "telemetry": True}
+    assert seen == {"tracking_uri": "http://h:1", "telemetry": False, "artifact_root": None}
+    CliRunner().invoke(command, ["--tracking-uri", "sqlite:///x.db", "--allow-telemetry",
+                                 "--artifact-root", "arts"])
+    assert seen == {"tracking_uri": "sqlite:///x.db", "telemetry": True,
+                    "artifact_root": "arts"}
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://from-env:5000")
     assert MlflowDestination(**seen | {"tracking_uri": None}).tracking_uri == (
         "http://from-env:5000")
@@ -603,3 +605,21 @@ def test_an_artifact_whose_blob_is_missing_is_left_out_and_named_in_a_tag(
         "artifacts/kept.bin"]
     tags = client.get_run(mlflow_run_id).data.tags
     assert tags["tracklake.missing_artifact.artifacts/lost.bin"] == lost
+
+
+def test_an_artifact_root_keeps_new_experiments_artifacts_under_it(
+        root: Path, run_id: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a database URI MLflow would put artifacts in ./mlruns of the current
+    directory; --artifact-root puts those of experiments the exporter creates under it."""
+    monkeypatch.chdir(tmp_path)
+    with tracklake.init(project=PROJECT, run_id=run_id, root=root,
+                        capture_identity=False) as run:
+        run.log_artifact(b"weights", name="model.bin")
+    uri = f"sqlite:///{tmp_path}/fresh.db"  # the experiment does not exist yet
+    dest = MlflowDestination(tracking_uri=uri, store_root=root,
+                             artifact_root=str(tmp_path / "artifact-root"))
+    mlflow_run_id = _export(dest, _info(root, run_id), _records(root, run_id))
+    artifact_uri = MlflowClient(uri).get_run(mlflow_run_id).info.artifact_uri
+    assert artifact_uri.startswith((tmp_path / "artifact-root" / PROJECT).as_uri())
+    assert list((tmp_path / "artifact-root").rglob("model.bin"))
+    assert not (tmp_path / "mlruns").exists()
