@@ -11,12 +11,17 @@ metrics. Each target counts its committed sessions and the last metric step it h
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from pathlib import Path
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from tracklake._errors import ExportError
+from tracklake.exporters._protocol import RunInfo
 
 
 class Collected(Protocol):
@@ -44,33 +49,73 @@ class Target:
                 "last_step": self.last_step}
 
 
-def _count(value: Any) -> bool:
+def is_count(value: Any) -> bool:
+    """A JSON value that is a count (an int, not a bool, at least 0)."""
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 class Routes:
-    """The targets of one run and the attempts bound to them."""
+    """The commit state of one run at a destination: its targets and the attempts bound to
+    them, under the key ``id`` (the base). A destination's state class adds its own
+    fields with `_load` and `dump`."""
 
-    def __init__(self, base: str, targets: Any, attempts: Any) -> None:
-        """From the state's ``targets`` and ``attempts`` (None: a first export). Raises
-        ValueError for anything this module did not write."""
+    #: the destination's name in the message refusing a state it did not write
+    destination: ClassVar[str]
+
+    def __init__(self, run: RunInfo, base: str, state: Mapping[str, Any]) -> None:
         self.base = base
         try:
-            self.targets = [Target(**t) for t in targets or []] or [Target(base)]
-            self.attempts = {int(a): int(i) for a, i in (attempts or {}).items()}
-        except (TypeError, ValueError, AttributeError) as exc:
-            raise ValueError(f"unreadable targets: {exc}") from exc
-        if not (self.targets[0].id == base and self.targets[0].attempt is None
+            valid = self._load_routes(state) and self._load(state)
+        except (TypeError, ValueError, AttributeError):
+            valid = False
+        if not valid:
+            raise ExportError(f"run {run.key}: the {self.destination} export state "
+                              f"{dict(state)!r} is not one this exporter wrote; delete the "
+                              "run's export state to export it again from its start",
+                              retryable=False)
+
+    def _load_routes(self, state: Mapping[str, Any]) -> bool:
+        base = self.base
+        if state and state.get("id") != base:
+            return False
+        self.targets = [Target(**t) for t in state.get("targets") or []] or [Target(base)]
+        self.attempts = {int(a): int(i) for a, i in (state.get("attempts") or {}).items()}
+        return (self.targets[0].id == base and self.targets[0].attempt is None
                 and all(t.id == f"{base}-a{t.attempt}" for t in self.targets[1:])
-                and all(_count(t.sessions) and (t.last_step is None or (
+                and all(is_count(t.sessions) and (t.last_step is None or (
                     isinstance(t.last_step, int) and not isinstance(t.last_step, bool)))
                         for t in self.targets)
-                and all(0 <= i < len(self.targets) for i in self.attempts.values())):
-            raise ValueError("targets or attempts this exporter did not write")
+                and all(0 <= i < len(self.targets) for i in self.attempts.values()))
+
+    def _load(self, state: Mapping[str, Any]) -> bool:
+        """Read the destination's own fields of `state`; False if they are not its own."""
+        return True
 
     def dump(self) -> dict[str, Any]:
-        return {"targets": [t.dump() for t in self.targets],
+        return {"id": self.base, "targets": [t.dump() for t in self.targets],
                 "attempts": {str(a): i for a, i in sorted(self.attempts.items())}}
+
+    def uncommitted_sessions(self, directory: Path,
+                             session_of: Callable[[str], tuple[str, int] | None]
+                             ) -> list[tuple[str, str, int]]:
+        """(name, target id, its committed sessions) of each session in `directory` that
+        no commit counts: of a target at or past its committed count, or of a target no
+        commit knows. `session_of` reads (target id, session number) from a name."""
+        try:
+            names = sorted(os.listdir(directory))
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise ExportError(f"cannot list {directory}: {exc.strerror or exc}",
+                              retryable=True) from exc
+        found = []
+        for name in names:
+            session = session_of(name)
+            if session is not None:
+                committed = self.committed_sessions(session[0])
+                if session[1] >= committed:
+                    found.append((name, session[0], committed))
+        return found
 
     def committed_sessions(self, target_id: str) -> int:
         """Sessions of `target_id` that a commit counted (0 for a run no commit knows)."""
@@ -120,6 +165,49 @@ class Routes:
                                  max(part.metrics, default=None)) if s is not None]
             reach[target.id] = max(steps) if steps else None
         return list(merged.values())
+
+
+class Collecting(Generic[P]):
+    """What each open run collected per attempt since its last commit (the loop sends
+    it again after a reopening, so `open` starts empty)."""
+
+    def __init__(self, new: Callable[[], P]) -> None:
+        self._new = new
+        self._runs: dict[str, dict[int | None, P]] = {}
+
+    def open(self, key: str) -> None:
+        self._runs[key] = {}
+
+    def pending(self, key: str) -> dict[int | None, P]:
+        """Per attempt (None: records of no one attempt) what run `key` collected."""
+        pending = self._runs.get(key)
+        if pending is None:
+            raise RuntimeError(f"run {key} is not open: call open_run() first")
+        return pending
+
+    def add(self, key: str, records: pa.Table, add: Callable[[P, pa.Table], None]) -> None:
+        pending = self.pending(key)
+        for attempt, part in by_attempt(records):
+            add(pending.setdefault(attempt, self._new()), part)
+
+    def committed(self, key: str) -> None:
+        self._runs[key] = {}
+
+    def close(self, key: str | None = None) -> None:
+        """Forget run `key`, or every run."""
+        if key is None:
+            self._runs.clear()
+        else:
+            self._runs.pop(key, None)
+
+
+def attempt_label(run: RunInfo, target: Target) -> tuple[str, tuple[str, ...]]:
+    """The destination run's display name and the tags it adds to the run's own: a
+    resumed attempt's run is ``<name> (attempt N)``, tagged ``attempt-N``."""
+    name = run.name or run.run
+    if target.attempt is None:
+        return name, ()
+    return f"{name} (attempt {target.attempt})", (f"attempt-{target.attempt}",)
 
 
 def by_attempt(records: pa.Table) -> list[tuple[int | None, pa.Table]]:

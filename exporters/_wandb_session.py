@@ -18,7 +18,7 @@ import wandb
 
 from tracklake._errors import ExportError
 from tracklake._format import fsync_dir
-from tracklake.exporters._attempt_routes import Routes, Target
+from tracklake.exporters._attempt_routes import Routes, Target, attempt_label
 from tracklake.exporters._nest import nest
 from tracklake.exporters._protocol import RunInfo
 
@@ -56,9 +56,8 @@ class Sessions:
         """init → send → finish; the transaction log fsynced. A session that fails is
         finished and set aside, and the error is retryable (the loop sends again)."""
         config = nest({**run.config})
-        name, tags = run.name or run.run, list(run.tags)
-        if target.attempt is not None:
-            name, tags = f"{name} (attempt {target.attempt})", [*tags, f"attempt-{target.attempt}"]
+        name, extra = attempt_label(run, target)
+        tags = [*run.tags, *extra]
         try:
             wb = wandb.init(
                 entity=self.entity, project=self.wandb_project or run.project,
@@ -86,34 +85,30 @@ class Sessions:
                               f"failed: {exc}", retryable=True) from exc
 
     def set_aside(self, run: RunInfo, current: Routes) -> None:
-        """Rename the transaction logs of sessions after the last commit, of the run's
-        base W&B run and of its attempts' (also ones no commit knows)."""
+        """Rename the transaction logs of sessions no commit counts, of the run's base W&B
+        run and of its attempts' (also ones no commit knows)."""
         wandb_dir = Path(wandb.Settings(root_dir=str(self.dir)).wandb_dir)
         pattern = re.compile(rf"(?:offline-)?run-\d{{8}}_\d{{6}}-({current.base}(?:-a\d+)?)"
                              rf"-{SUFFIX}(\d{{6}})[0-9a-f]{{8}}\Z")
-        try:
-            names = sorted(os.listdir(wandb_dir))
-        except FileNotFoundError:
-            return
-        except OSError as exc:
-            raise ExportError(f"cannot list {wandb_dir}: {exc.strerror or exc}",
-                              retryable=True) from exc
-        for name in names:
+
+        def session_of(name: str) -> tuple[str, int] | None:
             m = pattern.match(name)
-            if not m:
-                continue
-            committed = current.committed_sessions(m.group(1))
-            log = wandb_dir / name / f"run-{m.group(1)}.wandb"
-            if int(m.group(2)) >= committed and log.exists():
-                if committed:
-                    logger.info("run %s: setting aside %s, written after the last commit",
-                                run.key, log)
-                else:
-                    logger.warning("run %s: %s was written by an earlier export but the export "
-                                   "state does not count it: it is renamed to "
-                                   ".wandb.uncommitted and its records are exported again",
-                                   run.key, log)
-                _rename_uncommitted(log)
+            return (m.group(1), int(m.group(2))) if m else None
+
+        for name, target_id, committed in current.uncommitted_sessions(wandb_dir,
+                                                                         session_of):
+            log = wandb_dir / name / f"run-{target_id}.wandb"
+            if not log.exists():
+                continue  # set aside before
+            if committed:
+                logger.info("run %s: setting aside %s, written after the last commit",
+                            run.key, log)
+            else:
+                logger.warning("run %s: %s was written by an earlier export but the export "
+                               "state does not count it: it is renamed to "
+                               ".wandb.uncommitted and its records are exported again",
+                               run.key, log)
+            _rename_uncommitted(log)
 
 
 def _init_error(run: RunInfo, exc: Exception) -> ExportError:

@@ -29,7 +29,13 @@ import swanlab  # type: ignore[import-untyped, unused-ignore]  # ships no type i
 from tracklake._errors import ExportError
 from tracklake.exporters import _swanlab_records as mapping
 from tracklake.exporters import _swanlab_session as sessions
-from tracklake.exporters._attempt_routes import Routes, Target, by_attempt
+from tracklake.exporters._attempt_routes import (
+    Collecting,
+    Routes,
+    Target,
+    attempt_label,
+    is_count,
+)
 from tracklake.exporters._protocol import RunInfo
 
 logger = logging.getLogger(__name__)
@@ -47,12 +53,8 @@ def swanlab_run_id(run: RunInfo) -> str:
     return run.export_id
 
 
-def _count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
 def _steps(value: Any) -> bool:
-    return isinstance(value, dict) and all(isinstance(k, str) and _count(v)
+    return isinstance(value, dict) and all(isinstance(k, str) and is_count(v)
                                            for k, v in value.items())
 
 
@@ -60,28 +62,22 @@ class _State(Routes):
     """The commit state of one run (JSON in the loop's cursor file): its SwanLab runs
     (`_attempt_routes`), the last step per key of each, the config, what was dropped."""
 
+    destination = "SwanLab"
+
     def __init__(self, run: RunInfo, state: Mapping[str, Any]) -> None:
-        base = swanlab_run_id(run)
-        try:
-            if state and state.get("id") != base:
-                raise ValueError("another run's id")
-            super().__init__(base, state.get("targets"), state.get("attempts"))
-            self.last_steps: dict[str, dict[str, int]] = {
-                k: dict(v) for k, v in state.get("last_steps", {}).items()}
-            self.config: dict[str, Any] = dict(state.get("config", {}))
-            self.dropped_values: int = state.get("dropped_values", 0)
-            valid = (all(_steps(v) for v in self.last_steps.values())
-                     and _count(self.dropped_values))
-        except (TypeError, ValueError, AttributeError):
-            valid = False
-        if not valid:
-            raise ExportError(f"run {run.key}: the SwanLab export state {dict(state)!r} is "
-                              "not one this exporter wrote; delete the run's export state to "
-                              "export it again from its start", retryable=False)
+        super().__init__(run, swanlab_run_id(run), state)
+
+    def _load(self, state: Mapping[str, Any]) -> bool:
+        self.last_steps: dict[str, dict[str, int]] = {
+            k: dict(v) for k, v in state.get("last_steps", {}).items()}
+        self.config: dict[str, Any] = dict(state.get("config", {}))
+        self.dropped_values: int = state.get("dropped_values", 0)
+        return all(_steps(v) for v in self.last_steps.values()) and is_count(
+            self.dropped_values)
 
     def dump(self) -> dict[str, Any]:
-        return {"id": self.base, **super().dump(), "last_steps": self.last_steps,
-                "config": self.config, "dropped_values": self.dropped_values}
+        return {**super().dump(), "last_steps": self.last_steps, "config": self.config,
+                "dropped_values": self.dropped_values}
 
 
 class SwanlabDestination:
@@ -111,7 +107,7 @@ class SwanlabDestination:
         self.workspace = workspace
         self.store_root: Path | None = None  # set by the loop; artifacts are not uploaded
         self._states: dict[str, _State] = {}
-        self._pending: dict[str, dict[int | None, mapping.Pending]] = {}  # per attempt
+        self._collecting = Collecting(mapping.Pending)
 
     @classmethod
     def cli_options(cls) -> list[click.Option]:
@@ -148,22 +144,21 @@ class SwanlabDestination:
                               "one with --swanlab-project", retryable=False)
         self._set_aside(run, current)
         self._states[run.key] = current
-        self._pending[run.key] = {}  # uncommitted records: the loop re-sends them
+        self._collecting.open(run.key)
 
     def write(self, run: RunInfo, kind: str, records: pa.Table) -> None:
-        pending = self._open(run)
+        self._collecting.pending(run.key)  # raises unless the run is open
         add = _ADD.get(kind)
         if add is not None and records.num_rows:
-            for attempt, part in by_attempt(records):
-                add(pending.setdefault(attempt, mapping.Pending()), part)
+            self._collecting.add(run.key, records, add)
 
     def commit(self, run: RunInfo) -> Mapping[str, Any]:
-        pending = self._open(run)
+        pending = self._collecting.pending(run.key)
         current = self._states[run.key]
         for target, collected in current.split(pending, mapping.Pending):
             if not collected.empty():
                 self._commit_target(run, current, target, collected)
-        self._pending[run.key] = {}
+        self._collecting.committed(run.key)
         return current.dump()
 
     def _commit_target(self, run: RunInfo, current: _State, target: Target,
@@ -193,7 +188,7 @@ class SwanlabDestination:
     def finish_run(self, run: RunInfo) -> None:
         """Record the final status in a session of its own (not part of a commit: a
         later `open_run()` sets it aside, and the next `finish_run()` writes it again)."""
-        self._open(run)
+        self._collecting.pending(run.key)  # raises unless the run is open
         current = self._states[run.key]
         text = (f"**{run.status}** · attempts: {run.attempts} · ranks: "
                 + ", ".join(str(r) for r in run.ranks)
@@ -205,27 +200,19 @@ class SwanlabDestination:
         for target in current.targets:
             self._session(run, target, current.config, send,
                           state=sessions.finish_state(run.status))
-        self._pending.pop(run.key, None)
+        self._collecting.close(run.key)
 
     def close(self) -> None:
         """Forget open runs; what they collected since their last commit is dropped."""
-        self._pending.clear()
+        self._collecting.close()
         self._states.clear()
 
     # -- sessions ----------------------------------------------------------------------
 
-    def _open(self, run: RunInfo) -> dict[int | None, mapping.Pending]:
-        pending = self._pending.get(run.key)
-        if pending is None:
-            raise RuntimeError(f"run {run.key} is not open: call open_run() first")
-        return pending
-
     def _session(self, run: RunInfo, target: Target, config: Mapping[str, Any],
                  send: Callable[[Any], None], *, state: str) -> None:
-        name, tags = run.name or run.run, run.tags[:30]
-        if target.attempt is not None:
-            name, tags = f"{name} (attempt {target.attempt})", (
-                *run.tags[:29], f"attempt-{target.attempt}")
+        name, extra = attempt_label(run, target)
+        tags = (*run.tags[:30 - len(extra)], *extra)  # SwanLab takes at most 30
         session = sessions.Session(
             logdir=self.logdir, mode=self.mode, run_id=target.id, number=target.sessions,
             project=self.swanlab_project or run.project, workspace=self.workspace,
@@ -235,21 +222,10 @@ class SwanlabDestination:
         sessions.run_session(session, send, state=state, where=f"run {run.key}")
 
     def _set_aside(self, run: RunInfo, current: _State) -> None:
-        """Set aside the session directories after the last commit."""
-        try:
-            names = sorted(os.listdir(self.logdir))
-        except FileNotFoundError:
-            return
-        except OSError as exc:
-            raise ExportError(f"cannot list the SwanLab log directory {self.logdir}: "
-                              f"{exc.strerror or exc}", retryable=True) from exc
-        for name in names:
-            found = sessions.session_of(current.base, name)
-            if found is None:
-                continue
-            committed = current.committed_sessions(found[0])
-            if found[1] < committed:
-                continue
+        """Set aside the session directories no commit counts."""
+        uncommitted = current.uncommitted_sessions(
+            self.logdir, lambda name: sessions.session_of(current.base, name))
+        for name, _, committed in uncommitted:
             moved = sessions.set_aside(self.logdir / name)
             if committed:
                 logger.info("run %s: set aside %s, written after the last commit, as %s",

@@ -29,7 +29,7 @@ import pyarrow as pa
 from tracklake._attempt import TERMINAL_STATUSES
 from tracklake._errors import ExportError
 from tracklake.exporters import _wandb_rows as rows
-from tracklake.exporters._attempt_routes import Target, by_attempt
+from tracklake.exporters._attempt_routes import Collecting, Target
 from tracklake.exporters._nest import nest
 from tracklake.exporters._protocol import RunInfo
 from tracklake.exporters._wandb_artifacts import build as build_artifacts
@@ -74,7 +74,7 @@ class WandbDestination:
         self.store_root: Path | None = None  # set by the loop; artifacts are not uploaded
         self.rank_mode = "0"  # set by the loop: "all" holds steps back (`_hold`)
         self._states: dict[str, RunState] = {}
-        self._pending: dict[str, dict[int | None, rows.Pending]] = {}  # per attempt
+        self._collecting = Collecting(rows.Pending)
 
     @classmethod
     def cli_options(cls) -> list[click.Option]:
@@ -109,16 +109,15 @@ class WandbDestination:
         current = RunState(run, state)
         self._sessions.set_aside(run, current)
         self._states[run.key] = current
-        self._pending[run.key] = {}  # uncommitted records: the loop re-sends them
+        self._collecting.open(run.key)
 
     def write(self, run: RunInfo, kind: str, records: pa.Table) -> None:
-        pending = self._open(run)
+        self._collecting.pending(run.key)  # raises unless the run is open
         add = _ADD.get(kind)
         if add is None or not records.num_rows:
             return
-        for attempt, part in by_attempt(records):
-            add(pending.setdefault(attempt, rows.Pending()), part)
-        if kind == "metrics" and "rank" in records.column_names:
+        self._collecting.add(run.key, records, add)
+        if kind == "metrics" and self.rank_mode == "all":  # for `_hold` alone
             reach = self._states[run.key].reach
             for rank, step in zip(records.column("rank").to_pylist(),
                                   records.column("step").to_pylist(), strict=True):
@@ -126,19 +125,19 @@ class WandbDestination:
                     reach[str(rank)] = max(reach.get(str(rank), step), step)
 
     def commit(self, run: RunInfo) -> Mapping[str, Any]:
-        pending = self._open(run)
+        pending = self._collecting.pending(run.key)
         current = self._states[run.key]
         self._hold(run, current, pending)
         for target, collected in current.split(pending, rows.Pending):
             if not collected.empty():
                 self._commit_target(run, current, target, collected)
-        self._pending[run.key] = {}
+        self._collecting.committed(run.key)
         return current.dump()
 
     def finish_run(self, run: RunInfo) -> None:
         """Record the final status in a session of each W&B run (not part of a commit: a
         later `open_run()` sets it aside, and the next `finish_run()` writes it again)."""
-        self._open(run)
+        self._collecting.pending(run.key)  # raises unless the run is open
         current = self._states[run.key]
 
         def send(wb: Any) -> None:
@@ -148,11 +147,11 @@ class WandbDestination:
 
         for target in current.targets:
             self._sessions.run(run, target, send, exit_code=_EXIT_CODES.get(run.status, 1))
-        self._pending.pop(run.key, None)
+        self._collecting.close(run.key)
 
     def close(self) -> None:
         """Forget open runs; what they collected since their last commit is dropped."""
-        self._pending.clear()
+        self._collecting.close()
         self._states.clear()
 
     # -- commits -----------------------------------------------------------------------
@@ -230,8 +229,3 @@ class WandbDestination:
 
     # -- sessions ----------------------------------------------------------------------
 
-    def _open(self, run: RunInfo) -> dict[int | None, rows.Pending]:
-        pending = self._pending.get(run.key)
-        if pending is None:
-            raise RuntimeError(f"run {run.key} is not open: call open_run() first")
-        return pending
