@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -48,14 +49,24 @@ def _common_options() -> list[click.Parameter]:
 _COMMON = {p.name for p in _common_options()}
 
 
+def missing_package(name: str, exc: ImportError) -> str:
+    """What to tell a user whose exporter `name` cannot be imported."""
+    return (f"the {name} exporter needs a package that is not installed ({exc}); install it "
+            f"with: pip install 'tracklake[{name}]'")
+
+
+def make_destination(cls: Any, options: Mapping[str, Any]) -> Any:
+    """A destination from its command-line options (``from_cli`` where it has one)."""
+    return getattr(cls, "from_cli", cls)(**options)
+
+
 def _run_export(name: str, params: dict[str, Any]) -> None:
     from tracklake._naming import resolve_root
     from tracklake.exporters import ExportOptions, Selection, export, load
 
     cls = load(name)
     dest_kwargs = {k: v for k, v in params.items() if k not in _COMMON}
-    factory = getattr(cls, "from_cli", cls)
-    destination = factory(**dest_kwargs)
+    destination = make_destination(cls, dest_kwargs)
     since = params["since"]
     selection = Selection(project=params["project"], runs=tuple(params["runs"]),
                           tags=tuple(params["tags"]), all_runs=params["all_runs"],
@@ -100,8 +111,7 @@ class ExportGroup(click.Group):
         except LookupError:
             return None
         except ImportError as exc:
-            message = (f"the {cmd_name} exporter needs a package that is not installed "
-                       f"({exc}); install it with: pip install 'tracklake[{cmd_name}]'")
+            message = missing_package(cmd_name, exc)
 
             def unavailable(**_: Any) -> None:
                 raise click.ClickException(message)

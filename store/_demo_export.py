@@ -116,6 +116,7 @@ class DemoExport:
 
 def plan_export(name: str, root: Path, out: Path | None) -> DemoExport:
     """Load and configure destination `name` (a click error names what is wrong)."""
+    from tracklake._cli_export import make_destination, missing_package
     from tracklake.exporters import load
 
     try:
@@ -123,9 +124,7 @@ def plan_export(name: str, root: Path, out: Path | None) -> DemoExport:
     except LookupError as exc:
         raise click.BadParameter(str(exc), param_hint="'--export'") from exc
     except ImportError as exc:
-        raise click.ClickException(
-            f"the {name} exporter needs a package that is not installed ({exc}); install it "
-            f"with: pip install 'tracklake[{name}]'") from exc
+        raise click.ClickException(missing_package(name, exc)) from exc
     out = (out or default_dir(root, name)).absolute()
     if out.resolve().is_relative_to(root.resolve()):
         raise click.BadParameter(f"{out} is inside the store {root}; choose a directory "
@@ -138,8 +137,7 @@ def plan_export(name: str, root: Path, out: Path | None) -> DemoExport:
         raise click.UsageError(
             f"the demo cannot configure the {name} exporter by itself ({exc.format_message()}); "
             f"run `tracklake export {name} --help` and export the demo's run with it") from exc
-    factory = getattr(cls, "from_cli", cls)
-    return DemoExport(name, out, factory(**context.params), dict(context.params),
+    return DemoExport(name, out, make_destination(cls, context.params), dict(context.params),
                       local_arguments(options, shown(out)))
 
 
