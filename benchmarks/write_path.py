@@ -425,7 +425,7 @@ def count_tracklake_values(root: Path) -> tuple[int, int, list[str]]:
     """Rows found in the metric segments (read back and verified) and segment count."""
     problems: list[str] = []
     try:
-        from tracklake._segment import read_segment
+        from tracklake._format.segment import read_segment
     except ImportError:
         read_segment = None
     rows = segs = 0

@@ -5,11 +5,17 @@ destination implements the small `Destination` protocol and registers itself in 
 ``tracklake.exporters`` entry point group. `MemoryDestination` is a test double.
 """
 
-from tracklake.exporters._loop import Exporter, ExportOptions, ExportSummary, RunOutcome, export
+from tracklake.exporters._loop.loop import (
+    Exporter,
+    ExportOptions,
+    ExportSummary,
+    RunOutcome,
+    export,
+)
+from tracklake.exporters._loop.select import Selection
+from tracklake.exporters._loop.status import export_status
 from tracklake.exporters._protocol import Destination, RunInfo
 from tracklake.exporters._registry import available, load
-from tracklake.exporters._select import Selection
-from tracklake.exporters._status import export_status
 from tracklake.exporters.memory import MemoryDestination
 
 __all__ = [

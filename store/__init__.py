@@ -25,29 +25,29 @@ from tracklake._errors import (
     TracklakeError,
 )
 from tracklake._format import FORMAT_VERSION, KINDS, StreamId
-from tracklake._run import FinishReport, Run, init
-from tracklake._trace import Span
-from tracklake._tracking import Tracking
+from tracklake._write.run import FinishReport, Run, init
+from tracklake._write.trace import Span
+from tracklake._write.tracking import Tracking
 
 if TYPE_CHECKING:
-    from tracklake._compact import CompactionReport, compact
-    from tracklake._cursor import Cursor
-    from tracklake._query import connect, query
-    from tracklake._reader import ReadProblems, RunRecord, find_run, list_runs, read_run
+    from tracklake._format.cursor import Cursor
+    from tracklake._ops.compact import CompactionReport, compact
+    from tracklake._read.query import connect, query
+    from tracklake._read.reader import ReadProblems, RunRecord, find_run, list_runs, read_run
 
 __version__ = "0.1.0"
 
 _LAZY = {
-    "CompactionReport": "tracklake._compact",
-    "compact": "tracklake._compact",
-    "Cursor": "tracklake._cursor",
-    "connect": "tracklake._query",
-    "query": "tracklake._query",
-    "ReadProblems": "tracklake._reader",
-    "RunRecord": "tracklake._reader",
-    "find_run": "tracklake._reader",
-    "list_runs": "tracklake._reader",
-    "read_run": "tracklake._reader",
+    "CompactionReport": "tracklake._ops.compact",
+    "compact": "tracklake._ops.compact",
+    "Cursor": "tracklake._format.cursor",
+    "connect": "tracklake._read.query",
+    "query": "tracklake._read.query",
+    "ReadProblems": "tracklake._read.reader",
+    "RunRecord": "tracklake._read.reader",
+    "find_run": "tracklake._read.reader",
+    "list_runs": "tracklake._read.reader",
+    "read_run": "tracklake._read.reader",
 }
 
 

@@ -11,7 +11,7 @@ import pyarrow as pa
 
 import tracklake
 from tracklake.exporters import Destination, RunInfo
-from tracklake.exporters._ranks import with_rank
+from tracklake.exporters._loop.ranks import with_rank
 
 
 def records_by_kind(root: Path, project: str, run_id: str,

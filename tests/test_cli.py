@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 import tracklake
-from tracklake._cli import main
+from tracklake._cli.main import main
 
 
 def _run(root: Path, run_id: str, *, lr: float, steps: int = 20) -> None:

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tracklake
-from tracklake._coerce import coerce_metrics, flatten, flatten_config, to_float
+from tracklake._write.coerce import coerce_metrics, flatten, flatten_config, to_float
 
 FAST = settings(max_examples=60, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -493,7 +493,7 @@ def test_overlapping_compactions_neither_crash_nor_duplicate(root: Path,
                                                              ) -> None:
     """A second compaction that completes while the first is between reading segments and
     writing its part (simulated deterministically) must not lead to double counting."""
-    import tracklake._compact as compact_mod
+    import tracklake._ops.compact as compact_mod
 
     run = tracklake.init(project="p", run_id="cc", root=root, flush_interval=3600,
                          segment_bytes=1, capture_identity=False)  # every flush rolls

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 import tracklake
-from tracklake._cli import main
+from tracklake._cli.main import main
 
 SMALL = ("--ranks", "2", "--steps", "60")
 KEY = "critic/score/mean"

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 import tracklake
-import tracklake._segment as segment_module
+import tracklake._format.segment as segment_module
 
 KEYS = 8
 TEXT_EVERY = 50
@@ -89,7 +89,7 @@ def cannot_write_messages(err: str) -> list[str]:
 
 
 class FaultyOS:
-    """Stands in for the `os` module inside tracklake._segment: while `active`, the chosen
+    """Stands in for the `os` module inside tracklake._format.segment: while `active`, the chosen
     calls fail with `err`. With `partial`, the first failing write first writes half of
     its bytes (a short write, as a filling disk does), leaving a torn batch behind."""
 

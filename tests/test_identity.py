@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import tracklake
-from tracklake._identity import (
+from tracklake._write.identity import (
     REDACTED,
     capture,
     redact_argv,

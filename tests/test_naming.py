@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import tracklake
 from tracklake import InvalidNameError
-from tracklake._naming import MAX_NAME_LENGTH, resolve_rank, resolve_run_id, safe_name
+from tracklake._format.naming import MAX_NAME_LENGTH, resolve_rank, resolve_run_id, safe_name
 
 _SAFE = re.compile(r"^[A-Za-z0-9._+@-]+$")
 

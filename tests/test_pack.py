@@ -15,10 +15,10 @@ import pytest
 from click.testing import CliRunner
 
 import tracklake
-from tracklake._cli_pack import pack as pack_command
-from tracklake._cli_pack import unpack as unpack_command
+from tracklake._cli.pack import pack as pack_command
+from tracklake._cli.pack import unpack as unpack_command
 from tracklake._format import blob_path
-from tracklake._pack import (
+from tracklake._ops.pack.pack import (
     MANIFEST,
     MANIFEST_SUM,
     PackConflictError,

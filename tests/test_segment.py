@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from tracklake import FormatError, NewerFormatError, StreamId
 from tracklake._format import SCHEMAS
-from tracklake._segment import EOS, SegmentWriter, read_segment, stream_schema
+from tracklake._format.segment import EOS, SegmentWriter, read_segment, stream_schema
 
 METRICS = SCHEMAS["metrics"]
 STREAM = StreamId("proj", "run-1", 0, 1, "metrics")

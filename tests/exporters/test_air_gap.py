@@ -125,7 +125,7 @@ def _expected_runs(attempts: list[int]) -> dict[str, Counter[tuple[int, object]]
     attempt 1 in the base run; attempt 2 logged steps again, so it and the attempt after
     it (which continues after its last step) are in ``<id>-a2``."""
     from tracklake.exporters._protocol import RunInfo
-    from tracklake.exporters.wandb import wandb_run_id
+    from tracklake.exporters.wandb.destination import wandb_run_id
     base = wandb_run_id(RunInfo(PROJECT, RUN, None, "finished", 1, (0,), (), None))
     want: dict[str, Counter[tuple[int, object]]] = {
         base: Counter((s, _value(1, 0, s)) for s in ATTEMPTS[1])}

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 import tracklake
-from tracklake._cli import main
+from tracklake._cli.main import main
 
 
 def _invoke(*args: str) -> tuple[int, str]:

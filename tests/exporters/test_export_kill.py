@@ -53,7 +53,7 @@ def _export_under_fire(root: Path, tmp_path: Path, dest_args: list[str], *,
     script.write_text(WRITER.replace("PAUSE", str(pause)))
     writers = [subprocess.Popen([sys.executable, str(script), str(root), str(rank)])
                for rank in range(RANKS)]
-    once = [sys.executable, "-m", "tracklake._cli", "export", *dest_args, "--root",
+    once = [sys.executable, "-m", "tracklake._cli.main", "export", *dest_args, "--root",
             str(root), "--run", "live", "--batch-rows", "500"]
     command = [*once, "--follow", "--poll-interval", "0.2"]
     rng = random.Random(20261130)

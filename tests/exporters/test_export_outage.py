@@ -22,7 +22,7 @@ def test_the_exporter_waits_out_an_mlflow_outage_and_delivers_exactly_once(
         root: Path, mlflow_server_control: object, mlflow_server: str) -> None:
     from mlflow.tracking import MlflowClient
 
-    from tracklake.exporters.mlflow import MlflowDestination
+    from tracklake.exporters.mlflow.destination import MlflowDestination
 
     server = mlflow_server_control
     with tracklake.init(project="outage", run_id="r", root=root, capture_identity=False) as run:

@@ -23,8 +23,8 @@ from click.testing import CliRunner
 import tracklake
 from tracklake import ExportError
 from tracklake.exporters import RunInfo
-from tracklake.exporters._mlflow_names import artifact_part, mlflow_key
-from tracklake.exporters.mlflow import MlflowDestination, redact_uri
+from tracklake.exporters.mlflow.destination import MlflowDestination, redact_uri
+from tracklake.exporters.mlflow.names import artifact_part, mlflow_key
 
 mlflow = pytest.importorskip("mlflow")
 from mlflow.tracking import MlflowClient  # noqa: E402  (after the importorskip)
@@ -350,7 +350,7 @@ def test_mlflow_errors_are_retryable_by_their_code(error: str, retryable: bool) 
     from mlflow.exceptions import MlflowException
     from mlflow.protos import databricks_pb2
 
-    from tracklake.exporters._mlflow_errors import _retryable
+    from tracklake.exporters.mlflow.errors import _retryable
 
     exc = MlflowException("message text is not looked at",
                           error_code=databricks_pb2.ErrorCode.Value(error))
@@ -362,7 +362,7 @@ def test_transport_errors_are_retryable_unless_permanent() -> None:
 
     import requests
 
-    from tracklake.exporters._mlflow_errors import _retryable
+    from tracklake.exporters.mlflow.errors import _retryable
 
     assert _retryable(requests.ConnectionError("refused"))
     assert _retryable(requests.Timeout("slow"))

@@ -27,11 +27,11 @@ def test_an_installed_plugin_is_found_and_exports(root: Path, tmp_path: Path) ->
             run.log({"x": float(step)}, step=step)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get(
         "PYTHONPATH", "")])}
-    listed = subprocess.run([sys.executable, "-m", "tracklake._cli", "export", "--help"],
+    listed = subprocess.run([sys.executable, "-m", "tracklake._cli.main", "export", "--help"],
                             capture_output=True, text=True, env=env, check=True)
     assert "hello" in listed.stdout
     out = tmp_path / "hello.jsonl"
-    done = subprocess.run([sys.executable, "-m", "tracklake._cli", "export", "hello",
+    done = subprocess.run([sys.executable, "-m", "tracklake._cli.main", "export", "hello",
                            "--root", str(root), "--all", "--out", str(out)],
                           capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr

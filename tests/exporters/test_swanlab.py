@@ -25,8 +25,8 @@ pytest.importorskip("swanlab")
 import _swanlab_log as slog
 
 from tracklake.exporters import Destination, RunInfo, Selection, export
-from tracklake.exporters import _swanlab_session as sessions
-from tracklake.exporters.swanlab import SwanlabDestination, swanlab_run_id
+from tracklake.exporters.swanlab import session as sessions
+from tracklake.exporters.swanlab.destination import SwanlabDestination, swanlab_run_id
 
 PROJECT = "proj"
 CONFIG = {"lr": 0.001, "model": {"layers": 4, "name": "gpt"}, "flag": True}
@@ -326,10 +326,10 @@ def test_a_missing_or_unsupported_swanlab_is_a_clear_error(
 
 def test_the_cli_marks_the_exporter_unavailable_when_swanlab_cannot_be_imported(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from tracklake._cli import main
+    from tracklake._cli.main import main
 
     monkeypatch.setitem(sys.modules, "swanlab", None)
-    monkeypatch.delitem(sys.modules, "tracklake.exporters.swanlab")
+    monkeypatch.delitem(sys.modules, "tracklake.exporters.swanlab.destination")
     result = CliRunner().invoke(main, ["export", "swanlab", "--all"])
     assert result.exit_code == 1
     assert "pip install 'tracklake[swanlab]'" in result.output

@@ -40,7 +40,7 @@ from tensorboard.plugins.hparams import metadata as hparams_metadata
 
 from tracklake.exporters import Destination, RunInfo
 from tracklake.exporters import tensorboard as tb
-from tracklake.exporters.tensorboard import TensorBoardDestination
+from tracklake.exporters.tensorboard.destination import TensorBoardDestination
 
 PROJECT = "proj"
 CONFIG = {"lr": 0.001, "model": {"layers": 4, "name": "gpt|2"}, "flag": True, "betas": [0.9,
@@ -171,7 +171,7 @@ def test_satisfies_the_destination_protocol_and_describes_its_absolute_logdir(
 
 
 def test_imports_neither_torch_nor_tensorflow() -> None:
-    code = ("import sys, tracklake.exporters.tensorboard; "
+    code = ("import sys, tracklake.exporters.tensorboard.destination; "
             "print(sorted(m for m in ('torch', 'tensorflow', 'tensorboardX') "
             "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-W", "error", "-c", code], capture_output=True,
@@ -368,7 +368,7 @@ CRASHER = textwrap.dedent("""
     import json, os, sys
     import pyarrow as pa
     from tracklake.exporters import RunInfo
-    from tracklake.exporters.tensorboard import TensorBoardDestination
+    from tracklake.exporters.tensorboard.destination import TensorBoardDestination
 
     logdir, metrics = sys.argv[1], pa.ipc.open_file(sys.argv[2]).read_all()
     info = RunInfo("proj", "r1", None, "running", 1, (0,), (), None)

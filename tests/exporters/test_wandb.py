@@ -28,7 +28,7 @@ import wandb
 from _probe_proxy import ProbeProxy
 
 from tracklake.exporters import Destination, RunInfo
-from tracklake.exporters.wandb import WandbDestination, wandb_run_id
+from tracklake.exporters.wandb.destination import WandbDestination, wandb_run_id
 
 PROJECT = "proj"
 CONFIG = {"lr": 0.001, "model": {"layers": 4, "name": "gpt"}, "flag": True}

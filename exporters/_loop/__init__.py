@@ -1,0 +1,1 @@
+"""The shared export loop: selection, cursors and state, rank modes, status."""

@@ -1,0 +1,340 @@
+"""The shared export loop: select runs, read after the cursor, send, commit, retry, follow.
+
+Per run: load the committed state (cursor, destination state, held aggregates); read the
+records after the cursor; hand them to the destination a kind at a time in tables of up
+to `batch_rows`; after each send, ask the destination to `commit()` and save the cursor
+together with what it returned, atomically. On a retryable `ExportError` the exporter
+waits (exponential backoff with jitter) and starts the run again from the last commit,
+after `open_run()` with the committed state — so a crash or an outage at any point
+neither skips nor repeats what reaches the destination.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import random
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from tracklake._errors import ExportError
+from tracklake._format import KINDS, StreamId, write_atomic
+from tracklake._format.attempt import TERMINAL_STATUSES
+from tracklake._format.naming import resolve_root
+from tracklake._read.reader import ReadProblems, read_run
+from tracklake.exporters._loop.ranks import (
+    AGGREGATES,
+    Aggregator,
+    check_mode,
+    ranks_to_read,
+    with_rank,
+)
+from tracklake.exporters._loop.select import Selection, select_runs
+from tracklake.exporters._loop.state import RunState, destination_dir, load_state, now_iso
+from tracklake.exporters._protocol import Destination, RunInfo
+
+
+@dataclass
+class ExportOptions:
+    """How the loop runs; every field has the default the CLI uses."""
+
+    ranks: str = "0"  # a rank number, "all", "mean", "min" or "max"
+    kinds: tuple[str, ...] = KINDS
+    batch_rows: int = 50_000
+    follow: bool = False
+    poll_interval: float = 2.0  # seconds between polls while following (events wake sooner)
+    retry_initial: float = 1.0
+    retry_max: float = 60.0
+    give_up_after: float | None = 600.0  # seconds of retrying a run before giving up; None: never
+    state_dir: Path | None = None  # default: ROOT/exports/<destination>
+    #: while following, seconds at least between two deliveries to a live run (None: the
+    #: destination's `commit_interval`, else 0); a finished run is delivered at once
+    commit_interval: float | None = None
+
+
+@dataclass
+class RunOutcome:
+    run: str  # project/run
+    records: int = 0
+    finished: bool = False
+    error: str | None = None
+
+
+@dataclass
+class ExportSummary:
+    destination: str
+    runs: dict[str, RunOutcome] = field(default_factory=dict)
+    problems: ReadProblems = field(default_factory=ReadProblems)
+
+    @property
+    def records(self) -> int:
+        return sum(o.records for o in self.runs.values())
+
+    @property
+    def failed(self) -> list[RunOutcome]:
+        return [o for o in self.runs.values() if o.error]
+
+    def __str__(self) -> str:
+        lines = [f"{self.destination}: {self.records} records from {len(self.runs)} runs"]
+        for o in self.runs.values():
+            state = "error: " + o.error if o.error else ("finished" if o.finished else "live")
+            lines.append(f"  {o.run}: {o.records} records, {state}")
+        for path, nbytes in self.problems.torn:
+            lines.append(f"  note: {path}: a torn tail of {nbytes} bytes was skipped")
+        for path, why in self.problems.damaged:
+            lines.append(f"  warning: {path}: {why}; the rest of that segment was not "
+                         "exported (later segments were)")
+        for path in self.problems.foreign:
+            lines.append(f"  warning: {path}: not a tracklake file; ignored")
+        return "\n".join(lines)
+
+
+def _stderr(message: str) -> None:
+    print(f"tracklake export: {message}", file=sys.stderr, flush=True)
+
+
+def describe(destination: Destination) -> str:
+    describe_fn = getattr(destination, "describe", None)
+    return str(describe_fn()) if callable(describe_fn) else destination.name
+
+
+class Exporter:
+    """Exports the selected runs of one store to one destination."""
+
+    def __init__(self, destination: Destination, *, root: str | Path | None = None,
+                 selection: Selection, options: ExportOptions | None = None,
+                 log: Callable[[str], None] = _stderr,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.destination = destination
+        self.root = resolve_root(root)
+        self.selection = selection
+        self.options = options or ExportOptions()
+        check_mode(self.options.ranks)
+        self.log = log
+        self.sleep = sleep
+        self.description = describe(destination)
+        self.state_dir = self.options.state_dir or destination_dir(
+            self.root, destination.name, self.description)
+        self.summary = ExportSummary(self.description)
+        interval = self.options.commit_interval
+        self.commit_interval = float(getattr(destination, "commit_interval", 0.0)
+                                     if interval is None else interval)
+        self._wake = threading.Event()
+        if hasattr(destination, "store_root"):
+            destination.store_root = self.root
+        if hasattr(destination, "rank_mode"):
+            destination.rank_mode = self.options.ranks
+        self._write_destination_record()
+
+    def _write_destination_record(self) -> None:
+        record = {"name": self.destination.name, "description": self.description}
+        path = self.state_dir / "destination.json"
+        if not path.exists():
+            write_atomic(path, json.dumps(record).encode())
+
+    # -- the top level -----------------------------------------------------------------
+
+    def run(self) -> ExportSummary:
+        """Export once, or (with options.follow) keep following until the selected runs
+        are finished (for ``--run``) or until interrupted."""
+        if self.selection.is_empty():
+            raise ValueError("select runs to export: a project, run ids, tags, since, or all")
+        observer = self._watch() if self.options.follow else None
+        done: dict[str, int] = {}  # run key -> attempts when it was finished and exported
+        delivered: dict[str, float] = {}  # run key -> when it was last delivered (following)
+        try:
+            while True:
+                runs = select_runs(self.root, self.selection)
+                for info in runs:
+                    if done.get(info.key) == info.attempts:
+                        continue  # finished and fully exported; a new attempt reopens it
+                    if (self.options.follow and info.status not in TERMINAL_STATUSES
+                            and time.monotonic() - delivered.get(info.key, -math.inf)
+                            < self.commit_interval):
+                        continue  # not yet: a destination whose commits are costly
+                    delivered[info.key] = time.monotonic()
+                    outcome = self.export_run(info)
+                    if outcome.finished and not outcome.error:
+                        done[info.key] = info.attempts
+                if not self.options.follow:
+                    break
+                if self.selection.runs and all(done.get(f"{i.project}/{i.run}") == i.attempts
+                                               for i in runs) and len(runs) >= len(
+                                                   set(self.selection.runs)):
+                    break  # every run asked for is finished and exported
+                self._wake.wait(self.options.poll_interval)
+                self._wake.clear()
+        finally:
+            if observer is not None:
+                observer.stop()
+        return self.summary
+
+    def _watch(self) -> Any:
+        """Wake the loop on file events under the root; polling covers file systems where
+        events never come (NFS, Lustre, other nodes' writes)."""
+        try:
+            from watchdog.events import FileSystemEventHandler
+            from watchdog.observers import Observer
+        except ImportError:
+            self.log("watchdog is not installed: following by polling every "
+                     f"{self.options.poll_interval} s")
+            return None
+        wake = self._wake
+
+        class Handler(FileSystemEventHandler):
+            def on_any_event(self, event: Any) -> None:
+                if "/exports/" not in str(getattr(event, "src_path", "")):
+                    wake.set()
+
+        observer = Observer()
+        observer.schedule(Handler(), str(self.root), recursive=True)
+        observer.daemon = True
+        observer.start()
+        return observer
+
+    # -- one run -------------------------------------------------------------------------
+
+    def export_run(self, info: RunInfo) -> RunOutcome:
+        """Deliver what is new of one run, retrying what can be retried."""
+        outcome = self.summary.runs.setdefault(info.key, RunOutcome(info.key))
+        started = time.monotonic()
+        delay = self.options.retry_initial
+        reported: set[str] = set()
+        while True:
+            try:
+                state = load_state(self.state_dir, info.project, info.run)
+                if state.positions_mode_differs(self.options.ranks):
+                    raise ExportError(
+                        f"run {info.key} was exported to {self.description} with --ranks "
+                        f"{state.ranks}; export it with the same rank mode (or to another "
+                        "destination)", retryable=False)
+                sent = self._deliver(info, state)
+                outcome.records += sent
+                outcome.finished = state.finished
+                outcome.error = None
+                return outcome
+            except ExportError as exc:
+                outcome.error = str(exc)
+                self._record_error(info, exc)
+                waited = time.monotonic() - started
+                give_up = self.options.give_up_after
+                if not exc.retryable or (not self.options.follow and give_up is not None
+                                         and waited >= give_up):
+                    self.log(f"{info.key}: {exc}" + ("" if not exc.retryable else
+                             f" (gave up after {waited:.0f} s of retries)"))
+                    return outcome
+                if str(exc) not in reported:
+                    reported.add(str(exc))
+                    self.log(f"{info.key}: {exc}; retrying with backoff")
+                self.sleep(delay * random.uniform(0.5, 1.5))
+                delay = min(delay * 2, self.options.retry_max)
+
+    def _record_error(self, info: RunInfo, exc: ExportError) -> None:
+        try:
+            state = load_state(self.state_dir, info.project, info.run)
+        except ExportError:
+            return  # a corrupt state file stays as it is, for the user to look at
+        state.last_error = str(exc)
+        state.last_error_at = now_iso()
+        state.save()
+
+    def _deliver(self, info: RunInfo, state: RunState) -> int:
+        opts = self.options
+        cursor = copy.deepcopy(state.cursor)
+        aggregator = Aggregator(opts.ranks, copy.deepcopy(state.held)) \
+            if opts.ranks in AGGREGATES else None
+        batches: Iterator[tuple[StreamId, pa.RecordBatch]] = read_run(
+            self.root, cursor, kinds=opts.kinds, ranks=ranks_to_read(opts.ranks),
+            problems=self.summary.problems)
+        first = next(batches, None)
+        terminal = info.status in TERMINAL_STATUSES
+        if first is None and not (aggregator and aggregator.held and terminal):
+            if terminal and not state.finished:
+                self.destination.open_run(info, state.destination)
+                state.destination = dict(self.destination.commit(info))  # what it held back
+                state.save()
+                self.destination.finish_run(info)
+                state.finished = True
+                state.save()
+            return 0
+        self.destination.open_run(info, state.destination)
+        pending: dict[str, list[pa.Table]] = {}
+        rows = sent = 0
+
+        def send_and_commit() -> None:
+            nonlocal rows, sent
+            for kind in KINDS:
+                tables = pending.pop(kind, [])
+                if tables:
+                    table = pa.concat_tables(tables)
+                    self.destination.write(info, kind, table)
+                    sent += table.num_rows
+                    newest = table.column("time").cast(pa.int64())
+                    state.last_time_us = max(state.last_time_us or 0,
+                                             int(max(newest.to_pylist())))
+            state.destination = dict(self.destination.commit(info))
+            state.cursor = copy.deepcopy(cursor)
+            state.ranks = opts.ranks
+            if aggregator is not None:
+                state.held = copy.deepcopy(aggregator.held)
+            state.records += rows
+            state.last_success = now_iso()
+            state.last_error = None
+            state.save()
+            rows = 0
+
+        pending_batches = [first] if first is not None else []
+        for stream, batch in _chain(pending_batches, batches):
+            if aggregator is not None and stream.kind == "metrics":
+                aggregator.add(stream, batch)
+                ready = aggregator.ready(info.ranks, everything=False)
+                if ready is not None:
+                    pending.setdefault("metrics", []).append(ready)
+                    rows += ready.num_rows
+            else:
+                table = with_rank(stream, batch, opts.ranks)
+                if table is not None:
+                    pending.setdefault(stream.kind, []).append(table)
+                    rows += table.num_rows
+            if rows >= opts.batch_rows:
+                send_and_commit()
+        if aggregator is not None:
+            rest = aggregator.ready(info.ranks, everything=terminal)
+            if rest is not None:
+                pending.setdefault("metrics", []).append(rest)
+                rows += rest.num_rows
+        send_and_commit()
+        if terminal:
+            self.destination.finish_run(info)
+            state.finished = True
+            state.save()
+        if sent:
+            self.log(f"{info.key}: {sent} records to {self.description}"
+                     + (" (run finished)" if terminal else ""))
+        return sent
+
+
+def _chain(first: list[tuple[StreamId, pa.RecordBatch]],
+           rest: Iterator[tuple[StreamId, pa.RecordBatch]]
+           ) -> Iterator[tuple[StreamId, pa.RecordBatch]]:
+    yield from first
+    yield from rest
+
+
+def export(destination: Destination, *, root: str | Path | None = None,
+           selection: Selection, options: ExportOptions | None = None,
+           log: Callable[[str], None] = _stderr) -> ExportSummary:
+    """Export the selected runs of the store at `root` to `destination`."""
+    try:
+        return Exporter(destination, root=root, selection=selection, options=options,
+                        log=log).run()
+    finally:
+        destination.close()

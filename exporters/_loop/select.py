@@ -1,0 +1,64 @@
+"""Which runs an exporter exports: a project, run ids, tags, everything, or those since."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tracklake._format.attempt import effective_status
+from tracklake._read.reader import RunRecord, list_runs
+from tracklake.exporters._protocol import RunInfo
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Runs to export. With nothing set, nothing is selected (`all_runs` must be explicit)."""
+
+    project: str | None = None
+    runs: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+    all_runs: bool = False
+    since: _dt.datetime | None = None  # runs started at or after this moment
+
+    def is_empty(self) -> bool:
+        return not (self.project or self.runs or self.tags or self.all_runs or self.since)
+
+    def matches(self, record: RunRecord) -> bool:
+        if self.project and record.project != self.project:
+            return False
+        if self.runs and record.run not in self.runs:
+            return False
+        first = record.attempts[0]
+        if self.tags and not set(self.tags) <= set(first.get("tags") or ()):
+            return False
+        if self.since is not None:
+            started = _dt.datetime.fromisoformat(first["started_at"])
+            since = self.since if self.since.tzinfo else self.since.replace(
+                tzinfo=_dt.timezone.utc)
+            if started < since:
+                return False
+        return True
+
+
+def run_info(record: RunRecord, now: float | None = None) -> RunInfo:
+    """A destination's view of a run, from its attempt files."""
+    now = time.time() if now is None else now
+    latest = max(record.attempt_numbers)
+    current = [a for a in record.attempts if a["attempt"] == latest]
+    statuses = {effective_status(a, latest, now) for a in current}
+    status = next((s for s in ("running", "crashed", "failed", "killed") if s in statuses),
+                  "finished")
+    rank0 = min(current, key=lambda a: a["rank"])
+    return RunInfo(
+        project=record.project, run=record.run, name=rank0.get("name"), status=status,
+        attempts=latest, ranks=tuple(record.ranks), tags=tuple(rank0.get("tags") or ()),
+        started_at=record.attempts[0].get("started_at"),
+        config=dict(rank0.get("config") or {}), identity=dict(rank0.get("identity") or {}))
+
+
+def select_runs(root: Path, selection: Selection) -> list[RunInfo]:
+    now = time.time()
+    return [run_info(r, now) for r in list_runs(root, selection.project)
+            if selection.matches(r)]

@@ -1,0 +1,94 @@
+"""Exporter state: per destination and run, the cursor and the destination's own state,
+written atomically so that a killed exporter resumes exactly where its last commit was."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tracklake._errors import CursorError, ExportError
+from tracklake._format import FORMAT_VERSION, check_version, write_atomic
+from tracklake._format.cursor import Cursor
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def destination_dir(root: Path, name: str, description: str) -> Path:
+    """Where one destination's state lives: ``ROOT/exports/<name>-<hash of description>``."""
+    digest = hashlib.sha256(description.encode()).hexdigest()[:12]
+    return root / "exports" / f"{name}-{digest}"
+
+
+@dataclass
+class RunState:
+    """What one exporter has delivered of one run."""
+
+    path: Path
+    cursor: Cursor
+    ranks: str = "0"  # the rank mode the cursor was made with
+    destination: dict[str, Any] = field(default_factory=dict)  # from Destination.commit()
+    held: dict[str, Any] = field(default_factory=dict)  # aggregates waiting for all ranks
+    records: int = 0  # records delivered so far
+    last_time_us: int | None = None  # time of the newest record delivered
+    finished: bool = False
+    last_success: str | None = None
+    last_error: str | None = None
+    last_error_at: str | None = None
+
+    def positions_mode_differs(self, mode: str) -> bool:
+        """True if this state was made with another rank mode (its cursor would not fit)."""
+        return bool(self.cursor.positions) and self.ranks != mode
+
+    def save(self) -> None:
+        data = {
+            "format": FORMAT_VERSION, "project": self.cursor.project, "run": self.cursor.run,
+            "positions": self.cursor.positions, "ranks": self.ranks,
+            "destination": self.destination,
+            "held": self.held, "records": self.records, "last_time_us": self.last_time_us,
+            "finished": self.finished, "last_success": self.last_success,
+            "last_error": self.last_error, "last_error_at": self.last_error_at,
+        }
+        write_atomic(self.path, json.dumps(data, indent=1, allow_nan=True).encode())
+
+
+def state_path(directory: Path, project: str, run: str) -> Path:
+    return directory / f"project={project}" / f"run={run}.json"
+
+
+def load_state(directory: Path, project: str, run: str) -> RunState:
+    """The saved state of a run, or a fresh one; ExportError (not retryable) if corrupt."""
+    path = state_path(directory, project, run)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return RunState(path, Cursor(project, run))
+    try:
+        data = json.loads(raw)
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        check_version(data.get("format"), path)
+        cursor = Cursor.from_json(json.dumps({"project": project, "run": run,
+                                              "positions": data.get("positions")}))
+        return RunState(
+            path, cursor, ranks=str(data.get("ranks", "0")),
+            destination=dict(data.get("destination") or {}),
+            held=dict(data.get("held") or {}), records=int(data.get("records") or 0),
+            last_time_us=data.get("last_time_us"), finished=bool(data.get("finished")),
+            last_success=data.get("last_success"), last_error=data.get("last_error"),
+            last_error_at=data.get("last_error_at"))
+    except (ValueError, TypeError, CursorError) as exc:
+        raise ExportError(
+            f"exporter state {path} is corrupt ({exc}); nothing of run {project}/{run} was "
+            "exported by this exporter now. Restore the file from a backup, or move it "
+            "away to export the run again from the start (a destination may then hold "
+            "what it already had twice).", retryable=False) from exc
+
+
+def list_states(directory: Path) -> list[Path]:
+    return sorted(directory.glob("project=*/run=*.json"))

@@ -1,0 +1,1 @@
+"""What more than one destination uses: routing resumed attempts, nesting keys."""

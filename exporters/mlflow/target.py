@@ -1,0 +1,86 @@
+"""The MLflow run a tracklake run goes to: what is known of its params, tags and artifact
+files, kept up to date by the writes that go through it."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tracklake.exporters.mlflow.names import (
+    MAX_PARAMS_TAGS_PER_BATCH,
+    MAX_TAG_VAL_LENGTH,
+    chunks,
+    json_size,
+)
+
+if TYPE_CHECKING:
+    from mlflow.tracking import MlflowClient
+
+
+@dataclass
+class Target:
+    """The MLflow run a tracklake run goes to, and what is known of it."""
+
+    client: MlflowClient
+    tracking_uri: str
+    run_id: str
+    experiment_id: str
+    artifact_uri: str
+    params: dict[str, str]
+    tags: dict[str, str]
+    status: str
+    listed: dict[str, set[str]] = field(default_factory=dict)  # directory -> file paths
+    config: dict[str, Any] | None = None  # tracklake/config.json, once read
+
+    def log_tags(self, tags: Mapping[str, str]) -> None:
+        from mlflow.entities import RunTag
+
+        entities = [RunTag(k, v[:MAX_TAG_VAL_LENGTH]) for k, v in tags.items()
+                    if self.tags.get(k) != v[:MAX_TAG_VAL_LENGTH]]
+        for chunk in chunks(entities, MAX_PARAMS_TAGS_PER_BATCH,
+                            lambda t: json_size(t.key, t.value)):
+            self.client.log_batch(self.run_id, tags=chunk, synchronous=True)
+        self.tags.update((t.key, t.value) for t in entities)
+
+    # -- artifact files ------------------------------------------------------------------
+
+    def files(self, directory: str) -> set[str]:
+        """Paths (relative to the run's root) of the files in an artifact directory,
+        listed once per open run. Listed at the run's artifact location: listing through
+        ``runs:/`` (MlflowClient.list_artifacts) also searches logged models each time."""
+        files = self.listed.get(directory)
+        if files is None:
+            from mlflow.artifacts import list_artifacts
+
+            found = list_artifacts(artifact_uri=f"{self.artifact_uri}/{directory}",
+                                   tracking_uri=self.tracking_uri)
+            files = {f"{directory}/{f.path.rpartition('/')[2]}" for f in found
+                     if not f.is_dir}
+            self.listed[directory] = files
+        return files
+
+    def note_file(self, path: str) -> None:
+        files = self.listed.get(path.rpartition("/")[0])
+        if files is not None:  # (a directory not listed yet will list it)
+            files.add(path)
+
+    def has_file(self, path: str) -> bool:
+        return path in self.files(path.rpartition("/")[0])
+
+    def get_text(self, path: str) -> str | None:
+        """An artifact's text, or None if the run has no such file."""
+        if not self.has_file(path):
+            return None
+        from mlflow.artifacts import download_artifacts
+
+        with tempfile.TemporaryDirectory(prefix="tracklake-mlflow-") as tmp:
+            local = download_artifacts(artifact_uri=f"{self.artifact_uri}/{path}",
+                                       dst_path=tmp, tracking_uri=self.tracking_uri)
+            return Path(local).read_text(encoding="utf-8")
+
+    def put_text(self, path: str, text: str) -> None:
+        self.client.log_text(self.run_id, text, path)
+        self.note_file(path)

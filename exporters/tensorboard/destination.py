@@ -1,0 +1,272 @@
+"""The TensorBoard destination: one event file per run, framed with TensorBoard's own
+`RecordWriter`, appended across exports and cut back to the last commit on reopening.
+
+The layout, mapping, limits, exactly-once design, generations and troubleshooting are
+documented in docs/exporters.md (TensorBoard). In short: `write()` turns records into
+events (`_tensorboard_events`) and buffers their frames; `commit()` appends them, fsyncs
+and returns the file's name and length, and `open_run()` truncates the file to that
+length (`_tensorboard_file`), because the loop re-sends everything after the commit. An
+event file can only be appended to, so when the export state is lost after a commit the
+run goes to a new generation (``….NNNNNN``) that starts with a ``SessionLog.START``, which
+makes TensorBoard's loaders drop what they read from the older files. Child spans wait in
+the state until their root arrives, so that a trace is written whole.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import click
+import pyarrow as pa
+
+# TensorBoard ships no type information; everything from it is Any.
+from tensorboard.compat.proto import (  # type: ignore[import-untyped, unused-ignore]
+    event_pb2,
+    summary_pb2,
+)
+from tensorboard.plugins.hparams import (  # type: ignore[import-untyped, unused-ignore]
+    api_pb2,
+    plugin_data_pb2,
+)
+from tensorboard.plugins.hparams import (  # type: ignore[import-untyped, unused-ignore]
+    metadata as hparams_metadata,
+)
+
+from tracklake._errors import ExportError
+from tracklake._format import fsync_dir
+from tracklake.exporters._protocol import RunInfo
+from tracklake.exporters.tensorboard.events import (
+    STATUS_TAG,
+    Held,
+    alert_events,
+    artifact_events,
+    cell,
+    config_events,
+    generation_events,
+    metric_events,
+    orphan_events,
+    text_event,
+    text_events,
+    trace_events,
+)
+from tracklake.exporters.tensorboard.file import (
+    EventFile,
+    base_name,
+    file_name,
+    frames,
+    generation_of,
+    holds_records,
+    io_error,
+    make_dirs,
+    reopen,
+)
+
+logger = logging.getLogger(__name__)
+
+
+_SAFE_NAME = re.compile(r"[A-Za-z0-9._+@-]{1,128}\Z")
+_MIN_STEP = -(2**63)
+_HPARAMS_STATUS = {"finished": "STATUS_SUCCESS", "failed": "STATUS_FAILURE",
+                   "killed": "STATUS_FAILURE", "crashed": "STATUS_FAILURE",
+                   "running": "STATUS_RUNNING"}
+
+
+# -- the destination -------------------------------------------------------------------
+
+
+@dataclass
+class _OpenRun:
+    file: EventFile
+    hparams: bool  # the hparams summary is in the file
+    held: Held
+
+
+class TensorBoardDestination:
+    """Writes each run as TensorBoard event files in LOGDIR/PROJECT/RUN/."""
+
+    name: ClassVar[str] = "tensorboard"
+
+    def __init__(self, *, logdir: str | os.PathLike[str], buffer_bytes: int = 1 << 20) -> None:
+        self.logdir = Path(os.path.abspath(os.path.expanduser(os.fspath(logdir))))
+        self.buffer_bytes = buffer_bytes
+        self._runs: dict[str, _OpenRun] = {}
+
+    @classmethod
+    def cli_options(cls) -> list[click.Option]:
+        return [click.Option(["--logdir"], required=True, type=click.Path(),
+                             help="TensorBoard log directory; each run is written to "
+                                  "LOGDIR/PROJECT/RUN/.")]
+
+    def describe(self) -> str:
+        return f"tensorboard:{self.logdir}"
+
+    def run_dir(self, run: RunInfo) -> Path:
+        """Where a run's event files go (from its project and run id)."""
+        for part in (run.project, run.run):
+            if not _SAFE_NAME.match(part) or part in (".", ".."):
+                raise ExportError(f"run {run.key!r}: {part!r} cannot be used as a directory "
+                                  "name", retryable=False)
+        return self.logdir / run.project / run.run
+
+    # -- the protocol ------------------------------------------------------------------
+
+    def open_run(self, run: RunInfo, state: Mapping[str, Any]) -> None:
+        self._drop(run.key)  # an earlier pass's handle: what it did not commit goes
+        directory = self.run_dir(run)
+        if state:
+            name, offset, hparams, held = _parse_state(run, state)
+            handle = reopen(directory / name, offset, self.buffer_bytes)
+        else:
+            handle, hparams, held = self._start(run, directory), False, Held()
+        self._runs[run.key] = _OpenRun(handle, hparams, held)
+
+    def write(self, run: RunInfo, kind: str, records: pa.Table) -> None:
+        current = self._open(run)
+        if records.num_rows == 0:
+            return
+        held = current.held
+        events: Iterable[Any]
+        if kind == "metrics":
+            events = metric_events(records)
+        elif kind == "texts":
+            events = text_events(records)
+        elif kind == "configs":
+            events = config_events(run, records, with_hparams=not current.hparams)
+        elif kind == "generations":
+            events = generation_events(records)
+        elif kind == "traces":
+            held = held.copy()  # changed only once the file took the events
+            events = trace_events(records, held)
+        elif kind == "artifacts":
+            events = artifact_events(records)
+        elif kind == "events":
+            events = alert_events(records)
+        else:
+            return  # a kind added by a newer format: optional, so skipped
+        current.file.append(frames(events))
+        current.held = held
+        current.hparams = current.hparams or kind == "configs"
+
+    def commit(self, run: RunInfo) -> Mapping[str, Any]:
+        current = self._open(run)
+        offset = current.file.sync()
+        return {"file": current.file.path.name, "offset": offset, "hparams": current.hparams,
+                "held_spans": list(current.held.spans.values()),
+                "omitted_spans": dict(current.held.omitted)}
+
+    def finish_run(self, run: RunInfo) -> None:
+        """Write the final status (and held spans whose root never came), fsync, and close
+        the run's file. Not part of a commit: opening the run again cuts it off."""
+        current = self._open(run)
+        now = time.time()
+        held = current.held.copy()
+        events = list(orphan_events(held))
+        status = (f"**{cell(run.status)}** · attempts: {run.attempts} · ranks: "
+                  + ", ".join(str(r) for r in run.ranks))
+        events.append(text_event(STATUS_TAG, status, 0, now))
+        if current.hparams:
+            end = plugin_data_pb2.SessionEndInfo(
+                status=api_pb2.Status.Value(_HPARAMS_STATUS.get(run.status, "STATUS_UNKNOWN")),
+                end_time_secs=now)
+            summary = summary_pb2.Summary()
+            summary.value.add(
+                tag=hparams_metadata.SESSION_END_INFO_TAG, tensor=hparams_metadata.NULL_TENSOR,
+                metadata=hparams_metadata.create_summary_metadata(
+                    plugin_data_pb2.HParamsPluginData(session_end_info=end)))
+            events.append(event_pb2.Event(wall_time=now, step=0, summary=summary))
+        current.file.append(frames(events))
+        current.file.sync()
+        self._drop(run.key)
+
+    def close(self) -> None:
+        """Close every file; records written since their last commit are dropped."""
+        errors = []
+        for key in list(self._runs):
+            try:
+                self._drop(key)
+            except ExportError as exc:
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+    # -- files -------------------------------------------------------------------------
+
+    def _open(self, run: RunInfo) -> _OpenRun:
+        current = self._runs.get(run.key)
+        if current is None:
+            raise RuntimeError(f"run {run.key} is not open: call open_run() first")
+        return current
+
+    def _drop(self, key: str) -> None:
+        current = self._runs.pop(key, None)
+        if current is not None:
+            current.file.close()
+
+    def _start(self, run: RunInfo, directory: Path) -> EventFile:
+        """An event file for a run exported from its start: a new generation if the newest
+        one holds exported records (docs/exporters.md, TensorBoard)."""
+        try:
+            make_dirs(directory)
+        except OSError as exc:
+            raise ExportError(f"cannot create TensorBoard run directory {directory} "
+                              f"({exc.filename or directory}: {exc.strerror or exc})",
+                              retryable=True) from exc
+        base = base_name(run.run)
+        try:
+            found = sorted(g for n in os.listdir(directory)
+                           if (g := generation_of(base, n)) is not None)
+            generation = found[-1] if found else 0
+            path = directory / file_name(base, generation)
+            if found and holds_records(path):
+                generation += 1
+                logger.warning(
+                    "%s already holds records of run %s but the export state is empty "
+                    "(lost, or another exporter writes here): exporting the run again to "
+                    "%s, which TensorBoard reads in place of the older files; delete those "
+                    "once it is done", path, run.key, file_name(base, generation))
+                path = directory / file_name(base, generation)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise ExportError(f"cannot create a TensorBoard event file in {directory}: "
+                              f"{exc.strerror or exc}", retryable=True) from exc
+        try:
+            os.ftruncate(fd, 0)
+            fsync_dir(directory)
+        except OSError as exc:
+            os.close(fd)
+            raise io_error(exc, "create", path) from exc
+        handle = EventFile(path, fd, 0, self.buffer_bytes)
+        # Every file starts with a SessionLog.START: TensorBoard's loaders take the first
+        # one of a run as its start and every later one as a restart, dropping what they
+        # read before it at steps from its step on (here: all of it).
+        now = time.time()
+        handle.append(frames([
+            event_pb2.Event(wall_time=now, file_version="brain.Event:2",
+                            source_metadata=event_pb2.SourceMetadata(
+                                writer="tracklake.exporters.tensorboard.destination")),
+            event_pb2.Event(wall_time=now, step=_MIN_STEP, session_log=event_pb2.SessionLog(
+                status=event_pb2.SessionLog.START,
+                msg=f"tracklake: run {run.key} exported from its start"))]))
+        return handle
+
+
+def _parse_state(run: RunInfo, state: Mapping[str, Any]) -> tuple[str, int, bool, Held]:
+    name, offset = state.get("file"), state.get("offset")
+    spans, omitted = state.get("held_spans", []), state.get("omitted_spans", {})
+    if (not isinstance(name, str) or generation_of(base_name(run.run), name) is None
+            or isinstance(offset, bool) or not isinstance(offset, int) or offset < 0
+            or not isinstance(spans, list) or not isinstance(omitted, dict)
+            or not all(isinstance(s, dict) and isinstance(s.get("id"), str) for s in spans)):
+        raise ExportError(f"run {run.key}: the TensorBoard export state {dict(state)!r} is not "
+                          "one this exporter wrote; delete the run's export state to export "
+                          "it again from its start", retryable=False)
+    held = Held({s["id"]: dict(s) for s in spans},
+                 {str(k): int(v) for k, v in omitted.items()})
+    return name, offset, bool(state.get("hparams")), held

@@ -1,0 +1,231 @@
+"""The Weights & Biases destination: one W&B run per tracklake run, written by the wandb
+SDK (offline by default: ``wandb sync`` uploads the files later).
+
+The mapping, steps, resumed attempts, artifacts, exactly-once sessions, the offline
+upload and troubleshooting are documented in docs/exporters.md (Weights & Biases). In
+short: `write()` collects records per attempt; `commit()` routes each attempt to its W&B
+run (`_attempt_routes`: a resumed attempt that logs steps again gets ``<id>-a<N>``),
+merges per step and logs rows in increasing step order in one whole wandb session per
+W&B run — init, log, finish, fsync — because wandb-core writes its ``.wandb`` file only
+when a run finishes. Session N of a W&B run is the directory ``…-<id>-tracklake<N>…``;
+the state counts committed sessions, and `open_run()` renames the ``.wandb`` file of
+every later one to ``.wandb.uncommitted``, so a crash duplicates nothing in the files.
+With ``--ranks all``, steps above the lowest latest step of the run's ranks wait in the
+state (`_hold`). wandb's error reporting, which connects to W&B's servers even offline,
+is off unless ``error_reporting=True``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+import click
+import pyarrow as pa
+
+from tracklake._errors import ExportError
+from tracklake._format.attempt import TERMINAL_STATUSES
+from tracklake.exporters._protocol import RunInfo
+from tracklake.exporters._shared.attempt_routes import Collecting, Target
+from tracklake.exporters._shared.nest import nest
+from tracklake.exporters.wandb import rows
+from tracklake.exporters.wandb.artifacts import build as build_artifacts
+from tracklake.exporters.wandb.session import Sessions
+from tracklake.exporters.wandb.state import RunState, wandb_run_id
+
+__all__ = ["WandbDestination", "wandb_run_id"]
+
+logger = logging.getLogger(__name__)
+
+_EXIT_CODES = {"finished": 0}
+_ADD: dict[str, Callable[[rows.Pending, pa.Table], None]] = {
+    "metrics": rows.add_metrics, "texts": rows.add_texts, "configs": rows.add_configs,
+    "generations": rows.add_generations, "traces": rows.add_traces,
+    "artifacts": rows.add_artifacts, "events": rows.add_alerts}
+
+
+class WandbDestination:
+    """Writes each run as a W&B run (offline files by default) through the wandb SDK."""
+
+    name: ClassVar[str] = "wandb"
+    #: while following, seconds between commits to a live run: each commit is a session
+    #: directory that `sync` uploads one by one (``--commit-interval`` overrides it)
+    commit_interval: ClassVar[float] = 30.0
+
+    def __init__(self, *, mode: str = "offline", dir: str | None = None,
+                 entity: str | None = None, wandb_project: str | None = None,
+                 proxy: str | None = None, error_reporting: bool = False) -> None:
+        if mode not in ("online", "offline"):
+            raise ValueError(f"mode must be 'online' or 'offline', not {mode!r}")
+        if not error_reporting:
+            # read when wandb-core starts: otherwise it reports errors and traces to W&B's
+            # servers, in offline mode too (a connection an air-gapped node cannot make)
+            os.environ["WANDB_ERROR_REPORTING"] = "false"
+        self.mode = mode
+        base = dir or os.environ.get("WANDB_DIR") or os.getcwd()
+        self.dir = Path(os.path.abspath(os.path.expanduser(base)))
+        self.entity = entity
+        self.wandb_project = wandb_project
+        self.proxy = proxy
+        self._sessions = Sessions(mode, self.dir, entity, wandb_project, proxy)
+        self.store_root: Path | None = None  # set by the loop; artifacts are not uploaded
+        self.rank_mode = "0"  # set by the loop: "all" holds steps back (`_hold`)
+        self._states: dict[str, RunState] = {}
+        self._collecting = Collecting(rows.Pending)
+
+    @classmethod
+    def cli_options(cls) -> list[click.Option]:
+        return [
+            click.Option(["--mode"], type=click.Choice(["online", "offline"]),
+                         default="offline", envvar="WANDB_MODE", show_default=True,
+                         help="offline: write run files for `wandb sync`; online: upload."),
+            click.Option(["--dir"], type=click.Path(file_okay=False), default=None,
+                         help="Directory holding the wandb/ folder (default $WANDB_DIR, "
+                              "else the current directory)."),
+            click.Option(["--entity"], default=None,
+                         help="W&B entity (default $WANDB_ENTITY or your default)."),
+            click.Option(["--wandb-project"], default=None, envvar="WANDB_PROJECT",
+                         help="W&B project for every run (default $WANDB_PROJECT, else the "
+                              "tracklake project)."),
+            click.Option(["--proxy"], default=None,
+                         help="HTTP(S) proxy for W&B (online mode)."),
+            click.Option(["--allow-error-reporting", "error_reporting"], is_flag=True,
+                         default=False,
+                         help="Let wandb send its error reports to W&B (off by default)."),
+        ]
+
+    def describe(self) -> str:
+        parts = [f"wandb:{self.mode}:{self.dir}"]
+        if self.entity or self.wandb_project:
+            parts.append(f"{self.entity or ''}/{self.wandb_project or ''}")
+        return ":".join(parts)
+
+    # -- the protocol ------------------------------------------------------------------
+
+    def open_run(self, run: RunInfo, state: Mapping[str, Any]) -> None:
+        current = RunState(run, state)
+        self._sessions.set_aside(run, current)
+        self._states[run.key] = current
+        self._collecting.open(run.key)
+
+    def write(self, run: RunInfo, kind: str, records: pa.Table) -> None:
+        self._collecting.pending(run.key)  # raises unless the run is open
+        add = _ADD.get(kind)
+        if add is None or not records.num_rows:
+            return
+        self._collecting.add(run.key, records, add)
+        if kind == "metrics" and self.rank_mode == "all":  # for `_hold` alone
+            reach = self._states[run.key].reach
+            for rank, step in zip(records.column("rank").to_pylist(),
+                                  records.column("step").to_pylist(), strict=True):
+                if rank is not None and step is not None:
+                    reach[str(rank)] = max(reach.get(str(rank), step), step)
+
+    def commit(self, run: RunInfo) -> Mapping[str, Any]:
+        pending = self._collecting.pending(run.key)
+        current = self._states[run.key]
+        self._hold(run, current, pending)
+        for target, collected in current.split(pending, rows.Pending):
+            if not collected.empty():
+                self._commit_target(run, current, target, collected)
+        self._collecting.committed(run.key)
+        return current.dump()
+
+    def finish_run(self, run: RunInfo) -> None:
+        """Record the final status in a session of each W&B run (not part of a commit: a
+        later `open_run()` sets it aside, and the next `finish_run()` writes it again)."""
+        self._collecting.pending(run.key)  # raises unless the run is open
+        current = self._states[run.key]
+
+        def send(wb: Any) -> None:
+            wb.summary.update({"tracklake/status": run.status,
+                               "tracklake/attempts": run.attempts,
+                               "tracklake/ranks": ",".join(str(r) for r in run.ranks)})
+
+        for target in current.targets:
+            self._sessions.run(run, target, send, exit_code=_EXIT_CODES.get(run.status, 1))
+        self._collecting.close(run.key)
+
+    def close(self) -> None:
+        """Forget open runs; what they collected since their last commit is dropped."""
+        self._collecting.close()
+        self._states.clear()
+
+    # -- commits -----------------------------------------------------------------------
+
+    def _hold(self, run: RunInfo, current: RunState,
+              pending: dict[int | None, rows.Pending]) -> None:
+        """With ``--ranks all`` on a live run, a rank that lags would log steps W&B already
+        passed: metric steps above the watermark (the lowest latest step of the run's
+        ranks) wait in the state; earlier held steps join this commit. All go once the
+        run is over."""
+        for name, steps in current.held.items():
+            attempt = None if name == "-" else int(name)
+            held = rows.Pending(metrics={int(s): dict(v) for s, v in steps.items()})
+            held.merge(pending.get(attempt, rows.Pending()))
+            pending[attempt] = held
+        current.held = {}
+        if (self.rank_mode != "all" or run.status in TERMINAL_STATUSES
+                or len(run.ranks) < 2):
+            return
+        mark = min(current.reach.get(str(r), -1) for r in run.ranks)
+        for attempt, collected in pending.items():
+            above = {s: collected.metrics.pop(s) for s in list(collected.metrics) if s > mark}
+            if above:
+                current.held["-" if attempt is None else str(attempt)] = {
+                    str(s): values for s, values in sorted(above.items())}
+
+    def _commit_target(self, run: RunInfo, current: RunState, target: Target,
+                       pending: rows.Pending) -> None:
+        history, dropped_steps, dropped_records = rows.rows_by_step(pending, target.last_step)
+        if dropped_steps:
+            logger.warning("run %s: %d steps (%d metric values) at or before step %s, the "
+                           "last one W&B run %s holds, were dropped (W&B takes only "
+                           "increasing steps)", run.key, dropped_steps, dropped_records,
+                           target.last_step, target.id)
+        total = current.dropped_steps + dropped_steps
+        artifacts, missing = self._artifacts(run, pending)
+
+        def send(wb: Any) -> None:
+            if pending.config:
+                wb.config.update(nest(pending.config), allow_val_change=True)
+            for step, row in history:
+                wb.log(row, step=step)
+            for artifact, aliases in artifacts:
+                wb.log_artifact(artifact, aliases=aliases)
+            if missing:
+                wb.summary["tracklake/missing_artifact_files"] = len(missing)
+            if self.mode == "online":
+                for alert in pending.alerts:
+                    wb.alert(title=str(alert.get("title") or "alert"),
+                             text=str(alert.get("text") or ""),
+                             level=str(alert.get("level") or "warning").upper())
+            if dropped_steps:
+                wb.summary["tracklake/dropped_steps"] = total
+
+        self._sessions.run(run, target, send, exit_code=0)
+        target.sessions += 1
+        if history:
+            last = history[-1][0]
+            target.last_step = last if target.last_step is None else max(target.last_step, last)
+        current.dropped_steps = total
+        current.dropped_records += dropped_records
+
+    def _artifacts(self, run: RunInfo, pending: rows.Pending
+                   ) -> tuple[list[tuple[Any, list[str]]], list[str]]:
+        if not pending.artifacts:
+            return [], []
+        if self.store_root is None:
+            raise ExportError(f"run {run.key}: cannot send artifacts: store_root is not set "
+                              "(the export loop sets it)", retryable=False)
+        built, missing = build_artifacts(pending.artifacts, self.store_root)
+        if missing:
+            logger.warning("run %s: %d artifact files are missing from the store's blobs and "
+                           "were left out: %s", run.key, len(missing), ", ".join(missing[:5]))
+        return built, missing
+
+    # -- sessions ----------------------------------------------------------------------
+

@@ -1,0 +1,154 @@
+"""Records to W&B history rows: metrics merged per step, other kinds as `wandb.Table`s
+(the mapping is documented in docs/exporters.md, Weights & Biases)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import wandb
+
+GENERATION_COLUMNS = ["step", "sample", "input", "output", "score", "extra", "rank", "attempt"]
+TEXT_COLUMNS = ["step", "text", "rank", "attempt"]
+ALERT_COLUMNS = ["step", "level", "title", "text", "time", "rank", "attempt"]
+SPAN_COLUMNS = ["step", "trace_id", "span_id", "parent_id", "name", "status", "error",
+                "duration_ms", "attributes", "rank", "attempt"]
+ARTIFACT_COLUMNS = ["step", "name", "digest", "size", "media_type", "rank", "attempt"]
+
+
+@dataclass
+class Pending:
+    """What `write()` received since the last commit, grouped per step and key."""
+
+    metrics: dict[int, dict[str, float]] = field(default_factory=dict)
+    tables: dict[tuple[int, str], list[list[Any]]] = field(default_factory=dict)
+    columns: dict[str, list[str]] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)  # flattened key -> value
+    alerts: list[dict[str, Any]] = field(default_factory=list)
+    artifacts: list[dict[str, Any]] = field(default_factory=list)  # records, for their files
+
+    def empty(self) -> bool:
+        return not (self.metrics or self.tables or self.config or self.artifacts)
+
+    def merge(self, later: Pending) -> None:
+        """Add what `later` collected; its metric values win at the same step and key."""
+        for step, values in later.metrics.items():
+            self.metrics.setdefault(step, {}).update(values)
+        for at, cells in later.tables.items():
+            self.tables.setdefault(at, []).extend(cells)
+        self.columns.update(later.columns)
+        self.config.update(later.config)
+        self.alerts.extend(later.alerts)
+        self.artifacts.extend(later.artifacts)
+
+    def add_rows(self, key: str, columns: list[str], rows: Iterable[dict[str, Any]]) -> None:
+        self.columns[key] = columns
+        for row in rows:
+            step = _step(row.get("step"))
+            self.tables.setdefault((step, key), []).append([row.get(c) for c in columns])
+
+
+def _step(step: int | None) -> int:
+    return 0 if step is None else int(step)
+
+
+def _column(table: pa.Table, name: str) -> list[Any]:
+    if name in table.column_names:
+        return list(table.column(name).to_pylist())
+    return [None] * table.num_rows
+
+
+def add_metrics(pending: Pending, records: pa.Table) -> None:
+    for step, key, value in zip(_column(records, "step"), _column(records, "key"),
+                                _column(records, "value"), strict=True):
+        if value is not None and key is not None:
+            pending.metrics.setdefault(_step(step), {})[key] = float(value)
+
+
+def add_texts(pending: Pending, records: pa.Table) -> None:
+    for key in dict.fromkeys(_column(records, "key")):
+        rows = records.filter(pc.equal(records.column("key"), key)).to_pylist()
+        pending.add_rows(f"texts/{key}", TEXT_COLUMNS, rows)
+
+
+def add_generations(pending: Pending, records: pa.Table) -> None:
+    for key in dict.fromkeys(_column(records, "key")):
+        rows = records.filter(pc.equal(records.column("key"), key)).to_pylist()
+        pending.add_rows(f"generations/{key}", GENERATION_COLUMNS, rows)
+
+
+def add_alerts(pending: Pending, records: pa.Table) -> None:
+    alerts = records.filter(pc.equal(records.column("kind"), "alert")).to_pylist()
+    for row in alerts:
+        row["time"] = row["time"].isoformat() if row.get("time") is not None else None
+    pending.add_rows("alerts", ALERT_COLUMNS, alerts)
+    pending.alerts.extend(alerts)
+
+
+def add_traces(pending: Pending, records: pa.Table) -> None:
+    rows = records.to_pylist()
+    for row in rows:
+        start, end = row.get("time"), row.get("end_time")
+        row["duration_ms"] = ((end - start).total_seconds() * 1000
+                              if start is not None and end is not None else None)
+    pending.add_rows("traces", SPAN_COLUMNS, rows)
+
+
+def add_artifacts(pending: Pending, records: pa.Table) -> None:
+    rows = records.to_pylist()
+    pending.add_rows("artifacts", ARTIFACT_COLUMNS, rows)
+    pending.artifacts.extend(rows)
+
+
+def add_configs(pending: Pending, records: pa.Table) -> None:
+    for key, value in zip(_column(records, "key"), _column(records, "value"), strict=True):
+        if key is not None:
+            pending.config[key] = _json_value(value)
+
+
+def _json_value(text: str | None) -> Any:
+    try:
+        return None if text is None else json.loads(text)
+    except ValueError:
+        return text
+
+
+def _cell(value: Any) -> Any:
+    """A table cell W&B can serialise: JSON-able scalars; NaN/inf as strings."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, sort_keys=True, default=str)
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)
+
+
+def rows_by_step(pending: Pending, last_step: int | None
+                 ) -> tuple[list[tuple[int, dict[str, Any]]], int, int]:
+    """History rows in increasing step order, with the metric steps and records dropped
+    because W&B already holds a row at or after their step (see the module docs of
+    `tracklake.exporters.wandb.destination`). Tables of such steps go to the latest row instead."""
+    rows: dict[int, dict[str, Any]] = {}
+    dropped_steps = dropped_records = 0
+    for step, values in pending.metrics.items():
+        if last_step is not None and step <= last_step:
+            dropped_steps += 1
+            dropped_records += len(values)
+            continue
+        rows.setdefault(step, {}).update(values)
+    tables: dict[tuple[int, str], list[list[Any]]] = {}
+    for (step, key), cells in sorted(pending.tables.items()):
+        at = step if last_step is None or step > last_step else last_step
+        tables.setdefault((at, key), []).extend(cells)
+    for (at, key), cells in tables.items():
+        columns: list[str | int] = list(pending.columns[key])
+        table = wandb.Table(columns=columns,
+                            data=[[_cell(c) for c in row] for row in cells])
+        rows.setdefault(at, {})[key] = table
+    return sorted(rows.items()), dropped_steps, dropped_records

@@ -1,0 +1,144 @@
+"""One W&B session of one W&B run: `wandb.init` → send → `finish`, the transaction log
+fsynced; and setting aside the sessions a commit does not count (docs/exporters.md,
+Weights & Biases, "Exactly once")."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import wandb
+
+from tracklake._errors import ExportError
+from tracklake._format import fsync_dir, fsync_file
+from tracklake.exporters._protocol import RunInfo
+from tracklake.exporters._shared.attempt_routes import Routes, Target, attempt_label
+from tracklake.exporters._shared.nest import nest
+
+logger = logging.getLogger(__name__)
+
+SUFFIX = "tracklake"
+
+
+@dataclass(frozen=True)
+class Sessions:
+    """Where and how the sessions of every run are made."""
+
+    mode: str
+    dir: Path
+    entity: str | None
+    wandb_project: str | None
+    proxy: str | None
+
+    def settings(self, target: Target) -> Any:
+        """wandb's settings for the next session of `target` (its directory suffix)."""
+        nonce = uuid.uuid4().hex[:8]
+        options: dict[str, Any] = {
+            "mode": self.mode, "silent": True, "console": "off",
+            "x_disable_stats": True, "x_disable_meta": True, "x_disable_machine_info": True,
+            "disable_git": True, "disable_code": True, "save_code": False,
+            "x_save_requirements": False, "disable_job_creation": True,
+            "x_sync_dir_suffix": f"{SUFFIX}{target.sessions:06d}{nonce}",
+        }
+        if self.proxy:
+            options.update(http_proxy=self.proxy, https_proxy=self.proxy)
+        return wandb.Settings(**options)
+
+    def run(self, run: RunInfo, target: Target, send: Callable[[Any], None],
+            exit_code: int) -> None:
+        """init → send → finish; the transaction log fsynced. A session that fails is
+        finished and set aside, and the error is retryable (the loop sends again)."""
+        config = nest({**run.config})
+        name, extra = attempt_label(run, target)
+        tags = [*run.tags, *extra]
+        try:
+            wb = wandb.init(
+                entity=self.entity, project=self.wandb_project or run.project,
+                dir=str(self.dir), id=target.id, resume="allow", name=name,
+                group=run.run, tags=tags, config=config or None,
+                reinit="create_new", settings=self.settings(target))
+        except Exception as exc:  # the SDK raises many types (CommError, OSError, ...)
+            _forget_failed_init()
+            raise _init_error(run, exc) from exc
+        sync_file = Path(wb.settings.sync_file)
+        try:
+            send(wb)
+        except Exception as exc:
+            with contextlib.suppress(Exception):
+                wb.finish(exit_code=1)
+            _rename_uncommitted(sync_file)
+            raise ExportError(f"run {run.key}: logging to W&B failed: {exc}",
+                              retryable=True) from exc
+        try:
+            wb.finish(exit_code=exit_code)
+            _fsync(sync_file)
+        except Exception as exc:
+            _rename_uncommitted(sync_file)
+            raise ExportError(f"run {run.key}: finishing the W&B session {sync_file.parent} "
+                              f"failed: {exc}", retryable=True) from exc
+
+    def set_aside(self, run: RunInfo, current: Routes) -> None:
+        """Rename the transaction logs of sessions no commit counts, of the run's base W&B
+        run and of its attempts' (also ones no commit knows)."""
+        wandb_dir = Path(wandb.Settings(root_dir=str(self.dir)).wandb_dir)
+        pattern = re.compile(rf"(?:offline-)?run-\d{{8}}_\d{{6}}-({current.base}(?:-a\d+)?)"
+                             rf"-{SUFFIX}(\d{{6}})[0-9a-f]{{8}}\Z")
+
+        def session_of(name: str) -> tuple[str, int] | None:
+            m = pattern.match(name)
+            return (m.group(1), int(m.group(2))) if m else None
+
+        for name, target_id, committed in current.uncommitted_sessions(wandb_dir,
+                                                                         session_of):
+            log = wandb_dir / name / f"run-{target_id}.wandb"
+            if not log.exists():
+                continue  # set aside before
+            if committed:
+                logger.info("run %s: setting aside %s, written after the last commit",
+                            run.key, log)
+            else:
+                logger.warning("run %s: %s was written by an earlier export but the export "
+                               "state does not count it: it is renamed to "
+                               ".wandb.uncommitted and its records are exported again",
+                               run.key, log)
+            _rename_uncommitted(log)
+
+
+def _init_error(run: RunInfo, exc: Exception) -> ExportError:
+    if isinstance(exc, (wandb.errors.UsageError, wandb.errors.AuthenticationError)):
+        return ExportError(f"run {run.key}: wandb.init refused: {exc} (online mode needs "
+                           "WANDB_API_KEY or `wandb login`; offline needs neither)",
+                           retryable=False)
+    return ExportError(f"run {run.key}: wandb.init failed: {exc}", retryable=True)
+
+
+def _forget_failed_init() -> None:
+    """A `wandb.init` that failed leaves its run registered in the wandb-core service, and
+    every later init of that id fails with "run ID is in use": stop the service (the next
+    init starts a fresh one)."""
+    with contextlib.suppress(Exception):
+        wandb.teardown()
+
+
+def _rename_uncommitted(path: Path) -> None:
+    target = path.with_name(path.name + ".uncommitted")
+    try:
+        if path.exists():
+            os.replace(path, target)
+            fsync_dir(path.parent)
+    except OSError as exc:
+        raise ExportError(f"cannot set aside the uncommitted W&B file {path}: "
+                          f"{exc.strerror or exc}", retryable=True) from exc
+
+
+def _fsync(path: Path) -> None:
+    fsync_file(path)
+    fsync_dir(path.parent)
+    fsync_dir(path.parent.parent)

@@ -1,0 +1,41 @@
+"""The W&B destination's commit state of one run: its W&B runs (`_attempt_routes`: a
+resumed attempt that logs steps again gets ``<id>-a<attempt>``), what was dropped, and
+what ``--ranks all`` holds back."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from tracklake.exporters._protocol import RunInfo
+from tracklake.exporters._shared.attempt_routes import Routes, is_count
+
+
+def wandb_run_id(run: RunInfo) -> str:
+    """The W&B run id of a tracklake run (its attempts' runs add ``-a<attempt>``)."""
+    return run.export_id
+
+
+class RunState(Routes):
+    """The commit state of one run (JSON in the loop's cursor file)."""
+
+    destination = "W&B"
+
+    def __init__(self, run: RunInfo, state: Mapping[str, Any]) -> None:
+        super().__init__(run, wandb_run_id(run), state)
+
+    def _load(self, state: Mapping[str, Any]) -> bool:
+        self.dropped_steps: int = state.get("dropped_steps", 0)
+        self.dropped_records: int = state.get("dropped_records", 0)
+        # --ranks all: the latest metric step of each rank, and metric values above the
+        # lowest of them, held per attempt ("-" for none) and step until it passes
+        self.reach: dict[str, int] = dict(state.get("reach", {}))
+        self.held: dict[str, dict[str, dict[str, float]]] = dict(state.get("held", {}))
+        return (is_count(self.dropped_steps) and is_count(self.dropped_records)
+                and all(isinstance(v, int) for v in self.reach.values())
+                and all(isinstance(v, dict) for v in self.held.values()))
+
+    def dump(self) -> dict[str, Any]:
+        return {**super().dump(),
+                "dropped_steps": self.dropped_steps, "dropped_records": self.dropped_records,
+                "reach": dict(sorted(self.reach.items())), "held": self.held}

@@ -1,0 +1,1 @@
+"""The `tracklake` command line: commands, export and pack subcommands, output, demo."""

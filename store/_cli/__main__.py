@@ -1,0 +1,5 @@
+"""`python -m tracklake._cli`: the command line."""
+
+from tracklake._cli.main import main
+
+main()

@@ -1,0 +1,158 @@
+"""`tracklake export DEST ...` and `tracklake export status`: one subcommand per installed
+destination (entry point group ``tracklake.exporters``), sharing the selection options."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import click
+
+from tracklake._errors import TracklakeError
+
+
+def _common_options() -> list[click.Parameter]:
+    return [
+        click.Option(["--root"], type=click.Path(file_okay=False, path_type=Path),
+                     help="Store directory (default: $TRACKLAKE_ROOT, else ./tracklake)."),
+        click.Option(["--project"], help="Export the runs of this project."),
+        click.Option(["--run", "runs"], multiple=True, help="Export this run id (repeatable)."),
+        click.Option(["--tag", "tags"], multiple=True, help="Only runs with this tag."),
+        click.Option(["--all", "all_runs"], is_flag=True, help="Export every run."),
+        click.Option(["--since"], type=click.DateTime(),
+                     help="Only runs started at or after this time (UTC)."),
+        click.Option(["--follow"], is_flag=True,
+                     help="Keep exporting live runs as they grow (file events, with polling "
+                          "as the fallback); stops when the --run runs are finished."),
+        click.Option(["--ranks"], default="0", show_default=True,
+                     help="A rank number, 'all' (keys under rank{r}/), or mean|min|max "
+                          "across ranks per step."),
+        click.Option(["--poll-interval"], default=2.0, show_default=True,
+                     help="Seconds between polls while following."),
+        click.Option(["--batch-rows"], default=50_000, show_default=True,
+                     help="Records sent and committed at a time."),
+        click.Option(["--commit-interval"], type=float, default=None,
+                     help="While following, seconds at least between two commits to a live "
+                          "run (default: the destination's; 30 for W&B and SwanLab, whose "
+                          "every commit is a session directory; 0 for the others)."),
+        click.Option(["--give-up-after"], default=600.0, show_default=True,
+                     help="Seconds to keep retrying a failing destination (without --follow)."),
+        click.Option(["--state-dir"], type=click.Path(file_okay=False, path_type=Path),
+                     help="Where the exporter keeps its cursors "
+                          "(default: ROOT/exports/<destination>)."),
+    ]
+
+
+_COMMON = {p.name for p in _common_options()}
+
+
+def missing_package(name: str, exc: ImportError) -> str:
+    """What to tell a user whose exporter `name` cannot be imported."""
+    return (f"the {name} exporter needs a package that is not installed ({exc}); install it "
+            f"with: pip install 'tracklake[{name}]'")
+
+
+def make_destination(cls: Any, options: Mapping[str, Any]) -> Any:
+    """A destination from its command-line options (``from_cli`` where it has one)."""
+    return getattr(cls, "from_cli", cls)(**options)
+
+
+def _run_export(name: str, params: dict[str, Any]) -> None:
+    from tracklake._format.naming import resolve_root
+    from tracklake.exporters import ExportOptions, Selection, export, load
+
+    cls = load(name)
+    dest_kwargs = {k: v for k, v in params.items() if k not in _COMMON}
+    destination = make_destination(cls, dest_kwargs)
+    since = params["since"]
+    selection = Selection(project=params["project"], runs=tuple(params["runs"]),
+                          tags=tuple(params["tags"]), all_runs=params["all_runs"],
+                          since=since.replace(tzinfo=_dt.timezone.utc) if since else None)
+    if selection.is_empty():
+        raise click.UsageError("choose runs: --project P, --run ID, --tag T, --since T or --all")
+    root = resolve_root(params["root"])
+    if not root.is_dir():
+        raise click.ClickException(f"no tracklake store at {root}; pass --root DIR or set "
+                                   "TRACKLAKE_ROOT")
+    options = ExportOptions(ranks=params["ranks"], follow=params["follow"],
+                            poll_interval=params["poll_interval"],
+                            batch_rows=params["batch_rows"],
+                            commit_interval=params["commit_interval"],
+                            give_up_after=params["give_up_after"],
+                            state_dir=params["state_dir"])
+    try:
+        summary = export(destination, root=root, selection=selection, options=options)
+    except KeyboardInterrupt:
+        click.echo("interrupted: everything committed so far is kept", err=True)
+        sys.exit(130)
+    click.echo(str(summary), err=True)
+    if summary.failed:
+        sys.exit(1)
+
+
+class ExportGroup(click.Group):
+    """Subcommands: `status`, and one per installed destination."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        from tracklake.exporters import available
+
+        return ["status", *available()]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name == "status":
+            return status
+        from tracklake.exporters import load
+
+        try:
+            cls = load(cmd_name)
+        except LookupError:
+            return None
+        except ImportError as exc:
+            message = missing_package(cmd_name, exc)
+
+            def unavailable(**_: Any) -> None:
+                raise click.ClickException(message)
+
+            return click.Command(cmd_name, callback=unavailable, help=f"(unavailable) {message}",
+                                 context_settings={"ignore_unknown_options": True,
+                                                   "allow_extra_args": True})
+        options: list[click.Parameter] = getattr(cls, "cli_options", lambda: [])()
+
+        def callback(**params: Any) -> None:
+            try:
+                _run_export(cmd_name, params)
+            except TracklakeError as exc:
+                click.echo(f"tracklake: error: {exc}", err=True)
+                sys.exit(1)
+
+        return click.Command(cmd_name, params=[*_common_options(), *options],
+                             callback=callback,
+                             help=(cls.__doc__ or f"Export to {cmd_name}.").split("\n")[0])
+
+
+@click.command()
+@click.option("--root", type=click.Path(file_okay=False, path_type=Path), default=None)
+def status(root: Path | None) -> None:
+    """How far behind each exporter is, per run, with its last error."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from tracklake.exporters import export_status
+
+    rows = export_status(root)
+    if not rows:
+        click.echo("no exporter has run against this store yet")
+        return
+    table = Table(title="exporters")
+    for col in ("destination", "run", "exported", "behind", "seconds behind", "finished",
+                "last success", "last error"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        table.add_row(r["destination"], r["run"], str(r.get("exported", "")),
+                      str(r.get("behind", "")), str(r.get("seconds_behind", "")),
+                      str(r.get("finished", "")), r.get("last_success") or "",
+                      r.get("error") or r.get("last_error") or "")
+    Console(width=None if sys.stdout.isatty() else 200).print(table)

@@ -1,0 +1,221 @@
+"""The `tracklake` command line."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import sys
+import time
+from collections.abc import Callable
+from functools import wraps
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from tracklake._errors import TracklakeError
+from tracklake._format.naming import resolve_root
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+root_option = click.option(
+    "--root", type=click.Path(file_okay=False, path_type=Path), default=None,
+    help="Store directory (default: $TRACKLAKE_ROOT, else ./tracklake).")
+
+
+def _friendly(func: F) -> F:
+    """Turn tracklake errors into a message and exit code 1 instead of a traceback."""
+    @wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except TracklakeError as exc:
+            click.echo(f"tracklake: error: {exc}", err=True)
+            sys.exit(1)
+    return wrapper  # type: ignore[return-value]
+
+
+def _store(root: Path | None) -> Path:
+    path = resolve_root(root)
+    if not path.is_dir():
+        raise click.ClickException(
+            f"no tracklake store at {path}; pass --root DIR or set TRACKLAKE_ROOT "
+            "(`tracklake demo` creates one)")
+    return path
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="tracklake")
+def main() -> None:
+    """tracklake: a local-first event store for ML training runs."""
+
+
+@main.command()
+@root_option
+@click.option("--project", help="Only runs of this project.")
+@click.option("--metric", "metrics", multiple=True,
+              help="Metric key (or glob) whose last value is shown; repeatable.")
+@_friendly
+def runs(root: Path | None, project: str | None, metrics: tuple[str, ...]) -> None:
+    """List runs: status, attempts, ranks, last step, start, duration, last metrics."""
+    from tracklake._cli.present import print_runs
+
+    print_runs(_store(root), project, metrics)
+
+
+@main.command()
+@click.argument("run")
+@root_option
+@click.option("--project", help="Project of the run, if its id exists in several.")
+@_friendly
+def show(run: str, root: Path | None, project: str | None) -> None:
+    """Show one run: identity, attempts, ranks, records and metric summaries."""
+    from tracklake._cli.present import print_run
+
+    print_run(_store(root), run, project)
+
+
+@main.command()
+@click.argument("run_a")
+@click.argument("run_b")
+@root_option
+@click.option("--section", type=click.Choice(["config", "env", "packages", "git", "all"]),
+              default="all", show_default=True)
+@_friendly
+def diff(run_a: str, run_b: str, root: Path | None, section: str) -> None:
+    """Differences between two runs: config, environment, packages, git."""
+    from tracklake._cli.present import print_diff
+
+    print_diff(_store(root), run_a, run_b, section)
+
+
+@main.command()
+@click.argument("statement")
+@root_option
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "parquet"]),
+              default="table", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the result to this file (required for parquet).")
+@click.option("--max-rows", default=100, show_default=True, help="Rows shown as a table.")
+@_friendly
+def sql(statement: str, root: Path | None, fmt: str, output: Path | None, max_rows: int) -> None:
+    """Run a read-only SQL query over the store (views: runs, metrics, configs, texts,
+    generations, traces, artifacts, events, metric_summaries)."""
+    from tracklake._cli.present import write_table
+    from tracklake._read.query import query
+
+    table = query(statement, root=_store(root))
+    write_table(table, fmt, output, max_rows, forbidden_dir=resolve_root(root))
+
+
+@main.command()
+@root_option
+@click.option("--project")
+@click.option("--run")
+@click.option("--dry-run", is_flag=True, help="Only list what would be compacted.")
+@_friendly
+def compact(root: Path | None, project: str | None, run: str | None, dry_run: bool) -> None:
+    """Compact sealed segments into zstd Parquet (safe while runs are being written)."""
+    from tracklake._ops.compact import compact as do_compact
+
+    report = do_compact(root=_store(root), project=project, run=run, dry_run=dry_run)
+    verb = "would compact" if dry_run else "compacted"
+    click.echo(f"{verb} {len(report.segments_removed)} segments, {report.records} records: "
+               f"{report.bytes_before:,} bytes" +
+               ("" if dry_run else f" -> {report.bytes_after:,} bytes in "
+                f"{len(report.parts_written)} parts"))
+    for path, nbytes in report.torn:
+        click.echo(f"note: {path}: dropped a torn tail of {nbytes} bytes (a writer stopped "
+                   "mid-batch)", err=True)
+    for path, why in report.skipped:
+        click.echo(f"warning: {path}: {why}; left in place (not compacted)", err=True)
+
+
+@main.command()
+@click.argument("run")
+@root_option
+@click.option("--project")
+@click.option("--keys", default="*", show_default=True, help="Glob of metric keys to print.")
+@click.option("--rank", default=0, show_default=True, type=int)
+@click.option("--interval", default=1.0, show_default=True, help="Seconds between polls.")
+@click.option("--once", is_flag=True, help="Print what is there and stop.")
+@_friendly
+def watch(run: str, root: Path | None, project: str | None, keys: str, rank: int,
+          interval: float, once: bool) -> None:
+    """Follow a live run, printing new steps as they are written."""
+    from tracklake._read.watch import follow
+
+    follow(_store(root), run, project, rank=rank,
+           emit=lambda step, values: click.echo(_step_line(step, values, keys)),
+           interval=interval, once=once)
+
+
+def _export_group() -> click.Group:
+    from tracklake._cli.export import ExportGroup
+
+    return ExportGroup("export", help="Replay runs into another tool: `tracklake export DEST "
+                       "--help` for a destination's options; `tracklake export status`.")
+
+
+main.add_command(_export_group())
+
+
+def _pack_commands() -> None:
+    from tracklake._cli.pack import pack, unpack
+
+    main.add_command(pack)
+    main.add_command(unpack)
+
+
+_pack_commands()
+
+
+def _step_line(step: int, values: dict[str, float], pattern: str) -> str:
+    chosen = [(k, v) for k, v in values.items() if fnmatch.fnmatchcase(k, pattern)]
+    return " - ".join([f"step:{step}", *(f"{k}:{v:.4g}" for k, v in chosen)])
+
+
+@main.command()
+@root_option
+@click.option("--ranks", default=4, show_default=True)
+@click.option("--steps", default=2000, show_default=True)
+@click.option("--project", default="demo", show_default=True)
+@click.option("--export", "export_to", metavar="[DEST]", is_flag=False,
+              flag_value="tensorboard", default=None,
+              help="Then export the run to DEST: tensorboard when no name is given; mlflow, "
+                   "wandb, swanlab or any installed exporter.")
+@click.option("--export-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where --export writes (default: beside the store, ROOT-DEST).")
+@_friendly
+def demo(root: Path | None, ranks: int, steps: int, project: str, export_to: str | None,
+         export_dir: Path | None) -> None:
+    """Simulate an RL job (several rank processes), compact it and query it; optionally
+    export it to TensorBoard, MLflow, W&B, ... on this machine."""
+    from tracklake._cli.demo import new_run_id, run_demo
+
+    store = resolve_root(root)
+    plan = None
+    if export_to is not None:
+        from tracklake._cli.demo_export import plan_export
+
+        plan = plan_export(export_to, store, export_dir)  # a bad name fails before the job
+    elif export_dir is not None:
+        raise click.UsageError("--export-dir needs --export [DEST]")
+    started = time.monotonic()
+    run_id = new_run_id()
+    click.echo(run_demo(store, ranks=ranks, steps=steps, project=project, run_id=run_id))
+    if plan is not None:
+        click.echo(plan.run(store, project=project, run_id=run_id))
+    click.echo(f"demo finished in {time.monotonic() - started:.1f} s; store at {store}")
+
+
+def _json_default(value: Any) -> Any:
+    return str(value)
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, default=_json_default, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,62 @@
+"""`tracklake pack` and `tracklake unpack`: carry runs across an air gap in one file
+(docs/air-gapped.md). Register them with ``main.add_command(pack)`` and
+``main.add_command(unpack)``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from tracklake._errors import TracklakeError
+
+
+def _fail(exc: TracklakeError) -> None:
+    click.echo(f"tracklake: error: {exc}", err=True)
+    sys.exit(1)
+
+
+@click.command()
+@click.option("--root", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Store to pack from (default: $TRACKLAKE_ROOT, else ./tracklake).")
+@click.option("--project", help="Pack the runs of this project.")
+@click.option("--run", "runs", multiple=True, help="Pack this run id (repeatable).")
+@click.option("--all", "all_runs", is_flag=True, help="Pack every run of the store.")
+@click.option("-o", "--output", required=True,
+              type=click.Path(dir_okay=False, path_type=Path),
+              help="The pack file to write (replaced atomically if it exists).")
+@click.option("--since", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="An earlier pack: include only what it (and the packs it was made "
+                   "--since) did not hold.")
+def pack(root: Path | None, project: str | None, runs: tuple[str, ...], all_runs: bool,
+         output: Path, since: Path | None) -> None:
+    """Pack runs (records, attempt files, artifact blobs) into one file."""
+    from tracklake._ops.pack.pack import pack as do_pack
+
+    if not (project or runs or all_runs):
+        raise click.UsageError("choose runs: --project P, --run ID or --all")
+    try:
+        report = do_pack(root=root, project=project, runs=runs, all_runs=all_runs,
+                         output=output, since=since)
+    except TracklakeError as exc:
+        _fail(exc)
+        return
+    click.echo(str(report), err=True)
+
+
+@click.command()
+@click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--root", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Store to merge into (default: $TRACKLAKE_ROOT, else ./tracklake); "
+                   "created if missing.")
+def unpack(path: Path, root: Path | None) -> None:
+    """Verify a pack and merge it into the store; unpacking it again adds nothing."""
+    from tracklake._ops.pack.pack import unpack as do_unpack
+
+    try:
+        report = do_unpack(path, root=root)
+    except TracklakeError as exc:
+        _fail(exc)
+        return
+    click.echo(str(report), err=True)

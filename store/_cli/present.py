@@ -1,0 +1,217 @@
+"""What the CLI prints: tables of runs, one run, diffs, query results."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+import pyarrow as pa
+from rich.console import Console
+from rich.table import Table
+
+from tracklake._errors import QueryError
+from tracklake._read.query import connect, query
+from tracklake._read.reader import RunRecord, find_run
+
+#: Keys shown by `tracklake runs` when none are chosen, if the runs have them.
+DEFAULT_RUN_METRICS = ("critic/score/mean", "actor/pg_loss", "val-core/*")
+
+
+def _console() -> Console:
+    return Console(soft_wrap=False, width=None if sys.stdout.isatty() else 200)
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    s = round(seconds)
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
+
+
+def print_runs(root: Path, project: str | None, metrics: tuple[str, ...]) -> None:
+    con = connect(root)
+    where = "WHERE project = $project" if project else ""
+    params = {"project": project} if project else {}
+    runs = query(f"""
+        SELECT r.project, r.run, r.status, r.attempts, r.ranks, s.last_step,
+               strftime(r.started_at, '%Y-%m-%d %H:%M:%S') AS start,
+               epoch(r.ended_at) - epoch(r.started_at) AS duration
+        FROM runs r LEFT JOIN (SELECT project, run, max(last_step) AS last_step
+                               FROM metric_summaries GROUP BY ALL) s USING (project, run)
+        {where} ORDER BY r.started_at""", params=params, connection=con).to_pylist()
+    summaries = query("SELECT project, run, key, last_value FROM metric_summaries "
+                      "WHERE rank = (SELECT min(rank) FROM metric_summaries m2 WHERE "
+                      "m2.project = metric_summaries.project AND m2.run = metric_summaries.run)",
+                      connection=con).to_pylist()
+    con.close()
+    keys = sorted({s["key"] for s in summaries})
+    patterns = metrics or DEFAULT_RUN_METRICS
+    chosen = [k for p in patterns for k in keys if fnmatch.fnmatchcase(k, p)][:6]
+    last = {(s["project"], s["run"], s["key"]): s["last_value"] for s in summaries}
+    table = Table(title=f"runs in {root}")
+    for col in ("project", "run", "status", "attempts", "ranks", "last step", "start",
+                "duration", *chosen):
+        table.add_column(col, overflow="fold")
+    for r in runs:
+        table.add_row(r["project"], r["run"], r["status"], _fmt(r["attempts"]), _fmt(r["ranks"]),
+                      _fmt(r["last_step"]), r["start"], _duration(r["duration"]),
+                      *(_fmt(last.get((r["project"], r["run"], k))) for k in chosen))
+    if not runs:
+        click.echo(f"no runs in {root}")
+        return
+    _console().print(table)
+
+
+def print_run(root: Path, run_id: str, project: str | None) -> None:
+    record = find_run(root, run_id, project)
+    console = _console()
+    latest = record.attempts[-1]
+    ident = latest.get("identity") or {}
+    git = ident.get("git") or {}
+    console.print(f"[bold]{record.project}/{record.run}[/bold]  name={latest.get('name')}  "
+                  f"tags={latest.get('tags')}")
+    console.print(f"command: {' '.join(ident.get('command') or [])}")
+    console.print(f"host: {ident.get('host')}  python: {ident.get('python')}  "
+                  f"git: {git.get('commit')}{' (dirty)' if git.get('dirty') else ''}")
+    attempts = Table(title="attempts")
+    for col in ("attempt", "rank", "status", "started", "finished", "write problems"):
+        attempts.add_column(col)
+    for a in record.attempts:
+        report = a.get("write_report") or {}
+        problems = "" if report.get("complete", True) else (
+            f"{report.get('failed_writes')} failed writes, {report.get('dropped_values')} "
+            f"values dropped: {report.get('last_error')}")
+        attempts.add_row(str(a["attempt"]), str(a["rank"]), a.get("status", ""),
+                         a.get("started_at", ""), a.get("finished_at") or "", problems)
+    console.print(attempts)
+    con = connect(root)
+    params = {"p": record.project, "r": record.run}
+    counts = query(" UNION ALL ".join(
+        f"SELECT '{k}' AS kind, count(*) AS records FROM {k}_all WHERE project = $p AND run = $r"
+        for k in ("metrics", "texts", "configs", "generations", "traces", "artifacts",
+                  "events")), params=params, connection=con).to_pylist()
+    console.print("records: " + ", ".join(f"{c['kind']}={c['records']}" for c in counts))
+    summary = query("SELECT key, min(first_step) AS first, max(last_step) AS last, "
+                    "sum(count) AS n, min(min) AS min, max(max) AS max, "
+                    "arg_max(last_value, last_step) AS last_value FROM metric_summaries "
+                    "WHERE project = $p AND run = $r GROUP BY key ORDER BY key",
+                    params=params, connection=con).to_pylist()
+    con.close()
+    metrics = Table(title="metrics (all ranks)")
+    for col in ("key", "steps", "values", "min", "max", "last"):
+        metrics.add_column(col)
+    for m in summary:
+        metrics.add_row(m["key"], f"{m['first']}..{m['last']}", _fmt(m["n"]), _fmt(m["min"]),
+                        _fmt(m["max"]), _fmt(m["last_value"]))
+    console.print(metrics)
+    config = latest.get("config") or {}
+    if config:
+        cfg = Table(title="config")
+        cfg.add_column("key")
+        cfg.add_column("value", overflow="fold")
+        for k, v in config.items():
+            cfg.add_row(k, json.dumps(v))
+        console.print(cfg)
+
+
+def _identity_sections(record: RunRecord) -> dict[str, dict[str, Any]]:
+    rank0 = [a for a in record.attempts if a["rank"] == min(record.ranks)][-1]
+    ident = rank0.get("identity") or {}
+    return {
+        "config": rank0.get("config") or {},
+        "env": ident.get("env") or {},
+        "packages": ident.get("packages") or {},
+        "git": ident.get("git") or {},
+    }
+
+
+def print_diff(root: Path, run_a: str, run_b: str, section: str) -> bool:
+    """Print the differences of each section; True if there are none at all."""
+    a = _identity_sections(find_run(root, run_a))
+    b = _identity_sections(find_run(root, run_b))
+    console = _console()
+    same = True
+    for name in ("config", "env", "packages", "git"):
+        if section not in (name, "all"):
+            continue
+        left, right = a[name], b[name]
+        keys = sorted(set(left) | set(right))
+        changed = [k for k in keys if left.get(k, _MISSING) != right.get(k, _MISSING)]
+        if not changed:
+            console.print(f"{name}: identical ({len(keys)} entries)")
+            continue
+        same = False
+        table = Table(title=f"{name}: {len(changed)} of {len(keys)} differ")
+        table.add_column("key")
+        table.add_column(run_a, overflow="fold")
+        table.add_column(run_b, overflow="fold")
+        for k in changed:
+            table.add_row(k, _show(left.get(k, _MISSING)), _show(right.get(k, _MISSING)))
+        console.print(table)
+    return same
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "(absent)"
+
+
+_MISSING = _Missing()
+
+
+def _show(value: Any) -> str:
+    return repr(value) if isinstance(value, _Missing) else json.dumps(value, default=str)
+
+
+def write_table(table: pa.Table, fmt: str, output: Path | None, max_rows: int,
+                forbidden_dir: Path) -> None:
+    if output is not None and output.resolve().is_relative_to(forbidden_dir.resolve()):
+        raise QueryError(f"refusing to write {output} inside the store {forbidden_dir}")
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        if output is None:
+            raise click.UsageError("--format parquet needs --output FILE")
+        pq.write_table(table, output, compression="zstd")
+        click.echo(f"wrote {table.num_rows} rows to {output}")
+        return
+    if fmt == "csv":
+        import pyarrow.csv as pacsv
+
+        sink = pa.BufferOutputStream()
+        pacsv.write_csv(table, sink)
+        text = sink.getvalue().to_pybytes().decode()
+    elif fmt == "json":
+        text = "\n".join(json.dumps(row, default=str) for row in table.to_pylist()) + "\n"
+    else:
+        rich_table = Table()
+        for name in table.column_names:
+            rich_table.add_column(name, overflow="fold")
+        for row in table.slice(0, max_rows).to_pylist():
+            rich_table.add_row(*(_fmt(v) for v in row.values()))
+        if output is None:
+            _console().print(rich_table)
+            if table.num_rows > max_rows:
+                click.echo(f"({table.num_rows - max_rows} more rows; raise --max-rows or "
+                           "use --format csv)")
+            return
+        console = Console(file=open(output, "w"), width=200)  # noqa: SIM115
+        console.print(rich_table)
+        console.file.close()
+        return
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        output.write_text(text)

@@ -1,0 +1,52 @@
+"""Where things live in a store: stream directories, attempt files, blobs, file names
+(specified in docs/format.md)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from tracklake._format.schema import StreamId
+
+SEGMENT_SUFFIX = ".arrows"
+PART_SUFFIX = ".parquet"
+_SEGMENT_RE = re.compile(r"^seg-(\d{6})-(\d{12})\.arrows$")
+_PART_RE = re.compile(r"^part-(\d{12})-(\d{12})-(\d{6})\.parquet$")
+
+
+def stream_dir(root: Path, s: StreamId) -> Path:
+    """Directory holding the live segments and compacted parts of one stream."""
+    return (root / s.kind / f"project={s.project}" / f"run={s.run}" / f"rank={s.rank}"
+            / f"attempt={s.attempt}")
+
+
+def attempt_file(root: Path, project: str, run: str, rank: int, attempt: int) -> Path:
+    """JSON file holding one rank's identity and status for one attempt."""
+    return root / "runs" / f"project={project}" / f"run={run}" / f"rank={rank}" / (
+        f"attempt={attempt}.json")
+
+
+def blob_path(root: Path, digest: str) -> Path:
+    """Content-addressed location of an artifact's bytes (digest is hex sha256)."""
+    return root / "blobs" / "sha256" / digest[:2] / digest
+
+
+def segment_name(number: int, first_seq: int) -> str:
+    return f"seg-{number:06d}-{first_seq:012d}{SEGMENT_SUFFIX}"
+
+
+def part_name(first_seq: int, last_seq: int, last_segment: int) -> str:
+    """A compacted part holding seqs first..last, made of segments numbered <= last_segment."""
+    return f"part-{first_seq:012d}-{last_seq:012d}-{last_segment:06d}{PART_SUFFIX}"
+
+
+def parse_segment_name(name: str) -> tuple[int, int] | None:
+    """(segment number, first seq) of a segment file name, or None if it is not one."""
+    m = _SEGMENT_RE.match(name)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def parse_part_name(name: str) -> tuple[int, int, int] | None:
+    """(first seq, last seq, last segment number) of a part file name, or None."""
+    m = _PART_RE.match(name)
+    return (int(m.group(1)), int(m.group(2)), int(m.group(3))) if m else None

@@ -1,0 +1,89 @@
+"""Record schemas, partition columns, the format version and stream identity
+(specified in docs/format.md)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from tracklake._errors import FormatError, NewerFormatError
+
+#: Major.minor of the on-disk format. Readers refuse a newer major version.
+FORMAT_VERSION = "1.0"
+FORMAT_MAJOR = 1
+
+_TIME = pa.timestamp("us", tz="UTC")
+
+#: One Arrow schema per record kind. Every kind starts with `seq` (the record group
+#: number within its stream) and `time`; cursors count `seq`.
+SCHEMAS: dict[str, pa.Schema] = {
+    "metrics": pa.schema(
+        [("seq", pa.int64()), ("time", _TIME), ("step", pa.int64()),
+         ("key", pa.string()), ("value", pa.float64())]
+    ),
+    "texts": pa.schema(
+        [("seq", pa.int64()), ("time", _TIME), ("step", pa.int64()),
+         ("key", pa.string()), ("text", pa.string())]
+    ),
+    "configs": pa.schema(
+        [("seq", pa.int64()), ("time", _TIME), ("key", pa.string()), ("value", pa.string())]
+    ),
+    "generations": pa.schema(
+        [("seq", pa.int64()), ("time", _TIME), ("step", pa.int64()), ("key", pa.string()),
+         ("sample", pa.int32()), ("input", pa.string()), ("output", pa.string()),
+         ("score", pa.float64()), ("extra", pa.string())]
+    ),
+    "traces": pa.schema(
+        [("seq", pa.int64()), ("time", _TIME), ("end_time", _TIME), ("step", pa.int64()),
+         ("trace_id", pa.string()), ("span_id", pa.string()), ("parent_id", pa.string()),
+         ("name", pa.string()), ("status", pa.string()), ("error", pa.string()),
+         ("attributes", pa.string()), ("inputs", pa.string()), ("outputs", pa.string()),
+         ("token_ids", pa.list_(pa.int64()))]
+    ),
+    "artifacts": pa.schema(
+        [("seq", pa.int64()), ("time", _TIME), ("step", pa.int64()), ("name", pa.string()),
+         ("digest", pa.string()), ("size", pa.int64()), ("media_type", pa.string()),
+         ("metadata", pa.string())]
+    ),
+    "events": pa.schema(
+        [("seq", pa.int64()), ("time", _TIME), ("step", pa.int64()), ("level", pa.string()),
+         ("kind", pa.string()), ("title", pa.string()), ("text", pa.string())]
+    ),
+}
+KINDS: tuple[str, ...] = tuple(SCHEMAS)
+
+#: Columns that the directory layout contributes (Hive partitions), in path order.
+PARTITIONS: tuple[str, ...] = ("project", "run", "rank", "attempt")
+PARTITION_SCHEMA = pa.schema(
+    [("project", pa.string()), ("run", pa.string()), ("rank", pa.int32()),
+     ("attempt", pa.int32())]
+)
+
+
+def check_version(version: object, where: object) -> None:
+    """Refuse a file written by a newer major format version (or without a version)."""
+    if not isinstance(version, str) or not re.fullmatch(r"\d+\.\d+", version):
+        raise FormatError(f"{where}: missing or malformed tracklake format version {version!r}")
+    major = int(version.split(".")[0])
+    if major > FORMAT_MAJOR:
+        raise NewerFormatError(
+            f"{where}: written in tracklake format {version}, this tracklake reads "
+            f"{FORMAT_MAJOR}.x; upgrade tracklake to read it"
+        )
+
+
+@dataclass(frozen=True)
+class StreamId:
+    """One append-only stream: a record kind of one attempt of one rank of a run."""
+
+    project: str
+    run: str
+    rank: int
+    attempt: int
+    kind: str
+
+    def key(self) -> str:
+        """Stable text form used in cursors: ``rank/attempt/kind``."""
+        return f"{self.rank}/{self.attempt}/{self.kind}"

@@ -1,0 +1,1 @@
+"""Operations on a store: compaction, pack/unpack."""

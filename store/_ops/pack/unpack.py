@@ -1,0 +1,287 @@
+"""Merging a pack into a store: verify it whole, plan every stream, attempt file and
+blob against what the store holds (conflicts raise before anything is written), then
+write blobs, parts and attempt files in that order."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import tarfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from tracklake._errors import FormatError, PackConflictError
+from tracklake._format import (
+    SCHEMAS,
+    StreamId,
+    attempt_file,
+    blob_path,
+    check_version,
+    fsync_dir,
+    stream_dir,
+    write_atomic,
+)
+from tracklake._format.naming import resolve_root
+from tracklake._ops.compact import write_part
+from tracklake._ops.pack.archive import open_pack, read_member, verify_open
+from tracklake._ops.pack.manifest import (
+    CHUNK,
+    PACKED_SEGMENT,
+    AttemptEntry,
+    BlobEntry,
+    StreamEntry,
+    stream_key,
+)
+from tracklake._read.reader import list_stream, read_stream
+
+
+@dataclass
+class UnpackReport:
+    """What `unpack()` added to the store; `new` is 0 when it held everything already."""
+
+    parts_written: list[Path] = field(default_factory=list)
+    records: int = 0
+    streams_skipped: int = 0
+    attempts_written: int = 0
+    attempts_skipped: int = 0
+    blobs_written: int = 0
+    blobs_skipped: int = 0
+
+    @property
+    def new(self) -> int:
+        return len(self.parts_written) + self.attempts_written + self.blobs_written
+
+    def __str__(self) -> str:
+        return (f"unpacked {self.records} new records in {len(self.parts_written)} part(s) "
+                f"({self.streams_skipped} stream(s) already present), "
+                f"{self.attempts_written} attempt file(s) ({self.attempts_skipped} kept), "
+                f"{self.blobs_written} blob(s) ({self.blobs_skipped} already present)")
+
+
+@dataclass
+class _StreamPlan:
+    entry: StreamEntry
+    ranges: list[tuple[int, int]]  # seq ranges of the new records, one part each
+    last_segment: int
+
+
+def _load_part(path: Path, tar: tarfile.TarFile, entry: StreamEntry) -> pa.Table:
+    """The records of a packed part, checked against the manifest."""
+    where = f"{path}: member {entry.member!r}"
+    try:
+        with read_member(tar, tar.getmember(entry.member)) as f:
+            table = pq.read_table(f)
+    except (pa.ArrowException, OSError) as exc:
+        raise FormatError(f"{where} is not a readable Parquet part ({exc})") from exc
+    meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
+    check_version(meta.get("tracklake.format"), where)
+    s = entry.stream
+    if (meta.get("tracklake.kind"), meta.get("tracklake.project"), meta.get("tracklake.run"),
+            meta.get("tracklake.rank"), meta.get("tracklake.attempt")) != (
+            s.kind, s.project, s.run, str(s.rank), str(s.attempt)):
+        raise FormatError(f"{where}: its metadata names another stream")
+    table = table.replace_schema_metadata(None)
+    if not table.schema.equals(SCHEMAS[s.kind]):
+        raise FormatError(f"{where}: its columns are not those of {s.kind} records")
+    seqs = table.column("seq")
+    if (table.num_rows != entry.rows or seqs.null_count
+            or (pc.min(seqs).as_py(), pc.max(seqs).as_py()) != (entry.first_seq,
+                                                                entry.last_seq)):
+        raise FormatError(f"{where}: its rows or seq range differ from the manifest")
+    return table
+
+
+def _canonical(table: pa.Table) -> pa.Table:
+    keys = [(n, "ascending") for n, t in zip(table.column_names, table.schema.types,
+                                             strict=True)
+            if not pa.types.is_list(t)]
+    return table.take(pc.sort_indices(table, sort_keys=keys))
+
+
+def _same_rows(a: pa.Table, b: pa.Table) -> bool:
+    """Equal record sets (row order inside a seq group aside; NaN equals NaN)."""
+    if a.num_rows != b.num_rows:
+        return False
+    a, b = _canonical(a), _canonical(b)
+    for name in a.column_names:
+        x, y = a.column(name).combine_chunks(), b.column(name).combine_chunks()
+        if x.equals(y):
+            continue
+        if not pa.types.is_floating(x.type):
+            return False
+        same = pc.fill_null(pc.or_kleene(pc.equal(x, y),
+                                          pc.and_kleene(pc.is_nan(x), pc.is_nan(y))), False)
+        same = pc.or_(same, pc.and_(pc.is_null(x), pc.is_null(y)))
+        if not pc.all(same).as_py():
+            return False
+    return True
+
+
+def _existing(root: Path, s: StreamId, first: int, last: int) -> pa.Table:
+    """The target's records of stream `s` with seq in first..last."""
+    batches = []
+    for batch in read_stream(root, s, first - 1):
+        if batch.column(0)[0].as_py() > last:
+            break
+        batches.append(batch.filter(pc.less_equal(batch.column(0), last)))
+    return pa.Table.from_batches(batches, schema=SCHEMAS[s.kind])
+
+
+def _plan_stream(root: Path, path: Path, tar: tarfile.TarFile,
+                 entry: StreamEntry) -> _StreamPlan:
+    s = entry.stream
+    incoming = _load_part(path, tar, entry)
+    have = _existing(root, s, entry.first_seq, entry.last_seq)
+    have_seqs = pc.unique(have.column("seq"))
+    common_in = pc.is_in(incoming.column("seq"), value_set=have_seqs)
+    common_have = pc.is_in(have.column("seq"), value_set=pc.unique(incoming.column("seq")))
+    if not _same_rows(incoming.filter(common_in), have.filter(common_have)):
+        raise PackConflictError(
+            f"{path}: stream {stream_key(s)} holds records with seq in "
+            f"{entry.first_seq}..{entry.last_seq} that differ from those in {root}; "
+            "refusing to overwrite them (were the same run id and attempt used on both "
+            "machines?)")
+    new = np.unique(incoming.filter(pc.invert(common_in)).column("seq").to_numpy())
+    files = list_stream(root, s)
+    covered_segment = max((p.last_segment for p in files.parts), default=PACKED_SEGMENT)
+    if len(new) == 0:
+        return _StreamPlan(entry, [], covered_segment)
+    if files.segments:
+        raise PackConflictError(
+            f"{path}: stream {stream_key(s)} is also being written in {root} (it has live "
+            "segments); refusing to merge records into a stream another writer owns")
+    firsts = np.array([p.first_seq for p in files.parts], dtype=np.int64)
+    lasts = np.array([p.last_seq for p in files.parts], dtype=np.int64)
+    slot = np.searchsorted(firsts, new, side="right")
+    inside = (slot > 0) & (new <= lasts[np.maximum(slot - 1, 0)]) if len(firsts) else \
+        np.zeros(len(new), dtype=bool)
+    if inside.any():
+        raise PackConflictError(
+            f"{path}: stream {stream_key(s)} has seq {int(new[inside][0])}, which falls "
+            f"inside a part of {root} that does not hold it; refusing to merge")
+    ranges = [(int(new[slot == g].min()), int(new[slot == g].max())) for g in np.unique(slot)]
+    return _StreamPlan(entry, ranges, covered_segment)
+
+
+def _plan_attempt(root: Path, path: Path, tar: tarfile.TarFile,
+                  entry: AttemptEntry) -> bytes | None:
+    """The attempt file's bytes if they should be written, None to keep the target's."""
+    where = f"{path}: member {entry.member!r}"
+    data = read_member(tar, tar.getmember(entry.member)).read()
+    incoming = _attempt_record(data, where)
+    if (incoming.get("project"), incoming.get("run"), incoming.get("rank"),
+            incoming.get("attempt")) != (entry.project, entry.run, entry.rank, entry.attempt):
+        raise FormatError(f"{where}: its record names another attempt")
+    target = attempt_file(root, entry.project, entry.run, entry.rank, entry.attempt)
+    try:
+        present = target.read_bytes()
+    except FileNotFoundError:
+        return data
+    if present == data:
+        return None
+    mine = _attempt_record(present, target) if present else {}
+    if mine.get("started_at") != incoming.get("started_at"):
+        raise PackConflictError(
+            f"{path}: run {entry.project}/{entry.run} rank {entry.rank} attempt "
+            f"{entry.attempt} exists in {root} as a different attempt (started "
+            f"{mine.get('started_at')}, the pack's {incoming.get('started_at')}); the same "
+            "run id was used on both machines")
+    newer = str(incoming.get("heartbeat_at") or "") > str(mine.get("heartbeat_at") or "")
+    return data if newer else None
+
+
+def _attempt_record(data: bytes, where: object) -> dict[str, Any]:
+    try:
+        record = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise FormatError(f"{where}: not a valid attempt record ({exc})") from exc
+    if not isinstance(record, dict):
+        raise FormatError(f"{where}: not a valid attempt record")
+    check_version(record.get("format"), where)
+    return record
+
+
+def _inside(root: Path, target: Path) -> Path:
+    """`target`, after checking it lies below `root` (names were validated already)."""
+    if not target.absolute().is_relative_to(root) or ".." in target.parts:
+        raise FormatError(f"refusing to write {target}: outside the store {root}")
+    return target
+
+
+def _copy_blob(root: Path, path: Path, tar: tarfile.TarFile, entry: BlobEntry) -> None:
+    final = _inside(root, blob_path(root, entry.sha256))
+    tmp_dir = root / "blobs" / "tmp"
+    tmp_dir.mkdir(parents=True, exist_ok=True)
+    tmp = tmp_dir / f"unpack-{os.getpid()}-{entry.sha256}"
+    h = hashlib.sha256()
+    try:
+        with read_member(tar, tar.getmember(entry.member)) as src, open(tmp, "wb") as out:
+            while chunk := src.read(CHUNK):
+                h.update(chunk)
+                out.write(chunk)
+            out.flush()
+            os.fsync(out.fileno())
+        if h.hexdigest() != entry.sha256:
+            raise FormatError(f"{path}: blob {entry.sha256} changed while unpacking")
+        final.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(tmp, final)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+    fsync_dir(final.parent)
+
+
+def unpack(path: str | os.PathLike[str], *, root: str | os.PathLike[str] | None = None
+           ) -> UnpackReport:
+    """Verify the pack at `path`, then merge it into the store at `root`.
+
+    Nothing is written unless the whole pack checks out and merges without conflict:
+    records already present (same seqs, same content) are skipped, records that differ
+    raise PackConflictError naming the stream. Unpacking the same pack twice adds nothing.
+    """
+    pack_path = Path(path)
+    root_path = resolve_root(root)
+    report = UnpackReport()
+    with open_pack(pack_path) as tar:
+        manifest = verify_open(pack_path, tar)
+        plans = [_plan_stream(root_path, pack_path, tar, e) for e in manifest.streams]
+        attempts = [(e, _plan_attempt(root_path, pack_path, tar, e))
+                    for e in manifest.attempts]
+        blobs = [e for e in manifest.blobs if not blob_path(root_path, e.sha256).exists()]
+        report.blobs_skipped = len(manifest.blobs) - len(blobs)
+        # write: blobs first, so no artifact record points at a missing blob; the attempt
+        # files last, so a run shows up once its records are in place
+        for b in blobs:
+            _copy_blob(root_path, pack_path, tar, b)
+            report.blobs_written += 1
+        for plan in plans:
+            if not plan.ranges:
+                report.streams_skipped += 1
+                continue
+            table = _load_part(pack_path, tar, plan.entry)
+            seqs = table.column("seq")
+            directory = _inside(root_path, stream_dir(root_path, plan.entry.stream))
+            directory.mkdir(parents=True, exist_ok=True)
+            for lo, hi in plan.ranges:
+                chunk = table.filter(pc.and_(pc.greater_equal(seqs, lo),
+                                             pc.less_equal(seqs, hi)))
+                chunk = chunk.take(pc.sort_indices(chunk, sort_keys=[("seq", "ascending")]))
+                report.parts_written.append(write_part(directory, plan.entry.stream, chunk,
+                                                       plan.last_segment))
+                report.records += chunk.num_rows
+        for a, data in attempts:
+            if data is None:
+                report.attempts_skipped += 1
+                continue
+            write_atomic(_inside(root_path, attempt_file(root_path, a.project, a.run, a.rank,
+                                                         a.attempt)), data)
+            report.attempts_written += 1
+    return report

@@ -1,0 +1,294 @@
+"""SQL over the store: DuckDB views over compacted Parquet and the live tail, read-only.
+
+Safety: only SELECT (and EXPLAIN / DESCRIBE / SUMMARIZE of a SELECT) statements run,
+checked with DuckDB's own parser; the connection is in-memory, and DuckDB's file access
+is limited to reading the store's own directories, with configuration locked, so no
+statement can write, delete or create a file, attach a database or load an extension.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tracklake._errors import QueryError
+from tracklake._format.attempt import effective_status
+
+if TYPE_CHECKING:
+    import duckdb
+from tracklake._format import KINDS, PARTITION_SCHEMA, SCHEMAS, StreamId
+from tracklake._format.naming import resolve_root
+from tracklake._read.reader import RunRecord, list_runs, list_stream, list_streams, read_stream
+
+_ALLOWED_STATEMENTS = {"SELECT", "EXPLAIN", "RELATION"}
+_STEP_KINDS = ("metrics", "texts", "generations")
+
+_SUMMARY_SCHEMA = pa.schema(
+    [("project", pa.string()), ("run", pa.string()), ("rank", pa.int32()),
+     ("attempt", pa.int32()), ("key", pa.string()), ("count", pa.int64()),
+     ("min", pa.float64()), ("max", pa.float64()), ("first_step", pa.int64()),
+     ("last_step", pa.int64()), ("last_value", pa.float64()), ("last_seq", pa.int64()),
+     ("last_time_us", pa.int64())]
+)
+
+
+def _sql_str(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _with_partitions(table: pa.Table, s: StreamId) -> pa.Table:
+    n = table.num_rows
+    for name, value in zip(("project", "run", "rank", "attempt"),
+                           (s.project, s.run, s.rank, s.attempt), strict=True):
+        table = table.append_column(
+            PARTITION_SCHEMA.field(name), pa.array([value] * n, PARTITION_SCHEMA.field(name).type))
+    return table
+
+
+class _Snapshot:
+    """The files of the store at one moment: parts per kind, live tail tables, summaries."""
+
+    def __init__(self, root: Path) -> None:
+        self.parts: dict[str, list[Path]] = {k: [] for k in KINDS}
+        live: dict[str, list[pa.Table]] = {k: [] for k in KINDS}
+        summaries: list[dict[str, Any]] = []
+        for s in list_streams(root):
+            files = list_stream(root, s)
+            self.parts[s.kind].extend(p.path for p in files.parts)
+            if s.kind == "metrics":
+                for p in files.parts:
+                    summaries.extend(_part_summary(p.path, s))
+            after = max((p.last_seq for p in files.parts), default=-1)
+            if files.segments:
+                batches = list(read_stream(root, s, after))
+                if batches:
+                    live[s.kind].append(_with_partitions(
+                        pa.Table.from_batches(batches, SCHEMAS[s.kind]), s))
+        self.live = {k: pa.concat_tables(v) if v else _empty(k) for k, v in live.items()}
+        self.summaries = pa.Table.from_pylist(summaries, _SUMMARY_SCHEMA)
+        self.runs = list_runs(root)
+
+
+def _empty(kind: str) -> pa.Table:
+    schema = SCHEMAS[kind]
+    for f in PARTITION_SCHEMA:
+        schema = schema.append(f)
+    return schema.empty_table()
+
+
+def _part_summary(path: Path, s: StreamId) -> list[dict[str, Any]]:
+    meta = pq.read_schema(path).metadata or {}
+    raw = meta.get(b"tracklake.summary")
+    rows: list[dict[str, Any]] = json.loads(raw) if raw else []
+    return [{"project": s.project, "run": s.run, "rank": s.rank, "attempt": s.attempt, **r}
+            for r in rows]
+
+
+def _attempt_rows(runs: list[RunRecord], now: float) -> list[dict[str, Any]]:
+    rows = []
+    for run in runs:
+        latest = {a["rank"]: a["attempt"] for a in run.attempts}  # attempts are sorted
+        for a in run.attempts:
+            status = effective_status(a, latest[a["rank"]], now)
+            beat = a.get("heartbeat_at")
+            ident = a.get("identity") or {}
+            git = ident.get("git") or {}
+            rows.append({
+                "project": a["project"], "run": a["run"], "name": a.get("name"),
+                "rank": a["rank"], "attempt": a["attempt"], "status": status,
+                "world_size": a.get("world_size"), "tags": a.get("tags") or [],
+                "started_at": a.get("started_at"), "heartbeat_at": beat,
+                "finished_at": a.get("finished_at"), "host": ident.get("host"),
+                "git_commit": git.get("commit"), "git_dirty": git.get("dirty"),
+                "command": " ".join(ident.get("command") or []) or None,
+                "config": json.dumps(a.get("config") or {}),
+                "identity": json.dumps(ident),
+            })
+    return rows
+
+
+_ATTEMPTS_SCHEMA = pa.schema(
+    [("project", pa.string()), ("run", pa.string()), ("name", pa.string()),
+     ("rank", pa.int32()), ("attempt", pa.int32()), ("status", pa.string()),
+     ("world_size", pa.int32()), ("tags", pa.list_(pa.string())),
+     ("started_at", pa.string()), ("heartbeat_at", pa.string()), ("finished_at", pa.string()),
+     ("host", pa.string()), ("git_commit", pa.string()), ("git_dirty", pa.bool_()),
+     ("command", pa.string()), ("config", pa.string()), ("identity", pa.string())]
+)
+
+_RUNS_VIEW = """
+CREATE VIEW runs AS
+WITH a AS (
+  SELECT *, CAST(started_at AS TIMESTAMPTZ) AS started,
+         CAST(coalesce(finished_at, heartbeat_at) AS TIMESTAMPTZ) AS ended
+  FROM run_attempts),
+latest AS (SELECT project, run, max(attempt) AS attempts FROM a GROUP BY ALL)
+SELECT a.project, a.run, any_value(a.name) AS name,
+       CASE WHEN bool_or(a.status = 'running') THEN 'running'
+            WHEN bool_or(a.status = 'crashed') THEN 'crashed'
+            WHEN bool_or(a.status = 'failed') THEN 'failed'
+            WHEN bool_or(a.status = 'killed') THEN 'killed'
+            ELSE 'finished' END AS status,
+       any_value(l.attempts) AS attempts, count(DISTINCT a.rank) AS ranks,
+       max(a.world_size) AS world_size, min(a.started) AS started_at,
+       max(a.ended) AS ended_at, max(a.ended) - min(a.started) AS duration,
+       any_value(a.tags) AS tags, any_value(a.host) AS host,
+       any_value(a.git_commit) AS git_commit
+FROM a JOIN latest l ON a.project = l.project AND a.run = l.run AND a.attempt = l.attempts
+GROUP BY a.project, a.run
+"""
+
+
+class _Cutoffs:
+    """Per (project, run, rank, attempt): the first step a later attempt logged again."""
+
+    @staticmethod
+    def compute(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str, int, int, int]]:
+        rows = con.execute("""
+            WITH firsts AS (
+              SELECT project, run, rank, attempt, min(first_step) AS first_step
+              FROM metric_summaries_all GROUP BY ALL)
+            SELECT a.project, a.run, a.rank, a.attempt, min(b.first_step)
+            FROM firsts a JOIN firsts b ON a.project = b.project AND a.run = b.run
+                 AND a.rank = b.rank AND b.attempt > a.attempt
+            GROUP BY ALL""").fetchall()
+        return [tuple(r) for r in rows]
+
+
+def _superseded_filter(cutoffs: Iterable[tuple[str, str, int, int, int]]) -> str:
+    terms = [f"(project = {_sql_str(p)} AND run = {_sql_str(r)} AND rank = {rank} AND "
+             f"attempt = {att} AND step >= {cut})" for p, r, rank, att, cut in cutoffs]
+    return f" WHERE NOT ({' OR '.join(terms)})" if terms else ""
+
+
+def connect(root: str | os.PathLike[str] | None = None, *,
+            threads: int | None = None) -> duckdb.DuckDBPyConnection:
+    """A read-only DuckDB connection with tracklake's views over the store at `root`.
+
+    Views: runs, run_attempts, metrics, configs, texts, generations, traces, artifacts,
+    events, metric_summaries; `<kind>_all` include the steps superseded by a later
+    attempt. Run statements through `tracklake.query()` to keep them read-only.
+    """
+    import duckdb  # imported on use: `import tracklake` stays light for training processes
+
+    root_path = resolve_root(root)
+    snap = _Snapshot(root_path)
+    con = duckdb.connect(":memory:")
+    if threads:
+        con.execute(f"SET threads = {int(threads)}")
+    hive_types = "{'project': 'VARCHAR', 'run': 'VARCHAR', 'rank': 'INTEGER', " \
+                 "'attempt': 'INTEGER'}"
+    for kind in KINDS:
+        con.register(f"_live_{kind}", snap.live[kind])
+        cols = ", ".join(f'"{n}"' for n in [*SCHEMAS[kind].names, *PARTITION_SCHEMA.names])
+        # the live tail joins only when it has rows: a plain read_parquet view lets DuckDB
+        # use its partition-aware plans
+        sources = [f"SELECT {cols} FROM _live_{kind}"] if snap.live[kind].num_rows or not \
+            snap.parts[kind] else []
+        if snap.parts[kind]:
+            files = ", ".join(_sql_str(str(p)) for p in snap.parts[kind])
+            sources.insert(0, f"SELECT {cols} FROM read_parquet([{files}], "
+                              f"hive_partitioning = true, hive_types = {hive_types})")
+        con.execute(f"CREATE VIEW {kind}_all AS {' UNION ALL '.join(sources)}")
+    con.register("_summaries_parts", snap.summaries)
+    con.execute("""
+        CREATE VIEW metric_summaries_all AS
+        SELECT * FROM _summaries_parts
+        UNION ALL
+        SELECT project, run, rank, attempt, key, count(*), min(value), max(value), min(step),
+               max(step), arg_max(value, (step, seq)), max(seq),
+               epoch_us(arg_max(time, (step, seq)))
+        FROM _live_metrics GROUP BY ALL""")
+    cutoffs = _Cutoffs.compute(con)
+    where = _superseded_filter(cutoffs)
+    for kind in KINDS:
+        con.execute(f"CREATE VIEW {kind} AS SELECT * FROM {kind}_all"
+                    + (where if kind in _STEP_KINDS else ""))
+    summary_cols = "key, count(*) AS count, min(value) AS min, max(value) AS max, " \
+                   "min(step) AS first_step, max(step) AS last_step, " \
+                   "arg_max(value, (step, seq)) AS last_value"
+    if cutoffs:
+        # resumed runs: summarise their visible rows; the others come from the summaries
+        runs_cut = " OR ".join(f"(project = {_sql_str(p)} AND run = {_sql_str(r)})"
+                               for p, r, *_ in cutoffs)
+        con.execute(f"""
+            CREATE VIEW metric_summaries AS
+            SELECT project, run, rank, key, CAST(sum(count) AS BIGINT) AS count, min(min) AS min,
+                   max(max) AS max, min(first_step) AS first_step,
+                   max(last_step) AS last_step,
+                   arg_max(last_value, (last_step, attempt, last_seq)) AS last_value
+            FROM metric_summaries_all WHERE NOT ({runs_cut}) GROUP BY ALL
+            UNION ALL
+            SELECT project, run, rank, {summary_cols}
+            FROM metrics WHERE {runs_cut} GROUP BY ALL""")
+    else:
+        con.execute("""
+            CREATE VIEW metric_summaries AS
+            SELECT project, run, rank, key, CAST(sum(count) AS BIGINT) AS count, min(min) AS min,
+                   max(max) AS max, min(first_step) AS first_step,
+                   max(last_step) AS last_step,
+                   arg_max(last_value, (last_step, attempt, last_seq)) AS last_value
+            FROM metric_summaries_all GROUP BY ALL""")
+    now = _dt.datetime.now(_dt.timezone.utc).timestamp()
+    con.register("_attempts", pa.Table.from_pylist(_attempt_rows(snap.runs, now),
+                                                   _ATTEMPTS_SCHEMA))
+    con.execute("CREATE VIEW run_attempts AS SELECT * FROM _attempts")
+    con.execute(_RUNS_VIEW)
+    _lock_down(con, root_path)
+    return con
+
+
+def _lock_down(con: duckdb.DuckDBPyConnection, root: Path) -> None:
+    dirs = ", ".join(_sql_str(str(root / kind) + os.sep) for kind in KINDS)
+    con.execute(f"SET allowed_directories = [{dirs}]")
+    con.execute("SET enable_external_access = false")
+    con.execute("SET autoinstall_known_extensions = false")
+    con.execute("SET autoload_known_extensions = false")
+    con.execute("SET lock_configuration = true")
+
+
+def check_read_only(sql: str) -> None:
+    """Raise QueryError unless every statement in `sql` only reads."""
+    import duckdb
+
+    try:
+        statements = duckdb.extract_statements(sql)
+    except duckdb.Error as exc:
+        raise QueryError(f"SQL does not parse: {exc}") from exc
+    if not statements:
+        raise QueryError("no SQL statement given")
+    for st in statements:
+        kind = st.type.name
+        if kind not in _ALLOWED_STATEMENTS:
+            raise QueryError(f"{kind} statements are refused: queries over the store are "
+                             "read-only (only SELECT, WITH, EXPLAIN and the like run)")
+
+
+def query(sql: str, *, root: str | os.PathLike[str] | None = None,
+          params: list[Any] | dict[str, Any] | None = None,
+          connection: duckdb.DuckDBPyConnection | None = None) -> pa.Table:
+    """Run a read-only SQL query over the store and return an Arrow table."""
+    import duckdb
+
+    check_read_only(sql)
+    con = connection if connection is not None else connect(root)
+    try:
+        statements = duckdb.extract_statements(sql)
+        for st in statements[:-1]:
+            con.execute(st, params)
+        relation = con.sql(statements[-1].query, params=params)
+        if relation is None:
+            return pa.table({})
+        return relation.to_arrow_table()
+    except duckdb.Error as exc:
+        raise QueryError(f"query failed: {exc}") from exc
+    finally:
+        if connection is None:
+            con.close()

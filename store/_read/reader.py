@@ -1,0 +1,276 @@
+"""Reading the store: runs, streams, and record batches strictly after a cursor.
+
+A stream directory holds compacted parts (``part-FIRST-LAST.parquet``) and live segments
+(``seg-NUMBER-FIRSTSEQ.arrows``). Compaction consumes segments in number order and names
+each part after the last segment number it consumed; a segment numbered at or below that
+is skipped, so a reader that lists the directory while compaction runs sees every record
+once (records are also de-duplicated by seq).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from tracklake._errors import FormatError, RunNotFoundError
+from tracklake._format import (
+    KINDS,
+    StreamId,
+    check_version,
+    parse_part_name,
+    parse_segment_name,
+    stream_dir,
+)
+from tracklake._format.attempt import read_attempt
+from tracklake._format.cursor import Cursor
+from tracklake._format.naming import resolve_root
+from tracklake._format.segment import SegmentContents, read_segment
+
+#: Rows per batch handed out from a compacted part (cut at record-group boundaries).
+PART_BATCH_ROWS = 65536
+
+
+@dataclass(frozen=True)
+class Part:
+    first_seq: int
+    last_seq: int
+    last_segment: int
+    path: Path
+
+
+@dataclass(frozen=True)
+class Segment:
+    number: int
+    first_seq: int
+    path: Path
+
+
+@dataclass
+class StreamFiles:
+    """One listing of a stream directory: its parts and the segments not yet compacted."""
+
+    stream: StreamId
+    parts: list[Part] = field(default_factory=list)
+    segments: list[Segment] = field(default_factory=list)
+    foreign: list[Path] = field(default_factory=list)  # files that are neither
+
+
+def list_stream(root: Path, stream: StreamId) -> StreamFiles:
+    directory = stream_dir(root, stream)
+    out = StreamFiles(stream)
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return out
+    segments: list[Segment] = []
+    for name in names:
+        if name.startswith("."):
+            continue  # temporary files of a writer or of compaction
+        if (part := parse_part_name(name)) is not None:
+            out.parts.append(Part(part[0], part[1], part[2], directory / name))
+        elif (seg := parse_segment_name(name)) is not None:
+            segments.append(Segment(seg[0], seg[1], directory / name))
+        else:
+            out.foreign.append(directory / name)
+    out.parts.sort(key=lambda p: p.first_seq)
+    covered = max((p.last_segment for p in out.parts), default=-1)
+    out.segments = sorted((s for s in segments if s.number > covered), key=lambda s: s.number)
+    return out
+
+
+def _partition_values(directory: Path, start: int) -> dict[str, str]:
+    return dict(part.split("=", 1) for part in directory.parts[start:] if "=" in part)
+
+
+def list_streams(root: Path, project: str | None = None, run: str | None = None,
+                 kinds: tuple[str, ...] = KINDS) -> list[StreamId]:
+    """Every stream in the store (optionally of one project / run)."""
+    found: list[StreamId] = []
+    for kind in kinds:
+        base = root / kind
+        if not base.is_dir():
+            continue
+        pattern = f"project={project or '*'}/run={run or '*'}/rank=*/attempt=*"
+        for d in base.glob(pattern):
+            v = _partition_values(d, len(base.parts))
+            if v.get("rank", "").isdigit() and v.get("attempt", "").isdigit():
+                found.append(StreamId(v["project"], v["run"], int(v["rank"]),
+                                      int(v["attempt"]), kind))
+    return sorted(found, key=lambda s: (s.project, s.run, s.rank, s.attempt, s.kind))
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """A run as recorded by its ranks' attempt files."""
+
+    project: str
+    run: str
+    attempts: tuple[dict[str, Any], ...]  # one per rank and attempt, oldest first
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted({a["rank"] for a in self.attempts})
+
+    @property
+    def attempt_numbers(self) -> list[int]:
+        return sorted({a["attempt"] for a in self.attempts})
+
+
+def list_runs(root: str | os.PathLike[str] | None = None, project: str | None = None
+              ) -> list[RunRecord]:
+    """Runs in the store (default root: $TRACKLAKE_ROOT, else ./tracklake), from their
+    attempt files."""
+    base = resolve_root(root) / "runs"
+    by_run: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for path in sorted(base.glob(f"project={project or '*'}/run=*/rank=*/attempt=*.json")):
+        record = read_attempt(path)
+        if record is None:
+            continue
+        by_run.setdefault((record["project"], record["run"]), []).append(record)
+    return [RunRecord(p, r, tuple(sorted(a, key=lambda x: (x["attempt"], x["rank"]))))
+            for (p, r), a in sorted(by_run.items())]
+
+
+def find_run(root: str | os.PathLike[str] | None, run: str, project: str | None = None
+             ) -> RunRecord:
+    """The run with id `run` (in `project` if given); RunNotFoundError otherwise."""
+    root = resolve_root(root)
+    matches = [r for r in list_runs(root, project) if r.run == run]
+    if not matches:
+        raise RunNotFoundError(f"no run {run!r} in {root}" + (f" project {project!r}"
+                                                               if project else "")
+                               + "; `tracklake runs` lists the runs there")
+    if len(matches) > 1:
+        raise RunNotFoundError(f"run id {run!r} exists in projects "
+                               f"{', '.join(m.project for m in matches)}; pass --project")
+    return matches[0]
+
+
+def read_part(part: Part) -> pa.Table:
+    """A compacted part, in record (seq) order, its version checked."""
+    table = pq.read_table(part.path)
+    meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
+    check_version(meta.get("tracklake.format"), part.path)
+    order = pc.sort_indices(table, sort_keys=[("seq", "ascending")])
+    return table.take(order).replace_schema_metadata(None)
+
+
+def _split_at_groups(table: pa.Table, rows: int) -> Iterator[pa.RecordBatch]:
+    seq = table.column("seq").to_numpy()
+    start = 0
+    while start < len(seq):
+        end = min(start + rows, len(seq))
+        if end < len(seq):
+            # extend to the end of the record group of the last row
+            end = int(np.searchsorted(seq, seq[end - 1], side="right"))
+        yield from table.slice(start, end - start).combine_chunks().to_batches()
+        start = end
+
+
+@dataclass
+class ReadProblems:
+    """Damage met while reading, reported instead of raised (the good records still come)."""
+
+    torn: list[tuple[Path, int]] = field(default_factory=list)  # (segment, bytes)
+    damaged: list[tuple[Path, str]] = field(default_factory=list)
+    foreign: list[Path] = field(default_factory=list)
+
+
+def read_stream(root: Path, stream: StreamId, after: int = -1,
+                problems: ReadProblems | None = None) -> Iterator[pa.RecordBatch]:
+    """Record batches of `stream` with seq > `after`, in seq order, each holding whole
+    record groups. Live segments are read up to their last complete batch."""
+    files = list_stream(root, stream)
+    if problems is not None:
+        for path in files.foreign:
+            _add_once(problems.foreign, path)
+    last = after
+    for part in files.parts:
+        if part.last_seq <= last:
+            continue
+        table = read_part(part)
+        table = table.filter(pc.greater(table.column("seq"), last))
+        for batch in _split_at_groups(table, PART_BATCH_ROWS):
+            yield batch
+            last = batch.column(0)[-1].as_py()
+    live = files.segments
+    for i, seg in enumerate(live):
+        if i + 1 < len(live) and live[i + 1].first_seq - 1 <= last:
+            continue  # the next segment starts at or before the first seq still wanted
+        try:
+            contents = read_segment(seg.path)
+        except FileNotFoundError:
+            # compacted away between listing and opening: read the stream again from here
+            yield from read_stream(root, stream, last, problems)
+            return
+        _note_problems(contents, problems, i + 1 < len(live))
+        for batch in contents.batches:
+            newer = after_seq(batch, last)
+            if newer is not None:
+                yield newer
+                last = newer.column(0)[-1].as_py()
+
+
+def after_seq(batch: pa.RecordBatch, last: int) -> pa.RecordBatch | None:
+    """The rows of `batch` with seq > `last` (None if none): a batch written again after
+    a failed fsync, or already held by a part, is not read twice."""
+    seqs = batch.column(0)
+    if seqs[len(seqs) - 1].as_py() <= last:
+        return None
+    return batch.filter(pc.greater(seqs, last)) if seqs[0].as_py() <= last else batch
+
+
+def _note_problems(contents: SegmentContents, problems: ReadProblems | None,
+                   superseded: bool) -> None:
+    if problems is None:
+        return
+    if contents.damaged:
+        _add_once(problems.damaged, (contents.path, contents.damaged))
+    elif contents.torn_bytes and superseded:
+        _add_once(problems.torn, (contents.path, contents.torn_bytes))
+
+
+def _add_once(found: list[Any], item: Any) -> None:
+    """Record a problem once, however often a follower reads past it."""
+    if item not in found:
+        found.append(item)
+
+
+def read_run(root: str | os.PathLike[str] | None, cursor: Cursor, *,
+             kinds: tuple[str, ...] = KINDS, ranks: tuple[int, ...] | None = None,
+             problems: ReadProblems | None = None
+             ) -> Iterator[tuple[StreamId, pa.RecordBatch]]:
+    """Batches of every stream of the cursor's run after the cursor. The cursor moves past
+    each batch as it is handed out, so a consumer that stops after any batch resumes right
+    after it; persist `cursor.to_json()` only once the destination holds every batch
+    handed out so far."""
+    root = resolve_root(root)
+    for stream in list_streams(root, cursor.project, cursor.run, kinds):
+        if ranks is not None and stream.rank not in ranks:
+            continue
+        for batch in read_stream(root, stream, cursor.after(stream), problems):
+            cursor.advance(stream, batch.column(0)[-1].as_py())
+            yield stream, batch
+
+
+def read_table(root: Path, stream: StreamId) -> pa.Table:
+    """All records of a stream as one table (for tests and small streams)."""
+    batches = list(read_stream(root, stream))
+    schema = None if batches else _empty_schema(stream)
+    return pa.Table.from_batches(batches, schema=schema)
+
+
+def _empty_schema(stream: StreamId) -> pa.Schema:
+    from tracklake._format import SCHEMAS
+
+    if stream.kind not in SCHEMAS:
+        raise FormatError(f"unknown record kind {stream.kind!r}")
+    return SCHEMAS[stream.kind]

@@ -1,0 +1,74 @@
+"""Artifacts: files, directories or bytes stored as content-addressed blobs
+(``ROOT/blobs/sha256/XX/<digest>``), written to a temporary name, fsynced and renamed."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import time
+from pathlib import Path
+
+from tracklake._format import blob_path, fsync_dir
+from tracklake._format.naming import safe_name
+
+
+def artifact_items(artifact: str | os.PathLike[str] | bytes | bytearray | memoryview,
+                   name: str | None) -> list[tuple[str, bytes | Path]]:
+    """(artifact name, bytes or file) for each blob one `log_artifact()` call stores."""
+    if isinstance(artifact, (bytes, bytearray, memoryview)):
+        if name is None:
+            raise TypeError("log_artifact(bytes) needs a name")
+        return [(safe_name(name, "artifact"), bytes(artifact))]
+    if isinstance(artifact, (str, os.PathLike)):
+        path = Path(artifact)
+        if not path.exists():
+            raise FileNotFoundError(f"artifact {str(path)!r} does not exist")
+        base = safe_name(name or path.name, "artifact")
+        if path.is_dir():
+            return [(_member_name(base, f.relative_to(path)), f)
+                    for f in sorted(path.rglob("*")) if f.is_file()]
+        return [(base, path)]
+    raise TypeError(f"artifact must be a path or bytes, not {type(artifact).__name__}")
+
+
+def store_blob(root: Path, source: bytes | Path) -> tuple[str, int]:
+    """Store `source` as a blob under `root`; (sha256 hex digest, size)."""
+    tmp_dir = root / "blobs" / "tmp"
+    tmp_dir.mkdir(parents=True, exist_ok=True)
+    tmp = tmp_dir / f"{os.getpid()}-{time.time_ns()}"
+    try:
+        return _copy_blob(root, source, tmp)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()  # left only when the copy failed (e.g. a full disk)
+
+
+def _copy_blob(root: Path, source: bytes | Path, tmp: Path) -> tuple[str, int]:
+    h = hashlib.sha256()
+    size = 0
+    with open(tmp, "wb") as out:
+        if isinstance(source, bytes):
+            h.update(source)
+            out.write(source)
+            size = len(source)
+        else:
+            with open(source, "rb") as src:
+                while chunk := src.read(1 << 20):
+                    h.update(chunk)
+                    out.write(chunk)
+                    size += len(chunk)
+        out.flush()
+        os.fsync(out.fileno())
+    digest = h.hexdigest()
+    final = blob_path(root, digest)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    if not final.exists():
+        os.replace(tmp, final)
+        fsync_dir(final.parent)
+    return digest, size
+
+
+def _member_name(base: str, relative: Path) -> str:
+    """Artifact name of a file inside a logged directory: ``base/sub/file``."""
+    return "/".join([base, *(safe_name(p, "artifact") for p in relative.parts)])

@@ -1,0 +1,369 @@
+"""The public write API: `init()` and `Run`."""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import json
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from tracklake._errors import RunStateError
+from tracklake._format.attempt import TERMINAL_STATUSES, claim_attempt, now_iso, write_attempt
+from tracklake._format.naming import (
+    resolve_rank,
+    resolve_root,
+    resolve_run_id,
+    safe_name,
+    world_size,
+)
+from tracklake._write import lifecycle as _lifecycle
+from tracklake._write.blobs import artifact_items, store_blob
+from tracklake._write.coerce import (
+    check_key,
+    coerce_metrics,
+    flatten_config,
+    jsonable,
+)
+from tracklake._write.identity import capture, redact_config
+from tracklake._write.trace import Span
+from tracklake._write.writer import RankWriter, WriteFailures
+
+
+class RunState(enum.Enum):
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+@dataclass(frozen=True)
+class FinishReport:
+    """What `Run.finish()` could and could not write."""
+
+    status: str
+    complete: bool  # every record reached the disk
+    failed_writes: int = 0
+    last_error: str | None = None
+    dropped_values: int = 0
+    dropped_records: int = 0
+    unwritten_records: int = 0
+    errors_by_errno: dict[str, int] = field(default_factory=dict)
+
+
+def _now_us() -> int:
+    return time.time_ns() // 1000
+
+
+class Run:
+    """One rank's handle on a run. Create it with `tracklake.init()`."""
+
+    def __init__(self, *, root: Path, project: str, run_id: str, name: str | None, rank: int,
+                 attempt: int, attempt_path: Path, record: dict[str, Any],
+                 writer_options: Mapping[str, Any]) -> None:
+        self.root = root
+        self.project = project
+        self.id = run_id
+        self.name = name
+        self.rank = rank
+        self.attempt = attempt
+        self._record = record
+        self._attempt_path = attempt_path
+        self._state = RunState.RUNNING
+        self._report: FinishReport | None = None
+        self._step = -1  # last step used; log() without a step uses the next one
+        self._known_keys: set[tuple[str, ...]] = set()
+        self._last_keys: tuple[str, ...] = ()
+        self._writer = RankWriter(root, project, run_id, rank, attempt,
+                                  heartbeat=self._heartbeat, **writer_options)
+        w = self._writer
+        # bound once: the hot path reads them without attribute look-ups on the writer
+        self._lock = w.lock
+        self._failures = w.failures
+
+    # -- metrics: the hot path ---------------------------------------------------------
+
+    def log(self, metrics: Mapping[str, Any], *, step: int | None = None) -> None:
+        """Record metrics at `step` (default: one after the last step). Strings become texts."""
+        if self._state is not RunState.RUNNING:
+            raise RunStateError(f"run {self.id!r} is finished; log() after finish() is refused")
+        if step is None:
+            step = self._step + 1
+        elif type(step) is not int:
+            step = self._check_step(step)
+        values = list(metrics.values())
+        if _plain_numbers(values):
+            keys = tuple(metrics)
+            if keys != self._last_keys:  # usually the same keys as the call before
+                if keys not in self._known_keys:
+                    for key in keys:
+                        check_key(key)
+                    self._known_keys.add(keys)
+                self._last_keys = keys
+        else:
+            key_list, values, texts = coerce_metrics(metrics)
+            keys = tuple(key_list)
+            for key, text in texts.items():
+                self.log_text(key, text, step=step)
+        self._step = step  # only once the call is known to be valid
+        w = self._writer
+        t = time.time_ns() // 1000
+        with self._lock:
+            if w.dropping:
+                self._failures.dropped_values += len(values)
+                return
+            seq = w.next_seq["metrics"]
+            w.next_seq["metrics"] = seq + 1
+            w.metric_calls.append((seq, step, t, keys, values))
+            buffered = w.buffered_values = w.buffered_values + len(values)
+        if buffered >= w.batch_values:
+            if buffered >= w.backpressure_values:
+                w.relieve()
+            else:
+                w.wake()
+
+    def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
+        """`ExperimentLogger.log_metrics`: the same as `log()`."""
+        self.log(metrics, step=step)
+
+    @staticmethod
+    def _check_step(step: object) -> int:
+        if isinstance(step, bool) or not isinstance(step, int):
+            index = getattr(step, "__index__", None)
+            if index is None or isinstance(step, bool):
+                raise TypeError(f"step must be an int, not {type(step).__name__} {step!r}")
+            step = index()
+        assert isinstance(step, int)
+        return step
+
+    # -- other records -----------------------------------------------------------------
+
+    def _add(self, kind: str, rows: list[dict[str, Any]]) -> None:
+        if self._state is not RunState.RUNNING:
+            raise RunStateError(f"run {self.id!r} is finished; logging {kind} after finish() "
+                                "is refused")
+        self._writer.add_rows(kind, rows)
+
+    def _resolve_step(self, step: int | None) -> int | None:
+        return self._check_step(step) if step is not None else (
+            self._step if self._step >= 0 else None)
+
+    def log_config(self, config: Any) -> None:
+        """Record a config (mapping, OmegaConf DictConfig, dataclass); nested keys joined by '/'."""
+        flat = redact_config(flatten_config(config))
+        t = _now_us()
+        self._add("configs", [{"time": t, "key": k, "value": json.dumps(v, allow_nan=True)}
+                              for k, v in flat.items()])
+
+    def log_text(self, key: str, text: str, *, step: int | None = None) -> None:
+        """Record a piece of text under `key`."""
+        check_key(key, "text")
+        if not isinstance(text, str):
+            raise TypeError(f"text {key!r} must be str, not {type(text).__name__}")
+        self._add("texts", [{"time": _now_us(), "step": self._resolve_step(step), "key": key,
+                             "text": text}])
+
+    def log_generations(self, samples: Sequence[Any], *, step: int | None = None,
+                        key: str = "generations") -> None:
+        """Record generated samples: mappings with input/output/score (and extra fields), or
+        verl-style (input, output, score) tuples."""
+        check_key(key, "generations")
+        t = _now_us()
+        rows: list[dict[str, Any]] = []
+        for i, sample in enumerate(samples):
+            rows.append(_generation_row(key, i, sample) | {"time": t,
+                                                             "step": self._resolve_step(step)})
+        self._add("generations", rows)
+
+    def span(self, name: str, *, step: int | None = None, inputs: Any = None,
+             token_ids: Sequence[int] | None = None, max_length: int | None = None,
+             **attributes: Any) -> Span:
+        """A context manager recording one trace span (nested spans become children)."""
+        if self._state is not RunState.RUNNING:
+            raise RunStateError(f"run {self.id!r} is finished; span() after finish() is refused")
+        return Span(lambda row: self._add("traces", [row]), name,
+                    step=None if step is None else self._check_step(step),
+                    default_step=self._resolve_step(None), inputs=inputs,
+                    token_ids=token_ids, attributes=attributes, max_length=max_length)
+
+    def alert(self, title: str, text: str = "", *, level: str = "warning",
+              step: int | None = None) -> None:
+        """Record an alert event (exporters forward it where the destination has alerts)."""
+        if level not in ("info", "warning", "error"):
+            raise ValueError(f"alert level must be info, warning or error, not {level!r}")
+        self._add("events", [{"time": _now_us(), "step": self._resolve_step(step),
+                              "level": level, "kind": "alert", "title": str(title),
+                              "text": str(text)}])
+
+    def log_artifact(self, artifact: str | os.PathLike[str] | bytes, name: str | None = None,
+                     *, media_type: str | None = None, metadata: Mapping[str, Any] | None = None,
+                     step: int | None = None) -> str | None:
+        """Store a file, a directory's files or bytes as content-addressed blobs.
+
+        Returns the sha256 digest (of the last file for a directory), or None if the
+        store could not be written (counted and reported like any write failure).
+        """
+        if self._state is not RunState.RUNNING:
+            raise RunStateError(f"run {self.id!r} is finished; log_artifact() after finish()")
+        items = artifact_items(artifact, name)
+        digest = None
+        rows = []
+        for item_name, source in items:
+            try:
+                digest, size = store_blob(self.root, source)
+            except OSError as exc:
+                self._writer.record_failure(exc)
+                return None
+            rows.append({"time": _now_us(), "step": self._resolve_step(step), "name": item_name,
+                         "digest": digest, "size": size, "media_type": media_type,
+                         "metadata": json.dumps(jsonable(dict(metadata or {})))})
+        self._add("artifacts", rows)
+        return digest
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def _heartbeat(self) -> None:
+        self._record["heartbeat_at"] = now_iso()
+        write_attempt(self._attempt_path, self._record)
+
+    def flush(self) -> bool:
+        """Write everything logged so far to disk now; True if nothing is left pending
+        (False while writes are failing: the background thread keeps retrying)."""
+        return self._writer.flush()
+
+    def finish(self, status: str = "finished", *, timeout: float = 30.0) -> FinishReport:
+        """Flush, seal the segments and record the final status. Idempotent."""
+        if self._state is RunState.FINISHED:
+            # a second call, or one re-entered from a signal handler while finishing
+            return self._report or FinishReport(status="finishing", complete=False)
+        if status not in TERMINAL_STATUSES:
+            raise ValueError(f"status must be finished, failed, killed or crashed, not {status!r}")
+        self._state = RunState.FINISHED
+        _lifecycle.forget(self)
+        complete = self._writer.close(timeout=timeout)
+        f: WriteFailures = self._failures
+        report = FinishReport(status=status, complete=complete and not f.dropped_values
+                              and not f.dropped_records, failed_writes=f.count,
+                              last_error=f.last_error, dropped_values=f.dropped_values,
+                              dropped_records=f.dropped_records,
+                              unwritten_records=self._writer.pending_records,
+                              errors_by_errno=dict(f.by_errno))
+        self._record.update(status=status, finished_at=now_iso(), heartbeat_at=now_iso(),
+                            write_report=report.__dict__)
+        try:
+            write_attempt(self._attempt_path, self._record)
+        except OSError as exc:
+            self._writer.record_failure(exc)
+            report = FinishReport(**{**report.__dict__, "complete": False,
+                                     "failed_writes": f.count, "last_error": f.last_error,
+                                     "errors_by_errno": dict(f.by_errno)})
+        if not report.complete:
+            import sys
+
+            print(f"tracklake: run {self.id!r} rank {self.rank} finished with unwritten data: "
+                  f"{report}", file=sys.stderr, flush=True)
+        self._report = report
+        return report
+
+    @property
+    def finished(self) -> bool:
+        return self._state is RunState.FINISHED
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if exc_type is KeyboardInterrupt:
+            self.finish("killed")
+        else:
+            self.finish("failed" if exc_type else "finished")
+
+    def __repr__(self) -> str:
+        return (f"Run(project={self.project!r}, id={self.id!r}, rank={self.rank}, "
+                f"attempt={self.attempt}, state={self._state.value})")
+
+
+def _plain_numbers(values: list[Any]) -> bool:
+    """True if `values` are Python ints, floats and bools (the fast path of `Run.log`).
+
+    `sum()` runs in C and ends as exactly int or float only for those (NumPy and torch
+    scalars keep their own types through the sum); str, None, mappings and arrays raise.
+    A float()-able number with an odd `__radd__` (e.g. Fraction) may pass: the flush
+    converts each value with float().
+    """
+    try:
+        kind = type(sum(values))
+    except (TypeError, OverflowError, ValueError):
+        return False
+    return kind is float or kind is int
+
+
+def _generation_row(key: str, index: int, sample: Any) -> dict[str, Any]:
+    if isinstance(sample, Mapping):
+        fields = dict(sample)
+    elif isinstance(sample, (tuple, list)) and 2 <= len(sample) <= 3:
+        fields = dict(zip(("input", "output", "score"), sample, strict=False))
+    else:
+        raise TypeError(f"{key} sample {index} must be a mapping with input/output/score or an "
+                        f"(input, output, score) tuple, not {type(sample).__name__}")
+    row: dict[str, Any] = {"key": key, "sample": index}
+    for col in ("input", "output"):
+        value = fields.pop(col, None)
+        row[col] = value if value is None or isinstance(value, str) else json.dumps(
+            jsonable(value), ensure_ascii=False)
+    score = fields.pop("score", None)
+    if score is not None:
+        from tracklake._write.coerce import to_float
+
+        coerced = to_float(f"{key}[{index}].score", score)
+        if isinstance(coerced, str):
+            raise TypeError(f"{key} sample {index}: score must be a number, not str")
+        score = coerced
+    row["score"] = score
+    row["extra"] = json.dumps(jsonable(fields), ensure_ascii=False) if fields else None
+    return row
+
+
+def init(*, project: str, name: str | None = None, config: Any = None,
+         root: str | os.PathLike[str] | None = None, run_id: str | None = None,
+         rank: int | None = None, tags: Sequence[str] | None = None,
+         flush_interval: float = 0.5, segment_bytes: int = 64 << 20,
+         segment_seconds: float = 600.0, max_buffer_bytes: int = 256 << 20,
+         fsync: bool = True, capture_identity: bool = True) -> Run:
+    """Start (or resume, as a new attempt) a run and return this rank's `Run`."""
+    root_path = resolve_root(root)
+    project = safe_name(project, "project")
+    run = resolve_run_id(run_id, project, name)
+    rank_n = resolve_rank(rank)
+    flat_config = redact_config(flatten_config(config)) if config is not None else {}
+    root_path.mkdir(parents=True, exist_ok=True)
+    attempt, path = claim_attempt(root_path, project, run, rank_n)
+    record: dict[str, Any] = {
+        "project": project, "run": run, "name": name, "rank": rank_n, "attempt": attempt,
+        "world_size": world_size(),
+        "tags": [str(t) for t in tags or ()], "status": "running",
+        "started_at": now_iso(), "heartbeat_at": now_iso(), "finished_at": None,
+        "identity": capture() if capture_identity else None,
+        "config": flat_config,
+    }
+    try:
+        write_attempt(path, record)
+    except OSError:
+        with contextlib.suppress(OSError):
+            path.unlink()  # give the attempt number back
+        raise
+    r = Run(root=root_path, project=project, run_id=run, name=name, rank=rank_n,
+            attempt=attempt, attempt_path=path, record=record,
+            writer_options={"flush_interval": flush_interval, "segment_bytes": segment_bytes,
+                            "segment_seconds": segment_seconds,
+                            "max_buffer_bytes": max_buffer_bytes, "fsync": fsync})
+    if config is not None:
+        r.log_config(config)
+    _lifecycle.track(r)
+    return r
+
+

@@ -1,0 +1,88 @@
+"""Trace spans: a context manager recording one span with parent/child nesting."""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import secrets
+import time
+from collections.abc import Callable, Sequence
+from types import TracebackType
+from typing import Any
+
+from tracklake._write.coerce import jsonable
+
+_current: contextvars.ContextVar[Span | None] = contextvars.ContextVar(
+    "tracklake_span", default=None)
+
+
+class Span:
+    """One traced operation; use as ``with run.span("rollout", turn=1) as span:``.
+
+    Nested spans (in the same thread or asyncio task) become children. Set
+    ``span.outputs``, ``span.token_ids`` or attributes before the block ends.
+    """
+
+    def __init__(self, emit: Callable[[dict[str, Any]], None], name: str, *,
+                 step: int | None, default_step: int | None = None, inputs: Any = None,
+                 token_ids: Sequence[int] | None = None,
+                 attributes: dict[str, Any] | None = None, max_length: int | None = None) -> None:
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"span name must be a non-empty str, not {name!r}")
+        self._emit = emit
+        self.name = name
+        self.step = step
+        self._default_step = default_step
+        self.inputs = inputs
+        self.outputs: Any = None
+        self.token_ids: Sequence[int] | None = token_ids
+        self.attributes: dict[str, Any] = dict(attributes or {})
+        self.max_length = max_length
+        self.span_id = secrets.token_hex(8)
+        self.trace_id = ""
+        self.parent_id: str | None = None
+        self._token: contextvars.Token[Span | None] | None = None
+        self._start_us = 0
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        self.attributes[key] = value
+
+    def __enter__(self) -> Span:
+        parent = _current.get()
+        self.parent_id = parent.span_id if parent else None
+        self.trace_id = parent.trace_id if parent else secrets.token_hex(16)
+        if self.step is None:  # a child takes its parent's step, a root the run's
+            self.step = parent.step if parent is not None else self._default_step
+        self._token = _current.set(self)
+        self._start_us = time.time_ns() // 1000
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        end_us = time.time_ns() // 1000
+        if self._token is not None:
+            _current.reset(self._token)
+        self._emit({
+            "time": self._start_us,
+            "end_time": end_us,
+            "step": self.step,
+            "trace_id": self.trace_id,
+            "span_id": self.span_id,
+            "parent_id": self.parent_id,
+            "name": self.name,
+            "status": "error" if exc_type else "ok",
+            "error": f"{exc_type.__name__}: {exc}" if exc_type else None,
+            "attributes": _json(self.attributes, self.max_length),
+            "inputs": _json(self.inputs, self.max_length),
+            "outputs": _json(self.outputs, self.max_length),
+            "token_ids": [int(t) for t in self.token_ids] if self.token_ids is not None else None,
+        })
+
+
+def _json(value: Any, max_length: int | None) -> str | None:
+    if value is None:
+        return None
+    text = json.dumps(jsonable(value), ensure_ascii=False)
+    if max_length is not None and len(text) > max_length:
+        text = json.dumps({"truncated": text[:max_length], "length": len(text)})
+    return text
