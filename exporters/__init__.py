@@ -14,12 +14,13 @@ from tracklake.exporters._loop.loop import (
 )
 from tracklake.exporters._loop.select import Selection
 from tracklake.exporters._loop.status import export_status
-from tracklake.exporters._protocol import Destination, RunInfo
+from tracklake.exporters._protocol import Destination, ExportContext, RunInfo
 from tracklake.exporters._registry import available, load
 from tracklake.exporters.memory import MemoryDestination
 
 __all__ = [
     "Destination",
+    "ExportContext",
     "ExportOptions",
     "ExportSummary",
     "Exporter",

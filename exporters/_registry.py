@@ -5,6 +5,8 @@ from __future__ import annotations
 from importlib.metadata import entry_points
 from typing import Any
 
+from tracklake.exporters._protocol import missing_hooks
+
 GROUP = "tracklake.exporters"
 
 
@@ -14,8 +16,16 @@ def available() -> list[str]:
 
 
 def load(name: str) -> Any:
-    """The destination class registered as `name`; LookupError naming what exists."""
+    """The destination class registered as `name`: LookupError naming what exists, or
+    TypeError naming what a plugin's class lacks of the `Destination` contract."""
     found = [ep for ep in entry_points(group=GROUP) if ep.name == name]
     if not found:
         raise LookupError(f"no exporter named {name!r}; installed: {', '.join(available())}")
-    return found[0].load()
+    cls = found[0].load()
+    missing = missing_hooks(cls)
+    if missing:
+        raise TypeError(
+            f"the exporter {name!r} ({found[0].value}) lacks {', '.join(missing)} of the "
+            "Destination contract; subclass tracklake.exporters.Destination to inherit the "
+            "defaults")
+    return cls

@@ -11,10 +11,10 @@ from typing import Any, ClassVar, TextIO
 import click
 import pyarrow as pa
 
-from tracklake.exporters._protocol import RunInfo
+from tracklake.exporters._protocol import Destination, RunInfo
 
 
-class ConsoleDestination:
+class ConsoleDestination(Destination):
     """Prints metrics (keys matching `keys`), texts and alerts on a stream."""
 
     name: ClassVar[str] = "console"

@@ -10,8 +10,8 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
-from tracklake._errors import ExportError
-from tracklake.exporters._protocol import RunInfo
+from tracklake import ExportError
+from tracklake.exporters._protocol import Destination, ExportContext, RunInfo
 
 
 @dataclass
@@ -30,7 +30,7 @@ class MemoryRun:
         return pa.concat_tables(tables) if tables else None
 
 
-class MemoryDestination:
+class MemoryDestination(Destination):
     """Keeps exported records in memory. Uncommitted records are dropped when a run is
     opened again, as an append-only destination would truncate them; `fail_next` makes
     the next write raise, to test retries."""
@@ -41,14 +41,14 @@ class MemoryDestination:
         self.runs: dict[str, MemoryRun] = {}
         self.fail_next: ExportError | None = None
         self.closed = False
+        self.context: ExportContext | None = None  # what `start()` was told
         self._id = uuid.uuid4().hex[:12]  # each instance is its own destination
-
-    @classmethod
-    def cli_options(cls) -> list[Any]:
-        return []
 
     def describe(self) -> str:
         return f"memory:{self._id}"
+
+    def start(self, context: ExportContext) -> None:
+        self.context = context
 
     def open_run(self, run: RunInfo, state: Mapping[str, Any]) -> None:
         held = self.runs.setdefault(run.key, MemoryRun(run))

@@ -25,11 +25,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from tracklake._errors import ExportError
-from tracklake._format import KINDS, StreamId, write_atomic
-from tracklake._format.attempt import TERMINAL_STATUSES
-from tracklake._format.naming import resolve_root
-from tracklake._read.reader import ReadProblems, read_run
+from tracklake import ExportError
 from tracklake.exporters._loop.ranks import (
     AGGREGATES,
     Aggregator,
@@ -39,7 +35,9 @@ from tracklake.exporters._loop.ranks import (
 )
 from tracklake.exporters._loop.select import Selection, select_runs
 from tracklake.exporters._loop.state import RunState, destination_dir, load_state, now_iso
-from tracklake.exporters._protocol import Destination, RunInfo
+from tracklake.exporters._protocol import Destination, ExportContext, RunInfo
+from tracklake.files import write_atomic
+from tracklake.read import KINDS, TERMINAL_STATUSES, ReadProblems, StreamId, read_run, resolve_root
 
 
 @dataclass
@@ -101,11 +99,6 @@ def _stderr(message: str) -> None:
     print(f"tracklake export: {message}", file=sys.stderr, flush=True)
 
 
-def describe(destination: Destination) -> str:
-    describe_fn = getattr(destination, "describe", None)
-    return str(describe_fn()) if callable(describe_fn) else destination.name
-
-
 class Exporter:
     """Exports the selected runs of one store to one destination."""
 
@@ -120,18 +113,15 @@ class Exporter:
         check_mode(self.options.ranks)
         self.log = log
         self.sleep = sleep
-        self.description = describe(destination)
+        self.description = destination.describe()
         self.state_dir = self.options.state_dir or destination_dir(
             self.root, destination.name, self.description)
         self.summary = ExportSummary(self.description)
         interval = self.options.commit_interval
-        self.commit_interval = float(getattr(destination, "commit_interval", 0.0)
-                                     if interval is None else interval)
+        self.commit_interval = float(destination.commit_interval if interval is None
+                                     else interval)
         self._wake = threading.Event()
-        if hasattr(destination, "store_root"):
-            destination.store_root = self.root
-        if hasattr(destination, "rank_mode"):
-            destination.rank_mode = self.options.ranks
+        destination.start(ExportContext(root=self.root, ranks=self.options.ranks))
         self._write_destination_record()
 
     def _write_destination_record(self) -> None:

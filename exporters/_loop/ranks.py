@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tracklake._format import SCHEMAS, StreamId
+from tracklake.read import SCHEMAS, StreamId
 
 AGGREGATES = ("mean", "min", "max")
 RANK_MODES = ("0", "all", *AGGREGATES)  # or any rank number

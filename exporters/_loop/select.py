@@ -7,9 +7,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tracklake._format.attempt import effective_status
-from tracklake._read.reader import RunRecord, list_runs
 from tracklake.exporters._protocol import RunInfo
+from tracklake.read import RunRecord, effective_status, list_runs
 
 
 @dataclass(frozen=True)

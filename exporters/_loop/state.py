@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tracklake._errors import CursorError, ExportError
-from tracklake._format import FORMAT_VERSION, check_version, write_atomic
-from tracklake._format.cursor import Cursor
+from tracklake import CursorError, ExportError
+from tracklake.files import write_atomic
+from tracklake.read import FORMAT_VERSION, Cursor, check_version
 
 
 def now_iso() -> str:

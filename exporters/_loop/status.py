@@ -6,11 +6,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tracklake._errors import ExportError
-from tracklake._format.naming import resolve_root
-from tracklake._read.reader import read_run
+from tracklake import ExportError
 from tracklake.exporters._loop.ranks import ranks_to_read
 from tracklake.exporters._loop.state import list_states, load_state
+from tracklake.read import read_run, resolve_root
 
 
 def export_status(root: str | Path | None = None) -> list[dict[str, Any]]:

@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tracklake._errors import ExportError
+from tracklake import ExportError
 from tracklake.exporters._protocol import RunInfo
 
 

@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import click
 import pyarrow as pa
 
-from tracklake._errors import ExportError
-from tracklake.exporters._protocol import RunInfo
+from tracklake import ExportError
+from tracklake.exporters._protocol import Destination, ExportContext, RunInfo
 from tracklake.exporters.mlflow.errors import boundary
 from tracklake.exporters.mlflow.names import MAX_TAG_VAL_LENGTH, RUN_ID_TAG, mlflow_key
 from tracklake.exporters.mlflow.records import (
@@ -74,13 +74,12 @@ def _configure_mlflow_environment(telemetry: bool) -> None:
         set_telemetry_client()  # type: ignore[no-untyped-call]
 
 
-class MlflowDestination:
+class MlflowDestination(Destination):
     """Exports tracklake runs to an MLflow tracking server or database."""
 
     name: ClassVar[str] = "mlflow"
 
     def __init__(self, *, tracking_uri: str | None = None, telemetry: bool = False,
-                 store_root: str | os.PathLike[str] | None = None,
                  artifact_root: str | None = None) -> None:
         uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
         if not uri:
@@ -91,8 +90,7 @@ class MlflowDestination:
         #: Where experiments this exporter creates keep their artifacts (None: MLflow's
         #: default, the server's artifact root, or ./mlruns for a database URI).
         self.artifact_root = artifact_root
-        #: The tracklake store the records come from (artifact blobs are read there).
-        self.store_root: Path | None = Path(store_root) if store_root is not None else None
+        self._context: ExportContext | None = None  # from `start()`
         _configure_mlflow_environment(telemetry)
         self._clients: tuple[MlflowClient, TracingClient] | None = None
         self._experiments: dict[str, str] = {}
@@ -136,6 +134,9 @@ class MlflowDestination:
 
     def describe(self) -> str:
         return f"mlflow:{redact_uri(self.tracking_uri)}"
+
+    def start(self, context: ExportContext) -> None:
+        self._context = context
 
     # -- the Destination protocol ------------------------------------------------------
 
@@ -191,7 +192,7 @@ class MlflowDestination:
     # -- records (the other kinds need no more than the target) ------------------------
 
     def _write_artifacts(self, run: RunInfo, target: Target, table: pa.Table) -> None:
-        write_artifacts(run, target, table, store_root=self.store_root,
+        write_artifacts(run, target, table, context=self._context,
                         destination=self.describe())
 
     def _write_traces(self, run: RunInfo, target: Target, table: pa.Table) -> None:

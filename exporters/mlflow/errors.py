@@ -7,7 +7,7 @@ import contextlib
 import errno
 from collections.abc import Iterator
 
-from tracklake._errors import ExportError
+from tracklake import ExportError
 from tracklake.exporters._protocol import RunInfo
 
 #: MLflow HTTP statuses worth retrying besides 5xx (501 Not Implemented is not).

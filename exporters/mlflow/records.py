@@ -14,9 +14,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from tracklake._errors import ExportError
-from tracklake._format import blob_path
-from tracklake.exporters._protocol import RunInfo
+from tracklake import ExportError
+from tracklake.exporters._protocol import ExportContext, RunInfo
 from tracklake.exporters.mlflow.names import (
     MAX_METRICS_PER_BATCH,
     MAX_PARAMS_TAGS_PER_BATCH,
@@ -29,6 +28,7 @@ from tracklake.exporters.mlflow.names import (
     step_name,
 )
 from tracklake.exporters.mlflow.target import Target
+from tracklake.read import blob_path
 
 logger = logging.getLogger(__name__)
 
@@ -158,13 +158,13 @@ def _register_tables(target: Target, paths: Iterable[str]) -> None:
 
 
 def write_artifacts(run: RunInfo, target: Target, table: pa.Table, *,
-                    store_root: Path | None, destination: str) -> None:
-    """Upload the artifacts' blobs from the store at `store_root` (`destination` names
+                    context: ExportContext | None, destination: str) -> None:
+    """Upload the artifacts' blobs from the store being exported (`destination` names
     the exporter in messages). A blob missing from the store is left out, warned about
     and recorded as the tag ``tracklake.missing_artifact.<path>`` = its sha256."""
-    if store_root is None:
+    if context is None:
         raise ExportError(f"{destination}: cannot upload the artifacts of {run.key}: "
-                          "store_root is not set (the export loop sets it)",
+                          "the destination was not started (`start()` tells it the store)",
                           retryable=False)
     latest: dict[str, str] = {}  # artifact path -> digest; the last one of a name wins
     for name, digest in zip(table.column("name").to_pylist(),
@@ -172,7 +172,7 @@ def write_artifacts(run: RunInfo, target: Target, table: pa.Table, *,
         latest[f"artifacts/{artifact_part(name)}"] = digest
     missing: dict[str, str] = {}
     for path, digest in latest.items():
-        blob = blob_path(store_root, digest)
+        blob = blob_path(context.root, digest)
         if not blob.is_file():  # lost from the store: say so, and export the rest
             missing[mlflow_key(f"tracklake.missing_artifact.{path}")] = digest
             logger.warning("%s: artifact %r of %s left out: its blob %s is missing from the "

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from tracklake._errors import ExportError
+from tracklake import ExportError
 from tracklake.exporters._protocol import RunInfo
 from tracklake.exporters.mlflow.names import (
     MAX_TRACE_LINKS_PER_REQUEST,

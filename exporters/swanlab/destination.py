@@ -26,8 +26,8 @@ import click
 import pyarrow as pa
 import swanlab  # type: ignore[import-untyped, unused-ignore]  # ships no type information
 
-from tracklake._errors import ExportError
-from tracklake.exporters._protocol import RunInfo
+from tracklake import ExportError
+from tracklake.exporters._protocol import Destination, RunInfo
 from tracklake.exporters._shared.attempt_routes import (
     Collecting,
     Routes,
@@ -80,7 +80,7 @@ class _State(Routes):
                 "dropped_values": self.dropped_values}
 
 
-class SwanlabDestination:
+class SwanlabDestination(Destination):
     """Writes each run as a SwanLab run (offline files by default) through the swanlab SDK."""
 
     name: ClassVar[str] = "swanlab"
@@ -105,7 +105,6 @@ class SwanlabDestination:
         self.logdir = Path(os.path.abspath(os.path.expanduser(base)))
         self.swanlab_project = swanlab_project
         self.workspace = workspace
-        self.store_root: Path | None = None  # set by the loop; artifacts are not uploaded
         self._states: dict[str, _State] = {}
         self._collecting = Collecting(mapping.Pending)
 

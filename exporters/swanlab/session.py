@@ -21,18 +21,12 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-import pydantic
-import requests
-
 # SwanLab ships no type information; everything from it is Any.
 import swanlab  # type: ignore[import-untyped, unused-ignore]
-from swanlab.exceptions import (  # type: ignore[import-untyped, unused-ignore]
-    ApiError,
-    AuthenticationError,
-)
 
-from tracklake._errors import ExportError
-from tracklake._format import fsync_dir, fsync_file
+from tracklake import ExportError
+from tracklake.exporters.swanlab.errors import translate
+from tracklake.files import fsync_dir, fsync_file
 
 logger = logging.getLogger(__name__)
 
@@ -152,22 +146,33 @@ def run_session(session: Session, send: Callable[[Any], None], *, state: str,
                 id=session.run_id, resume="allow", mode=MODES[session.mode],
                 log_dir=str(session.logdir), config=session.config or None,
                 settings=session.settings(), reinit=True)
-    except Exception as exc:  # the SDK raises many types; translated below
+    except Exception as exc:  # cleaned up whatever it is, then `translate`d
         _drop(session.directory)
-        raise _init_error(exc, where, output.getvalue()) from exc
+        raise translate(exc, f"{where}: swanlab.init failed{_tail(output.getvalue())}"
+                        ) from exc
     try:
         with _quiet(output):
             send(run)
             run.finish(state=state)
         _fsync_tree(Path(run.dir))
-    except Exception as exc:
-        with contextlib.suppress(Exception), _quiet(output):
-            run.finish(state="crashed", error=str(exc))
+    except Exception as exc:  # the session is set aside whatever the error
+        _finish_crashed(run, exc, output, where)
         _drop(session.directory)
-        raise ExportError(f"{where}: writing the SwanLab session {session.directory} "
-                          f"failed: {exc}{_tail(output.getvalue())}", retryable=True) from exc
+        raise translate(exc, f"{where}: writing the SwanLab session {session.directory} "
+                             f"failed{_tail(output.getvalue())}") from exc
     logger.debug("%s: SwanLab session %s written; SwanLab said: %s", where,
                  session.directory, output.getvalue().strip())
+
+
+def _finish_crashed(run: Any, error: Exception, output: io.StringIO, where: str) -> None:
+    """End a session whose sending failed; the error that ends it is the one to report,
+    so a second failure here is only logged."""
+    try:
+        with _quiet(output):
+            run.finish(state="crashed", error=str(error))
+    except Exception as exc:  # reported below; the first error is raised by the caller
+        logger.warning("%s: finishing the failed SwanLab session also failed: %s: %s",
+                       where, type(exc).__name__, exc)
 
 
 def finish_state(status: str) -> str:
@@ -191,27 +196,6 @@ def _tail(text: str) -> str:
 def _drop(directory: Path) -> None:
     if directory.exists():
         set_aside(directory)
-
-
-def _init_error(exc: Exception, where: str, said: str) -> ExportError:
-    if isinstance(exc, AuthenticationError):
-        # SwanLab 0.10 reports a wrong key and an unreachable server alike; a wrong key
-        # would never succeed, so this stops the run (--follow tries again each poll).
-        host = swanlab.Settings().api_host
-        return ExportError(f"{where}: SwanLab could not log in at {host} ({exc}): the API "
-                           "key is wrong or the server cannot be reached; check "
-                           "SWANLAB_API_KEY, SWANLAB_API_HOST and the network (HTTPS_PROXY), "
-                           "then export again", retryable=False)
-    if isinstance(exc, ApiError):
-        return ExportError(f"{where}: SwanLab answered {exc}", retryable=exc.retryable)
-    if isinstance(exc, requests.RequestException):
-        return ExportError(f"{where}: cannot reach SwanLab ({exc}); check the network, "
-                           "HTTPS_PROXY and SWANLAB_API_HOST", retryable=True)
-    if isinstance(exc, pydantic.ValidationError):
-        return ExportError(f"{where}: SwanLab refused the run's settings: {exc}",
-                           retryable=False)
-    return ExportError(f"{where}: swanlab.init failed: {type(exc).__name__}: {exc}"
-                       f"{_tail(said)}", retryable=True)
 
 
 def _fsync_tree(directory: Path) -> None:

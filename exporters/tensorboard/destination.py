@@ -39,9 +39,8 @@ from tensorboard.plugins.hparams import (  # type: ignore[import-untyped, unused
     metadata as hparams_metadata,
 )
 
-from tracklake._errors import ExportError
-from tracklake._format import fsync_dir
-from tracklake.exporters._protocol import RunInfo
+from tracklake import ExportError
+from tracklake.exporters._protocol import Destination, RunInfo
 from tracklake.exporters.tensorboard.events import (
     STATUS_TAG,
     Held,
@@ -67,6 +66,7 @@ from tracklake.exporters.tensorboard.file import (
     make_dirs,
     reopen,
 )
+from tracklake.files import fsync_dir
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ class _OpenRun:
     held: Held
 
 
-class TensorBoardDestination:
+class TensorBoardDestination(Destination):
     """Writes each run as TensorBoard event files in LOGDIR/PROJECT/RUN/."""
 
     name: ClassVar[str] = "tensorboard"

@@ -22,9 +22,9 @@ from tensorboard.summary.writer.record_writer import (  # type: ignore[import-un
     RecordWriter,
 )
 
-from tracklake._errors import ExportError
-from tracklake._format import fsync_dir
+from tracklake import ExportError
 from tracklake.exporters.tensorboard.events import STATUS_TAG
+from tracklake.files import fsync_dir
 
 _BOOKKEEPING_TAGS = frozenset({STATUS_TAG, hparams_metadata.SESSION_END_INFO_TAG})
 

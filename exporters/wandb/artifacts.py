@@ -20,7 +20,7 @@ from typing import Any
 
 import wandb
 
-from tracklake._format import blob_path
+from tracklake.read import blob_path
 
 _REFUSED = re.compile(r"[^A-Za-z0-9_.\-]")
 

@@ -26,15 +26,15 @@ from typing import Any, ClassVar
 import click
 import pyarrow as pa
 
-from tracklake._errors import ExportError
-from tracklake._format.attempt import TERMINAL_STATUSES
-from tracklake.exporters._protocol import RunInfo
+from tracklake import ExportError
+from tracklake.exporters._protocol import Destination, ExportContext, RunInfo
 from tracklake.exporters._shared.attempt_routes import Collecting, Target
 from tracklake.exporters._shared.nest import nest
 from tracklake.exporters.wandb import rows
 from tracklake.exporters.wandb.artifacts import build as build_artifacts
 from tracklake.exporters.wandb.session import Sessions
 from tracklake.exporters.wandb.state import RunState, wandb_run_id
+from tracklake.read import TERMINAL_STATUSES
 
 __all__ = ["WandbDestination", "wandb_run_id"]
 
@@ -47,7 +47,7 @@ _ADD: dict[str, Callable[[rows.Pending, pa.Table], None]] = {
     "artifacts": rows.add_artifacts, "events": rows.add_alerts}
 
 
-class WandbDestination:
+class WandbDestination(Destination):
     """Writes each run as a W&B run (offline files by default) through the wandb SDK."""
 
     name: ClassVar[str] = "wandb"
@@ -71,8 +71,7 @@ class WandbDestination:
         self.wandb_project = wandb_project
         self.proxy = proxy
         self._sessions = Sessions(mode, self.dir, entity, wandb_project, proxy)
-        self.store_root: Path | None = None  # set by the loop; artifacts are not uploaded
-        self.rank_mode = "0"  # set by the loop: "all" holds steps back (`_hold`)
+        self._context: ExportContext | None = None  # from `start()`
         self._states: dict[str, RunState] = {}
         self._collecting = Collecting(rows.Pending)
 
@@ -104,6 +103,14 @@ class WandbDestination:
         return ":".join(parts)
 
     # -- the protocol ------------------------------------------------------------------
+    def start(self, context: ExportContext) -> None:
+        self._context = context
+
+    @property
+    def _ranks(self) -> str:
+        """The rank mode ("all" holds steps back, `_hold`)."""
+        return self._context.ranks if self._context is not None else "0"
+
 
     def open_run(self, run: RunInfo, state: Mapping[str, Any]) -> None:
         current = RunState(run, state)
@@ -117,7 +124,7 @@ class WandbDestination:
         if add is None or not records.num_rows:
             return
         self._collecting.add(run.key, records, add)
-        if kind == "metrics" and self.rank_mode == "all":  # for `_hold` alone
+        if kind == "metrics" and self._ranks == "all":  # for `_hold` alone
             reach = self._states[run.key].reach
             for rank, step in zip(records.column("rank").to_pylist(),
                                   records.column("step").to_pylist(), strict=True):
@@ -168,7 +175,7 @@ class WandbDestination:
             held.merge(pending.get(attempt, rows.Pending()))
             pending[attempt] = held
         current.held = {}
-        if (self.rank_mode != "all" or run.status in TERMINAL_STATUSES
+        if (self._ranks != "all" or run.status in TERMINAL_STATUSES
                 or len(run.ranks) < 2):
             return
         mark = min(current.reach.get(str(r), -1) for r in run.ranks)
@@ -218,10 +225,10 @@ class WandbDestination:
                    ) -> tuple[list[tuple[Any, list[str]]], list[str]]:
         if not pending.artifacts:
             return [], []
-        if self.store_root is None:
-            raise ExportError(f"run {run.key}: cannot send artifacts: store_root is not set "
-                              "(the export loop sets it)", retryable=False)
-        built, missing = build_artifacts(pending.artifacts, self.store_root)
+        if self._context is None:
+            raise ExportError(f"run {run.key}: cannot send artifacts: the destination was "
+                              "not started (`start()` tells it the store)", retryable=False)
+        built, missing = build_artifacts(pending.artifacts, self._context.root)
         if missing:
             logger.warning("run %s: %d artifact files are missing from the store's blobs and "
                            "were left out: %s", run.key, len(missing), ", ".join(missing[:5]))

@@ -4,7 +4,6 @@ Weights & Biases, "Exactly once")."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import re
@@ -16,11 +15,12 @@ from typing import Any
 
 import wandb
 
-from tracklake._errors import ExportError
-from tracklake._format import fsync_dir, fsync_file
+from tracklake import ExportError
 from tracklake.exporters._protocol import RunInfo
 from tracklake.exporters._shared.attempt_routes import Routes, Target, attempt_label
 from tracklake.exporters._shared.nest import nest
+from tracklake.exporters.wandb.errors import translate
+from tracklake.files import fsync_dir, fsync_file
 
 logger = logging.getLogger(__name__)
 
@@ -64,25 +64,23 @@ class Sessions:
                 dir=str(self.dir), id=target.id, resume="allow", name=name,
                 group=run.run, tags=tags, config=config or None,
                 reinit="create_new", settings=self.settings(target))
-        except Exception as exc:  # the SDK raises many types (CommError, OSError, ...)
+        except Exception as exc:  # cleaned up whatever it is, then `translate`d
             _forget_failed_init()
             raise _init_error(run, exc) from exc
         sync_file = Path(wb.settings.sync_file)
         try:
             send(wb)
-        except Exception as exc:
-            with contextlib.suppress(Exception):
-                wb.finish(exit_code=1)
+        except Exception as exc:  # the session is set aside whatever the error
+            _finish_failed(wb, run)
             _rename_uncommitted(sync_file)
-            raise ExportError(f"run {run.key}: logging to W&B failed: {exc}",
-                              retryable=True) from exc
+            raise translate(exc, f"run {run.key}: logging to W&B failed") from exc
         try:
             wb.finish(exit_code=exit_code)
             _fsync(sync_file)
         except Exception as exc:
             _rename_uncommitted(sync_file)
-            raise ExportError(f"run {run.key}: finishing the W&B session {sync_file.parent} "
-                              f"failed: {exc}", retryable=True) from exc
+            raise translate(exc, f"run {run.key}: finishing the W&B session "
+                                 f"{sync_file.parent} failed") from exc
 
     def set_aside(self, run: RunInfo, current: Routes) -> None:
         """Rename the transaction logs of sessions no commit counts, of the run's base W&B
@@ -116,15 +114,28 @@ def _init_error(run: RunInfo, exc: Exception) -> ExportError:
         return ExportError(f"run {run.key}: wandb.init refused: {exc} (online mode needs "
                            "WANDB_API_KEY or `wandb login`; offline needs neither)",
                            retryable=False)
-    return ExportError(f"run {run.key}: wandb.init failed: {exc}", retryable=True)
+    return translate(exc, f"run {run.key}: wandb.init failed")
+
+
+def _finish_failed(wb: Any, run: RunInfo) -> None:
+    """End a session whose sending failed; the error that ends it is the one to report,
+    so a second failure here is only logged."""
+    try:
+        wb.finish(exit_code=1)
+    except Exception as exc:  # reported below; the first error is raised by the caller
+        logger.warning("run %s: finishing the failed W&B session also failed: %s: %s",
+                       run.key, type(exc).__name__, exc)
 
 
 def _forget_failed_init() -> None:
     """A `wandb.init` that failed leaves its run registered in the wandb-core service, and
     every later init of that id fails with "run ID is in use": stop the service (the next
     init starts a fresh one)."""
-    with contextlib.suppress(Exception):
+    try:
         wandb.teardown()
+    except Exception as exc:  # the init's own error is the one raised by the caller
+        logger.warning("stopping the wandb-core service after a failed init failed: %s: %s",
+                       type(exc).__name__, exc)
 
 
 def _rename_uncommitted(path: Path) -> None:

@@ -129,7 +129,7 @@ def plan_export(name: str, root: Path, out: Path | None) -> DemoExport:
     if out.resolve().is_relative_to(root.resolve()):
         raise click.BadParameter(f"{out} is inside the store {root}; choose a directory "
                                  "outside it", param_hint="'--export-dir'")
-    options: list[click.Parameter] = getattr(cls, "cli_options", lambda: [])()
+    options: list[click.Parameter] = cls.cli_options()
     try:
         context = click.Command(name, params=options).make_context(
             f"tracklake export {name}", local_arguments(options, str(out)))

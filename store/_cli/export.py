@@ -56,8 +56,8 @@ def missing_package(name: str, exc: ImportError) -> str:
 
 
 def make_destination(cls: Any, options: Mapping[str, Any]) -> Any:
-    """A destination from its command-line options (``from_cli`` where it has one)."""
-    return getattr(cls, "from_cli", cls)(**options)
+    """A destination from its command-line options."""
+    return cls.from_cli(**options)
 
 
 def _run_export(name: str, params: dict[str, Any]) -> None:
@@ -110,8 +110,9 @@ class ExportGroup(click.Group):
             cls = load(cmd_name)
         except LookupError:
             return None
-        except ImportError as exc:
-            message = missing_package(cmd_name, exc)
+        except (ImportError, TypeError) as exc:
+            message = (missing_package(cmd_name, exc) if isinstance(exc, ImportError)
+                       else str(exc))
 
             def unavailable(**_: Any) -> None:
                 raise click.ClickException(message)
@@ -119,7 +120,7 @@ class ExportGroup(click.Group):
             return click.Command(cmd_name, callback=unavailable, help=f"(unavailable) {message}",
                                  context_settings={"ignore_unknown_options": True,
                                                    "allow_extra_args": True})
-        options: list[click.Parameter] = getattr(cls, "cli_options", lambda: [])()
+        options: list[click.Parameter] = cls.cli_options()
 
         def callback(**params: Any) -> None:
             try:

@@ -22,7 +22,7 @@ from click.testing import CliRunner
 
 import tracklake
 from tracklake import ExportError
-from tracklake.exporters import RunInfo
+from tracklake.exporters import ExportContext, RunInfo
 from tracklake.exporters.mlflow.destination import MlflowDestination, redact_uri
 from tracklake.exporters.mlflow.names import artifact_part, mlflow_key
 
@@ -126,9 +126,15 @@ def backend(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     return f"sqlite:///{base / 'mlflow.db'}", base / "mlflow.db"
 
 
+def _started(dest: MlflowDestination, root: Path) -> MlflowDestination:
+    """The destination as the loop hands it over: started on the store `root`."""
+    dest.start(ExportContext(root=root, ranks="0"))
+    return dest
+
+
 @pytest.fixture
 def dest(backend: tuple[str, Path], root: Path) -> Iterator[MlflowDestination]:
-    d = MlflowDestination(tracking_uri=backend[0], store_root=root)
+    d = _started(MlflowDestination(tracking_uri=backend[0]), root)
     yield d
     d.close()
 
@@ -268,7 +274,7 @@ def test_limits_are_mlflows_own() -> None:
     from mlflow.store import tracking as tracking_store
     from mlflow.utils import validation
 
-    from tracklake.exporters import _mlflow_names as dest_module
+    from tracklake.exporters.mlflow import names as dest_module
 
     for name in ("MAX_METRICS_PER_BATCH", "MAX_PARAMS_TAGS_PER_BATCH",
                  "MAX_BATCH_LOG_REQUEST_SIZE", "MAX_PARAM_VAL_LENGTH", "MAX_TAG_VAL_LENGTH",
@@ -464,7 +470,7 @@ def test_resending_duplicates_nothing_and_finds_the_run_by_its_tag(
     client.update_run(first, name="renamed in the UI")  # the name is not how it is found
     before = _snapshot(client, backend[1], first, tmp_path / "before")
     # a crash before commit: a new exporter process sends everything again
-    again = MlflowDestination(tracking_uri=backend[0], store_root=root)
+    again = _started(MlflowDestination(tracking_uri=backend[0]), root)
     assert _export(again, info, records) == first
     after = _snapshot(client, backend[1], first, tmp_path / "after")
     assert after == before
@@ -536,7 +542,7 @@ def test_an_outage_is_retryable_and_the_export_resumes(
         mlflow_server_control: Any, root: Path, run_id: str) -> None:
     _log_run(root, run_id)
     info, records = _info(root, run_id), _records(root, run_id)
-    dest = MlflowDestination(tracking_uri=mlflow_server_control.uri, store_root=root)
+    dest = _started(MlflowDestination(tracking_uri=mlflow_server_control.uri), root)
     dest.open_run(info, {})
     with mlflow_server_control.outage():
         with pytest.raises(ExportError) as err:
@@ -569,7 +575,7 @@ def test_a_refused_write_is_not_retryable(dest: MlflowDestination, root: Path, r
     assert dest.commit(info)["run_id"] != mlflow_run_id
 
 
-def test_artifacts_need_the_store_root(backend: tuple[str, Path], root: Path,
+def test_artifacts_need_the_destination_started(backend: tuple[str, Path], root: Path,
                                        run_id: str) -> None:
     with tracklake.init(project=PROJECT, run_id=run_id, root=root,
                         capture_identity=False) as run:
@@ -577,7 +583,7 @@ def test_artifacts_need_the_store_root(backend: tuple[str, Path], root: Path,
     info, records = _info(root, run_id), _records(root, run_id)
     dest = MlflowDestination(tracking_uri=backend[0])
     dest.open_run(info, {})
-    with pytest.raises(ExportError, match="store_root") as err:
+    with pytest.raises(ExportError, match="not started") as err:
         dest.write(info, "artifacts", records["artifacts"])
     assert not err.value.retryable
 
@@ -591,7 +597,7 @@ def _iso_ms(text: str | None) -> int:
 
 def test_an_artifact_whose_blob_is_missing_is_left_out_and_named_in_a_tag(
         dest: MlflowDestination, backend: tuple[str, Path], root: Path, run_id: str) -> None:
-    from tracklake._format import blob_path
+    from tracklake.read import blob_path
     with tracklake.init(project=PROJECT, run_id=run_id, root=root,
                         capture_identity=False) as run:
         run.log_artifact(b"kept", name="kept.bin")
@@ -616,8 +622,8 @@ def test_an_artifact_root_keeps_new_experiments_artifacts_under_it(
                         capture_identity=False) as run:
         run.log_artifact(b"weights", name="model.bin")
     uri = f"sqlite:///{tmp_path}/fresh.db"  # the experiment does not exist yet
-    dest = MlflowDestination(tracking_uri=uri, store_root=root,
-                             artifact_root=str(tmp_path / "artifact-root"))
+    dest = _started(MlflowDestination(tracking_uri=uri,
+                                      artifact_root=str(tmp_path / "artifact-root")), root)
     mlflow_run_id = _export(dest, _info(root, run_id), _records(root, run_id))
     artifact_uri = MlflowClient(uri).get_run(mlflow_run_id).info.artifact_uri
     assert artifact_uri.startswith((tmp_path / "artifact-root" / PROJECT).as_uri())

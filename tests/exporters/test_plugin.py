@@ -9,6 +9,9 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 import tracklake
 
@@ -25,6 +28,7 @@ def test_an_installed_plugin_is_found_and_exports(root: Path, tmp_path: Path) ->
     with tracklake.init(project="p", run_id="r", root=root, capture_identity=False) as run:
         for step in range(3):
             run.log({"x": float(step)}, step=step)
+        run.log_artifact(b"weights!", name="model.bin", step=2)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get(
         "PYTHONPATH", "")])}
     listed = subprocess.run([sys.executable, "-m", "tracklake._cli.main", "export", "--help"],
@@ -37,4 +41,31 @@ def test_an_installed_plugin_is_found_and_exports(root: Path, tmp_path: Path) ->
     assert done.returncode == 0, done.stderr
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     assert lines == [{"run": "p/r", "step": s, "key": "x", "value": float(s)} for s in range(3)
-                     ] + [{"run": "p/r", "finished": "finished"}]
+                     ] + [{"run": "p/r", "artifact": "model.bin", "head": "weights!"},
+                          {"run": "p/r", "finished": "finished"}]
+
+
+class Incomplete:
+    """A destination class that follows the old, partial contract (no `start`, no
+    `describe`, no `cli_options`...)."""
+
+    name = "incomplete"
+
+    def open_run(self, run: Any, state: Any) -> None: ...
+    def write(self, run: Any, kind: str, records: Any) -> None: ...
+    def commit(self, run: Any) -> dict[str, Any]: return {}
+    def finish_run(self, run: Any) -> None: ...
+    def close(self) -> None: ...
+
+
+def test_a_plugin_missing_part_of_the_contract_is_refused_by_name(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from importlib.metadata import EntryPoint
+
+    from tracklake.exporters import _registry
+
+    point = EntryPoint("incomplete", f"{__name__}:Incomplete", _registry.GROUP)
+    monkeypatch.setattr(_registry, "entry_points", lambda group: [point])
+    with pytest.raises(TypeError, match="lacks commit_interval, cli_options, from_cli, "
+                                        "describe, start of the Destination contract"):
+        _registry.load("incomplete")

@@ -39,7 +39,7 @@ from tensorboard.backend.event_processing.event_accumulator import (
 from tensorboard.plugins.hparams import metadata as hparams_metadata
 
 from tracklake.exporters import Destination, RunInfo
-from tracklake.exporters import tensorboard as tb
+from tracklake.exporters.tensorboard import destination as tb
 from tracklake.exporters.tensorboard.destination import TensorBoardDestination
 
 PROJECT = "proj"

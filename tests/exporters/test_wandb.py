@@ -27,7 +27,7 @@ import _wandb_log as wlog
 import wandb
 from _probe_proxy import ProbeProxy
 
-from tracklake.exporters import Destination, RunInfo
+from tracklake.exporters import Destination, ExportContext, RunInfo
 from tracklake.exporters.wandb.destination import WandbDestination, wandb_run_id
 
 PROJECT = "proj"
@@ -380,7 +380,7 @@ def test_artifacts_become_w_and_b_artifacts_referencing_the_stores_blobs(
     import base64
     import hashlib
 
-    from tracklake._format import blob_path
+    from tracklake.read import blob_path
     (tmp_path / "ckpt").mkdir()
     (tmp_path / "ckpt" / "model.bin").write_bytes(b"weights" * 100)
     (tmp_path / "ckpt" / "optim.bin").write_bytes(b"adam")
@@ -393,7 +393,7 @@ def test_artifacts_become_w_and_b_artifacts_referencing_the_stores_blobs(
     assert lost is not None
     blob_path(root, lost).unlink()
     dest = WandbDestination(dir=str(tmp_path / "out"))
-    dest.store_root = root
+    dest.start(ExportContext(root=root, ranks="0"))
     state = send(dest, _info(), _tables(root), {})
     assert state["targets"][0]["sessions"] == 1
     found, summary = {}, {}

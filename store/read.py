@@ -1,0 +1,75 @@
+"""The public read API: what destinations and other tools use to read a store.
+
+A store is a directory (docs/format.md). This module is the whole of what a reader outside
+tracklake needs, and the built-in exporters use nothing else of the store:
+
+- the store root rule: `resolve_root(root)` (explicit argument, else ``$TRACKLAKE_ROOT``,
+  else the default directory);
+- runs: `list_runs(root, project)`, `find_run(root, run, project)` → `RunRecord`, and
+  `effective_status(record, latest_attempt, now)` / `TERMINAL_STATUSES` to tell a live run
+  from an ended one;
+- records: `read_run(root, cursor, kinds=..., ranks=..., problems=...)` yields
+  ``(StreamId, RecordBatch)`` strictly after a `Cursor`, which the caller advances and
+  keeps; damaged or torn files are collected in `ReadProblems`, never raised;
+- the record schemas (`SCHEMAS`, one per kind in `KINDS`), `StreamId`, and the format
+  version with `check_version()` for files a tool keeps beside the store;
+- artifacts: `blob_path(root, digest)` and `open_blob(root, digest)` for the bytes of an
+  artifact record.
+
+Durable file writes for tools that keep their own files (cursors, event files) are in
+`tracklake.files`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import BinaryIO
+
+from tracklake._errors import FormatError
+from tracklake._format import FORMAT_VERSION, KINDS, SCHEMAS, StreamId, check_version
+from tracklake._format import blob_path as _blob_path
+from tracklake._format.attempt import TERMINAL_STATUSES, effective_status
+from tracklake._format.cursor import Cursor
+from tracklake._format.naming import resolve_root
+from tracklake._read.reader import ReadProblems, RunRecord, find_run, list_runs, read_run
+
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+
+
+def blob_path(root: str | os.PathLike[str], digest: str) -> Path:
+    """Where the bytes of the artifact with SHA-256 `digest` (64 hex digits) are kept.
+
+    Raises `FormatError` for a digest that is not 64 lowercase hex digits (an artifact
+    record from a damaged or crafted file), so that no path outside the store is formed.
+    """
+    if not isinstance(digest, str) or not _DIGEST.fullmatch(digest):
+        raise FormatError(f"not an artifact digest (64 hex digits): {digest!r}")
+    return _blob_path(Path(root), digest)
+
+
+def open_blob(root: str | os.PathLike[str], digest: str) -> BinaryIO:
+    """The bytes of an artifact, opened for reading (`FileNotFoundError` if the store
+    does not hold them, as after a pack made without blobs)."""
+    return open(blob_path(root, digest), "rb")
+
+
+__all__ = [
+    "FORMAT_VERSION",
+    "KINDS",
+    "SCHEMAS",
+    "TERMINAL_STATUSES",
+    "Cursor",
+    "ReadProblems",
+    "RunRecord",
+    "StreamId",
+    "blob_path",
+    "check_version",
+    "effective_status",
+    "find_run",
+    "list_runs",
+    "open_blob",
+    "read_run",
+    "resolve_root",
+]
