@@ -6,6 +6,7 @@ last commit are set aside; clear errors for bad input and a missing SwanLab."""
 from __future__ import annotations
 
 import math
+import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
@@ -357,3 +358,34 @@ def test_a_resumed_attempt_that_logs_steps_again_gets_a_swanlab_run_of_its_own(
     start = next(slog.records(slog.run_file(branch[0]))).start
     assert start.id == f"{base}-a2" and start.name == "a name (attempt 2)"
     assert "attempt-2" in start.tags
+
+
+#: `tracklake export swanlab` with a bug injected into the code that builds what a session
+#: logs (inside the SDK error boundary): a TypeError, as a mistake of ours would raise.
+_BROKEN_EXPORT = """
+import sys
+from tracklake.exporters.swanlab import destination
+
+def broken(*args, **kwargs):
+    raise TypeError("injected bug in building SwanLab rows")
+
+destination._value = broken
+from tracklake._cli.main import main
+sys.argv = ["tracklake", *sys.argv[1:]]
+main()
+"""
+
+
+def test_a_bug_in_building_rows_stops_the_export_at_once_with_its_traceback(
+        root: Path, logdir: Path) -> None:
+    """Only the SDK's transport and service errors are retried: our own TypeError is not
+    turned into a retryable error, and the export ends with exit code 1."""
+    _make_run(root)
+    done = subprocess.run(
+        [sys.executable, "-c", _BROKEN_EXPORT, "export", "swanlab", "--root", str(root),
+         "--all", "--logdir", str(logdir), "--give-up-after", "30"],
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert "Traceback (most recent call last)" in done.stderr
+    assert done.stderr.rstrip().endswith("TypeError: injected bug in building SwanLab rows")
+    assert "retrying" not in done.stderr

@@ -419,3 +419,34 @@ def test_artifacts_become_w_and_b_artifacts_referencing_the_stores_blobs(
             "eval_results.json": entry(b"{}", digests["eval_results.json"])}),
     }
     assert summary.get("tracklake/missing_artifact_files") == "1"
+
+
+#: `tracklake export wandb` with a bug injected into the code that builds what a session
+#: sends (inside the SDK error boundary): a TypeError, as a mistake of ours would raise.
+_BROKEN_EXPORT = """
+import sys
+from tracklake.exporters.wandb import destination
+
+def broken(*args, **kwargs):
+    raise TypeError("injected bug in building W&B rows")
+
+destination.nest = broken
+from tracklake._cli.main import main
+sys.argv = ["tracklake", *sys.argv[1:]]
+main()
+"""
+
+
+def test_a_bug_in_building_rows_stops_the_export_at_once_with_its_traceback(
+        root: Path, tmp_path: Path) -> None:
+    """Only the SDK's transport and service errors are retried: our own TypeError is not
+    turned into a retryable error, and the export ends with exit code 1."""
+    _make_run(root)
+    done = subprocess.run(
+        [sys.executable, "-c", _BROKEN_EXPORT, "export", "wandb", "--root", str(root), "--all",
+         "--dir", str(tmp_path / "out"), "--give-up-after", "30"],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "WANDB_SILENT": "true"})
+    assert done.returncode == 1, done.stderr
+    assert "Traceback (most recent call last)" in done.stderr
+    assert done.stderr.rstrip().endswith("TypeError: injected bug in building W&B rows")
+    assert "retrying" not in done.stderr
