@@ -24,7 +24,7 @@ class ConsoleDestination(Destination):
         self.stream = stream or sys.stdout
 
     @classmethod
-    def cli_options(cls) -> list[click.Option]:
+    def cli_options(cls) -> list[click.Parameter]:
         return [click.Option(["--keys"], default="*", show_default=True,
                              help="Glob of metric keys to print.")]
 

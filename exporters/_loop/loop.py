@@ -34,7 +34,7 @@ from tracklake.exporters._loop.ranks import (
     with_rank,
 )
 from tracklake.exporters._loop.select import Selection, select_runs
-from tracklake.exporters._loop.state import RunState, destination_dir, load_state, now_iso
+from tracklake.exporters._loop.state import ExportState, destination_dir, load_state, now_iso
 from tracklake.exporters._protocol import Destination, ExportContext, RunInfo
 from tracklake.files import write_atomic
 from tracklake.read import KINDS, TERMINAL_STATUSES, ReadProblems, StreamId, read_run, resolve_root
@@ -236,7 +236,7 @@ class Exporter:
         state.last_error_at = now_iso()
         state.save()
 
-    def _deliver(self, info: RunInfo, state: RunState) -> int:
+    def _deliver(self, info: RunInfo, state: ExportState) -> int:
         opts = self.options
         cursor = copy.deepcopy(state.cursor)
         aggregator = Aggregator(opts.ranks, copy.deepcopy(state.held)) \

@@ -26,7 +26,7 @@ def destination_dir(root: Path, name: str, description: str) -> Path:
 
 
 @dataclass
-class RunState:
+class ExportState:
     """What one exporter has delivered of one run."""
 
     path: Path
@@ -61,13 +61,13 @@ def state_path(directory: Path, project: str, run: str) -> Path:
     return directory / f"project={project}" / f"run={run}.json"
 
 
-def load_state(directory: Path, project: str, run: str) -> RunState:
+def load_state(directory: Path, project: str, run: str) -> ExportState:
     """The saved state of a run, or a fresh one; ExportError (not retryable) if corrupt."""
     path = state_path(directory, project, run)
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
-        return RunState(path, Cursor(project, run))
+        return ExportState(path, Cursor(project, run))
     try:
         data = json.loads(raw)
         if not isinstance(data, dict):
@@ -75,7 +75,7 @@ def load_state(directory: Path, project: str, run: str) -> RunState:
         check_version(data.get("format"), path)
         cursor = Cursor.from_json(json.dumps({"project": project, "run": run,
                                               "positions": data.get("positions")}))
-        return RunState(
+        return ExportState(
             path, cursor, ranks=str(data.get("ranks", "0")),
             destination=dict(data.get("destination") or {}),
             held=dict(data.get("held") or {}), records=int(data.get("records") or 0),

@@ -39,7 +39,7 @@ from tracklake.exporters.mlflow.records import (
     write_texts,
 )
 from tracklake.exporters.mlflow.spans import write_traces
-from tracklake.exporters.mlflow.target import Target
+from tracklake.exporters.mlflow.target import MlflowTarget
 
 if TYPE_CHECKING:
     from mlflow.entities import Run as MlflowRun
@@ -94,7 +94,7 @@ class MlflowDestination(Destination):
         _configure_mlflow_environment(telemetry)
         self._clients: tuple[MlflowClient, TracingClient] | None = None
         self._experiments: dict[str, str] = {}
-        self._targets: dict[str, Target] = {}
+        self._targets: dict[str, MlflowTarget] = {}
 
     def _make_clients(self) -> tuple[MlflowClient, TracingClient]:
         """The clients, made on first use, inside an error boundary (for a database URI,
@@ -118,7 +118,7 @@ class MlflowDestination(Destination):
         return self._make_clients()[1]
 
     @classmethod
-    def cli_options(cls) -> list[click.Option]:
+    def cli_options(cls) -> list[click.Parameter]:
         return [
             click.Option(["--tracking-uri", "tracking_uri"], envvar="MLFLOW_TRACKING_URI",
                          show_envvar=True, default=None,
@@ -145,7 +145,7 @@ class MlflowDestination(Destination):
             experiment_id = self._experiment(run.project)
             found = self._find_run(experiment_id, run.key)
             mlrun = found if found is not None else self._create_run(experiment_id, run)
-            target = Target(self._client, self.tracking_uri, mlrun.info.run_id,
+            target = MlflowTarget(self._client, self.tracking_uri, mlrun.info.run_id,
                             experiment_id, mlrun.info.artifact_uri,
                             dict(mlrun.data.params), dict(mlrun.data.tags),
                             mlrun.info.status)
@@ -156,7 +156,7 @@ class MlflowDestination(Destination):
                 target.status = "RUNNING"
 
     def write(self, run: RunInfo, kind: str, records: pa.Table) -> None:
-        writers: dict[str, Callable[[RunInfo, Target, pa.Table], None]] = {
+        writers: dict[str, Callable[[RunInfo, MlflowTarget, pa.Table], None]] = {
             "metrics": write_metrics, "configs": write_configs,
             "texts": write_texts, "generations": write_generations,
             "artifacts": self._write_artifacts, "events": write_events,
@@ -191,16 +191,16 @@ class MlflowDestination(Destination):
 
     # -- records (the other kinds need no more than the target) ------------------------
 
-    def _write_artifacts(self, run: RunInfo, target: Target, table: pa.Table) -> None:
+    def _write_artifacts(self, run: RunInfo, target: MlflowTarget, table: pa.Table) -> None:
         write_artifacts(run, target, table, context=self._context,
                         destination=self.describe())
 
-    def _write_traces(self, run: RunInfo, target: Target, table: pa.Table) -> None:
+    def _write_traces(self, run: RunInfo, target: MlflowTarget, table: pa.Table) -> None:
         write_traces(run, target, table, tracing=self._tracing, destination=self.describe())
 
     # -- runs and experiments ----------------------------------------------------------
 
-    def _target(self, run: RunInfo) -> Target:
+    def _target(self, run: RunInfo) -> MlflowTarget:
         target = self._targets.get(run.key)
         if target is None:
             raise RuntimeError(f"open_run() was not called for {run.key}")

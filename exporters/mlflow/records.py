@@ -27,7 +27,7 @@ from tracklake.exporters.mlflow.names import (
     param_value,
     step_name,
 )
-from tracklake.exporters.mlflow.target import Target
+from tracklake.exporters.mlflow.target import MlflowTarget
 from tracklake.read import blob_path
 
 logger = logging.getLogger(__name__)
@@ -40,7 +40,7 @@ CONFIG_ATTEMPT_TAG = "tracklake.config_attempt"
 TABLE_COLUMNS = ("rank", "attempt", "seq", "sample", "input", "output", "score", "extra")
 
 
-def write_metrics(run: RunInfo, target: Target, table: pa.Table) -> None:
+def write_metrics(run: RunInfo, target: MlflowTarget, table: pa.Table) -> None:
     from mlflow.entities import Metric
 
     times = table.column("time").cast(pa.int64()).to_pylist()
@@ -53,7 +53,7 @@ def write_metrics(run: RunInfo, target: Target, table: pa.Table) -> None:
         target.client.log_batch(target.run_id, metrics=chunk, synchronous=True)
 
 
-def write_configs(run: RunInfo, target: Target, table: pa.Table) -> None:
+def write_configs(run: RunInfo, target: MlflowTarget, table: pa.Table) -> None:
     from mlflow.entities import Param
 
     # Oldest first: the loop sends stream by stream (rank 1's first attempt after rank
@@ -91,14 +91,14 @@ def write_configs(run: RunInfo, target: Target, table: pa.Table) -> None:
     target.log_tags(changed | {CONFIG_ATTEMPT_TAG: str(applied)})
 
 
-def _config(target: Target) -> dict[str, Any]:
+def _config(target: MlflowTarget) -> dict[str, Any]:
     if target.config is None:
         text = target.get_text(CONFIG_ARTIFACT)
         target.config = json.loads(text) if text is not None else {}
     return target.config
 
 
-def write_texts(run: RunInfo, target: Target, table: pa.Table) -> None:
+def write_texts(run: RunInfo, target: MlflowTarget, table: pa.Table) -> None:
     latest: dict[str, str] = {}  # the last text of each path wins
     for key, step, text in zip(table.column("key").to_pylist(),
                                table.column("step").to_pylist(),
@@ -108,7 +108,7 @@ def write_texts(run: RunInfo, target: Target, table: pa.Table) -> None:
         target.put_text(path, text)
 
 
-def write_generations(run: RunInfo, target: Target, table: pa.Table) -> None:
+def write_generations(run: RunInfo, target: MlflowTarget, table: pa.Table) -> None:
     groups: dict[str, list[list[Any]]] = {}
     for row in table.select(["key", "step", *TABLE_COLUMNS]).to_pylist():
         path = f"generations/{artifact_part(row['key'])}/{step_name(row['step'])}.json"
@@ -141,7 +141,7 @@ def _merge_rows(old: list[list[Any]], new: list[list[Any]]) -> list[list[Any]]:
     return sorted(kept, key=lambda r: (r[rank], r[seq], r[sample]))
 
 
-def _register_tables(target: Target, paths: Iterable[str]) -> None:
+def _register_tables(target: MlflowTarget, paths: Iterable[str]) -> None:
     """List new tables in ``mlflow.loggedArtifacts`` as log_table does (the UI reads
     it), as long as the tag stays within MLflow's tag length limit."""
     listed: list[dict[str, str]] = json.loads(target.tags.get(LOGGED_ARTIFACTS_TAG, "[]"))
@@ -157,7 +157,7 @@ def _register_tables(target: Target, paths: Iterable[str]) -> None:
         target.log_tags({LOGGED_ARTIFACTS_TAG: json.dumps(listed)})
 
 
-def write_artifacts(run: RunInfo, target: Target, table: pa.Table, *,
+def write_artifacts(run: RunInfo, target: MlflowTarget, table: pa.Table, *,
                     context: ExportContext | None, destination: str) -> None:
     """Upload the artifacts' blobs from the store being exported (`destination` names
     the exporter in messages). A blob missing from the store is left out, warned about
@@ -191,7 +191,7 @@ def write_artifacts(run: RunInfo, target: Target, table: pa.Table, *,
         target.log_tags(missing)
 
 
-def write_events(run: RunInfo, target: Target, table: pa.Table) -> None:
+def write_events(run: RunInfo, target: MlflowTarget, table: pa.Table) -> None:
     tags: dict[str, str] = {}
     times = table.column("time").cast(pa.int64()).to_pylist()
     for row, t in zip(table.select(["seq", "step", "level", "kind", "title", "text",

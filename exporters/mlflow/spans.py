@@ -20,14 +20,14 @@ from tracklake.exporters.mlflow.names import (
     SPANS_PER_REQUEST,
     chunks,
 )
-from tracklake.exporters.mlflow.target import Target
+from tracklake.exporters.mlflow.target import MlflowTarget
 
 if TYPE_CHECKING:
     from mlflow.entities import Span as MlflowSpan
     from mlflow.tracing.client import TracingClient
 
 
-def write_traces(run: RunInfo, target: Target, table: pa.Table, *,
+def write_traces(run: RunInfo, target: MlflowTarget, table: pa.Table, *,
                  tracing: TracingClient, destination: str) -> None:
     """Send the spans with `tracing` (`destination` names the exporter in error messages)."""
     from mlflow.entities import Span
@@ -41,7 +41,7 @@ def write_traces(run: RunInfo, target: Target, table: pa.Table, *,
         target.client.link_traces_to_run(ids, target.run_id)
 
 
-def _log_spans(run: RunInfo, target: Target, spans: list[MlflowSpan], *,
+def _log_spans(run: RunInfo, target: MlflowTarget, spans: list[MlflowSpan], *,
                tracing: TracingClient, destination: str) -> None:
     try:
         tracing.log_spans(target.experiment_id, spans)

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class Target:
+class MlflowTarget:
     """The MLflow run a tracklake run goes to, and what is known of it."""
 
     client: MlflowClient

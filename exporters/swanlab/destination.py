@@ -40,7 +40,7 @@ from tracklake.exporters.swanlab import session as sessions
 
 logger = logging.getLogger(__name__)
 
-_ADD: dict[str, Callable[[mapping.Pending, pa.Table], None]] = {
+_ADD: dict[str, Callable[[mapping.SwanlabPending, pa.Table], None]] = {
     "metrics": mapping.add_metrics, "texts": mapping.add_texts,
     "configs": mapping.add_configs, "generations": mapping.add_generations,
     "traces": mapping.add_traces, "artifacts": mapping.add_artifacts,
@@ -58,7 +58,7 @@ def _steps(value: Any) -> bool:
                                            for k, v in value.items())
 
 
-class _State(Routes):
+class SwanlabState(Routes):
     """The commit state of one run (JSON in the loop's cursor file): its SwanLab runs
     (`_attempt_routes`), the last step per key of each, the config, what was dropped."""
 
@@ -105,11 +105,11 @@ class SwanlabDestination(Destination):
         self.logdir = Path(os.path.abspath(os.path.expanduser(base)))
         self.swanlab_project = swanlab_project
         self.workspace = workspace
-        self._states: dict[str, _State] = {}
-        self._collecting = Collecting(mapping.Pending)
+        self._states: dict[str, SwanlabState] = {}
+        self._collecting = Collecting(mapping.SwanlabPending)
 
     @classmethod
-    def cli_options(cls) -> list[click.Option]:
+    def cli_options(cls) -> list[click.Parameter]:
         return [
             click.Option(["--mode"], type=click.Choice(list(sessions.MODES)),
                          default="offline", show_default=True,
@@ -135,7 +135,7 @@ class SwanlabDestination(Destination):
     # -- the protocol ------------------------------------------------------------------
 
     def open_run(self, run: RunInfo, state: Mapping[str, Any]) -> None:
-        current = _State(run, state)
+        current = SwanlabState(run, state)
         project = self.swanlab_project or run.project
         if not sessions.PROJECT_NAME.match(project):
             raise ExportError(f"run {run.key}: {project!r} is not a SwanLab project name "
@@ -154,14 +154,14 @@ class SwanlabDestination(Destination):
     def commit(self, run: RunInfo) -> Mapping[str, Any]:
         pending = self._collecting.pending(run.key)
         current = self._states[run.key]
-        for target, collected in current.split(pending, mapping.Pending):
+        for target, collected in current.split(pending, mapping.SwanlabPending):
             if not collected.empty():
                 self._commit_target(run, current, target, collected)
         self._collecting.committed(run.key)
         return current.dump()
 
-    def _commit_target(self, run: RunInfo, current: _State, target: Target,
-                       pending: mapping.Pending) -> None:
+    def _commit_target(self, run: RunInfo, current: SwanlabState, target: Target,
+                       pending: mapping.SwanlabPending) -> None:
         last_steps = current.last_steps.get(target.id, {})
         planned = mapping.rows_by_step(pending, last_steps)
         if planned.dropped:
@@ -220,7 +220,7 @@ class SwanlabDestination(Destination):
             config=mapping.nest({**run.config, **config}))
         sessions.run_session(session, send, state=state, where=f"run {run.key}")
 
-    def _set_aside(self, run: RunInfo, current: _State) -> None:
+    def _set_aside(self, run: RunInfo, current: SwanlabState) -> None:
         """Set aside the session directories no commit counts."""
         uncommitted = current.uncommitted_sessions(
             self.logdir, lambda name: sessions.session_of(current.base, name))

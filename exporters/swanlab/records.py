@@ -41,7 +41,7 @@ class TextItem:
 
 
 @dataclass
-class Pending:
+class SwanlabPending:
     """What `write()` received since the last commit."""
 
     metrics: dict[int, dict[str, float]] = field(default_factory=dict)  # step -> key -> value
@@ -51,7 +51,7 @@ class Pending:
     def empty(self) -> bool:
         return not (self.metrics or self.texts or self.config)
 
-    def merge(self, later: Pending) -> None:
+    def merge(self, later: SwanlabPending) -> None:
         """Add what `later` collected; its metric values win at the same step and key."""
         for step, values in later.metrics.items():
             self.metrics.setdefault(step, {}).update(values)
@@ -92,7 +92,7 @@ def _origin(row: Mapping[str, Any]) -> str:
     return f"rank {row.get('rank', 0)} · attempt {row.get('attempt', 1)}"
 
 
-def add_metrics(pending: Pending, records: pa.Table) -> None:
+def add_metrics(pending: SwanlabPending, records: pa.Table) -> None:
     steps = records.column("step").to_pylist()
     keys = records.column("key").to_pylist()
     values = records.column("value").to_pylist()
@@ -101,13 +101,13 @@ def add_metrics(pending: Pending, records: pa.Table) -> None:
             pending.metrics.setdefault(_step(step), {})[swanlab_key(key)] = float(value)
 
 
-def add_texts(pending: Pending, records: pa.Table) -> None:
+def add_texts(pending: SwanlabPending, records: pa.Table) -> None:
     for row in _rows(records):
         pending.add_text(f"texts/{row.get('key')}", TextItem(
             str(row.get("text") or ""), _origin(row), _step(row.get("step"))))
 
 
-def add_generations(pending: Pending, records: pa.Table) -> None:
+def add_generations(pending: SwanlabPending, records: pa.Table) -> None:
     for row in _rows(records):
         parts = [f"**input**\n\n{row.get('input') or ''}",
                  f"**output**\n\n{row.get('output') or ''}"]
@@ -119,7 +119,7 @@ def add_generations(pending: Pending, records: pa.Table) -> None:
             "\n\n".join(parts), caption, _step(row.get("step"))))
 
 
-def add_traces(pending: Pending, records: pa.Table) -> None:
+def add_traces(pending: SwanlabPending, records: pa.Table) -> None:
     for row in _rows(records):
         start, end = row.get("time"), row.get("end_time")
         duration = ((end - start).total_seconds() * 1000
@@ -138,7 +138,7 @@ def add_traces(pending: Pending, records: pa.Table) -> None:
                                             _step(row.get("step"))))
 
 
-def add_artifacts(pending: Pending, records: pa.Table) -> None:
+def add_artifacts(pending: SwanlabPending, records: pa.Table) -> None:
     for row in _rows(records):
         content = (f"- name: {row.get('name')}\n- digest: `{row.get('digest')}`\n"
                    f"- size: {row.get('size')} bytes\n- media type: {row.get('media_type')}")
@@ -148,7 +148,7 @@ def add_artifacts(pending: Pending, records: pa.Table) -> None:
                                                _step(row.get("step"))))
 
 
-def add_alerts(pending: Pending, records: pa.Table) -> None:
+def add_alerts(pending: SwanlabPending, records: pa.Table) -> None:
     for row in _rows(records):
         if row.get("kind") != "alert":
             continue  # write_error events are the store's own bookkeeping
@@ -158,7 +158,7 @@ def add_alerts(pending: Pending, records: pa.Table) -> None:
                                             _step(row.get("step"))))
 
 
-def add_configs(pending: Pending, records: pa.Table) -> None:
+def add_configs(pending: SwanlabPending, records: pa.Table) -> None:
     for row in _rows(records):
         if row.get("key") is not None:
             pending.config[str(row["key"])] = _json_value(row.get("value"))
@@ -190,7 +190,7 @@ class Rows:
     moved: int  # texts placed at a later step than logged
 
 
-def rows_by_step(pending: Pending, last_steps: Mapping[str, int]) -> Rows:
+def rows_by_step(pending: SwanlabPending, last_steps: Mapping[str, int]) -> Rows:
     """Rows SwanLab takes as they are (see the module docstring)."""
     rows: dict[int, dict[str, Any]] = {}
     after = dict(last_steps)

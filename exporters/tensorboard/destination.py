@@ -99,7 +99,7 @@ class TensorBoardDestination(Destination):
         self._runs: dict[str, _OpenRun] = {}
 
     @classmethod
-    def cli_options(cls) -> list[click.Option]:
+    def cli_options(cls) -> list[click.Parameter]:
         return [click.Option(["--logdir"], required=True, type=click.Path(),
                              help="TensorBoard log directory; each run is written to "
                                   "LOGDIR/PROJECT/RUN/.")]

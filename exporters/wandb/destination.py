@@ -33,7 +33,7 @@ from tracklake.exporters._shared.nest import nest
 from tracklake.exporters.wandb import rows
 from tracklake.exporters.wandb.artifacts import build as build_artifacts
 from tracklake.exporters.wandb.session import Sessions
-from tracklake.exporters.wandb.state import RunState, wandb_run_id
+from tracklake.exporters.wandb.state import WandbState, wandb_run_id
 from tracklake.read import TERMINAL_STATUSES
 
 __all__ = ["WandbDestination", "wandb_run_id"]
@@ -41,7 +41,7 @@ __all__ = ["WandbDestination", "wandb_run_id"]
 logger = logging.getLogger(__name__)
 
 _EXIT_CODES = {"finished": 0}
-_ADD: dict[str, Callable[[rows.Pending, pa.Table], None]] = {
+_ADD: dict[str, Callable[[rows.WandbPending, pa.Table], None]] = {
     "metrics": rows.add_metrics, "texts": rows.add_texts, "configs": rows.add_configs,
     "generations": rows.add_generations, "traces": rows.add_traces,
     "artifacts": rows.add_artifacts, "events": rows.add_alerts}
@@ -72,11 +72,11 @@ class WandbDestination(Destination):
         self.proxy = proxy
         self._sessions = Sessions(mode, self.dir, entity, wandb_project, proxy)
         self._context: ExportContext | None = None  # from `start()`
-        self._states: dict[str, RunState] = {}
-        self._collecting = Collecting(rows.Pending)
+        self._states: dict[str, WandbState] = {}
+        self._collecting = Collecting(rows.WandbPending)
 
     @classmethod
-    def cli_options(cls) -> list[click.Option]:
+    def cli_options(cls) -> list[click.Parameter]:
         return [
             click.Option(["--mode"], type=click.Choice(["online", "offline"]),
                          default="offline", envvar="WANDB_MODE", show_default=True,
@@ -113,7 +113,7 @@ class WandbDestination(Destination):
 
 
     def open_run(self, run: RunInfo, state: Mapping[str, Any]) -> None:
-        current = RunState(run, state)
+        current = WandbState(run, state)
         self._sessions.set_aside(run, current)
         self._states[run.key] = current
         self._collecting.open(run.key)
@@ -135,7 +135,7 @@ class WandbDestination(Destination):
         pending = self._collecting.pending(run.key)
         current = self._states[run.key]
         self._hold(run, current, pending)
-        for target, collected in current.split(pending, rows.Pending):
+        for target, collected in current.split(pending, rows.WandbPending):
             if not collected.empty():
                 self._commit_target(run, current, target, collected)
         self._collecting.committed(run.key)
@@ -163,16 +163,16 @@ class WandbDestination(Destination):
 
     # -- commits -----------------------------------------------------------------------
 
-    def _hold(self, run: RunInfo, current: RunState,
-              pending: dict[int | None, rows.Pending]) -> None:
+    def _hold(self, run: RunInfo, current: WandbState,
+              pending: dict[int | None, rows.WandbPending]) -> None:
         """With ``--ranks all`` on a live run, a rank that lags would log steps W&B already
         passed: metric steps above the watermark (the lowest latest step of the run's
         ranks) wait in the state; earlier held steps join this commit. All go once the
         run is over."""
         for name, steps in current.held.items():
             attempt = None if name == "-" else int(name)
-            held = rows.Pending(metrics={int(s): dict(v) for s, v in steps.items()})
-            held.merge(pending.get(attempt, rows.Pending()))
+            held = rows.WandbPending(metrics={int(s): dict(v) for s, v in steps.items()})
+            held.merge(pending.get(attempt, rows.WandbPending()))
             pending[attempt] = held
         current.held = {}
         if (self._ranks != "all" or run.status in TERMINAL_STATUSES
@@ -185,8 +185,8 @@ class WandbDestination(Destination):
                 current.held["-" if attempt is None else str(attempt)] = {
                     str(s): values for s, values in sorted(above.items())}
 
-    def _commit_target(self, run: RunInfo, current: RunState, target: Target,
-                       pending: rows.Pending) -> None:
+    def _commit_target(self, run: RunInfo, current: WandbState, target: Target,
+                       pending: rows.WandbPending) -> None:
         history, dropped_steps, dropped_records = rows.rows_by_step(pending, target.last_step)
         if dropped_steps:
             logger.warning("run %s: %d steps (%d metric values) at or before step %s, the "
@@ -221,7 +221,7 @@ class WandbDestination(Destination):
         current.dropped_steps = total
         current.dropped_records += dropped_records
 
-    def _artifacts(self, run: RunInfo, pending: rows.Pending
+    def _artifacts(self, run: RunInfo, pending: rows.WandbPending
                    ) -> tuple[list[tuple[Any, list[str]]], list[str]]:
         if not pending.artifacts:
             return [], []

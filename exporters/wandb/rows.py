@@ -22,7 +22,7 @@ ARTIFACT_COLUMNS = ["step", "name", "digest", "size", "media_type", "rank", "att
 
 
 @dataclass
-class Pending:
+class WandbPending:
     """What `write()` received since the last commit, grouped per step and key."""
 
     metrics: dict[int, dict[str, float]] = field(default_factory=dict)
@@ -35,7 +35,7 @@ class Pending:
     def empty(self) -> bool:
         return not (self.metrics or self.tables or self.config or self.artifacts)
 
-    def merge(self, later: Pending) -> None:
+    def merge(self, later: WandbPending) -> None:
         """Add what `later` collected; its metric values win at the same step and key."""
         for step, values in later.metrics.items():
             self.metrics.setdefault(step, {}).update(values)
@@ -63,26 +63,26 @@ def _column(table: pa.Table, name: str) -> list[Any]:
     return [None] * table.num_rows
 
 
-def add_metrics(pending: Pending, records: pa.Table) -> None:
+def add_metrics(pending: WandbPending, records: pa.Table) -> None:
     for step, key, value in zip(_column(records, "step"), _column(records, "key"),
                                 _column(records, "value"), strict=True):
         if value is not None and key is not None:
             pending.metrics.setdefault(_step(step), {})[key] = float(value)
 
 
-def add_texts(pending: Pending, records: pa.Table) -> None:
+def add_texts(pending: WandbPending, records: pa.Table) -> None:
     for key in dict.fromkeys(_column(records, "key")):
         rows = records.filter(pc.equal(records.column("key"), key)).to_pylist()
         pending.add_rows(f"texts/{key}", TEXT_COLUMNS, rows)
 
 
-def add_generations(pending: Pending, records: pa.Table) -> None:
+def add_generations(pending: WandbPending, records: pa.Table) -> None:
     for key in dict.fromkeys(_column(records, "key")):
         rows = records.filter(pc.equal(records.column("key"), key)).to_pylist()
         pending.add_rows(f"generations/{key}", GENERATION_COLUMNS, rows)
 
 
-def add_alerts(pending: Pending, records: pa.Table) -> None:
+def add_alerts(pending: WandbPending, records: pa.Table) -> None:
     alerts = records.filter(pc.equal(records.column("kind"), "alert")).to_pylist()
     for row in alerts:
         row["time"] = row["time"].isoformat() if row.get("time") is not None else None
@@ -90,7 +90,7 @@ def add_alerts(pending: Pending, records: pa.Table) -> None:
     pending.alerts.extend(alerts)
 
 
-def add_traces(pending: Pending, records: pa.Table) -> None:
+def add_traces(pending: WandbPending, records: pa.Table) -> None:
     rows = records.to_pylist()
     for row in rows:
         start, end = row.get("time"), row.get("end_time")
@@ -99,13 +99,13 @@ def add_traces(pending: Pending, records: pa.Table) -> None:
     pending.add_rows("traces", SPAN_COLUMNS, rows)
 
 
-def add_artifacts(pending: Pending, records: pa.Table) -> None:
+def add_artifacts(pending: WandbPending, records: pa.Table) -> None:
     rows = records.to_pylist()
     pending.add_rows("artifacts", ARTIFACT_COLUMNS, rows)
     pending.artifacts.extend(rows)
 
 
-def add_configs(pending: Pending, records: pa.Table) -> None:
+def add_configs(pending: WandbPending, records: pa.Table) -> None:
     for key, value in zip(_column(records, "key"), _column(records, "value"), strict=True):
         if key is not None:
             pending.config[key] = _json_value(value)
@@ -129,7 +129,7 @@ def _cell(value: Any) -> Any:
     return str(value)
 
 
-def rows_by_step(pending: Pending, last_step: int | None
+def rows_by_step(pending: WandbPending, last_step: int | None
                  ) -> tuple[list[tuple[int, dict[str, Any]]], int, int]:
     """History rows in increasing step order, with the metric steps and records dropped
     because W&B already holds a row at or after their step (see the module docs of

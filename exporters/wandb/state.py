@@ -16,7 +16,7 @@ def wandb_run_id(run: RunInfo) -> str:
     return run.export_id
 
 
-class RunState(Routes):
+class WandbState(Routes):
     """The commit state of one run (JSON in the loop's cursor file)."""
 
     destination = "W&B"
