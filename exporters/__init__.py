@@ -5,13 +5,8 @@ destination implements the small `Destination` protocol and registers itself in 
 ``tracklake.exporters`` entry point group. `MemoryDestination` is a test double.
 """
 
-from tracklake.exporters._loop.loop import (
-    Exporter,
-    ExportOptions,
-    ExportSummary,
-    RunOutcome,
-    export,
-)
+from tracklake.exporters._loop.loop import Exporter, export
+from tracklake.exporters._loop.options import ExportOptions, ExportSummary, RunOutcome
 from tracklake.exporters._loop.select import Selection
 from tracklake.exporters._loop.status import export_status
 from tracklake.exporters._protocol import Destination, ExportContext, RunInfo

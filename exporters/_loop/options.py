@@ -1,0 +1,63 @@
+"""How an export runs (`ExportOptions`) and what it did (`ExportSummary`, `RunOutcome`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tracklake.read import KINDS, ReadProblems
+
+
+@dataclass
+class ExportOptions:
+    """How the loop runs; every field has the default the CLI uses."""
+
+    ranks: str = "0"  # a rank number, "all", "mean", "min" or "max"
+    kinds: tuple[str, ...] = KINDS
+    batch_rows: int = 50_000
+    follow: bool = False
+    poll_interval: float = 2.0  # seconds between polls while following (events wake sooner)
+    retry_initial: float = 1.0
+    retry_max: float = 60.0
+    give_up_after: float | None = 600.0  # seconds of retrying a run before giving up; None: never
+    state_dir: Path | None = None  # default: ROOT/exports/<destination>
+    #: while following, seconds at least between two deliveries to a live run (None: the
+    #: destination's `commit_interval`, else 0); a finished run is delivered at once
+    commit_interval: float | None = None
+
+
+@dataclass
+class RunOutcome:
+    run: str  # project/run
+    records: int = 0
+    finished: bool = False
+    error: str | None = None
+
+
+@dataclass
+class ExportSummary:
+    destination: str
+    runs: dict[str, RunOutcome] = field(default_factory=dict)
+    problems: ReadProblems = field(default_factory=ReadProblems)
+
+    @property
+    def records(self) -> int:
+        return sum(o.records for o in self.runs.values())
+
+    @property
+    def failed(self) -> list[RunOutcome]:
+        return [o for o in self.runs.values() if o.error]
+
+    def __str__(self) -> str:
+        lines = [f"{self.destination}: {self.records} records from {len(self.runs)} runs"]
+        for o in self.runs.values():
+            state = "error: " + o.error if o.error else ("finished" if o.finished else "live")
+            lines.append(f"  {o.run}: {o.records} records, {state}")
+        for path, nbytes in self.problems.torn:
+            lines.append(f"  note: {path}: a torn tail of {nbytes} bytes was skipped")
+        for path, why in self.problems.damaged:
+            lines.append(f"  warning: {path}: {why}; the rest of that segment was not "
+                         "exported (later segments were)")
+        for path in self.problems.foreign:
+            lines.append(f"  warning: {path}: not a tracklake file; ignored")
+        return "\n".join(lines)
