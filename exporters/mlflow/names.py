@@ -4,11 +4,12 @@ requests cut to MLflow's limits (the rules are documented in docs/exporters.md, 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Callable, Iterator, Sequence
 from typing import TypeVar
+
+from tracklake.exporters._shared.keys import distinct_name
 
 #: Limits from mlflow.utils.validation (copied so that importing this module does not
 #: import mlflow; test_mlflow.py checks they still match).
@@ -31,21 +32,26 @@ _T = TypeVar("_T")
 
 
 def mlflow_key(key: str) -> str:
-    """The MLflow metric/param/tag name for a tracklake key (see the module docstring)."""
+    """The MLflow metric/param/tag name for a tracklake key: the key itself if MLflow
+    takes it unchanged, else its cleaned form with ``-`` and a hash of the key
+    (`distinct_name`), so that two keys never share a name."""
+    return distinct_name(key, _clean, limit=MAX_ENTITY_KEY_LENGTH, sep="-")
+
+
+def _clean(key: str) -> str:
+    """Characters MLflow refuses become ``_``; empty path segments go, ``.``/``..``
+    segments become ``_``/``__`` (MLflow refuses names that change under normalisation)."""
     name = _BAD_KEY_CHARS.sub("_", key)
     parts = [p for p in name.split("/") if p]
     name = "/".join("_" * len(p) if p in (".", "..") else p for p in parts) or "_"
-    if name.startswith(".."):
-        name = "_" + name[1:]
-    if len(name) > MAX_ENTITY_KEY_LENGTH:
-        digest = hashlib.sha256(key.encode()).hexdigest()[:8]
-        name = f"{name[:MAX_ENTITY_KEY_LENGTH - 9]}-{digest}"
-    return name
+    return "_" + name[1:] if name.startswith("..") else name
 
 
 def artifact_part(key: str) -> str:
-    """A key as a relative artifact path (no ``:``, no empty, ``.`` or ``..`` parts)."""
-    return mlflow_key(key).replace(":", "_")
+    """A key as a relative artifact path (no ``:``, no empty, ``.`` or ``..`` parts),
+    distinct for distinct keys."""
+    return distinct_name(key, lambda k: _clean(k).replace(":", "_"),
+                         limit=MAX_ENTITY_KEY_LENGTH, sep="-")
 
 
 def step_name(step: int | None) -> str:

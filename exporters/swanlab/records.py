@@ -11,7 +11,6 @@ key's next step, their caption naming the step they were logged at.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import re
@@ -21,6 +20,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from tracklake.exporters._shared.keys import distinct_name
 from tracklake.exporters._shared.nest import nest as nest_keys
 
 #: SwanLab refuses steps above this (``swanlab.sdk.internal.core_python.metrics``).
@@ -64,16 +64,17 @@ class SwanlabPending:
 
 
 def swanlab_key(key: str) -> str:
-    """The key SwanLab stores for `key`: control characters become ``_``, leading and
-    trailing ``. / space`` go (SwanLab strips them), and a key longer than SwanLab's limit
-    is cut with a stable hash suffix (SwanLab would cut it without one, merging keys)."""
+    """The key SwanLab stores for `key`: the key itself if SwanLab takes it unchanged,
+    else its cleaned form with ``~`` and a hash of the key (`distinct_name`), so that two
+    keys never share one."""
+    return distinct_name(key, _clean, limit=MAX_KEY, sep="~")
+
+
+def _clean(key: str) -> str:
+    """Control characters become ``_``; leading and trailing ``. / space`` go (SwanLab
+    strips them); SwanLab's own prefix ``__swanlab__.`` gets one more ``_``."""
     cleaned = _CONTROL.sub("_", key).strip(_EDGES) or "_"
-    if cleaned.startswith("__swanlab__."):  # SwanLab reserves this prefix for its own keys
-        cleaned = "_" + cleaned
-    if len(cleaned) > MAX_KEY:
-        digest = hashlib.sha256(key.encode()).hexdigest()[:12]
-        cleaned = cleaned[:MAX_KEY - 13].rstrip(_EDGES) + "~" + digest
-    return cleaned
+    return "_" + cleaned if cleaned.startswith("__swanlab__.") else cleaned
 
 
 def _rows(table: pa.Table) -> Iterator[dict[str, Any]]:

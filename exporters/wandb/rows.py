@@ -13,12 +13,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import wandb
 
+from tracklake.exporters._shared.keys import distinct_name
+
 GENERATION_COLUMNS = ["step", "sample", "input", "output", "score", "extra", "rank", "attempt"]
 TEXT_COLUMNS = ["step", "text", "rank", "attempt"]
 ALERT_COLUMNS = ["step", "level", "title", "text", "time", "rank", "attempt"]
 SPAN_COLUMNS = ["step", "trace_id", "span_id", "parent_id", "name", "status", "error",
                 "duration_ms", "attributes", "rank", "attempt"]
 ARTIFACT_COLUMNS = ["step", "name", "digest", "size", "media_type", "rank", "attempt"]
+
+
+#: Longest table key kept as it is: W&B names an artifact `run-<run id>-<key>` (at most
+#: 128 characters, the run id is 18) and a file after it.
+MAX_TABLE_KEY = 100
 
 
 @dataclass
@@ -47,10 +54,23 @@ class WandbPending:
         self.artifacts.extend(later.artifacts)
 
     def add_rows(self, key: str, columns: list[str], rows: Iterable[dict[str, Any]]) -> None:
+        key = table_key(key)
         self.columns[key] = columns
         for row in rows:
             step = _step(row.get("step"))
             self.tables.setdefault((step, key), []).append([row.get(c) for c in columns])
+
+
+def table_key(key: str) -> str:
+    """The W&B key of a table: W&B stores a table as a file named after its key, and
+    refuses a path that is absolute or has empty, ``.`` or ``..`` segments (or ``\\``):
+    such a key gets its cleaned form with ``~`` and a hash of the key (`distinct_name`)."""
+    return distinct_name(key, _clean_path, limit=MAX_TABLE_KEY, sep="~")
+
+
+def _clean_path(key: str) -> str:
+    parts = [p for p in key.replace("\\", "_").split("/") if p]
+    return "/".join("_" * len(p) if p in (".", "..") else p for p in parts) or "_"
 
 
 def _step(step: int | None) -> int:
