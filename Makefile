@@ -19,7 +19,10 @@ $(VENV)/.demo: pyproject.toml | $(BIN)/python
 
 $(VENV)/.test: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[test,lint,tensorboard,mlflow,wandb,swanlab,follow]'
-	$(BIN)/python -m pip install --quiet 'torch==2.13.0'
+	# the CPU build (a plain torch==2.13.0 is the multi-GB CUDA build); where a local wheel
+	# of it exists (pip's find-links), pip takes that after failing to reach the index
+	$(BIN)/python -m pip install --quiet 'torch==2.13.0+cpu' \
+		--extra-index-url https://download.pytorch.org/whl/cpu
 	touch $@
 
 demo: $(VENV)/.demo

@@ -44,13 +44,18 @@ def _stderr(message: str) -> None:
     print(f"tracklake export: {message}", file=sys.stderr, flush=True)
 
 
+#: While a run keeps failing with the same error, it is reported at least this often (s).
+RETRY_REPORT_INTERVAL = 30.0
+
+
 class Exporter:
     """Exports the selected runs of one store to one destination."""
 
     def __init__(self, destination: Destination, *, root: str | Path | None = None,
                  selection: Selection, options: ExportOptions | None = None,
                  log: Callable[[str], None] = _stderr,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.destination = destination
         self.root = resolve_root(root)
         self.selection = selection
@@ -58,6 +63,7 @@ class Exporter:
         check_mode(self.options.ranks)
         self.log = log
         self.sleep = sleep
+        self.clock = clock
         self.description = destination.describe()
         self.state_dir = self.options.state_dir or destination_dir(
             self.root, destination.name, self.description)
@@ -66,6 +72,8 @@ class Exporter:
         self.commit_interval = float(destination.commit_interval if interval is None
                                      else interval)
         self._wake = threading.Event()
+        #: passes over the selected runs so far (following makes one per poll)
+        self.passes = 0
         destination.start(ExportContext(root=self.root, ranks=self.options.ranks))
         self._write_destination_record()
 
@@ -88,14 +96,15 @@ class Exporter:
         try:
             while True:
                 runs = select_runs(self.root, self.selection)
+                self.passes += 1
                 for info in runs:
                     if done.get(info.key) == info.attempts:
                         continue  # finished and fully exported; a new attempt reopens it
                     if (self.options.follow and info.status not in TERMINAL_STATUSES
-                            and time.monotonic() - delivered.get(info.key, -math.inf)
+                            and self.clock() - delivered.get(info.key, -math.inf)
                             < self.commit_interval):
                         continue  # not yet: a destination whose commits are costly
-                    delivered[info.key] = time.monotonic()
+                    delivered[info.key] = self.clock()
                     outcome = self.export_run(info)
                     if outcome.finished and not outcome.error:
                         done[info.key] = info.attempts
@@ -140,9 +149,10 @@ class Exporter:
     def export_run(self, info: RunInfo) -> RunOutcome:
         """Deliver what is new of one run, retrying what can be retried."""
         outcome = self.summary.runs.setdefault(info.key, RunOutcome(info.key))
-        started = time.monotonic()
+        started = self.clock()
         delay = self.options.retry_initial
-        reported: set[str] = set()
+        reported: dict[str, float] = {}  # error message -> when it was last reported
+        attempt = 0
         while True:
             try:
                 state = load_state(self.state_dir, info.project, info.run)
@@ -155,21 +165,26 @@ class Exporter:
                 outcome.records += sent
                 outcome.finished = state.finished
                 outcome.error = None
+                if attempt:
+                    self.log(f"{info.key}: delivered after {attempt} retries")
                 return outcome
             except ExportError as exc:
                 outcome.error = str(exc)
                 self._record_error(info, exc)
-                waited = time.monotonic() - started
-                give_up = self.options.give_up_after
-                if not exc.retryable or (not self.options.follow and give_up is not None
-                                         and waited >= give_up):
+                now = self.clock()
+                waited = now - started
+                give_up = None if self.options.follow else self.options.give_up_after
+                if not exc.retryable or (give_up is not None and waited >= give_up):
                     self.log(f"{info.key}: {exc}" + ("" if not exc.retryable else
                              f" (gave up after {waited:.0f} s of retries)"))
                     return outcome
-                if str(exc) not in reported:
-                    reported.add(str(exc))
-                    self.log(f"{info.key}: {exc}; retrying with backoff")
-                self.sleep(delay * random.uniform(0.5, 1.5))
+                attempt += 1
+                pause = delay * random.uniform(0.5, 1.5)
+                if now - reported.get(str(exc), -math.inf) >= RETRY_REPORT_INTERVAL:
+                    reported[str(exc)] = now
+                    self.log(f"{info.key}: {exc}; " + _retry_plan(attempt, pause, waited,
+                                                                   give_up))
+                self.sleep(pause)
                 delay = min(delay * 2, self.options.retry_max)
 
     def _record_error(self, info: RunInfo, exc: ExportError) -> None:
@@ -255,6 +270,14 @@ class Exporter:
             self.log(f"{info.key}: {sent} records to {self.description}"
                      + (" (run finished)" if terminal else ""))
         return sent
+
+
+def _retry_plan(attempt: int, pause: float, waited: float, give_up: float | None) -> str:
+    """What the loop does next about a retryable error, in words."""
+    plan = f"retry {attempt} in {pause:.0f} s"
+    if give_up is None:
+        return plan + " (retrying until it succeeds: --follow)"
+    return plan + f", giving up in {max(give_up - waited, 0):.0f} s (--give-up-after)"
 
 
 def _chain(first: list[tuple[StreamId, pa.RecordBatch]],

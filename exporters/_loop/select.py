@@ -40,6 +40,24 @@ class Selection:
                 return False
         return True
 
+    def describe(self) -> str:
+        """The selection as command-line options."""
+        parts = [f"--project {self.project}"] if self.project else []
+        parts += [f"--run {r}" for r in self.runs] + [f"--tag {t}" for t in self.tags]
+        if self.since is not None:
+            parts.append(f"--since {self.since.isoformat()}")
+        return " ".join(parts) or ("--all" if self.all_runs else "(nothing)")
+
+    def unmatched(self, root: Path) -> str | None:
+        """What of this selection matches no run of the store at `root`, in words (None
+        when every run id asked for exists and at least one run matches)."""
+        chosen = [r for r in list_runs(root, self.project) if self.matches(r)]
+        missing = [r for r in self.runs if r not in {c.run for c in chosen}]
+        if missing:
+            where = f" in project {self.project}" if self.project else ""
+            return f"no run {', '.join(missing)}{where} (matching {self.describe()})"
+        return None if chosen else f"no run matches {self.describe()}"
+
 
 def run_info(record: RunRecord, now: float | None = None) -> RunInfo:
     """A destination's view of a run, from its attempt files."""

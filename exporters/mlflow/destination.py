@@ -7,8 +7,8 @@ because every write is idempotent — a metric's timestamp is its record's time,
 re-sent point is an exact duplicate MLflow's SQL store skips; params go once, files and
 tags are rewritten, generation tables are merged by row and spans are upserted by id
 (`log_spans`: `start_trace` would make new ids). The MLflow run is found again by its tag
-``tracklake.run_id``, never by name. The writers per kind are in `_mlflow_records` and
-`_mlflow_spans`, names and limits in `_mlflow_names`, and `_mlflow_errors` translates
+``tracklake.run_id``, never by name. The writers per kind are in `records` and
+`spans`, names and limits in `names`, and `errors` translates
 errors by MLflow's error code. Unless asked for, MLflow's telemetry and its own request
 retries are switched off before mlflow is imported: no usage data leaves the process, and
 the loop's backoff decides.
@@ -16,6 +16,7 @@ the loop's backoff decides.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -40,6 +41,11 @@ from tracklake.exporters.mlflow.records import (
 )
 from tracklake.exporters.mlflow.spans import write_traces
 from tracklake.exporters.mlflow.target import MlflowTarget
+
+# mlflow itself is imported on first use, after its environment is set; without it, this
+# destination cannot be loaded at all (the command line then shows it as unavailable)
+if importlib.util.find_spec("mlflow") is None:
+    raise ModuleNotFoundError("No module named 'mlflow'", name="mlflow")
 
 if TYPE_CHECKING:
     from mlflow.entities import Run as MlflowRun

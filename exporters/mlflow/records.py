@@ -1,6 +1,6 @@
 """Record tables as MLflow calls: metric batches, params and the config artifact, text and
 generation-table artifacts, uploaded artifacts and event tags (the mapping is documented
-in `tracklake.exporters.mlflow.destination`; traces are in `_mlflow_spans`)."""
+in `tracklake.exporters.mlflow.destination`; traces are in `spans`)."""
 
 from __future__ import annotations
 

@@ -3,10 +3,10 @@
 
 The mapping, steps, resumed attempts, exactly-once sessions, modes, upload and
 troubleshooting are documented in docs/exporters.md (SwanLab). In short: `commit()`
-routes each attempt to its SwanLab run (`_attempt_routes`: a resumed attempt that logs
+routes each attempt to its SwanLab run (`_shared.attempt_routes`: a resumed attempt that logs
 steps again gets ``<id>-a<N>``), merges per step, keeps the last step per key of each run
 in the state (values at or below it are dropped and counted, texts move on), and writes
-one whole session — init, log, finish, fsync (`_swanlab_session`) — because SwanLab
+one whole session — init, log, finish, fsync (`session`) — because SwanLab
 never appends to an earlier session's file. `open_run()` sets aside every session the
 state does not count, so a crash duplicates nothing in the files. SwanLab replaces a
 run's config per session, so the state keeps the whole config and every session sends
@@ -60,7 +60,7 @@ def _steps(value: Any) -> bool:
 
 class SwanlabState(Routes):
     """The commit state of one run (JSON in the loop's cursor file): its SwanLab runs
-    (`_attempt_routes`), the last step per key of each, the config, what was dropped."""
+    (`_shared.attempt_routes`), the last step per key of each, the config, what was dropped."""
 
     destination = "SwanLab"
 

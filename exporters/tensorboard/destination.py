@@ -3,9 +3,9 @@
 
 The layout, mapping, limits, exactly-once design, generations and troubleshooting are
 documented in docs/exporters.md (TensorBoard). In short: `write()` turns records into
-events (`_tensorboard_events`) and buffers their frames; `commit()` appends them, fsyncs
+events (`events`) and buffers their frames; `commit()` appends them, fsyncs
 and returns the file's name and length, and `open_run()` truncates the file to that
-length (`_tensorboard_file`), because the loop re-sends everything after the commit. An
+length (`file`), because the loop re-sends everything after the commit. An
 event file can only be appended to, so when the export state is lost after a commit the
 run goes to a new generation (``….NNNNNN``) that starts with a ``SessionLog.START``, which
 makes TensorBoard's loaders drop what they read from the older files. Child spans wait in

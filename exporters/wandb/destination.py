@@ -4,7 +4,7 @@ SDK (offline by default: ``wandb sync`` uploads the files later).
 The mapping, steps, resumed attempts, artifacts, exactly-once sessions, the offline
 upload and troubleshooting are documented in docs/exporters.md (Weights & Biases). In
 short: `write()` collects records per attempt; `commit()` routes each attempt to its W&B
-run (`_attempt_routes`: a resumed attempt that logs steps again gets ``<id>-a<N>``),
+run (`_shared.attempt_routes`: a resumed attempt that logs steps again gets ``<id>-a<N>``),
 merges per step and logs rows in increasing step order in one whole wandb session per
 W&B run — init, log, finish, fsync — because wandb-core writes its ``.wandb`` file only
 when a run finishes. Session N of a W&B run is the directory ``…-<id>-tracklake<N>…``;

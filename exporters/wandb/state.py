@@ -1,4 +1,4 @@
-"""The W&B destination's commit state of one run: its W&B runs (`_attempt_routes`: a
+"""The W&B destination's commit state of one run: its W&B runs (`_shared.attempt_routes`: a
 resumed attempt that logs steps again gets ``<id>-a<attempt>``), what was dropped, and
 what ``--ranks all`` holds back."""
 

@@ -77,6 +77,10 @@ def _run_export(name: str, params: dict[str, Any]) -> None:
     if not root.is_dir():
         raise click.ClickException(f"no tracklake store at {root}; pass --root DIR or set "
                                    "TRACKLAKE_ROOT")
+    unmatched = None if params["follow"] else selection.unmatched(root)
+    if unmatched is not None:  # while following, the loop waits for runs to appear
+        raise click.ClickException(f"{unmatched} in the store at {root}; `tracklake runs "
+                                   f"--root {root}` lists its runs")
     options = ExportOptions(ranks=params["ranks"], follow=params["follow"],
                             poll_interval=params["poll_interval"],
                             batch_rows=params["batch_rows"],

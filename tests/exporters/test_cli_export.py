@@ -71,3 +71,38 @@ def test_a_failed_run_exits_1_and_names_the_error(store: Path, tmp_path: Path) -
                         "--logdir", str(blocker), "--give-up-after", "0")
     assert code == 1
     assert str(blocker) in out
+
+
+@pytest.mark.parametrize("selection", [["--run", "TYPO"], ["--project", "nope"],
+                                       ["--run", "r", "--run", "TYPO"], ["--tag", "none"],
+                                       ["--since", "2999-01-01"]])
+def test_a_selection_that_matches_nothing_is_an_error(store: Path, tmp_path: Path,
+                                                       selection: list[str]) -> None:
+    """As in `show`: a typo in a run id is not "0 records from 0 runs" and exit code 0."""
+    result = CliRunner().invoke(main, ["export", "tensorboard", "--root", str(store),
+                                       *selection, "--logdir", str(tmp_path / "tb")])
+    assert result.exit_code == 1, result.output
+    assert "no run" in result.output
+    assert "TYPO" in result.output or "matches" in result.output
+    assert not (tmp_path / "tb").exists()  # nothing was exported, not even the run that exists
+
+
+@pytest.mark.parametrize("name", ["mlflow", "wandb", "swanlab"])
+def test_a_destination_whose_sdk_is_missing_is_marked_unavailable(
+        name: str, store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the extra installed, `export --help` says so and `export NAME` tells what to
+    install, with exit code 1 and no traceback."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, name, None)
+    package = f"tracklake.exporters.{name}"
+    for module in [m for m in sys.modules if m == package or m.startswith(package + ".")]:
+        monkeypatch.delitem(sys.modules, module)
+    listed = CliRunner().invoke(main, ["export", "--help"])
+    assert listed.exit_code == 0
+    line = next(line for line in listed.output.splitlines() if line.strip().startswith(name))
+    assert "(unavailable)" in line
+    result = CliRunner().invoke(main, ["export", name, "--root", str(store), "--all"])
+    assert result.exit_code == 1
+    assert f"pip install 'tracklake[{name}]'" in result.output
+    assert "Traceback" not in result.output

@@ -39,20 +39,24 @@ def test_the_exporter_waits_out_an_mlflow_outage_and_delivers_exactly_once(
             commits.append(time.monotonic())
             return state
 
+    retries = threading.Semaphore(0)
+
+    def counted_sleep(seconds: float) -> None:
+        retries.release()
+        time.sleep(seconds)
+
     exporter = Exporter(Observed(tracking_uri=mlflow_server), root=root,
                         selection=Selection(runs=("r",)),
                         options=ExportOptions(batch_rows=600, retry_initial=0.5,
                                               retry_max=2.0, give_up_after=120.0),
-                        log=messages.append)
+                        log=messages.append, sleep=counted_sleep)
     outcome: list[object] = []
     thread = threading.Thread(target=lambda: outcome.append(exporter.run()))
-    deadline = time.monotonic() + 60
     with server.outage():  # type: ignore[attr-defined]
         thread.start()
-        while not messages and time.monotonic() < deadline:
-            time.sleep(0.1)  # the exporter has met the outage and is backing off
-        assert messages and "retrying" in messages[0]
-        time.sleep(3.0)  # stays down a while
+        for _ in range(3):  # the exporter meets the outage three times: it stays down
+            assert retries.acquire(timeout=60)
+        assert "retry 1 in" in messages[0]
         assert not commits
     thread.join(timeout=120)
     assert not thread.is_alive()

@@ -3,7 +3,7 @@ crashes, re-exports and growth, retries, rank modes, corrupt state, following.""
 
 from __future__ import annotations
 
-import json
+import datetime as _dt
 import math
 import subprocess
 import sys
@@ -139,6 +139,35 @@ def test_a_non_retryable_error_stops_that_run_and_is_reported(root: Path) -> Non
         assert status[failed]["last_error"] == "bad credentials"
 
 
+def test_a_failing_destination_says_what_is_retried_when_and_until_when(root: Path) -> None:
+    """A run that keeps failing is reported at its first failure and then at least every
+    30 s: the error, the next try and how long until the exporter gives up."""
+    _log(root, "r", range(10))
+    now = [0.0]
+    failures = [0]
+    messages: list[str] = []
+
+    class Down(MemoryDestination):
+        def write(self, run: RunInfo, kind: str, records: pa.Table) -> None:
+            if failures[0] < 40:
+                failures[0] += 1
+                raise ExportError("connection refused", retryable=True)
+            super().write(run, kind, records)
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    options = ExportOptions(retry_initial=1.0, retry_max=8.0, give_up_after=3600.0)
+    summary = Exporter(Down(), root=root, selection=ALL, options=options,
+                       log=messages.append, sleep=sleep, clock=lambda: now[0]).run()
+    assert summary.runs["p/r"].error is None
+    retries = [m for m in messages if "connection refused" in m]
+    assert retries[0].startswith("p/r: connection refused; retry 1 in ")
+    assert "giving up in 3600 s (--give-up-after)" in retries[0]
+    assert 40 * 4 / 30 - 2 <= len(retries) < 40  # about every 30 s, not at every retry
+    assert messages[-1] == "p/r: delivered after 40 retries"
+
+
 def test_giving_up_after_a_while_without_follow(root: Path) -> None:
     _log(root, "r", range(10))
 
@@ -232,6 +261,17 @@ def test_selection_by_project_run_tag_and_since(root: Path) -> None:
         dest = MemoryDestination()
         _run(dest, root, selection)
         assert set(dest.runs) == expected, selection
+    started = {r.run: r.attempts[0]["started_at"] for r in tracklake.list_runs(root)}
+    since_b = _dt.datetime.fromisoformat(started["b"])
+    for selection, expected in [
+        (Selection(since=since_b), {"q/b"}),
+        (Selection(since=since_b.replace(tzinfo=None)), {"q/b"}),  # naive: UTC
+        (Selection(since=since_b + _dt.timedelta(microseconds=1)), set()),
+        (Selection(since=since_b - _dt.timedelta(days=1)), {"p/a", "q/b"}),
+    ]:
+        dest = MemoryDestination()
+        _run(dest, root, selection)
+        assert set(dest.runs) == expected, selection
     with pytest.raises(ValueError, match="select runs"):
         _run(MemoryDestination(), root, Selection())
 
@@ -262,13 +302,24 @@ def test_follow_exports_a_live_run_until_it_finishes(root: Path, tmp_path: Path)
 
 
 def test_export_closes_the_destination_and_the_state_holds_no_secret(root: Path) -> None:
-    _log(root, "r", range(5))
+    """Neither the run's secrets (redacted when logged) nor a destination's credentials
+    (an MLflow URI with a password) reach the exporter's files."""
+    pytest.importorskip("mlflow")
+    from tracklake.exporters.mlflow import MlflowDestination
+
+    with tracklake.init(project="p", run_id="r", root=root, capture_identity=False,
+                        config={"db_password": "hunter2-config", "lr": 0.1}) as run:
+        run.log({"loss": 1.0}, step=0)
     dest = MemoryDestination()
     export(dest, root=root, selection=ALL, log=_quiet)
     assert dest.closed
-    for path in (root / "exports").rglob("*.json"):
-        data = json.loads(path.read_text())
-        assert "password" not in json.dumps(data).lower()
+    assert dest.runs["p/r"].info.config["lr"] == 0.1  # the config itself was exported
+    mlflow = MlflowDestination(tracking_uri="http://user:hunter2-uri@127.0.0.1:9/")
+    Exporter(mlflow, root=root, selection=ALL, log=_quiet)  # writes its destination record
+    files = list((root / "exports").rglob("*.json"))
+    assert len(files) >= 3  # a state file and two destination records
+    for path in files:
+        assert "hunter2" not in path.read_text(), path
 
 
 def test_foreign_torn_and_damaged_files_are_reported_not_fatal(root: Path) -> None:
@@ -321,7 +372,10 @@ def test_a_commit_interval_delivers_a_live_run_once_then_at_its_end(root: Path) 
         for step in range(1, 50):
             run.log({"x": float(step)}, step=step)
         run.flush()
-        time.sleep(0.5)  # ten polls: the records wait
+        seen = exporter.passes
+        while exporter.passes < seen + 10 and time.monotonic() < deadline:
+            time.sleep(0.02)  # until ten more polls saw the new records, and let them wait
+        assert exporter.passes >= seen + 10
         assert dest.runs["p/live"].commits == 1
         assert [s for s, _, _ in _pairs(dest, "p/live")] == [0]
     finally:

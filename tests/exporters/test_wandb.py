@@ -449,4 +449,4 @@ def test_a_bug_in_building_rows_stops_the_export_at_once_with_its_traceback(
     assert done.returncode == 1, done.stderr
     assert "Traceback (most recent call last)" in done.stderr
     assert done.stderr.rstrip().endswith("TypeError: injected bug in building W&B rows")
-    assert "retrying" not in done.stderr
+    assert "retry" not in done.stderr
