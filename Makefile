@@ -32,7 +32,7 @@ demo: $(VENV)/.demo
 test: $(VENV)/.test
 	$(BIN)/ruff check store exporters tests benchmarks
 	$(MAKE) typecheck
-	$(BIN)/pytest
+	$(BIN)/pytest --require-extras
 
 typecheck: $(VENV)/.test
 	rm -rf build/typecheck && mkdir -p build/typecheck/tracklake

@@ -5,8 +5,18 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import _optional
 import pytest
 from _env import stripped
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--require-extras", action="store_true",
+                     help="fail, instead of skipping, tests whose optional extra is missing")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _optional.REQUIRED = bool(config.getoption("--require-extras"))
 
 
 @pytest.fixture(autouse=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from _optional import optional
 from click.testing import CliRunner
 
 import tracklake
@@ -33,7 +34,7 @@ def _store_points(root: Path) -> tuple[str, list[tuple[int, float]]]:
 
 def test_export_without_a_name_writes_tensorboard_beside_the_store(
         root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    pytest.importorskip("tensorboard")
+    optional("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     monkeypatch.chdir(tmp_path)
@@ -59,7 +60,7 @@ def test_export_without_a_name_writes_tensorboard_beside_the_store(
     "ignore:The ``noload`` loader strategy is deprecated:sqlalchemy.exc.SADeprecationWarning")
 def test_export_mlflow_writes_a_sqlite_database_mlflow_client_reads(
         root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    pytest.importorskip("mlflow")
+    optional("mlflow")
     monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
     from mlflow.tracking import MlflowClient
 

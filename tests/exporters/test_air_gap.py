@@ -16,13 +16,14 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from _optional import optional
 from test_pack import views
 
 import tracklake
 
-pytest.importorskip("wandb")
-pytest.importorskip("mlflow")
-pytest.importorskip("swanlab")
+optional("wandb")
+optional("mlflow")
+optional("swanlab")
 
 import _swanlab_log as slog
 import _wandb_log as wlog

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _optional import optional
 
 import tracklake
 
@@ -92,7 +93,7 @@ def _tensorboard_points(logdir: Path) -> Counter[tuple[int, str, float]]:
 
 def test_tensorboard_holds_exactly_the_store_after_kills(root: Path, tmp_path: Path
                                                              ) -> None:
-    pytest.importorskip("tensorboard")
+    optional("tensorboard")
     logdir = tmp_path / "tb"
     assert _export_under_fire(root, tmp_path, ["tensorboard", "--logdir", str(logdir)]) >= 10
     # TensorBoard keeps scalars as float32 (its simple_value field)
@@ -138,7 +139,7 @@ def test_wandb_holds_exactly_the_store_after_kills(root: Path, tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """The committed sessions' .wandb files hold every point once; a session a kill cut
     short was set aside (.wandb.uncommitted) and its records sent again."""
-    pytest.importorskip("wandb")
+    optional("wandb")
     import _wandb_log as wlog
     monkeypatch.setenv("WANDB_SILENT", "true")
     out = tmp_path / "wandb-out"
@@ -150,7 +151,7 @@ def test_wandb_holds_exactly_the_store_after_kills(root: Path, tmp_path: Path,
 
 
 def test_swanlab_holds_exactly_the_store_after_kills(root: Path, tmp_path: Path) -> None:
-    pytest.importorskip("swanlab")
+    optional("swanlab")
     import _swanlab_log as slog
     logdir = tmp_path / "swanlog"
     killed = _export_under_fire(root, tmp_path, ["swanlab", "--mode", "offline", "--logdir",

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from _optional import optional
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -25,11 +26,11 @@ ODD_KEYS = ["a/../b", "../x", "a//b", "a/b", "/lead", "lead", "trail/", " space"
 def _mappings() -> dict[str, Callable[[str], str]]:
     found: dict[str, Callable[[str], str]] = {"mlflow": mlflow_key,
                                               "mlflow artifact": artifact_part}
-    pytest.importorskip("wandb")
+    optional("wandb")
     from tracklake.exporters.wandb.rows import table_key
 
     found["wandb table"] = table_key
-    pytest.importorskip("swanlab")
+    optional("swanlab")
     from tracklake.exporters.swanlab.records import swanlab_key
 
     found["swanlab"] = swanlab_key
@@ -73,7 +74,7 @@ def _log_odd_keys(root: Path) -> None:
 @pytest.mark.filterwarnings(  # MLflow's SQL store on SQLAlchemy 2.1 (as in test_mlflow.py)
     "ignore:The ``noload`` loader strategy is deprecated:sqlalchemy.exc.SADeprecationWarning")
 def test_mlflow_keeps_every_odd_key_apart(root: Path, tmp_path: Path) -> None:
-    pytest.importorskip("mlflow")
+    optional("mlflow")
     from mlflow.tracking import MlflowClient
 
     from tracklake.exporters.mlflow import MlflowDestination
@@ -90,7 +91,7 @@ def test_mlflow_keeps_every_odd_key_apart(root: Path, tmp_path: Path) -> None:
 
 
 def test_wandb_exports_tables_under_odd_keys(root: Path, tmp_path: Path) -> None:
-    pytest.importorskip("wandb")
+    optional("wandb")
     import _wandb_log as wlog
 
     from tracklake.exporters.wandb import WandbDestination
@@ -121,7 +122,7 @@ def _leaves(row: dict[str, object], prefix: str = "") -> list[tuple[str, object]
 
 
 def test_swanlab_keeps_every_odd_key_apart(root: Path, tmp_path: Path) -> None:
-    pytest.importorskip("swanlab")
+    optional("swanlab")
     import _swanlab_log as slog
 
     from tracklake.exporters.swanlab import SwanlabDestination

@@ -13,6 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from _optional import optional
 
 import tracklake
 from tracklake import ExportError
@@ -304,7 +305,7 @@ def test_follow_exports_a_live_run_until_it_finishes(root: Path, tmp_path: Path)
 def test_export_closes_the_destination_and_the_state_holds_no_secret(root: Path) -> None:
     """Neither the run's secrets (redacted when logged) nor a destination's credentials
     (an MLflow URI with a password) reach the exporter's files."""
-    pytest.importorskip("mlflow")
+    optional("mlflow")
     from tracklake.exporters.mlflow import MlflowDestination
 
     with tracklake.init(project="p", run_id="r", root=root, capture_identity=False,

@@ -17,6 +17,7 @@ from typing import Any
 import click
 import pyarrow as pa
 import pytest
+from _optional import optional
 from _records import records_by_kind
 from click.testing import CliRunner
 
@@ -26,8 +27,8 @@ from tracklake.exporters import ExportContext, RunInfo
 from tracklake.exporters.mlflow.destination import MlflowDestination, redact_uri
 from tracklake.exporters.mlflow.names import artifact_part, mlflow_key
 
-mlflow = pytest.importorskip("mlflow")
-from mlflow.tracking import MlflowClient  # noqa: E402  (after the importorskip)
+mlflow = optional("mlflow")
+from mlflow.tracking import MlflowClient
 
 pytestmark = [
     # MLflow 3.17's SQL store maps a relationship with `lazy="noload"`, which SQLAlchemy 2.1

@@ -15,13 +15,14 @@ from typing import Any
 import pyarrow as pa
 import pytest
 import yaml
+from _optional import optional
 from _records import records_by_kind, run_info, send
 from click.testing import CliRunner
 
 import tracklake
 from tracklake import ExportError
 
-pytest.importorskip("swanlab")
+optional("swanlab")
 
 import _swanlab_log as slog
 

@@ -23,12 +23,13 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from _env import child_env
+from _optional import optional
 from _records import records_by_kind
 
 import tracklake
 from tracklake import ExportError
 
-pytest.importorskip("tensorboard")
+optional("tensorboard")
 
 from tensorboard.backend.event_processing import plugin_event_accumulator
 from tensorboard.backend.event_processing.event_accumulator import (

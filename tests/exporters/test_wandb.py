@@ -17,11 +17,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from _optional import optional
 from _records import records_by_kind, run_info, send
 
 import tracklake
 
-pytest.importorskip("wandb")
+optional("wandb")
 
 import _wandb_log as wlog
 import wandb
