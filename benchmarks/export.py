@@ -94,9 +94,11 @@ def direct_wandb(directory: Path, steps: np.ndarray, data: np.ndarray, wall: flo
                  ) -> float:
     import wandb
 
-    started = time.perf_counter()
+    from tracklake.exporters.wandb.session import QUIET
+
+    started = time.perf_counter()  # with the exporter's settings: no system capture either
     run = wandb.init(project="direct", dir=str(directory), mode="offline",
-                     settings=wandb.Settings(silent=True, console="off", x_disable_stats=True))
+                     settings=wandb.Settings(**QUIET))
     for step, row in zip(steps.tolist(), data.tolist(), strict=True):
         run.log(dict(zip(KEYS, row, strict=True)), step=step)
     run.finish()
@@ -107,8 +109,11 @@ def direct_swanlab(directory: Path, steps: np.ndarray, data: np.ndarray, wall: f
                    ) -> float:
     import swanlab
 
-    started = time.perf_counter()
-    run = swanlab.init(project="direct", logdir=str(directory), mode="offline")
+    from tracklake.exporters.swanlab.session import quiet_settings
+
+    started = time.perf_counter()  # with the exporter's settings: no probes either
+    run = swanlab.init(project="direct", logdir=str(directory), mode="offline",
+                       settings=quiet_settings("direct"))
     for step, row in zip(steps.tolist(), data.tolist(), strict=True):
         run.log(dict(zip(KEYS, row, strict=True)), step=step)
     run.finish()

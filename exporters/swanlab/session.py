@@ -126,11 +126,18 @@ class Session:
         return self.logdir / session_name(self.run_id, self.number)
 
     def settings(self) -> Any:
-        off = swanlab.Settings.Probe(hardware=False, runtime=False, requirements=False,
-                                     conda=False, git=False, swanlab=False, monitor=False)
-        return swanlab.Settings(
-            interactive=False, terminal=swanlab.Settings.Terminal(proxy_type="none"),
-            probe=off, run=swanlab.Settings.Run(dir=self.directory.name))
+        return quiet_settings(self.directory.name)
+
+
+def quiet_settings(run_dir: str) -> Any:
+    """SwanLab settings for a session in `run_dir` with every probe (hardware, runtime,
+    requirements, git, monitor) and console capture off: the export process is not the
+    training run they would describe."""
+    off = swanlab.Settings.Probe(hardware=False, runtime=False, requirements=False,
+                                 conda=False, git=False, swanlab=False, monitor=False)
+    return swanlab.Settings(
+        interactive=False, terminal=swanlab.Settings.Terminal(proxy_type="none"),
+        probe=off, run=swanlab.Settings.Run(dir=run_dir))
 
 
 def run_session(session: Session, send: Callable[[Any], None], *, state: str,

@@ -26,6 +26,15 @@ logger = logging.getLogger(__name__)
 
 SUFFIX = "tracklake"
 
+#: What every session turns off: system metrics, machine and code capture, console
+#: capture (the export process is not the training run they would describe).
+QUIET = {
+    "silent": True, "console": "off",
+    "x_disable_stats": True, "x_disable_meta": True, "x_disable_machine_info": True,
+    "disable_git": True, "disable_code": True, "save_code": False,
+    "x_save_requirements": False, "disable_job_creation": True,
+}
+
 
 @dataclass(frozen=True)
 class Sessions:
@@ -41,10 +50,7 @@ class Sessions:
         """wandb's settings for the next session of `target` (its directory suffix)."""
         nonce = uuid.uuid4().hex[:8]
         options: dict[str, Any] = {
-            "mode": self.mode, "silent": True, "console": "off",
-            "x_disable_stats": True, "x_disable_meta": True, "x_disable_machine_info": True,
-            "disable_git": True, "disable_code": True, "save_code": False,
-            "x_save_requirements": False, "disable_job_creation": True,
+            **QUIET, "mode": self.mode,
             "x_sync_dir_suffix": f"{SUFFIX}{target.sessions:06d}{nonce}",
         }
         if self.proxy:
