@@ -19,7 +19,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from tracklake._errors import FormatError
-from tracklake._format import FORMAT_VERSION, StreamId, check_version
+from tracklake._format import FORMAT_VERSION, SCHEMAS, StreamId, check_version
 
 EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 CONTINUATION = b"\xff\xff\xff\xff"
@@ -175,6 +175,19 @@ def _header_incomplete(data: bytes) -> bool:
     return data[:4] == CONTINUATION and _body_offset(data) > len(data)
 
 
+def _check_schema(schema: pa.Schema, meta: dict[str, str], path: Path) -> None:
+    """Refuse a schema header that is not its kind's: batches carry checksums, the header
+    does not, and a damaged field name or type would read every batch as other values.
+    A later minor version may add fields after the known ones."""
+    kind = meta.get("tracklake.kind", "")
+    expected = SCHEMAS.get(kind)
+    fields = list(schema.remove_metadata())
+    if expected is None or fields[: len(expected)] != list(expected):
+        raise FormatError(f"{path}: its schema header is damaged or not a tracklake "
+                          f"{kind or 'record'} schema; move the file out of the store "
+                          "(`tracklake fsck` reports what it held)")
+
+
 def read_segment(path: Path) -> SegmentContents:
     """Read every complete, verified batch of a segment, live or sealed.
 
@@ -194,6 +207,7 @@ def read_segment(path: Path) -> SegmentContents:
         raise FormatError(f"{path}: not an Arrow IPC stream ({exc}); it is not a tracklake "
                           "segment or its header is damaged: move it out of the store") from exc
     check_version(meta.get("tracklake.format"), path)
+    _check_schema(reader.schema, meta, path)
     out.schema_metadata = meta
     while True:
         pos = src.tell()
