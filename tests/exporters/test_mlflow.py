@@ -24,6 +24,7 @@ from click.testing import CliRunner
 import tracklake
 from tracklake import ExportError
 from tracklake.exporters import ExportContext, RunInfo
+from tracklake.exporters._shared.keys import DIGITS
 from tracklake.exporters.mlflow.destination import MlflowDestination, redact_uri
 from tracklake.exporters.mlflow.names import artifact_part, mlflow_key
 
@@ -285,21 +286,28 @@ def test_limits_are_mlflows_own() -> None:
     assert dest_module.REQUEST_BUDGET < validation.MAX_BATCH_LOG_REQUEST_SIZE
 
 
-@pytest.mark.parametrize(("key", "name"), [
+@pytest.mark.parametrize(("key", "cleaned"), [
     ("actor/pg_loss", "actor/pg_loss"),
+    ("time: ms", "time: ms"),
+    ("损失", "损失"),
     ("acc@1", "acc_1"),
     ("bad key!", "bad key_"),
-    ("time: ms", "time: ms"),
     ("/./a//b/../c/", "_/a/b/__/c"),
     ("..hidden", "_.hidden"),
     ("/", "_"),
-    ("损失", "损失"),
     ("a\tb", "a_b"),
 ])
-def test_keys_map_to_names_mlflow_accepts(key: str, name: str) -> None:
+def test_keys_map_to_names_mlflow_accepts(key: str, cleaned: str) -> None:
+    """A key MLflow takes keeps its name; any other gets its cleaned form and a hash of
+    the key, so that `acc@1` and `acc_1` stay apart."""
     from mlflow.utils.validation import _validate_metric_name
 
-    assert mlflow_key(key) == name
+    name = mlflow_key(key)
+    if cleaned == key:
+        assert name == key
+    else:
+        assert name.startswith(cleaned + "-") and len(name) == len(cleaned) + 1 + DIGITS
+        assert name != mlflow_key(cleaned)
     _validate_metric_name(name)  # MLflow's own check raises if it refuses the name
 
 
@@ -307,7 +315,7 @@ def test_long_keys_keep_a_stable_distinct_suffix() -> None:
     a, b = mlflow_key("k" * 300), mlflow_key("k" * 301)
     assert len(a) == len(b) == 250
     assert a != b and a == mlflow_key("k" * 300)
-    assert artifact_part("time: ms/x") == "time_ ms/x"
+    assert artifact_part("time: ms/x").startswith("time_ ms/x-")
 
 
 @pytest.mark.parametrize(("uri", "shown"), [
