@@ -9,12 +9,15 @@ import time
 from collections.abc import Callable
 from functools import wraps
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from tracklake._errors import TracklakeError
 from tracklake._format.naming import resolve_root
+
+if TYPE_CHECKING:
+    from tracklake._read.reader import ReadProblems
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -44,6 +47,12 @@ def _store(root: Path | None) -> Path:
     return path
 
 
+def warn_problems(problems: ReadProblems) -> None:
+    """Tell on stderr which files were left out of what was shown, and what that loses."""
+    for path, why in problems.damaged:
+        click.echo(f"tracklake: warning: {path}: {why}", err=True)
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="tracklake")
 def main() -> None:
@@ -59,8 +68,11 @@ def main() -> None:
 def runs(root: Path | None, project: str | None, metrics: tuple[str, ...]) -> None:
     """List runs: status, attempts, ranks, last step, start, duration, last metrics."""
     from tracklake._cli.present import print_runs
+    from tracklake._read.reader import ReadProblems
 
-    print_runs(_store(root), project, metrics)
+    problems = ReadProblems()
+    print_runs(_store(root), project, metrics, problems)
+    warn_problems(problems)
 
 
 @main.command()
@@ -71,8 +83,11 @@ def runs(root: Path | None, project: str | None, metrics: tuple[str, ...]) -> No
 def show(run: str, root: Path | None, project: str | None) -> None:
     """Show one run: identity, attempts, ranks, records and metric summaries."""
     from tracklake._cli.present import print_run
+    from tracklake._read.reader import ReadProblems
 
-    print_run(_store(root), run, project)
+    problems = ReadProblems()
+    print_run(_store(root), run, project, problems)
+    warn_problems(problems)
 
 
 @main.command()
@@ -103,8 +118,11 @@ def sql(statement: str, root: Path | None, fmt: str, output: Path | None, max_ro
     generations, traces, artifacts, events, metric_summaries)."""
     from tracklake._cli.present import write_table
     from tracklake._read.query import query
+    from tracklake._read.reader import ReadProblems
 
-    table = query(statement, root=_store(root))
+    problems = ReadProblems()
+    table = query(statement, root=_store(root), problems=problems)
+    warn_problems(problems)
     write_table(table, fmt, output, max_rows, forbidden_dir=resolve_root(root))
 
 

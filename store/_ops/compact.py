@@ -32,6 +32,7 @@ from tracklake._format import (
 )
 from tracklake._format.attempt import attempt_numbers, read_attempt
 from tracklake._format.naming import resolve_root
+from tracklake._format.part import footer_placeholder, stamp_footer_crc
 from tracklake._format.segment import read_segment
 from tracklake._read.reader import Segment, after_seq, list_stream, list_streams
 
@@ -128,6 +129,7 @@ def write_part(directory: Path, s: StreamId, table: pa.Table, last_segment: int)
     }
     if s.kind == "metrics":
         meta["tracklake.summary"] = json.dumps(metric_summary(table), allow_nan=True)
+    meta.update(footer_placeholder())
     table = table.replace_schema_metadata(meta)
     final = directory / part_name(first, last, last_segment)
     tmp = directory / f".{final.name}.{os.getpid()}.tmp"
@@ -140,7 +142,9 @@ def write_part(directory: Path, s: StreamId, table: pa.Table, last_segment: int)
     try:
         pq.write_table(table, tmp, compression="zstd", compression_level=3,
                        use_dictionary=dictionary, column_encoding=encodings,
-                       row_group_size=ROW_GROUP_ROWS, write_statistics=True)
+                       row_group_size=ROW_GROUP_ROWS, write_statistics=True,
+                       write_page_checksum=True)
+        stamp_footer_crc(tmp)
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
         os.replace(tmp, final)
