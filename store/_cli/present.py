@@ -108,12 +108,16 @@ def print_run(root: Path, run_id: str, project: str | None, problems: ReadProble
     counts, summary = with_connection(root, problems,
                                       lambda con: _run_rows(con, record.project, record.run))
     console.print("records: " + ", ".join(f"{c['kind']}={c['records']}" for c in counts))
-    metrics = Table(title="metrics (all ranks)")
+    rank = min(record.ranks)
+    metrics = Table(title=f"metrics (all ranks; last: rank {rank}'s last value, as in `runs`)")
     for col in ("key", "steps", "values", "min", "max", "last"):
         metrics.add_column(col)
     for m in summary:
+        last = _fmt(m["last_value"])
+        if m["last_rank"] != rank:
+            last += f" (rank {m['last_rank']})"  # a key the lowest rank did not log
         metrics.add_row(m["key"], f"{m['first']}..{m['last']}", _fmt(m["n"]), _fmt(m["min"]),
-                        _fmt(m["max"]), _fmt(m["last_value"]))
+                        _fmt(m["max"]), last)
     console.print(metrics)
     config = latest.get("config") or {}
     if config:
@@ -127,7 +131,8 @@ def print_run(root: Path, run_id: str, project: str | None, problems: ReadProble
 
 def _run_rows(con: duckdb.DuckDBPyConnection, project: str, run: str
               ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Records per kind of one run, and per key its range over all ranks."""
+    """Records per kind of one run, and per key its range over all ranks with the last
+    value of the lowest rank that logged it."""
     params = {"p": project, "r": run}
     counts = query(" UNION ALL ".join(
         f"SELECT '{k}' AS kind, count(*) AS records FROM {k}_all WHERE project = $p AND run = $r"
@@ -135,7 +140,7 @@ def _run_rows(con: duckdb.DuckDBPyConnection, project: str, run: str
                   "events")), params=params, connection=con).to_pylist()
     summary = query("SELECT key, min(first_step) AS first, max(last_step) AS last, "
                     "sum(count) AS n, min(min) AS min, max(max) AS max, "
-                    "arg_max(last_value, last_step) AS last_value "
+                    "arg_min(last_value, rank) AS last_value, min(rank) AS last_rank "
                     "FROM metric_summaries WHERE project = $p AND run = $r GROUP BY key "
                     "ORDER BY key", params=params, connection=con).to_pylist()
     return counts, summary
