@@ -60,6 +60,7 @@ class StreamFiles:
     parts: list[Part] = field(default_factory=list)
     segments: list[Segment] = field(default_factory=list)
     foreign: list[Path] = field(default_factory=list)  # files that are neither
+    consumed: list[Segment] = field(default_factory=list)  # segments a part already holds
 
 
 def list_stream(root: Path, stream: StreamId) -> StreamFiles:
@@ -82,6 +83,7 @@ def list_stream(root: Path, stream: StreamId) -> StreamFiles:
     out.parts.sort(key=lambda p: p.first_seq)
     covered = max((p.last_segment for p in out.parts), default=-1)
     out.segments = sorted((s for s in segments if s.number > covered), key=lambda s: s.number)
+    out.consumed = sorted((s for s in segments if s.number <= covered), key=lambda s: s.number)
     return out
 
 
