@@ -192,3 +192,18 @@ def test_without_a_problems_list_damage_is_a_warning_naming_the_file(store: Path
     with pytest.warns(RuntimeWarning, match=str(part)):
         rows = tracklake.query("SELECT count(*) AS n FROM metrics", root=store).to_pylist()
     assert rows == [{"n": 100}]
+
+
+def test_compaction_leaves_a_segment_with_a_damaged_header_and_compacts_the_rest(
+        root: Path) -> None:
+    _write(root, "a", steps=5)
+    _write(root, "b", steps=5)
+    segment = next(root.glob("metrics/project=p/run=b/**/*.arrows"))
+    segment.write_bytes(b"\x00" * 64 + segment.read_bytes()[64:])
+    report = tracklake.compact(root=root)
+    assert [p for p, _ in report.skipped] == [segment]
+    assert "not an Arrow IPC stream" in report.skipped[0][1]
+    assert segment.exists()
+    assert list(root.glob("metrics/project=p/run=a/**/*.parquet"))
+    code, _, err = _cli("compact", "--root", str(root))
+    assert code == 0 and str(segment) in err

@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from tracklake._errors import FormatError, NewerFormatError
 from tracklake._format import (
     FORMAT_VERSION,
     SCHEMAS,
@@ -41,7 +42,7 @@ from tracklake._format import (
 from tracklake._format.attempt import attempt_numbers, read_attempt
 from tracklake._format.naming import resolve_root
 from tracklake._format.part import footer_placeholder, stamp_footer_crc
-from tracklake._format.segment import read_segment
+from tracklake._format.segment import SegmentContents, read_segment
 from tracklake._read.reader import Segment, after_seq, list_stream, list_streams
 
 #: A writer whose heartbeat is older than this is taken to be dead (its last segment
@@ -102,10 +103,19 @@ def _compactable(root: Path, s: StreamId, segments: list[Segment], now: float,
     chosen: list[Segment] = []
     for i, seg in enumerate(segments):
         followed = i + 1 < len(segments)
-        if not (done or followed or read_segment(seg.path).sealed):
+        if not (done or followed or _sealed(seg)):
             break  # the segment a live writer appends to
         chosen.append(seg)
     return chosen
+
+
+def _sealed(seg: Segment) -> bool:
+    try:
+        return read_segment(seg.path).sealed
+    except NewerFormatError:
+        raise
+    except FormatError:
+        return False  # a damaged header: found and reported when it is read for compaction
 
 
 def _sorted_for_parquet(kind: str, table: pa.Table) -> pa.Table:
@@ -360,7 +370,13 @@ def _compact_claimed(root: Path, s: StreamId, now: float, dry_run: bool,
             size += seg.path.stat().st_size
         batches = []
         for seg in group:
-            contents = read_segment(seg.path)
+            try:
+                contents = read_segment(seg.path)
+            except NewerFormatError:
+                raise
+            except FormatError as exc:
+                contents = SegmentContents(seg.path, damaged=str(exc).removeprefix(
+                    f"{seg.path}: "))
             if contents.damaged:
                 # keep damaged data where it is for `fsck`; compact nothing past it
                 report.skipped.append((seg.path, contents.damaged))
