@@ -210,9 +210,11 @@ class _Cutoffs:
 
 
 def _superseded_filter(cutoffs: Iterable[tuple[str, str, int, int, int]]) -> str:
+    """Hides rows at or after each cutoff step; a row without a step is at none of them
+    (`step >= cut` is NULL for it, which NOT would turn into hiding it)."""
     terms = [f"(project = {_sql_str(p)} AND run = {_sql_str(r)} AND rank = {rank} AND "
              f"attempt = {att} AND step >= {cut})" for p, r, rank, att, cut in cutoffs]
-    return f" WHERE NOT ({' OR '.join(terms)})" if terms else ""
+    return f" WHERE NOT coalesce({' OR '.join(terms)}, false)" if terms else ""
 
 
 def connect(root: str | os.PathLike[str] | None = None, *,
