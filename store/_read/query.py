@@ -68,7 +68,9 @@ class _Snapshot:
     """The files of the store at one moment: parts per kind (their footers checked), live
     tail tables, summaries. Damaged files are left out and noted in `problems`."""
 
-    def __init__(self, root: Path, problems: ReadProblems, skip: frozenset[Path]) -> None:
+    def __init__(self, root: Path, problems: ReadProblems | None = None,
+                 skip: frozenset[Path] = frozenset()) -> None:
+        problems = ReadProblems() if problems is None else problems
         self.parts: dict[str, list[Part]] = {k: [] for k in KINDS}
         live: dict[str, list[pa.Table]] = {k: [] for k in KINDS}
         summaries: list[dict[str, Any]] = []
