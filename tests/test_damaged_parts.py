@@ -207,3 +207,17 @@ def test_compaction_leaves_a_segment_with_a_damaged_header_and_compacts_the_rest
     assert list(root.glob("metrics/project=p/run=a/**/*.parquet"))
     code, _, err = _cli("compact", "--root", str(root))
     assert code == 0 and str(segment) in err
+
+
+def test_an_error_in_the_sql_itself_does_not_read_every_part(store: Path) -> None:
+    """Parts are read in full to look for damage only when reading data failed: a typo is
+    reported as it is, and a damaged page no query read is not looked for."""
+    part = _metrics_part(store, "b")
+    original = part.read_bytes()
+    _flip(part, original, _page_byte(part) * 8)
+    problems = tracklake.ReadProblems()
+    with pytest.raises(tracklake.QueryError, match="no_such_column") as caught:
+        tracklake.query("SELECT no_such_column FROM metrics", root=store, problems=problems)
+    assert problems.damaged == [] and "damaged" not in str(caught.value)
+    _, problems = _sql_rows(store)
+    assert [p for p, _ in problems.damaged] == [part]

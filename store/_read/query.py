@@ -394,6 +394,8 @@ def query(sql: str, *, root: str | os.PathLike[str] | None = None,
         try:
             return _execute(connection, sql, params)
         except QueryError as exc:
+            if not _may_be_damage(exc):
+                raise
             damaged = _damaged_parts(connection)
             if not damaged:
                 raise
@@ -416,7 +418,9 @@ def with_connection(root: str | os.PathLike[str] | None, problems: ReadProblems,
         con = _connect(root_path, None, problems, skip)
         try:
             return work(con)
-        except QueryError:
+        except QueryError as exc:
+            if not _may_be_damage(exc):
+                raise
             damaged = _damaged_parts(con)
             if not damaged:
                 raise
@@ -425,6 +429,15 @@ def with_connection(root: str | os.PathLike[str] | None, problems: ReadProblems,
             skip = skip | {path for path, _ in damaged}
         finally:
             con.close()
+
+
+def _may_be_damage(exc: QueryError) -> bool:
+    """True if DuckDB failed while reading data (a pyarrow scan raising surfaces as invalid
+    input or I/O), not on the SQL itself (parser, binder, catalog, conversion errors):
+    only then are the parts read in full to look for damage."""
+    import duckdb
+
+    return isinstance(exc.__cause__, (duckdb.InvalidInputException, duckdb.IOException))
 
 
 def _damaged_parts(con: duckdb.DuckDBPyConnection) -> list[tuple[Path, str]]:
