@@ -130,9 +130,20 @@ def _parts_dataset(root: Path, kind: str, parts: list[Part]) -> Any:
     reads the files only through it, so the connection needs no file access at all."""
     import pyarrow.dataset as ds
 
-    fmt = ds.ParquetFileFormat(default_fragment_scan_options=ds.ParquetFragmentScanOptions(
-        page_checksum_verification=True))
     schema = SCHEMAS[kind]
+    # `key` (few distinct values, dictionary-encoded in parts) is read as a dictionary, so
+    # that its strings are not materialised per row (DuckDB still sees VARCHAR); the
+    # partition columns stay plain strings: as dictionaries DuckDB no longer pushes filters
+    # on them down to the dataset, and every file would be read.
+    keyed = "key" in schema.names
+    if keyed:
+        at = schema.get_field_index("key")
+        schema = schema.set(at, schema.field(at).with_type(pa.dictionary(pa.int32(),
+                                                                         pa.string())))
+    fmt = ds.ParquetFileFormat(
+        read_options=ds.ParquetReadOptions(dictionary_columns={"key"} if keyed else set()),
+        default_fragment_scan_options=ds.ParquetFragmentScanOptions(
+            page_checksum_verification=True))
     for f in PARTITION_SCHEMA:
         schema = schema.append(f)
     return ds.dataset([str(p.path) for p in parts], schema=schema, format=fmt,
