@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import errno
 import json
 import os
 import platform
@@ -256,25 +257,32 @@ def _take_claim(claim: Path) -> bool:
     `link` fails if the name exists, on NFS and Lustre too, where locks may not work)."""
     data = json.dumps(_claim_record()).encode()
     tmp = claim.with_name(f"{claim.name}.{platform.node()}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
     try:
-        os.link(tmp, claim)
-        return True
-    except FileExistsError:
-        return False
-    except OSError:  # no hard links on this file system: create it exclusively instead
+        tmp.write_bytes(data)  # a full disk raises here, leaving nothing behind
         try:
-            fd = os.open(claim, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            os.link(tmp, claim)
+            return True
         except FileExistsError:
             return False
-        try:
-            os.write(fd, data)
-        finally:
-            os.close(fd)
-        return True
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV):
+                raise
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
+    # no hard links on this file system: create the claim exclusively and fill it
+    try:
+        fd = os.open(claim, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return False
+    try:
+        os.write(fd, data)
+    except OSError:
+        claim.unlink()
+        raise
+    finally:
+        os.close(fd)
+    return True
 
 
 def _break_stale_claim(claim: Path) -> None:
