@@ -84,6 +84,11 @@ WRITING = [
     "SELECT * FROM read_csv('/etc/hostname')",
     "SELECT * FROM read_text('{part}')",
     "SELECT * FROM read_parquet('{part}')",
+    "SELECT * FROM parquet_metadata('{part}')",
+    "SELECT * FROM glob('{root}/**')",
+    "SELECT * FROM sniff_csv('/etc/hostname')",
+    "SELECT * FROM read_blob('/etc/hostname')",
+    "SELECT * FROM '{root}/runs/project=p/run=a/rank=0/attempt=1.json'",
 ]
 
 
