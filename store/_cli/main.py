@@ -204,7 +204,8 @@ def compact(root: Path | None, project: str | None, run: str | None, dry_run: bo
 @click.argument("run")
 @root_option
 @click.option("--project")
-@click.option("--keys", default="*", show_default=True, help="Glob of metric keys to print.")
+@click.option("--keys", default="*", show_default=True,
+              help="Glob of the metric and text keys to print.")
 @click.option("--rank", default=0, show_default=True, type=int)
 @click.option("--interval", default=1.0, show_default=True, help="Seconds between polls.")
 @click.option("--once", is_flag=True, help="Print what is there and stop.")
