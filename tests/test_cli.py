@@ -104,9 +104,89 @@ def test_watch_once_prints_each_step_of_the_chosen_keys(store: Path) -> None:
     code, out = invoke("watch", "run-a", "--root", str(store), "--once", "--keys", "critic/*")
     assert code == 0
     lines = out.strip().splitlines()
-    assert len(lines) == 20
+    assert len(lines) == 21
     assert lines[0] == "step:0 - critic/score/mean:0"
+    assert lines[-1] == "run p/run-a ended (rank 0: finished)"
     assert "actor/pg_loss" not in out
+
+
+def test_watch_prints_texts_with_their_step_and_says_when_the_run_ended(root: Path) -> None:
+    with tracklake.init(project="p", run_id="r", root=root, capture_identity=False) as run:
+        run.log({"phase": "warmup"})
+        for step in range(3):
+            run.log({"loss": float(step), "phase": f"train {step}"}, step=step)
+    code, out = invoke("watch", "r", "--root", str(root), "--once")
+    assert code == 0
+    assert out.splitlines() == [
+        "step:0 - loss:0", "step:0 - phase: warmup", "step:0 - phase: train 0",
+        "step:1 - loss:1", "step:1 - phase: train 1", "step:2 - loss:2",
+        "step:2 - phase: train 2", "run p/r ended (rank 0: finished)"]
+
+
+def test_watch_once_on_a_live_run_says_it_still_runs(root: Path) -> None:
+    run = tracklake.init(project="p", run_id="live", root=root, capture_identity=False)
+    try:
+        run.log({"loss": 1.0}, step=0)
+        run.flush()
+        code, out = invoke("watch", "live", "--root", str(root), "--once")
+    finally:
+        run.finish()
+    assert code == 0
+    assert out.splitlines() == ["step:0 - loss:1", "run live is still running (--once: "
+                                "stopped here)"]
+
+
+def test_show_last_value_is_the_lowest_ranks_as_in_runs(root: Path) -> None:
+    for rank, last in ((1, 0.7699), (0, 0.8146)):
+        with tracklake.init(project="p", run_id="multi", root=root, rank=rank,
+                            capture_identity=False) as run:
+            run.log({"critic/score/mean": 0.5}, step=0)
+            run.log({"critic/score/mean": last}, step=1)
+            if rank == 1:
+                run.log({"only/rank1": 3.0}, step=1)
+    code, runs = invoke("runs", "--root", str(root), "--metric", "critic/*")
+    assert code == 0 and "0.8146" in runs and "0.7699" not in runs
+    code, show = invoke("show", "multi", "--root", str(root))
+    assert code == 0
+    row = next(line for line in show.splitlines() if "critic/score/mean" in line)
+    assert "0.8146" in row and "0.7699" not in row
+    assert "rank 0" in show
+    only = next(line for line in show.splitlines() if "only/rank1" in line)
+    assert "3 (rank 1)" in only
+
+
+@pytest.mark.parametrize("args", [
+    ("runs", "--root", "{absent}"),
+    ("show", "nope", "--root", "{store}"),
+    ("sql", "DROP VIEW metrics", "--root", "{store}"),
+    ("sql", "SELECT 1", "--root", "{store}", "--format", "parquet"),
+    ("sql", "SELECT 1", "--root", "{store}", "--format", "bogus"),
+    ("compact", "--root", "{absent}"),
+    ("watch", "nope", "--root", "{store}", "--once"),
+    ("export", "console", "--root", "{absent}", "--all"),
+    ("export", "console", "--root", "{store}"),
+    ("pack", "--root", "{store}", "-o", "{tmp}/x.tlpack"),
+    ("runs", "--bogus-option"),
+])
+def test_every_error_has_one_form(store: Path, tmp_path: Path, args: tuple[str, ...]) -> None:
+    values = {"store": str(store), "absent": str(tmp_path / "absent"), "tmp": str(tmp_path)}
+    result = CliRunner().invoke(main, [a.format(**values) for a in args],
+                                catch_exceptions=False)
+    assert result.exit_code in (1, 2)
+    errors = [line for line in result.stderr.splitlines() if "rror" in line]
+    assert errors and all(line.startswith("tracklake: error: ") for line in errors), \
+        result.stderr
+
+
+@pytest.mark.parametrize("target", ["{tmp}/missing/dir/out.csv", "/proc/version/out.csv",
+                                    "/dev/full"])
+def test_sql_output_that_cannot_be_written_is_a_clear_error(store: Path, tmp_path: Path,
+                                                            target: str) -> None:
+    path = target.format(tmp=tmp_path)
+    code, out = invoke("sql", "SELECT 1 AS x", "--root", str(store), "--format", "csv",
+                       "-o", path)
+    assert code == 1
+    assert out.startswith(f"tracklake: error: cannot write {path}: ")
 
 
 def test_unknown_run_and_missing_store_exit_1_naming_what_is_wrong(store: Path,

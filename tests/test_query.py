@@ -120,6 +120,24 @@ def test_a_later_attempt_supersedes_steps_it_logs_again(root: Path) -> None:
     assert summary == [{"count": 120, "last_step": 119, "last_value": 1119.0, "max": 1119.0}]
 
 
+def test_rows_without_a_step_are_never_superseded(root: Path) -> None:
+    """Only rows at or after the step a later attempt logged again are hidden: a text
+    logged before any step (NULL step) of the earlier attempt stays in `texts`."""
+    for attempt, start in ((1, 0), (2, 5)):
+        with tracklake.init(project="p", run_id="r", root=root,
+                            capture_identity=False) as run:
+            run.log_text("note", f"attempt {attempt} starts")
+            for step in range(start, 10):
+                run.log({"loss": float(step)}, step=step)
+                run.log_text("note", f"attempt {attempt} step {step}", step=step)
+    texts = tracklake.query("SELECT attempt, step, text FROM texts ORDER BY attempt, step",
+                            root=root).to_pylist()
+    assert [t["text"] for t in texts if t["step"] is None] == [
+        "attempt 1 starts", "attempt 2 starts"]
+    assert [(t["attempt"], t["step"]) for t in texts if t["step"] is not None] == [
+        *((1, s) for s in range(5)), *((2, s) for s in range(5, 10))]
+
+
 def test_metric_summaries_match_a_full_scan(root: Path) -> None:
     _write_run(root, "a", 300, rank=0)
     _write_run(root, "a", 200, rank=1, offset=-5)

@@ -2,25 +2,77 @@
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import json
-import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import wraps
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from tracklake._errors import TracklakeError
 from tracklake._format.naming import resolve_root
 
+if TYPE_CHECKING:
+    from tracklake._read.reader import ReadProblems
+    from tracklake._read.watch import Step
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 root_option = click.option(
     "--root", type=click.Path(file_okay=False, path_type=Path), default=None,
     help="Store directory (default: $TRACKLAKE_ROOT, else ./tracklake).")
+
+
+#: How every error of the command line starts (the exit code says which kind it was).
+ERROR_PREFIX = "tracklake: error:"
+
+
+class CliError(click.ClickException):
+    """An error shown as `tracklake: error: ...`, exit code 1."""
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"{ERROR_PREFIX} {self.format_message()}", err=True)
+
+
+class CliUsageError(click.UsageError):
+    """A usage error: the command's usage line, then `tracklake: error: ...`, exit code 2."""
+
+    def show(self, file: Any = None) -> None:
+        if self.ctx is not None:
+            click.echo(self.ctx.get_usage(), err=True)
+            click.echo(f"Try '{self.ctx.command_path} {self.ctx.help_option_names[0]}' for "
+                       "help.", err=True)
+        click.echo(f"{ERROR_PREFIX} {self.format_message()}", err=True)
+
+
+class _Main(click.Group):
+    """The `tracklake` group: every error of every subcommand in one form."""
+
+    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+        with _one_form():
+            return super().make_context(*args, **kwargs)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        with _one_form():
+            return super().invoke(ctx)
+
+
+@contextlib.contextmanager
+def _one_form() -> Iterator[None]:
+    try:
+        yield
+    except (CliError, CliUsageError):
+        raise
+    except click.UsageError as exc:
+        raise CliUsageError(exc.message, exc.ctx) from exc
+    except click.ClickException as exc:
+        if exc.exit_code != CliError.exit_code:
+            raise
+        raise CliError(exc.message) from exc
 
 
 def _friendly(func: F) -> F:
@@ -30,21 +82,26 @@ def _friendly(func: F) -> F:
         try:
             return func(*args, **kwargs)
         except TracklakeError as exc:
-            click.echo(f"tracklake: error: {exc}", err=True)
-            sys.exit(1)
+            raise CliError(str(exc)) from exc
     return wrapper  # type: ignore[return-value]
 
 
 def _store(root: Path | None) -> Path:
     path = resolve_root(root)
     if not path.is_dir():
-        raise click.ClickException(
+        raise CliError(
             f"no tracklake store at {path}; pass --root DIR or set TRACKLAKE_ROOT "
             "(`tracklake demo` creates one)")
     return path
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def warn_problems(problems: ReadProblems) -> None:
+    """Tell on stderr which files were left out of what was shown, and what that loses."""
+    for path, why in problems.damaged:
+        click.echo(f"tracklake: warning: {path}: {why}", err=True)
+
+
+@click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="tracklake")
 def main() -> None:
     """tracklake: a local-first event store for ML training runs."""
@@ -59,8 +116,11 @@ def main() -> None:
 def runs(root: Path | None, project: str | None, metrics: tuple[str, ...]) -> None:
     """List runs: status, attempts, ranks, last step, start, duration, last metrics."""
     from tracklake._cli.present import print_runs
+    from tracklake._read.reader import ReadProblems
 
-    print_runs(_store(root), project, metrics)
+    problems = ReadProblems()
+    print_runs(_store(root), project, metrics, problems)
+    warn_problems(problems)
 
 
 @main.command()
@@ -71,8 +131,11 @@ def runs(root: Path | None, project: str | None, metrics: tuple[str, ...]) -> No
 def show(run: str, root: Path | None, project: str | None) -> None:
     """Show one run: identity, attempts, ranks, records and metric summaries."""
     from tracklake._cli.present import print_run
+    from tracklake._read.reader import ReadProblems
 
-    print_run(_store(root), run, project)
+    problems = ReadProblems()
+    print_run(_store(root), run, project, problems)
+    warn_problems(problems)
 
 
 @main.command()
@@ -103,9 +166,15 @@ def sql(statement: str, root: Path | None, fmt: str, output: Path | None, max_ro
     generations, traces, artifacts, events, metric_summaries)."""
     from tracklake._cli.present import write_table
     from tracklake._read.query import query
+    from tracklake._read.reader import ReadProblems
 
-    table = query(statement, root=_store(root))
-    write_table(table, fmt, output, max_rows, forbidden_dir=resolve_root(root))
+    problems = ReadProblems()
+    table = query(statement, root=_store(root), problems=problems)
+    warn_problems(problems)
+    try:
+        write_table(table, fmt, output, max_rows, forbidden_dir=resolve_root(root))
+    except OSError as exc:
+        raise CliError(f"cannot write {output}: {exc.strerror or exc}") from exc
 
 
 @main.command()
@@ -135,19 +204,29 @@ def compact(root: Path | None, project: str | None, run: str | None, dry_run: bo
 @click.argument("run")
 @root_option
 @click.option("--project")
-@click.option("--keys", default="*", show_default=True, help="Glob of metric keys to print.")
+@click.option("--keys", default="*", show_default=True,
+              help="Glob of the metric and text keys to print.")
 @click.option("--rank", default=0, show_default=True, type=int)
 @click.option("--interval", default=1.0, show_default=True, help="Seconds between polls.")
 @click.option("--once", is_flag=True, help="Print what is there and stop.")
 @_friendly
 def watch(run: str, root: Path | None, project: str | None, keys: str, rank: int,
           interval: float, once: bool) -> None:
-    """Follow a live run, printing new steps as they are written."""
+    """Follow a live run, printing new steps (metrics and texts) as they are written,
+    and how the run ended."""
+    from tracklake._read.reader import ReadProblems
     from tracklake._read.watch import follow
 
-    follow(_store(root), run, project, rank=rank,
-           emit=lambda step, values: click.echo(_step_line(step, values, keys)),
-           interval=interval, once=once)
+    problems = ReadProblems()
+    ended = follow(_store(root), run, project, rank=rank,
+                   emit=lambda step: _echo_step(step, keys), interval=interval, once=once,
+                   problems=problems)
+    warn_problems(problems)
+    if ended is not None:
+        states = ", ".join(f"rank {r}: {s}" for r, s in sorted(ended.statuses.items()))
+        click.echo(f"run {ended.project}/{ended.run} ended ({states})")
+    elif once:
+        click.echo(f"run {run} is still running (--once: stopped here)")
 
 
 def _export_group() -> click.Group:
@@ -170,9 +249,15 @@ def _pack_commands() -> None:
 _pack_commands()
 
 
-def _step_line(step: int, values: dict[str, float], pattern: str) -> str:
-    chosen = [(k, v) for k, v in values.items() if fnmatch.fnmatchcase(k, pattern)]
-    return " - ".join([f"step:{step}", *(f"{k}:{v:.4g}" for k, v in chosen)])
+def _echo_step(step: Step, pattern: str) -> None:
+    """One line for the metrics of a step (keys matching `pattern`), one per text."""
+    chosen = [(k, v) for k, v in step.values.items() if fnmatch.fnmatchcase(k, pattern)]
+    label = f"step:{step.step}" if step.step is not None else "step:-"
+    if chosen:
+        click.echo(" - ".join([label, *(f"{k}:{v:.4g}" for k, v in chosen)]))
+    for key, text in step.texts:
+        if fnmatch.fnmatchcase(key, pattern):
+            click.echo(f"{label} - {key}: {text}")
 
 
 @main.command()

@@ -6,7 +6,7 @@ import fnmatch
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import pyarrow as pa
@@ -14,8 +14,11 @@ from rich.console import Console
 from rich.table import Table
 
 from tracklake._errors import QueryError
-from tracklake._read.query import connect, query
-from tracklake._read.reader import RunRecord, find_run
+from tracklake._read.query import query, with_connection
+from tracklake._read.reader import ReadProblems, RunRecord, find_run
+
+if TYPE_CHECKING:
+    import duckdb
 
 #: Keys shown by `tracklake runs` when none are chosen, if the runs have them.
 DEFAULT_RUN_METRICS = ("critic/score/mean", "actor/pg_loss", "val-core/*")
@@ -40,22 +43,9 @@ def _duration(seconds: float | None) -> str:
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
 
 
-def print_runs(root: Path, project: str | None, metrics: tuple[str, ...]) -> None:
-    con = connect(root)
-    where = "WHERE project = $project" if project else ""
-    params = {"project": project} if project else {}
-    runs = query(f"""
-        SELECT r.project, r.run, r.status, r.attempts, r.ranks, s.last_step,
-               strftime(r.started_at, '%Y-%m-%d %H:%M:%S') AS start,
-               epoch(r.ended_at) - epoch(r.started_at) AS duration
-        FROM runs r LEFT JOIN (SELECT project, run, max(last_step) AS last_step
-                               FROM metric_summaries GROUP BY ALL) s USING (project, run)
-        {where} ORDER BY r.started_at""", params=params, connection=con).to_pylist()
-    summaries = query("SELECT project, run, key, last_value FROM metric_summaries "
-                      "WHERE rank = (SELECT min(rank) FROM metric_summaries m2 WHERE "
-                      "m2.project = metric_summaries.project AND m2.run = metric_summaries.run)",
-                      connection=con).to_pylist()
-    con.close()
+def print_runs(root: Path, project: str | None, metrics: tuple[str, ...],
+               problems: ReadProblems) -> None:
+    runs, summaries = with_connection(root, problems, lambda con: _runs_rows(con, project))
     keys = sorted({s["key"] for s in summaries})
     patterns = metrics or DEFAULT_RUN_METRICS
     chosen = [k for p in patterns for k in keys if fnmatch.fnmatchcase(k, p)][:6]
@@ -74,7 +64,26 @@ def print_runs(root: Path, project: str | None, metrics: tuple[str, ...]) -> Non
     _console().print(table)
 
 
-def print_run(root: Path, run_id: str, project: str | None) -> None:
+def _runs_rows(con: duckdb.DuckDBPyConnection, project: str | None
+               ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The runs to list, and the last value of each key on each run's lowest rank."""
+    where = "WHERE project = $project" if project else ""
+    params = {"project": project} if project else {}
+    runs = query(f"""
+        SELECT r.project, r.run, r.status, r.attempts, r.ranks, s.last_step,
+               strftime(r.started_at, '%Y-%m-%d %H:%M:%S') AS start,
+               epoch(r.ended_at) - epoch(r.started_at) AS duration
+        FROM runs r LEFT JOIN (SELECT project, run, max(last_step) AS last_step
+                               FROM metric_summaries GROUP BY ALL) s USING (project, run)
+        {where} ORDER BY r.started_at""", params=params, connection=con).to_pylist()
+    summaries = query("SELECT project, run, key, last_value FROM metric_summaries "
+                      "WHERE rank = (SELECT min(rank) FROM metric_summaries m2 WHERE "
+                      "m2.project = metric_summaries.project AND m2.run = metric_summaries.run)",
+                      connection=con).to_pylist()
+    return runs, summaries
+
+
+def print_run(root: Path, run_id: str, project: str | None, problems: ReadProblems) -> None:
     record = find_run(root, run_id, project)
     console = _console()
     latest = record.attempts[-1]
@@ -90,31 +99,25 @@ def print_run(root: Path, run_id: str, project: str | None) -> None:
         attempts.add_column(col)
     for a in record.attempts:
         report = a.get("write_report") or {}
-        problems = "" if report.get("complete", True) else (
+        written = "" if report.get("complete", True) else (
             f"{report.get('failed_writes')} failed writes, {report.get('dropped_values')} "
             f"values dropped: {report.get('last_error')}")
         attempts.add_row(str(a["attempt"]), str(a["rank"]), a.get("status", ""),
-                         a.get("started_at", ""), a.get("finished_at") or "", problems)
+                         a.get("started_at", ""), a.get("finished_at") or "", written)
     console.print(attempts)
-    con = connect(root)
-    params = {"p": record.project, "r": record.run}
-    counts = query(" UNION ALL ".join(
-        f"SELECT '{k}' AS kind, count(*) AS records FROM {k}_all WHERE project = $p AND run = $r"
-        for k in ("metrics", "texts", "configs", "generations", "traces", "artifacts",
-                  "events")), params=params, connection=con).to_pylist()
+    counts, summary = with_connection(root, problems,
+                                      lambda con: _run_rows(con, record.project, record.run))
     console.print("records: " + ", ".join(f"{c['kind']}={c['records']}" for c in counts))
-    summary = query("SELECT key, min(first_step) AS first, max(last_step) AS last, "
-                    "sum(count) AS n, min(min) AS min, max(max) AS max, "
-                    "arg_max(last_value, last_step) AS last_value FROM metric_summaries "
-                    "WHERE project = $p AND run = $r GROUP BY key ORDER BY key",
-                    params=params, connection=con).to_pylist()
-    con.close()
-    metrics = Table(title="metrics (all ranks)")
+    rank = min(record.ranks)
+    metrics = Table(title=f"metrics (all ranks; last: rank {rank}'s last value, as in `runs`)")
     for col in ("key", "steps", "values", "min", "max", "last"):
         metrics.add_column(col)
     for m in summary:
+        last = _fmt(m["last_value"])
+        if m["last_rank"] != rank:
+            last += f" (rank {m['last_rank']})"  # a key the lowest rank did not log
         metrics.add_row(m["key"], f"{m['first']}..{m['last']}", _fmt(m["n"]), _fmt(m["min"]),
-                        _fmt(m["max"]), _fmt(m["last_value"]))
+                        _fmt(m["max"]), last)
     console.print(metrics)
     config = latest.get("config") or {}
     if config:
@@ -124,6 +127,23 @@ def print_run(root: Path, run_id: str, project: str | None) -> None:
         for k, v in config.items():
             cfg.add_row(k, json.dumps(v))
         console.print(cfg)
+
+
+def _run_rows(con: duckdb.DuckDBPyConnection, project: str, run: str
+              ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Records per kind of one run, and per key its range over all ranks with the last
+    value of the lowest rank that logged it."""
+    params = {"p": project, "r": run}
+    counts = query(" UNION ALL ".join(
+        f"SELECT '{k}' AS kind, count(*) AS records FROM {k}_all WHERE project = $p AND run = $r"
+        for k in ("metrics", "texts", "configs", "generations", "traces", "artifacts",
+                  "events")), params=params, connection=con).to_pylist()
+    summary = query("SELECT key, min(first_step) AS first, max(last_step) AS last, "
+                    "sum(count) AS n, min(min) AS min, max(max) AS max, "
+                    "arg_min(last_value, rank) AS last_value, min(rank) AS last_rank "
+                    "FROM metric_summaries WHERE project = $p AND run = $r GROUP BY key "
+                    "ORDER BY key", params=params, connection=con).to_pylist()
+    return counts, summary
 
 
 def _identity_sections(record: RunRecord) -> dict[str, dict[str, Any]]:

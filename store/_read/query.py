@@ -1,9 +1,11 @@
 """SQL over the store: DuckDB views over compacted Parquet and the live tail, read-only.
 
-Safety: only SELECT (and EXPLAIN / DESCRIBE / SUMMARIZE of a SELECT) statements run,
-checked with DuckDB's own parser; the connection is in-memory, and DuckDB's file access
-is limited to reading the store's own directories, with configuration locked, so no
-statement can write, delete or create a file, attach a database or load an extension.
+Safety: the connection is in-memory and DuckDB has no file access at all
+(`enable_external_access = false` with no allowed directory or path, configuration
+locked): it reads the compacted parts only through pyarrow datasets registered in it, which
+also verify the parts' page checksums. So no statement can write, delete or create a file,
+attach a database or load an extension. As a second layer, only SELECT (and EXPLAIN /
+DESCRIBE / SUMMARIZE of a SELECT) statements run, checked with DuckDB's own parser.
 """
 
 from __future__ import annotations
@@ -11,22 +13,32 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from tracklake._errors import QueryError
+from tracklake._errors import FormatError, NewerFormatError, QueryError
 from tracklake._format.attempt import effective_status
+from tracklake._format.part import open_part, read_part_table
 
 if TYPE_CHECKING:
     import duckdb
 from tracklake._format import KINDS, PARTITION_SCHEMA, SCHEMAS, StreamId
 from tracklake._format.naming import resolve_root
-from tracklake._read.reader import RunRecord, list_runs, list_stream, list_streams, read_stream
+from tracklake._read.reader import (
+    Part,
+    ReadProblems,
+    RunRecord,
+    add_once,
+    list_runs,
+    list_stream,
+    list_streams,
+    read_stream,
+)
 
+T = TypeVar("T")
 _ALLOWED_STATEMENTS = {"SELECT", "EXPLAIN", "RELATION"}
 _STEP_KINDS = ("metrics", "texts", "generations")
 
@@ -53,27 +65,45 @@ def _with_partitions(table: pa.Table, s: StreamId) -> pa.Table:
 
 
 class _Snapshot:
-    """The files of the store at one moment: parts per kind, live tail tables, summaries."""
+    """The files of the store at one moment: parts per kind (their footers checked), live
+    tail tables, summaries. Damaged files are left out and noted in `problems`."""
 
-    def __init__(self, root: Path) -> None:
-        self.parts: dict[str, list[Path]] = {k: [] for k in KINDS}
+    def __init__(self, root: Path, problems: ReadProblems | None = None,
+                 skip: frozenset[Path] = frozenset()) -> None:
+        problems = ReadProblems() if problems is None else problems
+        self.parts: dict[str, list[Part]] = {k: [] for k in KINDS}
         live: dict[str, list[pa.Table]] = {k: [] for k in KINDS}
         summaries: list[dict[str, Any]] = []
         for s in list_streams(root):
             files = list_stream(root, s)
-            self.parts[s.kind].extend(p.path for p in files.parts)
-            if s.kind == "metrics":
-                for p in files.parts:
-                    summaries.extend(_part_summary(p.path, s))
+            for p in files.parts:
+                if p.path in skip:
+                    continue
+                try:
+                    parquet = open_part(p.path)
+                    if s.kind == "metrics":
+                        summaries.extend(_part_summary(parquet, p.path, s))
+                except NewerFormatError:
+                    raise
+                except FormatError as exc:
+                    add_once(problems.damaged, (p.path, _part_lost(exc, p)))
+                    continue
+                self.parts[s.kind].append(p)
             after = max((p.last_seq for p in files.parts), default=-1)
             if files.segments:
-                batches = list(read_stream(root, s, after))
+                batches = list(read_stream(root, s, after, problems))
                 if batches:
                     live[s.kind].append(_with_partitions(
                         pa.Table.from_batches(batches, SCHEMAS[s.kind]), s))
         self.live = {k: pa.concat_tables(v) if v else _empty(k) for k, v in live.items()}
         self.summaries = pa.Table.from_pylist(summaries, _SUMMARY_SCHEMA)
         self.runs = list_runs(root)
+
+
+def _part_lost(exc: Exception, part: Part) -> str:
+    """Why a part is left out, and what that loses."""
+    return (f"{str(exc).removeprefix(f'{part.path}: ')}; its records (seq "
+            f"{part.first_seq}..{part.last_seq} of this stream) are left out")
 
 
 def _empty(kind: str) -> pa.Table:
@@ -83,12 +113,42 @@ def _empty(kind: str) -> pa.Table:
     return schema.empty_table()
 
 
-def _part_summary(path: Path, s: StreamId) -> list[dict[str, Any]]:
-    meta = pq.read_schema(path).metadata or {}
-    raw = meta.get(b"tracklake.summary")
-    rows: list[dict[str, Any]] = json.loads(raw) if raw else []
+def _part_summary(parquet: Any, path: Path, s: StreamId) -> list[dict[str, Any]]:
+    raw = (parquet.metadata.metadata or {}).get(b"tracklake.summary")
+    try:
+        rows = json.loads(raw) if raw else []
+    except ValueError as exc:
+        raise FormatError(f"{path}: its metric summary is not JSON ({exc})") from exc
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        raise FormatError(f"{path}: its metric summary is not a list of objects")
     return [{"project": s.project, "run": s.run, "rank": s.rank, "attempt": s.attempt, **r}
             for r in rows]
+
+
+def _parts_dataset(root: Path, kind: str, parts: list[Part]) -> Any:
+    """The parts of one kind as a pyarrow dataset that verifies page checksums: DuckDB
+    reads the files only through it, so the connection needs no file access at all."""
+    import pyarrow.dataset as ds
+
+    schema = SCHEMAS[kind]
+    # `key` (few distinct values, dictionary-encoded in parts) is read as a dictionary, so
+    # that its strings are not materialised per row (DuckDB still sees VARCHAR); the
+    # partition columns stay plain strings: as dictionaries DuckDB no longer pushes filters
+    # on them down to the dataset, and every file would be read.
+    keyed = "key" in schema.names
+    if keyed:
+        at = schema.get_field_index("key")
+        schema = schema.set(at, schema.field(at).with_type(pa.dictionary(pa.int32(),
+                                                                         pa.string())))
+    fmt = ds.ParquetFileFormat(
+        read_options=ds.ParquetReadOptions(dictionary_columns={"key"} if keyed else set()),
+        default_fragment_scan_options=ds.ParquetFragmentScanOptions(
+            page_checksum_verification=True))
+    for f in PARTITION_SCHEMA:
+        schema = schema.append(f)
+    return ds.dataset([str(p.path) for p in parts], schema=schema, format=fmt,
+                      partitioning=ds.partitioning(PARTITION_SCHEMA, flavor="hive"),
+                      partition_base_dir=str(root / kind))
 
 
 def _attempt_rows(runs: list[RunRecord], now: float) -> list[dict[str, Any]]:
@@ -163,39 +223,57 @@ class _Cutoffs:
 
 
 def _superseded_filter(cutoffs: Iterable[tuple[str, str, int, int, int]]) -> str:
+    """Hides rows at or after each cutoff step; a row without a step is at none of them
+    (`step >= cut` is NULL for it, which NOT would turn into hiding it)."""
     terms = [f"(project = {_sql_str(p)} AND run = {_sql_str(r)} AND rank = {rank} AND "
              f"attempt = {att} AND step >= {cut})" for p, r, rank, att, cut in cutoffs]
-    return f" WHERE NOT ({' OR '.join(terms)})" if terms else ""
+    return f" WHERE NOT coalesce({' OR '.join(terms)}, false)" if terms else ""
 
 
 def connect(root: str | os.PathLike[str] | None = None, *,
-            threads: int | None = None) -> duckdb.DuckDBPyConnection:
+            threads: int | None = None,
+            problems: ReadProblems | None = None) -> duckdb.DuckDBPyConnection:
     """A read-only DuckDB connection with tracklake's views over the store at `root`.
 
     Views: runs, run_attempts, metrics, configs, texts, generations, traces, artifacts,
     events, metric_summaries; `<kind>_all` include the steps superseded by a later
-    attempt. Run statements through `tracklake.query()` to keep them read-only.
+    attempt. Run statements through `tracklake.query()` to keep them read-only. Files
+    found damaged are left out and noted in `problems` (a `RuntimeWarning` without it).
     """
+    found = ReadProblems() if problems is None else problems
+    con = _connect(resolve_root(root), threads, found, frozenset())
+    if problems is None:
+        _warn(found)
+    return con
+
+
+def _warn(problems: ReadProblems) -> None:
+    import warnings
+
+    for path, why in problems.damaged:
+        warnings.warn(f"{path}: {why}", RuntimeWarning, stacklevel=3)
+
+
+def _connect(root_path: Path, threads: int | None, problems: ReadProblems,
+             skip: frozenset[Path]) -> duckdb.DuckDBPyConnection:
     import duckdb  # imported on use: `import tracklake` stays light for training processes
 
-    root_path = resolve_root(root)
-    snap = _Snapshot(root_path)
+    snap = _Snapshot(root_path, problems, skip)
     con = duckdb.connect(":memory:")
     if threads:
         con.execute(f"SET threads = {int(threads)}")
-    hive_types = "{'project': 'VARCHAR', 'run': 'VARCHAR', 'rank': 'INTEGER', " \
-                 "'attempt': 'INTEGER'}"
+    con.register("_tracklake_parts", pa.table(
+        {"path": [str(p.path) for k in KINDS for p in snap.parts[k]],
+         "first_seq": [p.first_seq for k in KINDS for p in snap.parts[k]],
+         "last_seq": [p.last_seq for k in KINDS for p in snap.parts[k]]}))
     for kind in KINDS:
         con.register(f"_live_{kind}", snap.live[kind])
         cols = ", ".join(f'"{n}"' for n in [*SCHEMAS[kind].names, *PARTITION_SCHEMA.names])
-        # the live tail joins only when it has rows: a plain read_parquet view lets DuckDB
-        # use its partition-aware plans
         sources = [f"SELECT {cols} FROM _live_{kind}"] if snap.live[kind].num_rows or not \
             snap.parts[kind] else []
         if snap.parts[kind]:
-            files = ", ".join(_sql_str(str(p)) for p in snap.parts[kind])
-            sources.insert(0, f"SELECT {cols} FROM read_parquet([{files}], "
-                              f"hive_partitioning = true, hive_types = {hive_types})")
+            con.register(f"_parts_{kind}", _parts_dataset(root_path, kind, snap.parts[kind]))
+            sources.insert(0, f"SELECT {cols} FROM _parts_{kind}")
         con.execute(f"CREATE VIEW {kind}_all AS {' UNION ALL '.join(sources)}")
     con.register("_summaries_parts", snap.summaries)
     con.execute("""
@@ -241,13 +319,13 @@ def connect(root: str | os.PathLike[str] | None = None, *,
                                                    _ATTEMPTS_SCHEMA))
     con.execute("CREATE VIEW run_attempts AS SELECT * FROM _attempts")
     con.execute(_RUNS_VIEW)
-    _lock_down(con, root_path)
+    _lock_down(con)
     return con
 
 
-def _lock_down(con: duckdb.DuckDBPyConnection, root: Path) -> None:
-    dirs = ", ".join(_sql_str(str(root / kind) + os.sep) for kind in KINDS)
-    con.execute(f"SET allowed_directories = [{dirs}]")
+def _lock_down(con: duckdb.DuckDBPyConnection) -> None:
+    """No file access at all (the views read through pyarrow), and no way to turn it on:
+    whatever a statement asks, DuckDB can neither write nor read a file."""
     con.execute("SET enable_external_access = false")
     con.execute("SET autoinstall_known_extensions = false")
     con.execute("SET autoload_known_extensions = false")
@@ -255,7 +333,8 @@ def _lock_down(con: duckdb.DuckDBPyConnection, root: Path) -> None:
 
 
 def check_read_only(sql: str) -> None:
-    """Raise QueryError unless every statement in `sql` only reads."""
+    """Raise QueryError unless every statement in `sql` only reads (an EXPLAIN is judged
+    by the statement it explains). A second layer: the connection cannot write anyway."""
     import duckdb
 
     try:
@@ -267,28 +346,142 @@ def check_read_only(sql: str) -> None:
     for st in statements:
         kind = st.type.name
         if kind not in _ALLOWED_STATEMENTS:
-            raise QueryError(f"{kind} statements are refused: queries over the store are "
-                             "read-only (only SELECT, WITH, EXPLAIN and the like run)")
+            raise QueryError(f"{_leading_keyword(st.query) or kind} statements are refused: "
+                             "queries over the store are read-only (only SELECT, WITH, "
+                             "EXPLAIN and the like run)")
+        if kind == "EXPLAIN":
+            check_read_only(_explained(st.query))
+
+
+def _code_tokens(sql: str) -> list[tuple[int, str]]:
+    """(offset, text) of each token of `sql` that is not a comment."""
+    import duckdb
+
+    tokens = duckdb.tokenize(sql)
+    out = []
+    for i, (start, kind) in enumerate(tokens):
+        if kind == duckdb.token_type.comment:
+            continue
+        end = tokens[i + 1][0] if i + 1 < len(tokens) else len(sql)
+        out.append((start, sql[start:end].strip()))
+    return out
+
+
+def _leading_keyword(sql: str) -> str:
+    tokens = _code_tokens(sql)
+    return tokens[0][1].upper() if tokens else ""
+
+
+def _explained(sql: str) -> str:
+    """The statement an `EXPLAIN [ANALYZE] [(options)] statement` explains."""
+    tokens = _code_tokens(sql)
+    i = 1  # past EXPLAIN
+    if i < len(tokens) and tokens[i][1].upper() == "ANALYZE":
+        i += 1
+    if i < len(tokens) and tokens[i][1].startswith("("):
+        depth = 0
+        while i < len(tokens):
+            depth += tokens[i][1].count("(") - tokens[i][1].count(")")
+            i += 1
+            if depth <= 0:
+                break
+    if i >= len(tokens):
+        raise QueryError(f"EXPLAIN of nothing: {sql!r}")
+    return sql[tokens[i][0]:]
 
 
 def query(sql: str, *, root: str | os.PathLike[str] | None = None,
           params: list[Any] | dict[str, Any] | None = None,
-          connection: duckdb.DuckDBPyConnection | None = None) -> pa.Table:
-    """Run a read-only SQL query over the store and return an Arrow table."""
+          connection: duckdb.DuckDBPyConnection | None = None,
+          problems: ReadProblems | None = None) -> pa.Table:
+    """Run a read-only SQL query over the store and return an Arrow table.
+
+    A file found damaged is left out of the answer and noted in `problems` (a
+    `RuntimeWarning` without it); with a `connection` of the caller's, a query that hits a
+    damaged part raises `QueryError` naming it.
+    """
+    check_read_only(sql)
+    if connection is not None:
+        try:
+            return _execute(connection, sql, params)
+        except QueryError as exc:
+            if not _may_be_damage(exc):
+                raise
+            damaged = _damaged_parts(connection)
+            if not damaged:
+                raise
+            names = "; ".join(f"{path}: {why}" for path, why in damaged)
+            raise QueryError(f"{exc}; damaged: {names}") from exc
+    found = ReadProblems() if problems is None else problems
+    table = with_connection(root, found, lambda con: _execute(con, sql, params))
+    if problems is None:
+        _warn(found)
+    return table
+
+
+def with_connection(root: str | os.PathLike[str] | None, problems: ReadProblems,
+                    work: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
+    """`work(connection)` over the store; if it fails on a part whose pages are damaged,
+    again without that part (noted in `problems`)."""
+    root_path = resolve_root(root)
+    skip: frozenset[Path] = frozenset()
+    while True:
+        con = _connect(root_path, None, problems, skip)
+        try:
+            return work(con)
+        except QueryError as exc:
+            if not _may_be_damage(exc):
+                raise
+            damaged = _damaged_parts(con)
+            if not damaged:
+                raise
+            for item in damaged:
+                add_once(problems.damaged, item)
+            skip = skip | {path for path, _ in damaged}
+        finally:
+            con.close()
+
+
+def _may_be_damage(exc: QueryError) -> bool:
+    """True if DuckDB failed while reading data (a pyarrow scan raising surfaces as invalid
+    input or I/O), not on the SQL itself (parser, binder, catalog, conversion errors):
+    only then are the parts read in full to look for damage."""
     import duckdb
 
-    check_read_only(sql)
-    con = connection if connection is not None else connect(root)
+    return isinstance(exc.__cause__, (duckdb.InvalidInputException, duckdb.IOException))
+
+
+def _damaged_parts(con: duckdb.DuckDBPyConnection) -> list[tuple[Path, str]]:
+    """The parts behind `con` whose pages do not verify (read in full: only after a failure)."""
+    import duckdb
+
+    try:
+        rows = con.execute("SELECT path, first_seq, last_seq FROM _tracklake_parts").fetchall()
+    except duckdb.Error:
+        return []  # not a tracklake connection
+    damaged = []
+    for path, first, last in rows:
+        part = Part(first, last, -1, Path(path))
+        try:
+            read_part_table(part.path)
+        except NewerFormatError:
+            raise
+        except FormatError as exc:
+            damaged.append((part.path, _part_lost(exc, part)))
+    return damaged
+
+
+def _execute(con: duckdb.DuckDBPyConnection, sql: str,
+             params: list[Any] | dict[str, Any] | None) -> pa.Table:
+    import duckdb
+
     try:
         statements = duckdb.extract_statements(sql)
         for st in statements[:-1]:
-            con.execute(st, params)
+            con.execute(st, params).fetchall()  # run to completion before the next
         relation = con.sql(statements[-1].query, params=params)
         if relation is None:
             return pa.table({})
         return relation.to_arrow_table()
     except duckdb.Error as exc:
         raise QueryError(f"query failed: {exc}") from exc
-    finally:
-        if connection is None:
-            con.close()

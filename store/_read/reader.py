@@ -18,13 +18,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
-from tracklake._errors import FormatError, RunNotFoundError
+from tracklake._errors import FormatError, NewerFormatError, RunNotFoundError
 from tracklake._format import (
     KINDS,
     StreamId,
-    check_version,
     parse_part_name,
     parse_segment_name,
     stream_dir,
@@ -32,6 +30,7 @@ from tracklake._format import (
 from tracklake._format.attempt import read_attempt
 from tracklake._format.cursor import Cursor
 from tracklake._format.naming import resolve_root
+from tracklake._format.part import read_part_table
 from tracklake._format.segment import SegmentContents, read_segment
 
 #: Rows per batch handed out from a compacted part (cut at record-group boundaries).
@@ -61,6 +60,7 @@ class StreamFiles:
     parts: list[Part] = field(default_factory=list)
     segments: list[Segment] = field(default_factory=list)
     foreign: list[Path] = field(default_factory=list)  # files that are neither
+    consumed: list[Segment] = field(default_factory=list)  # segments a part already holds
 
 
 def list_stream(root: Path, stream: StreamId) -> StreamFiles:
@@ -83,6 +83,7 @@ def list_stream(root: Path, stream: StreamId) -> StreamFiles:
     out.parts.sort(key=lambda p: p.first_seq)
     covered = max((p.last_segment for p in out.parts), default=-1)
     out.segments = sorted((s for s in segments if s.number > covered), key=lambda s: s.number)
+    out.consumed = sorted((s for s in segments if s.number <= covered), key=lambda s: s.number)
     return out
 
 
@@ -155,10 +156,9 @@ def find_run(root: str | os.PathLike[str] | None, run: str, project: str | None 
 
 
 def read_part(part: Part) -> pa.Table:
-    """A compacted part, in record (seq) order, its version checked."""
-    table = pq.read_table(part.path)
-    meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
-    check_version(meta.get("tracklake.format"), part.path)
+    """A compacted part, in record (seq) order, its version, footer and page checksums
+    checked (`FormatError` naming the file if it is damaged)."""
+    table = read_part_table(part.path)
     order = pc.sort_indices(table, sort_keys=[("seq", "ascending")])
     return table.take(order).replace_schema_metadata(None)
 
@@ -187,16 +187,29 @@ class ReadProblems:
 def read_stream(root: Path, stream: StreamId, after: int = -1,
                 problems: ReadProblems | None = None) -> Iterator[pa.RecordBatch]:
     """Record batches of `stream` with seq > `after`, in seq order, each holding whole
-    record groups. Live segments are read up to their last complete batch."""
+    record groups. Live segments are read up to their last complete batch.
+
+    A damaged part or segment is skipped and noted in `problems` (with what it loses);
+    without `problems` it raises `FormatError` naming the file.
+    """
     files = list_stream(root, stream)
     if problems is not None:
         for path in files.foreign:
-            _add_once(problems.foreign, path)
+            add_once(problems.foreign, path)
     last = after
     for part in files.parts:
         if part.last_seq <= last:
             continue
-        table = read_part(part)
+        try:
+            table = read_part(part)
+        except NewerFormatError:
+            raise
+        except FormatError as exc:
+            if problems is None:
+                raise
+            lost = f"records seq {part.first_seq}..{part.last_seq} of this stream are not read"
+            add_once(problems.damaged, (part.path, f"{_why(exc, part.path)}; {lost}"))
+            continue
         table = table.filter(pc.greater(table.column("seq"), last))
         for batch in _split_at_groups(table, PART_BATCH_ROWS):
             yield batch
@@ -211,12 +224,25 @@ def read_stream(root: Path, stream: StreamId, after: int = -1,
             # compacted away between listing and opening: read the stream again from here
             yield from read_stream(root, stream, last, problems)
             return
+        except NewerFormatError:
+            raise
+        except FormatError as exc:
+            if problems is None:
+                raise
+            lost = "every record of this segment is not read"
+            add_once(problems.damaged, (seg.path, f"{_why(exc, seg.path)}; {lost}"))
+            continue
         _note_problems(contents, problems, i + 1 < len(live))
         for batch in contents.batches:
             newer = after_seq(batch, last)
             if newer is not None:
                 yield newer
                 last = newer.column(0)[-1].as_py()
+
+
+def _why(exc: Exception, path: Path) -> str:
+    """The message of `exc` without the path it starts with (reports name it already)."""
+    return str(exc).removeprefix(f"{path}: ")
 
 
 def after_seq(batch: pa.RecordBatch, last: int) -> pa.RecordBatch | None:
@@ -233,12 +259,12 @@ def _note_problems(contents: SegmentContents, problems: ReadProblems | None,
     if problems is None:
         return
     if contents.damaged:
-        _add_once(problems.damaged, (contents.path, contents.damaged))
+        add_once(problems.damaged, (contents.path, contents.damaged))
     elif contents.torn_bytes and superseded:
-        _add_once(problems.torn, (contents.path, contents.torn_bytes))
+        add_once(problems.torn, (contents.path, contents.torn_bytes))
 
 
-def _add_once(found: list[Any], item: Any) -> None:
+def add_once(found: list[Any], item: Any) -> None:
     """Record a problem once, however often a follower reads past it."""
     if item not in found:
         found.append(item)

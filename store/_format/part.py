@@ -1,0 +1,111 @@
+"""Integrity of compacted Parquet parts: page checksums and a checksum of the footer.
+
+Parquet's page checksums (CRC-32 of each page as stored) cover the column data; the
+footer (schema, row-group statistics, offsets and tracklake's metadata such as the metric
+summary) has none. So a part also carries, in its key-value metadata, the CRC-32 of its
+footer (the thrift FileMetaData), computed while the ten digits read ``##########`` and
+written over them afterwards, as segments do for their batches. See docs/format.md.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from tracklake._errors import FormatError
+from tracklake._format.schema import check_version
+
+#: Key-value metadata key holding the footer's CRC-32 (10 decimal digits).
+FOOTER_CRC_KEY = "tracklake.footer_crc32"
+_PLACEHOLDER = b"##########"
+_MAGIC = b"PAR1"
+#: What pyarrow raises for bytes that do not decode as Parquet.
+_DECODE_ERRORS = (pa.ArrowException, OSError, ValueError, EOFError)
+
+
+def _footer_span(f: Any, size: int) -> tuple[int, int]:
+    """(offset, length) of the thrift footer of the open Parquet file `f` of `size` bytes."""
+    if size < 12:
+        raise FormatError("too short to be a Parquet file")
+    f.seek(size - 8)
+    tail = f.read(8)
+    if tail[4:] != _MAGIC:
+        raise FormatError("no Parquet end marker (the file is truncated or not Parquet)")
+    length = int.from_bytes(tail[:4], "little")
+    if length > size - 12:
+        raise FormatError("footer length points outside the file (truncated?)")
+    return size - 8 - length, length
+
+
+def stamp_footer_crc(path: Path) -> None:
+    """Write the footer's CRC-32 over the placeholder left in its metadata (before fsync)."""
+    with open(path, "r+b") as f:
+        offset, length = _footer_span(f, os.fstat(f.fileno()).st_size)
+        f.seek(offset)
+        footer = bytearray(f.read(length))
+        at = footer.find(_PLACEHOLDER)
+        if at < 0 or footer.find(_PLACEHOLDER, at + 1) >= 0:
+            raise FormatError(f"{path}: expected one footer checksum placeholder")
+        f.seek(offset + at)
+        f.write(b"%010d" % zlib.crc32(footer))
+
+
+def footer_placeholder() -> dict[str, str]:
+    """The metadata entry a part is written with, before `stamp_footer_crc`."""
+    return {FOOTER_CRC_KEY: _PLACEHOLDER.decode()}
+
+
+def _footer_crc_matches(footer: bytes, expected: bytes) -> bool:
+    if len(expected) != len(_PLACEHOLDER) or not expected.isdigit():
+        return False
+    copy = bytearray(footer)
+    at = copy.find(expected)
+    while at != -1:
+        copy[at : at + len(expected)] = _PLACEHOLDER
+        if zlib.crc32(copy) == int(expected):
+            return True
+        copy[at : at + len(expected)] = expected
+        at = copy.find(expected, at + 1)
+    return False
+
+
+def open_part(path: Path) -> Any:
+    """A `pyarrow.parquet.ParquetFile` of a part whose footer is intact, reading with page
+    checksums verified; `FormatError` naming the file (or `NewerFormatError`) otherwise.
+
+    Parts written before footer checksums existed carry no `FOOTER_CRC_KEY`: their footer
+    is only checked to decode.
+    """
+    import pyarrow.parquet as pq
+
+    try:
+        with open(path, "rb") as f:
+            offset, length = _footer_span(f, os.fstat(f.fileno()).st_size)
+            f.seek(offset)
+            footer = f.read(length)
+        parquet = pq.ParquetFile(path, page_checksum_verification=True)
+        raw = parquet.metadata.metadata or {}
+    except FormatError as exc:
+        raise FormatError(f"{path}: damaged Parquet part: {exc}") from exc
+    except _DECODE_ERRORS as exc:
+        raise FormatError(f"{path}: damaged Parquet part: footer does not decode ({exc})"
+                          ) from exc
+    expected = raw.get(FOOTER_CRC_KEY.encode())
+    if expected is not None and not _footer_crc_matches(footer, expected):
+        raise FormatError(f"{path}: damaged Parquet part: footer checksum mismatch")
+    version = raw.get(b"tracklake.format")
+    check_version(version.decode(errors="replace") if version is not None else None, path)
+    return parquet
+
+
+def read_part_table(path: Path) -> pa.Table:
+    """Every row of a part, its footer and page checksums verified (`FormatError` if not)."""
+    parquet = open_part(path)
+    try:
+        return parquet.read()
+    except _DECODE_ERRORS as exc:
+        raise FormatError(f"{path}: damaged Parquet part: {exc}") from exc

@@ -1,0 +1,182 @@
+"""Compaction killed at any point: its claim is recognised as stale at once, segments a
+part already holds are removed by the next run, and every record is there exactly once."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import tracklake
+from tracklake._ops.compact import CLAIM_STALE_SECONDS
+
+#: Runs compaction over argv[1], SIGKILLing itself around its argv[2]-th file operation
+#: (argv[3]: "before" or "after" it; argv[4]: which operations count, "all" or one name);
+#: with argv[2] == 0 it prints how many there were.
+CHILD = r"""
+import os, pathlib, signal, sys
+import tracklake
+
+target, where, counted = int(sys.argv[2]), sys.argv[3], sys.argv[4]
+calls = 0
+
+def killing(fn):
+    def wrapped(*args, **kwargs):
+        global calls
+        if counted not in ("all", fn.__name__):
+            return fn(*args, **kwargs)
+        calls += 1
+        if calls == target and where == "before":
+            os.kill(os.getpid(), signal.SIGKILL)
+        result = fn(*args, **kwargs)
+        if calls == target and where == "after":
+            os.kill(os.getpid(), signal.SIGKILL)
+        return result
+    return wrapped
+
+os.replace = killing(os.replace)
+os.fsync = killing(os.fsync)
+os.link = killing(os.link)
+pathlib.Path.unlink = killing(pathlib.Path.unlink)
+report = tracklake.compact(root=sys.argv[1])
+assert not report.skipped, report.skipped
+print(calls)
+"""
+
+
+def _contents(root: Path) -> list[tuple[object, ...]]:
+    return [tuple(r.values()) for r in tracklake.query(
+        "SELECT 'm' AS kind, run, seq, step, key, value::VARCHAR AS v FROM metrics_all "
+        "UNION ALL SELECT 't', run, seq, step, key, text FROM texts_all ORDER BY ALL",
+        root=root).to_pylist()]
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two finished runs, each stream in several sealed segments."""
+    root = tmp_path_factory.mktemp("claims") / "store"
+    for run_id in ("a", "b"):
+        with tracklake.init(project="p", run_id=run_id, root=root, capture_identity=False,
+                            segment_bytes=2048) as run:
+            for step in range(120):
+                run.log({"loss": step / 3, "acc": step / 7, "phase": f"s{step}"}, step=step)
+                if step % 20 == 19:
+                    run.flush()
+    assert len(list(root.glob("metrics/project=p/run=a/**/*.arrows"))) >= 3
+    return root
+
+
+def _copy(template: Path, tmp_path: Path) -> Path:
+    root = tmp_path / "store"
+    shutil.copytree(template, root)
+    return root
+
+
+def _kill_at(root: Path, target: int, where: str, counted: str = "all"
+             ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", CHILD, str(root), str(target), where,
+                           counted], capture_output=True, text=True, timeout=120, check=False)
+
+
+def _assert_recovers(root: Path, expected: list[tuple[object, ...]]) -> None:
+    """The next compaction is not held off, leaves nothing behind, and loses nothing."""
+    assert _contents(root) == expected  # readers see every record once, even before
+    report = tracklake.compact(root=root)
+    assert report.skipped == []
+    assert not list(root.rglob("*.arrows")), "a consumed or sealed segment was left"
+    assert not list(root.rglob(".compacting*"))
+    assert _contents(root) == expected
+    # a part being written when the kill came is left for a while (unpack writes parts
+    # without a claim, perhaps from another host), then removed
+    leftovers = list(root.rglob(".part-*.tmp"))
+    for tmp in leftovers:
+        os.utime(tmp, (0, 0))
+    tracklake.compact(root=root)
+    assert not [tmp for tmp in leftovers if tmp.exists()]
+    assert tracklake.compact(root=root).segments_removed == []
+
+
+def test_a_kill_between_the_part_rename_and_the_unlinks_leaves_nothing_forever(
+        template: Path, tmp_path: Path) -> None:
+    root = _copy(template, tmp_path)
+    expected = _contents(root)
+    child = _kill_at(root, 1, "after", "replace")  # right after the first part's rename
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    claim = next(root.rglob(".compacting"))
+    assert json.loads(claim.read_text())["host"] == platform.node()
+    assert list(root.rglob("part-*.parquet")) and list(root.rglob("*.arrows"))
+    _assert_recovers(root, expected)
+
+
+@pytest.mark.slow
+def test_sigkill_at_random_points_of_compaction_never_blocks_or_loses(
+        template: Path, tmp_path: Path) -> None:
+    total = int(_kill_at(_copy(template, tmp_path / "count"), 0, "none").stdout)
+    expected = _contents(_copy(template, tmp_path / "expected"))
+    rng = random.Random(14)
+    for i in range(12):
+        root = _copy(template, tmp_path / f"trial{i}")
+        target, where = rng.randint(1, total), rng.choice(["before", "after"])
+        child = _kill_at(root, target, where)
+        assert child.returncode == -signal.SIGKILL, (target, where, child.stderr)
+        _assert_recovers(root, expected)
+
+
+def _claim_dir(template: Path, tmp_path: Path) -> tuple[Path, Path]:
+    root = _copy(template, tmp_path)
+    directory = next(root.glob("metrics/project=p/run=a/rank=0/attempt=*"))
+    return root, directory / ".compacting"
+
+
+def test_a_claim_of_a_live_process_holds_the_stream_off(template: Path,
+                                                         tmp_path: Path) -> None:
+    root, claim = _claim_dir(template, tmp_path)
+    with subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                          stdin=subprocess.PIPE) as holder:
+        ticks = Path(f"/proc/{holder.pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+        claim.write_text(json.dumps({
+            "pid": holder.pid, "host": platform.node(),
+            "boot_id": Path("/proc/sys/kernel/random/boot_id").read_text().strip(),
+            "start_ticks": int(ticks), "claimed_at": "2026-01-01T00:00:00+00:00"}))
+        os.utime(claim, (0, 0))  # however old: its process lives
+        report = tracklake.compact(root=root)
+        assert [d for d, _ in report.skipped] == [claim.parent]
+        assert "live process" in report.skipped[0][1]
+        assert claim.exists()
+        assert holder.stdin is not None
+        holder.stdin.close()
+    # the holder is gone (and reaped): the claim is stale at once
+    report = tracklake.compact(root=root)
+    assert report.skipped == [] and not claim.exists()
+
+
+@pytest.mark.parametrize(("record", "age", "stale"), [
+    ({"pid": 1, "host": "another-node", "boot_id": None, "start_ticks": None}, 5, False),
+    ({"pid": 1, "host": "another-node", "boot_id": None, "start_ticks": None},
+     CLAIM_STALE_SECONDS + 5, True),
+    ({"pid": 1, "host": platform.node(), "boot_id": "a-boot-before-the-last-reboot",
+      "start_ticks": 1}, 5, True),
+    ({"pid": os.getpid(), "host": platform.node(), "boot_id": None, "start_ticks": 1}, 5,
+     True),  # this pid, but started at another time: the pid was reused
+    (None, 5, False),  # unreadable (being written by an older version): only its age tells
+    (None, CLAIM_STALE_SECONDS + 5, True),
+])
+def test_stale_claims_are_told_by_host_boot_pid_start_time_or_age(
+        template: Path, tmp_path: Path, record: dict[str, object] | None, age: float,
+        stale: bool) -> None:
+    root, claim = _claim_dir(template, tmp_path)
+    claim.write_text("" if record is None else json.dumps(record))
+    then = time.time() - age
+    os.utime(claim, (then, then))
+    report = tracklake.compact(root=root)
+    assert (report.skipped == []) is stale
+    assert claim.exists() is not stale

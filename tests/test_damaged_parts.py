@@ -1,0 +1,223 @@
+"""Damaged compacted parts: a flipped bit or a truncated file is reported with its path and
+what it loses, never read as different values, and never takes the rest of the store
+down (runs, show, sql, export, pack)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+import tracklake
+from tracklake._cli.main import main
+from tracklake._format.part import FOOTER_CRC_KEY
+
+
+def _write(root: Path, run_id: str, steps: int = 50) -> None:
+    with tracklake.init(project="p", run_id=run_id, root=root, capture_identity=False) as run:
+        for step in range(steps):
+            run.log({"loss": step * 0.5, "acc": step / 7}, step=step)
+            run.log({"note": f"step {step}"}, step=step)
+
+
+def _metrics_part(root: Path, run_id: str) -> Path:
+    return next(root.glob(f"metrics/project=p/run={run_id}/**/*.parquet"))
+
+
+def _sql_rows(root: Path) -> tuple[list[dict[str, Any]], tracklake.ReadProblems]:
+    problems = tracklake.ReadProblems()
+    rows = tracklake.query("SELECT run, step, key, value FROM metrics ORDER BY ALL",
+                           root=root, problems=problems).to_pylist()
+    return rows, problems
+
+
+def _summary_rows(root: Path) -> tuple[list[dict[str, Any]], tracklake.ReadProblems]:
+    problems = tracklake.ReadProblems()
+    rows = tracklake.query("SELECT * FROM metric_summaries ORDER BY ALL", root=root,
+                           problems=problems).to_pylist()
+    return rows, problems
+
+
+def _reader_rows(root: Path) -> tuple[list[dict[str, Any]], tracklake.ReadProblems]:
+    problems = tracklake.ReadProblems()
+    rows: list[dict[str, Any]] = []
+    for run_id in ("a", "b"):
+        for stream, batch in tracklake.read_run(root, tracklake.Cursor("p", run_id),
+                                                kinds=("metrics",), problems=problems):
+            rows += [{"run": stream.run, **r}
+                     for r in batch.select(["step", "key", "value"]).to_pylist()]
+    return sorted(rows, key=lambda r: (r["run"], r["step"], r["key"])), problems
+
+
+READERS: dict[str, Callable[[Path], tuple[list[dict[str, Any]], tracklake.ReadProblems]]] = {
+    "sql": _sql_rows, "summaries": _summary_rows, "reader": _reader_rows}
+
+
+@pytest.fixture
+def store(root: Path) -> Path:
+    _write(root, "a")
+    _write(root, "b")
+    tracklake.compact(root=root)
+    return root
+
+
+def test_parts_carry_page_checksums_and_a_footer_checksum(store: Path) -> None:
+    import pyarrow.parquet as pq
+
+    part = _metrics_part(store, "a")
+    meta = pq.ParquetFile(part).metadata
+    assert meta.metadata[FOOTER_CRC_KEY.encode()].isdigit()
+    # pyarrow only verifies what was written: a verified read of a flipped page fails
+    data = bytearray(part.read_bytes())
+    data[_page_byte(part)] ^= 0x01
+    part.write_bytes(data)
+    with pytest.raises(OSError, match="CRC"):
+        pq.read_table(part, page_checksum_verification=True)
+
+
+def _page_byte(part: Path) -> int:
+    """Offset of a byte inside the compressed data of a page of the `value` column."""
+    import pyarrow.parquet as pq
+
+    meta = pq.ParquetFile(part).metadata
+    names = [meta.schema.column(i).name for i in range(meta.num_columns)]
+    chunk = meta.row_group(0).column(names.index("value"))
+    return int(chunk.data_page_offset + chunk.total_compressed_size - 2)
+
+
+def _flip(part: Path, original: bytes, bit: int) -> None:
+    data = bytearray(original)
+    data[bit // 8] ^= 1 << (bit % 8)
+    part.write_bytes(data)
+
+
+@pytest.mark.parametrize("where", ["value page", "footer summary", "footer end"])
+def test_a_flipped_bit_is_reported_as_damage_naming_the_part(store: Path, where: str) -> None:
+    part = _metrics_part(store, "b")
+    original = part.read_bytes()
+    good = {name: read(store)[0] for name, read in READERS.items()}
+    offset = {"value page": _page_byte(part), "footer summary": original.find(b'"last_value"') + 3,
+              "footer end": len(original) - 20}[where]
+    _flip(part, original, offset * 8 + 2)
+    for name, read in READERS.items():
+        rows, problems = read(store)
+        if name == "summaries" and where == "value page":
+            # the summaries come from the (intact) footer: nothing to report, nothing changed
+            assert (rows, problems.damaged) == (good[name], []), where
+            continue
+        assert [p for p, _ in problems.damaged] == [part], (where, name)
+        why = problems.damaged[0][1]
+        assert "damaged Parquet part" in why and "seq 0..98" in why, why
+        # run a is whole; none of b's compacted rows is read as another value
+        assert [r for r in rows if r.get("run") == "a"] == [
+            r for r in good[name] if r.get("run") == "a"], (where, name)
+        assert all(r in good[name] for r in rows), (where, name)
+
+
+@pytest.mark.slow
+def test_random_single_bit_flips_are_never_read_as_different_values(store: Path) -> None:
+    """Over a part, 100 random bit flips: every read either reports the part or returns
+    exactly the original values (a flip in bytes no reader uses)."""
+    part = _metrics_part(store, "b")
+    original = part.read_bytes()
+    good = {name: read(store)[0] for name, read in READERS.items() if name != "summaries"}
+    rng = random.Random(12)
+    changed = []
+    for _ in range(100):
+        bit = rng.randrange(len(original) * 8)
+        _flip(part, original, bit)
+        for name, want in good.items():
+            rows, problems = READERS[name](store)
+            if not problems.damaged and rows != want:
+                changed.append((bit, name))
+    assert changed == []
+
+
+def _cli(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(main, list(args))
+    assert result.exception is None or isinstance(result.exception, SystemExit), \
+        result.exception
+    return result.exit_code, result.stdout, result.stderr
+
+
+@pytest.mark.parametrize("damage", ["truncated", "flipped footer", "empty"])
+def test_every_command_skips_a_damaged_part_and_names_it(store: Path, tmp_path: Path,
+                                                         damage: str) -> None:
+    part = _metrics_part(store, "b")
+    data = part.read_bytes()
+    if damage == "truncated":
+        part.write_bytes(data[: len(data) // 2])
+    elif damage == "flipped footer":
+        _flip(part, data, (len(data) - 40) * 8)
+    else:
+        part.write_bytes(b"")
+    root = str(store)
+    runs = _cli("runs", "--root", root, "--metric", "loss")
+    show_a = _cli("show", "a", "--root", root)
+    show_b = _cli("show", "b", "--root", root)
+    sql = _cli("sql", "SELECT run, count(*) AS n FROM metrics GROUP BY run ORDER BY run",
+               "--root", root, "--format", "json")
+    export = _cli("export", "console", "--root", root, "--all")
+    pack = _cli("pack", "--root", root, "--all", "-o", str(tmp_path / "x.tlpack"))
+    for name, (code, _, err) in {"runs": runs, "show a": show_a, "show b": show_b,
+                                 "sql": sql, "export": export}.items():
+        assert code == 0, (name, err)
+        assert str(part) in err, (name, err)
+    assert pack[0] == 0 and "1 damaged" in pack[1] + pack[2], pack
+    assert "24.5" in runs[1]  # run a's last loss is still listed
+    assert '{"run": "a", "n": 100}' in sql[1] and '"run": "b"' not in sql[1]
+    assert "metrics=100" in show_a[1]
+
+
+def test_a_segment_with_a_damaged_header_does_not_fail_sql_for_other_runs(root: Path) -> None:
+    _write(root, "a", steps=5)
+    _write(root, "b", steps=5)
+    segment = next(root.glob("metrics/project=p/run=b/**/*.arrows"))
+    segment.write_bytes(b"\x00" * 64 + segment.read_bytes()[64:])
+    rows, problems = _sql_rows(root)
+    assert {r["run"] for r in rows} == {"a"} and len(rows) == 10
+    assert [p for p, _ in problems.damaged] == [segment]
+    code, out, err = _cli("sql", "SELECT count(*) AS n FROM metrics", "--root", str(root),
+                          "--format", "csv")
+    assert code == 0 and "10" in out and str(segment) in err
+
+
+def test_without_a_problems_list_damage_is_a_warning_naming_the_file(store: Path) -> None:
+    part = _metrics_part(store, "b")
+    part.write_bytes(part.read_bytes()[:100])
+    with pytest.warns(RuntimeWarning, match=str(part)):
+        rows = tracklake.query("SELECT count(*) AS n FROM metrics", root=store).to_pylist()
+    assert rows == [{"n": 100}]
+
+
+def test_compaction_leaves_a_segment_with_a_damaged_header_and_compacts_the_rest(
+        root: Path) -> None:
+    _write(root, "a", steps=5)
+    _write(root, "b", steps=5)
+    segment = next(root.glob("metrics/project=p/run=b/**/*.arrows"))
+    segment.write_bytes(b"\x00" * 64 + segment.read_bytes()[64:])
+    report = tracklake.compact(root=root)
+    assert [p for p, _ in report.skipped] == [segment]
+    assert "not an Arrow IPC stream" in report.skipped[0][1]
+    assert segment.exists()
+    assert list(root.glob("metrics/project=p/run=a/**/*.parquet"))
+    code, _, err = _cli("compact", "--root", str(root))
+    assert code == 0 and str(segment) in err
+
+
+def test_an_error_in_the_sql_itself_does_not_read_every_part(store: Path) -> None:
+    """Parts are read in full to look for damage only when reading data failed: a typo is
+    reported as it is, and a damaged page no query read is not looked for."""
+    part = _metrics_part(store, "b")
+    original = part.read_bytes()
+    _flip(part, original, _page_byte(part) * 8)
+    problems = tracklake.ReadProblems()
+    with pytest.raises(tracklake.QueryError, match="no_such_column") as caught:
+        tracklake.query("SELECT no_such_column FROM metrics", root=store, problems=problems)
+    assert problems.damaged == [] and "damaged" not in str(caught.value)
+    _, problems = _sql_rows(store)
+    assert [p for p, _ in problems.damaged] == [part]
