@@ -23,8 +23,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tracklake._errors import PackConflictError, RunNotFoundError
+from tracklake._errors import FormatError, PackConflictError, RunNotFoundError
 from tracklake._format import SCHEMAS, attempt_file, blob_path, stream_dir
+from tracklake._format.attempt import parse_attempt
 from tracklake._format.naming import resolve_root
 from tracklake._ops.compact import write_part
 from tracklake._ops.pack.archive import read_manifest, verify, write_archive
@@ -69,6 +70,8 @@ class PackReport:
     blobs: int = 0
     size_bytes: int = 0
     missing_blobs: list[str] = field(default_factory=list)  # referenced, not in the store
+    #: attempt files left out because they are damaged or invalid: (path, why)
+    bad_attempts: list[tuple[Path, str]] = field(default_factory=list)
     problems: ReadProblems = field(default_factory=ReadProblems)
 
     def __str__(self) -> str:
@@ -77,6 +80,8 @@ class PackReport:
                 f"{self.blobs} blob(s), {self.size_bytes} bytes")
         if self.missing_blobs:
             text += f"; {len(self.missing_blobs)} referenced blob(s) missing or damaged"
+        for _, why in self.bad_attempts:
+            text += f"; left out {why}"
         if self.problems.torn or self.problems.damaged:
             text += (f"; {len(self.problems.torn)} torn and {len(self.problems.damaged)} "
                      "damaged segment(s) read up to their last good batch")
@@ -128,6 +133,11 @@ def pack(*, root: str | os.PathLike[str] | None = None, project: str | None = No
                 path = attempt_file(root_path, record.project, record.run, a["rank"],
                                     a["attempt"])
                 data = path.read_bytes()
+                try:
+                    parse_attempt(data, path)  # it may have changed since it was listed
+                except FormatError as exc:
+                    report.bad_attempts.append((path, str(exc)))
+                    continue
                 entry = AttemptEntry(record.project, record.run, a["rank"], a["attempt"],
                                      hashlib.sha256(data).hexdigest(), len(data))
                 if covered.attempts.get(entry.key) != entry.sha256 and data:

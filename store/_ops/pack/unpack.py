@@ -5,13 +5,12 @@ write blobs, parts and attempt files in that order."""
 from __future__ import annotations
 
 import contextlib
+import datetime as _dt
 import hashlib
-import json
 import os
 import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -29,6 +28,7 @@ from tracklake._format import (
     stream_dir,
     write_atomic,
 )
+from tracklake._format.attempt import check_attempt, parse_attempt
 from tracklake._format.naming import resolve_root
 from tracklake._ops.compact import write_part
 from tracklake._ops.pack.archive import open_pack, read_member, verify_open
@@ -176,37 +176,39 @@ def _plan_attempt(root: Path, path: Path, tar: tarfile.TarFile,
     """The attempt file's bytes if they should be written, None to keep the target's."""
     where = f"{path}: member {entry.member!r}"
     data = read_member(tar, tar.getmember(entry.member)).read()
-    incoming = _attempt_record(data, where)
-    if (incoming.get("project"), incoming.get("run"), incoming.get("rank"),
-            incoming.get("attempt")) != (entry.project, entry.run, entry.rank, entry.attempt):
+    incoming = parse_attempt(data, where)
+    if incoming is None:
+        raise FormatError(f"{where}: an empty attempt record")
+    if (incoming["project"], incoming["run"], incoming["rank"],
+            incoming["attempt"]) != (entry.project, entry.run, entry.rank, entry.attempt):
         raise FormatError(f"{where}: its record names another attempt")
     target = attempt_file(root, entry.project, entry.run, entry.rank, entry.attempt)
     try:
-        present = target.read_bytes()
+        mine = check_attempt(target)
     except FileNotFoundError:
         return data
-    if present == data:
+    except FormatError as exc:
+        raise FormatError(f"{exc}; the pack holds this attempt's record too: repair or "
+                          "move away the file in the target, then unpack again") from exc
+    if mine is None:
+        return data  # claimed by a writer that has not written it yet
+    if target.read_bytes() == data:
         return None
-    mine = _attempt_record(present, target) if present else {}
-    if mine.get("started_at") != incoming.get("started_at"):
+    if mine["started_at"] != incoming["started_at"]:
         raise PackConflictError(
             f"{path}: run {entry.project}/{entry.run} rank {entry.rank} attempt "
             f"{entry.attempt} exists in {root} as a different attempt (started "
-            f"{mine.get('started_at')}, the pack's {incoming.get('started_at')}); the same "
+            f"{mine['started_at']}, the pack's {incoming['started_at']}); the same "
             "run id was used on both machines")
-    newer = str(incoming.get("heartbeat_at") or "") > str(mine.get("heartbeat_at") or "")
-    return data if newer else None
+    return data if _moment(incoming.get("heartbeat_at")) > _moment(mine.get("heartbeat_at")) \
+        else None
 
 
-def _attempt_record(data: bytes, where: object) -> dict[str, Any]:
-    try:
-        record = json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise FormatError(f"{where}: not a valid attempt record ({exc})") from exc
-    if not isinstance(record, dict):
-        raise FormatError(f"{where}: not a valid attempt record")
-    check_version(record.get("format"), where)
-    return record
+def _moment(value: str | None) -> _dt.datetime:
+    """A validated timestamp, comparable whatever its time zone (None is earliest)."""
+    if value is None:
+        return _dt.datetime.min.replace(tzinfo=_dt.timezone.utc)
+    return _dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
 def _inside(root: Path, target: Path) -> Path:
