@@ -11,6 +11,7 @@ import os
 import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 import pyarrow as pa
@@ -73,21 +74,66 @@ class _StreamPlan:
     last_segment: int
 
 
-def _load_part(path: Path, tar: tarfile.TarFile, entry: StreamEntry) -> pa.Table:
-    """The records of a packed part, checked against the manifest."""
-    where = f"{path}: member {entry.member!r}"
-    try:
-        with read_member(tar, tar.getmember(entry.member)) as f:
-            table = pq.read_table(f)
-    except (pa.ArrowException, OSError) as exc:
-        raise FormatError(f"{where} is not a readable Parquet part ({exc})") from exc
-    meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
+#: The most bytes of records one packed part may decode to. Its records are held in
+#: memory while they are merged, so this bounds what a pack can make `unpack` allocate
+#: (Parquet's dictionary and run-length encodings let a few kilobytes stand for
+#: gigabytes). Raise it with ``unpack(max_part_bytes=...)`` / ``--max-part-bytes``.
+MAX_PART_BYTES = 4 << 30
+_BATCH_ROWS = 4096
+
+
+def _check_part_shape(where: str, pf: pq.ParquetFile, entry: StreamEntry) -> None:
+    """The part's metadata against the manifest, before any record is decoded."""
+    meta = {k.decode(): v.decode() for k, v in (pf.schema_arrow.metadata or {}).items()}
     check_version(meta.get("tracklake.format"), where)
     s = entry.stream
     if (meta.get("tracklake.kind"), meta.get("tracklake.project"), meta.get("tracklake.run"),
             meta.get("tracklake.rank"), meta.get("tracklake.attempt")) != (
             s.kind, s.project, s.run, str(s.rank), str(s.attempt)):
         raise FormatError(f"{where}: its metadata names another stream")
+    if not pf.schema_arrow.remove_metadata().equals(SCHEMAS[s.kind]):
+        raise FormatError(f"{where}: its columns are not those of {s.kind} records")
+    if pf.metadata.num_rows != entry.rows:
+        raise FormatError(f"{where}: it holds {pf.metadata.num_rows} rows, the manifest "
+                          f"says {entry.rows}")
+
+
+def _check_decoded_size(where: str, f: IO[bytes], limit: int) -> None:
+    """Refuse a part whose records would decode to more than `limit` bytes, measured
+    batch by batch with strings kept dictionary-encoded, so that measuring holds one
+    small batch at a time whatever the part expands to."""
+    strings = [field.name for field in pq.ParquetFile(f).schema_arrow
+               if pa.types.is_string(field.type)]
+    f.seek(0)
+    total = 0
+    for batch in pq.ParquetFile(f, read_dictionary=strings).iter_batches(_BATCH_ROWS):
+        for column in batch.columns:
+            if isinstance(column, pa.DictionaryArray):
+                lengths = pc.take(pc.binary_length(column.dictionary), column.indices)
+                total += (pc.sum(lengths).as_py() or 0) + 4 * len(column)
+            else:
+                total += column.nbytes
+        if total > limit:
+            raise FormatError(
+                f"{where}: its records decode to more than {limit} bytes (the limit per "
+                "part; a crafted or mislabelled pack?). If the pack is trusted and this "
+                "much memory is available, unpack it with a larger --max-part-bytes")
+
+
+def _load_part(path: Path, tar: tarfile.TarFile, entry: StreamEntry,
+               limit: int = MAX_PART_BYTES) -> pa.Table:
+    """The records of a packed part, checked against the manifest, in bounded memory."""
+    where = f"{path}: member {entry.member!r}"
+    try:
+        with read_member(tar, tar.getmember(entry.member)) as f:
+            _check_part_shape(where, pq.ParquetFile(f), entry)
+            f.seek(0)
+            _check_decoded_size(where, f, limit)
+            f.seek(0)
+            table = pq.ParquetFile(f).read()
+    except (pa.ArrowException, OSError) as exc:
+        raise FormatError(f"{where} is not a readable Parquet part ({exc})") from exc
+    s = entry.stream
     table = table.replace_schema_metadata(None)
     if not table.schema.equals(SCHEMAS[s.kind]):
         raise FormatError(f"{where}: its columns are not those of {s.kind} records")
@@ -136,9 +182,9 @@ def _existing(root: Path, s: StreamId, first: int, last: int) -> pa.Table:
 
 
 def _plan_stream(root: Path, path: Path, tar: tarfile.TarFile,
-                 entry: StreamEntry) -> _StreamPlan:
+                 entry: StreamEntry, limit: int) -> _StreamPlan:
     s = entry.stream
-    incoming = _load_part(path, tar, entry)
+    incoming = _load_part(path, tar, entry, limit)
     have = _existing(root, s, entry.first_seq, entry.last_seq)
     have_seqs = pc.unique(have.column("seq"))
     common_in = pc.is_in(incoming.column("seq"), value_set=have_seqs)
@@ -241,8 +287,8 @@ def _copy_blob(root: Path, path: Path, tar: tarfile.TarFile, entry: BlobEntry) -
     fsync_dir(final.parent)
 
 
-def unpack(path: str | os.PathLike[str], *, root: str | os.PathLike[str] | None = None
-           ) -> UnpackReport:
+def unpack(path: str | os.PathLike[str], *, root: str | os.PathLike[str] | None = None,
+           max_part_bytes: int = MAX_PART_BYTES) -> UnpackReport:
     """Verify the pack at `path`, then merge it into the store at `root`.
 
     Nothing is written unless the whole pack checks out and merges without conflict:
@@ -254,7 +300,8 @@ def unpack(path: str | os.PathLike[str], *, root: str | os.PathLike[str] | None 
     report = UnpackReport()
     with open_pack(pack_path) as tar:
         manifest = verify_open(pack_path, tar)
-        plans = [_plan_stream(root_path, pack_path, tar, e) for e in manifest.streams]
+        plans = [_plan_stream(root_path, pack_path, tar, e, max_part_bytes)
+                 for e in manifest.streams]
         attempts = [(e, _plan_attempt(root_path, pack_path, tar, e))
                     for e in manifest.attempts]
         blobs = [e for e in manifest.blobs if not blob_path(root_path, e.sha256).exists()]
@@ -268,7 +315,7 @@ def unpack(path: str | os.PathLike[str], *, root: str | os.PathLike[str] | None 
             if not plan.ranges:
                 report.streams_skipped += 1
                 continue
-            table = _load_part(pack_path, tar, plan.entry)
+            table = _load_part(pack_path, tar, plan.entry, max_part_bytes)
             seqs = table.column("seq")
             directory = _inside(root_path, stream_dir(root_path, plan.entry.stream))
             directory.mkdir(parents=True, exist_ok=True)
