@@ -25,7 +25,8 @@ def _fail(exc: TracklakeError) -> None:
 @click.option("--all", "all_runs", is_flag=True, help="Pack every run of the store.")
 @click.option("-o", "--output", required=True,
               type=click.Path(dir_okay=False, path_type=Path),
-              help="The pack file to write (replaced atomically if it exists).")
+              help="The pack file to write, in an existing directory (an existing "
+                   "regular file is replaced atomically; anything else is refused).")
 @click.option("--since", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="An earlier pack: include only what it (and the packs it was made "
                    "--since) did not hold.")
