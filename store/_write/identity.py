@@ -18,7 +18,8 @@ REDACTED = "<redacted>"
 # A name is split into lower-case words (at any non-alphanumeric character and at
 # camelCase humps: ``db.pass`` -> db, pass; ``MY_SERVICE_PAT`` -> my, service, pat;
 # ``wandbKey`` -> wandb, key). It names a secret when
-#  - a STRONG word is anywhere in it (or a word ends with one: ``OPENAIAPIKEY``),
+#  - a STRONG word is anywhere in it (or a glued word ends with one of the
+#    _STRONG_SUFFIXES: ``OPENAIAPIKEY``, ``PGPASSWORD``, ``AWSSECRETKEY``),
 #    unless its last word says the value describes the secret rather than holds it
 #    (``password_min_length``, ``secret_name``, ``credentials_file``); or
 #  - its last word (a trailing ``id`` aside, so ``AWS_ACCESS_KEY_ID``) is a WEAK word:
@@ -33,7 +34,8 @@ _STRONG = frozenset({
     "cookie", "cookies", "apikey", "privatekey", "webhook", "webhooks", "auth",
     "authorization", "bearer",
 })
-_STRONG_SUFFIXES = ("token", "secret", "password", "passwd", "passphrase", "apikey")
+_STRONG_SUFFIXES = ("token", "secret", "password", "passwd", "passphrase", "apikey",
+                    "secretkey", "accesskey", "privatekey", "authkey", "sshkey")
 _WEAK = frozenset({
     "key", "token", "pass", "pwd", "pat", "session", "private", "signature", "dsn",
     "secrets", "passwords", "passcode", "pin", "otp", "jwt", "sas",
@@ -86,7 +88,7 @@ def secret_name(name: str) -> bool:
     words = _words(name)
     if not words:
         return False
-    strong = [w in _STRONG or any(w.endswith(x) and len(w) > len(x)
+    strong = [w in _STRONG or any(w.endswith(x) and (len(w) > len(x) or x not in _WEAK)
                                   for x in _STRONG_SUFFIXES) for w in words]
     if any(strong) and (len(words) == 1 or words[-1] not in _DESCRIBES):
         return True
