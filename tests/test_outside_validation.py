@@ -253,3 +253,27 @@ def _replace_member(path: Path, name: str, data: bytes) -> None:
         if entry["member"] == name:
             entry["sha256"], entry["size"] = hashlib.sha256(data).hexdigest(), len(data)
     _rebuild(path, {name: data, MANIFEST: json.dumps(doc).encode()})
+
+
+def test_a_metric_summary_in_a_packed_part_is_not_taken_from_the_pack(
+        store: Path, tmp_path: Path) -> None:
+    """Part metadata other than the stream's identity is recomputed on unpack, so a
+    crafted `tracklake.summary` cannot reach the target's `metric_summaries`."""
+    import pyarrow.parquet as pq
+
+    packed = tmp_path / "p.pack"
+    pack(root=store, all_runs=True, output=packed)
+    doc = json.loads(_member(packed, MANIFEST))
+    member = next(e["member"] for e in doc["streams"] if e["kind"] == "metrics")
+    table = pq.read_table(io.BytesIO(_member(packed, member)))
+    meta = {**(table.schema.metadata or {}), b"tracklake.summary": b'[{"key": 5}] not json'}
+    out = io.BytesIO()
+    pq.write_table(table.replace_schema_metadata(meta), out)
+    _replace_member(packed, member, out.getvalue())
+    target = tmp_path / "target"
+    unpack(packed, root=target)
+    tracklake.compact(root=target)
+    rows = tracklake.query("SELECT run, key, count FROM metric_summaries ORDER BY run",
+                           root=target).to_pylist()
+    assert rows == [{"run": "bad", "key": "loss", "count": 1},
+                    {"run": "good", "key": "loss", "count": 1}]
