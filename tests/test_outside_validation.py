@@ -22,7 +22,14 @@ from tracklake._cli.main import main as cli
 from tracklake._format import StreamId, part_name, stream_dir
 from tracklake._format.attempt import check_attempt, validate_attempt
 from tracklake._ops.pack.manifest import parse_manifest
-from tracklake._ops.pack.pack import MANIFEST, MANIFEST_SUM, pack, unpack, verify
+from tracklake._ops.pack.pack import (
+    MANIFEST,
+    MANIFEST_SUM,
+    PackConflictError,
+    pack,
+    unpack,
+    verify,
+)
 from tracklake.exporters import MemoryDestination
 from tracklake.exporters._loop.loop import export
 from tracklake.exporters._loop.select import Selection
@@ -277,3 +284,28 @@ def test_a_metric_summary_in_a_packed_part_is_not_taken_from_the_pack(
                            root=target).to_pylist()
     assert rows == [{"run": "bad", "key": "loss", "count": 1},
                     {"run": "good", "key": "loss", "count": 1}]
+
+
+@pytest.mark.parametrize(("present", "error", "message"), [
+    (b"", PackConflictError, "claimed in .* by a writer"),
+    (b"{broken", tracklake.FormatError, r"attempt=1\.json: not a valid attempt record.*"
+                                        "repair or move away"),
+])
+def test_an_attempt_file_the_target_cannot_vouch_for_is_never_overwritten(
+        store: Path, tmp_path: Path, present: bytes, error: type[Exception],
+        message: str) -> None:
+    """A claimed (empty) or damaged attempt file in the target stops the unpack, naming
+    it, before anything is written."""
+    packed = tmp_path / "p.pack"
+    pack(root=store, all_runs=True, output=packed)
+    target = tmp_path / "target"
+    mine = target / "runs/project=p/run=bad/rank=0/attempt=1.json"
+    mine.parent.mkdir(parents=True)
+    mine.write_bytes(present)
+    with pytest.raises(error, match=message):
+        unpack(packed, root=target)
+    assert _files_of(target) == [mine] and mine.read_bytes() == present
+
+
+def _files_of(root: Path) -> list[Path]:
+    return [p for p in root.rglob("*") if p.is_file()]

@@ -237,7 +237,11 @@ def _plan_attempt(root: Path, path: Path, tar: tarfile.TarFile,
         raise FormatError(f"{exc}; the pack holds this attempt's record too: repair or "
                           "move away the file in the target, then unpack again") from exc
     if mine is None:
-        return data  # claimed by a writer that has not written it yet
+        raise PackConflictError(
+            f"{path}: run {entry.project}/{entry.run} rank {entry.rank} attempt "
+            f"{entry.attempt} was claimed in {root} by a writer that has not written its "
+            "record yet (the same run id is in use on both machines?); refusing to take "
+            "it over")
     if target.read_bytes() == data:
         return None
     if mine["started_at"] != incoming["started_at"]:
