@@ -160,7 +160,7 @@ def test_redact_argv_hides_values_of_secret_options() -> None:
             f"--url=https://u:{URL_PASSWORD}@h/x"]
     assert redact_argv(argv) == [
         "python", "train.py", "--api-key", REDACTED, f"--token={REDACTED}", "--lr", "0.1",
-        "--hf_token", REDACTED, f"wandb.api_key={REDACTED}", f"--password={REDACTED}",
+        "--hf_token", REDACTED, f"wandb.api_key={REDACTED}", "--password=",
         "--max-tokens", "512", f"--url=https://u:{REDACTED}@h/x"]
 
 

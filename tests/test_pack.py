@@ -8,6 +8,7 @@ import json
 import math
 import os
 import shutil
+import stat
 import tarfile
 from pathlib import Path
 
@@ -348,3 +349,88 @@ def test_cli_pack_and_unpack(store_a: Path, tmp_path: Path) -> None:
     bad = runner.invoke(unpack_command, [str(out), "--root", str(b)])
     assert bad.exit_code == 1 and "error:" in bad.output
     assert os.listdir(tmp_path / "b")  # the first unpack's store is still there
+
+
+# -- the output of `pack` ---------------------------------------------------------------
+
+def _make(kind: str, path: Path, tmp_path: Path) -> None:
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "char-device":
+        if os.geteuid() != 0:
+            pytest.skip("creating a device node needs root")
+        os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 7))  # like /dev/full
+    elif kind == "symlink":
+        (tmp_path / "elsewhere").write_bytes(b"keep")
+        path.symlink_to(tmp_path / "elsewhere")
+    else:
+        path.mkdir()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "char-device", "symlink", "directory"])
+def test_pack_refuses_an_output_that_is_not_a_regular_file(store_a: Path, tmp_path: Path,
+                                                           kind: str) -> None:
+    """Pins `-o /dev/full`: an existing output that is not a regular file is left as it
+    was, with an error saying what it is."""
+    out = tmp_path / "out.pack"
+    _make(kind, out, tmp_path)
+    before = os.lstat(out)
+    with pytest.raises(tracklake.StoreError, match=f"refusing to write the pack to {out}"):
+        pack(root=store_a, all_runs=True, output=out)
+    after = os.lstat(out)
+    assert (after.st_mode, after.st_ino, after.st_rdev) == (before.st_mode, before.st_ino,
+                                                            before.st_rdev)
+    assert not list(tmp_path.glob(".tracklake-pack-*")) and not list(tmp_path.glob(".*.tmp"))
+    if kind == "symlink":
+        assert (tmp_path / "elsewhere").read_bytes() == b"keep"
+
+
+def test_pack_refuses_a_missing_or_non_directory_parent_instead_of_creating_it(
+        store_a: Path, tmp_path: Path) -> None:
+    missing = tmp_path / "no" / "such" / "dir" / "out.pack"
+    with pytest.raises(tracklake.StoreError, match=r"does not exist.*create the directory"):
+        pack(root=store_a, all_runs=True, output=missing)
+    assert not (tmp_path / "no").exists()
+    (tmp_path / "afile").write_bytes(b"")
+    with pytest.raises(tracklake.StoreError, match="cannot write the pack to"):
+        pack(root=store_a, all_runs=True, output=tmp_path / "afile" / "out.pack")
+
+
+def _unwritable_dir(tmp_path: Path) -> Path:
+    if os.geteuid() == 0:  # root writes anywhere permissions allow; sysfs refuses even root
+        if not os.path.isdir("/sys") or os.access("/sys", os.W_OK) is False:
+            pytest.skip("no directory that refuses root's writes")
+        return Path("/sys")
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o555)
+    return locked
+
+
+def test_an_unwritable_output_directory_is_a_clear_error_not_a_traceback(
+        store_a: Path, tmp_path: Path) -> None:
+    directory = _unwritable_dir(tmp_path)
+    out = directory / "out.pack"
+    with pytest.raises(tracklake.StoreError, match=f"packing to {out} failed: "
+                       "(Permission denied|Operation not permitted).*nothing was written"):
+        pack(root=store_a, all_runs=True, output=out)
+    result = CliRunner().invoke(pack_command, ["--root", str(store_a), "--all", "-o",
+                                               str(out)])
+    assert result.exit_code == 1
+    assert result.output.startswith("tracklake: error: packing to") and \
+        "Traceback" not in result.output, result.output
+    assert not out.exists()
+
+
+def test_pack_since_counts_only_the_runs_with_something_new(store_a: Path,
+                                                           tmp_path: Path) -> None:
+    """Pins the report of an incremental pack: of the 4 runs, only `multi` grew."""
+    first = tmp_path / "first.pack"
+    assert pack(root=store_a, all_runs=True, output=first).runs == 4
+    log_multi_rank(store_a, range(40, 45), artifact=b"weights-v2")
+    second = tmp_path / "second.pack"
+    report = pack(root=store_a, all_runs=True, output=second, since=first)
+    assert (report.runs, report.runs_unchanged) == (1, 3)
+    assert str(report).startswith(f"packed 1 run(s) into {second} (1 with something new "
+                                  "since first.pack, 3 unchanged and left out)")
+    nothing = pack(root=store_a, all_runs=True, output=tmp_path / "third.pack", since=second)
+    assert (nothing.runs, nothing.runs_unchanged) == (0, 4)

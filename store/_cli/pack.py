@@ -25,7 +25,8 @@ def _fail(exc: TracklakeError) -> None:
 @click.option("--all", "all_runs", is_flag=True, help="Pack every run of the store.")
 @click.option("-o", "--output", required=True,
               type=click.Path(dir_okay=False, path_type=Path),
-              help="The pack file to write (replaced atomically if it exists).")
+              help="The pack file to write, in an existing directory (an existing "
+                   "regular file is replaced atomically; anything else is refused).")
 @click.option("--since", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="An earlier pack: include only what it (and the packs it was made "
                    "--since) did not hold.")
@@ -50,12 +51,16 @@ def pack(root: Path | None, project: str | None, runs: tuple[str, ...], all_runs
 @click.option("--root", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Store to merge into (default: $TRACKLAKE_ROOT, else ./tracklake); "
                    "created if missing.")
-def unpack(path: Path, root: Path | None) -> None:
+@click.option("--max-part-bytes", type=click.IntRange(min=1), default=None,
+              help="Refuse a packed part whose records decode to more bytes than this "
+                   "(they are held in memory while merged; default 4 GiB).")
+def unpack(path: Path, root: Path | None, max_part_bytes: int | None) -> None:
     """Verify a pack and merge it into the store; unpacking it again adds nothing."""
     from tracklake._ops.pack.pack import unpack as do_unpack
+    from tracklake._ops.pack.unpack import MAX_PART_BYTES
 
     try:
-        report = do_unpack(path, root=root)
+        report = do_unpack(path, root=root, max_part_bytes=max_part_bytes or MAX_PART_BYTES)
     except TracklakeError as exc:
         _fail(exc)
         return

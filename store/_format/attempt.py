@@ -5,11 +5,13 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
-from tracklake._errors import FormatError
+from tracklake._errors import FormatError, NewerFormatError
 from tracklake._format import FORMAT_VERSION, attempt_file, check_version, write_atomic
+from tracklake._format import checks as c
 
 STATUSES = ("running", "finished", "failed", "killed", "crashed")
 #: Statuses after which an attempt's writer will not write again.
@@ -68,16 +70,143 @@ def write_attempt(path: Path, record: dict[str, Any]) -> None:
     write_atomic(path, json.dumps(record, indent=1, default=str, allow_nan=True).encode())
 
 
-def read_attempt(path: Path) -> dict[str, Any] | None:
-    """The attempt record, or None if it was claimed but not yet written."""
-    data = path.read_bytes()
+#: An attempt file is read whole; a larger one is refused as damaged or hostile.
+MAX_ATTEMPT_BYTES = 64 << 20
+
+
+def _check_git(value: object, field: str) -> dict[str, Any]:
+    git = dict(c.mapping(value, field))
+    c.optional(c.text)(git.get("commit"), f"{field}.commit")
+    c.optional(c.text)(git.get("branch"), f"{field}.branch")
+    c.optional(c.boolean)(git.get("dirty"), f"{field}.dirty")
+    c.optional(c.text)(git.get("remote"), f"{field}.remote")
+    return git
+
+
+def _check_identity(value: object, field: str) -> dict[str, Any]:
+    ident = dict(c.mapping(value, field))
+    c.optional(lambda v, f: c.list_of(v, f, c.text))(ident.get("command"), f"{field}.command")
+    for key in ("cwd", "python", "platform", "host"):
+        c.optional(c.text)(ident.get(key), f"{field}.{key}")
+    c.optional(c.integer)(ident.get("pid"), f"{field}.pid")
+    c.optional(_check_git)(ident.get("git"), f"{field}.git")
+    c.optional(lambda v, f: c.list_of(v, f, c.strings))(ident.get("gpus"), f"{field}.gpus")
+    c.optional(c.strings)(ident.get("packages"), f"{field}.packages")
+    c.optional(c.strings)(ident.get("env"), f"{field}.env")
+    return ident
+
+
+def _check_write_report(value: object, field: str) -> dict[str, Any]:
+    report = dict(c.mapping(value, field))
+    c.optional(c.text)(report.get("status"), f"{field}.status")
+    c.optional(c.boolean)(report.get("complete"), f"{field}.complete")
+    for key in ("failed_writes", "dropped_values", "dropped_records", "unwritten_records"):
+        c.optional(c.integer)(report.get(key), f"{field}.{key}")
+    c.optional(c.text)(report.get("last_error"), f"{field}.last_error")
+    errnos = c.optional(c.mapping)(report.get("errors_by_errno"), f"{field}.errors_by_errno")
+    for k, v in (errnos or {}).items():
+        c.integer(v, f"{field}.errors_by_errno.{k}")
+    return report
+
+
+def validate_attempt(record: object, where: object) -> dict[str, Any]:
+    """`record` if every field an attempt record may hold has the type and range its
+    readers rely on; FormatError naming `where` and the field otherwise.
+
+    Required: format, project, run, rank, attempt, status, started_at. Optional (absent
+    or null): name, world_size, tags, heartbeat_at, finished_at, identity, config,
+    write_report. Fields this version does not know are kept (a later minor version may
+    add some).
+    """
+    if not isinstance(record, dict):
+        raise FormatError(f"{where}: not a valid attempt record (not a JSON object)")
+    check_version(record.get("format"), where)
+    try:
+        c.name(record.get("project"), "project")
+        c.name(record.get("run"), "run")
+        c.integer(record.get("rank"), "rank", 0, c.MAX_INT32)
+        c.integer(record.get("attempt"), "attempt", 1, c.MAX_INT32)
+        c.one_of(record.get("status"), "status", STATUSES)
+        c.timestamp(record.get("started_at"), "started_at")
+        c.optional(c.timestamp)(record.get("heartbeat_at"), "heartbeat_at")
+        c.optional(c.timestamp)(record.get("finished_at"), "finished_at")
+        c.optional(c.text)(record.get("name"), "name")
+        c.optional(lambda v, f: c.integer(v, f, 1, c.MAX_INT32))(record.get("world_size"),
+                                                                  "world_size")
+        c.optional(lambda v, f: c.list_of(v, f, c.text))(record.get("tags"), "tags")
+        c.optional(_check_identity)(record.get("identity"), "identity")
+        c.optional(c.mapping)(record.get("config"), "config")
+        c.optional(_check_write_report)(record.get("write_report"), "write_report")
+    except c.FieldError as exc:
+        raise FormatError(f"{where}: not a valid attempt record: {exc}") from exc
+    return record
+
+
+def parse_attempt(data: bytes, where: object) -> dict[str, Any] | None:
+    """The validated attempt record in `data`, or None if it is empty (claimed but not
+    yet written); FormatError naming `where` if it is not a valid record."""
     if not data:
         return None
+    if len(data) > MAX_ATTEMPT_BYTES:
+        raise FormatError(f"{where}: an attempt record of {len(data)} bytes; the limit is "
+                          f"{MAX_ATTEMPT_BYTES}")
     try:
         record = json.loads(data)
-    except json.JSONDecodeError as exc:
-        raise FormatError(f"{path}: not a valid attempt record ({exc})") from exc
-    if not isinstance(record, dict):
-        raise FormatError(f"{path}: not a valid attempt record")
-    check_version(record.get("format"), path)
+    except (ValueError, RecursionError) as exc:  # JSON, UTF-8, nesting too deep
+        raise FormatError(f"{where}: not a valid attempt record ({exc})") from exc
+    return validate_attempt(record, where)
+
+
+def _path_fields(path: Path) -> tuple[str, str, int, int] | None:
+    """(project, run, rank, attempt) named by an attempt file's path, if it has that form."""
+    parts = [*path.parent.parts[-3:], path.stem]
+    prefixes = ("project=", "run=", "rank=", "attempt=")
+    if len(parts) != 4 or not all(p.startswith(x) for p, x in zip(parts, prefixes,
+                                                                    strict=True)):
+        return None
+    project, run, rank, attempt = (p.split("=", 1)[1] for p in parts)
+    if not (rank.isdigit() and attempt.isdigit()):
+        return None
+    return project, run, int(rank), int(attempt)
+
+
+def check_attempt(path: Path) -> dict[str, Any] | None:
+    """The attempt record at `path`, validated and checked to name the attempt its path
+    names; None if it was claimed but not yet written. FormatError naming the file and
+    the field if it is damaged or invalid."""
+    with open(path, "rb") as f:
+        data = f.read(MAX_ATTEMPT_BYTES + 1)
+    record = parse_attempt(data, path)
+    named = _path_fields(path)
+    if record is not None and named is not None and named != (
+            record["project"], record["run"], record["rank"], record["attempt"]):
+        raise FormatError(f"{path}: not a valid attempt record: it names project "
+                          f"{record['project']!r} run {record['run']!r} rank "
+                          f"{record['rank']} attempt {record['attempt']}, not the attempt "
+                          "its path names")
     return record
+
+
+_reported: set[tuple[str, str]] = set()
+
+
+def read_attempt(path: Path) -> dict[str, Any] | None:
+    """The attempt record, or None if it was claimed but not yet written.
+
+    A damaged or invalid file is one problem, not a failure of every reader of the
+    store: it is reported once on stderr, naming the file and the field, and read as
+    None (its attempt is left out of run listings, and compaction treats its writer as
+    possibly alive). A file of a newer major format raises NewerFormatError.
+    Use `check_attempt` to get the error instead.
+    """
+    try:
+        return check_attempt(path)
+    except NewerFormatError:
+        raise
+    except FormatError as exc:
+        key = (str(path), str(exc))
+        if key not in _reported:
+            _reported.add(key)
+            print(f"tracklake: warning: {exc}; this attempt file is ignored until it is "
+                  "repaired or removed", file=sys.stderr, flush=True)
+        return None

@@ -8,7 +8,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from tracklake._errors import CursorError
-from tracklake._format import KINDS, StreamId
+from tracklake._format import KINDS, StreamId, checks
 
 _KEY = re.compile(r"(0|[1-9][0-9]*)/(0|[1-9][0-9]*)/([a-z]+)\Z")
 
@@ -48,7 +48,7 @@ class Cursor:
     def from_json(cls, text: str | bytes) -> Cursor:
         try:
             data = json.loads(text)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        except (ValueError, RecursionError) as exc:  # JSON, UTF-8, nesting too deep
             raise CursorError(f"cursor is not valid JSON: {exc}") from exc
         if not isinstance(data, Mapping) or not isinstance(data.get("positions"), Mapping):
             raise CursorError("cursor must be an object with project, run and positions")
@@ -58,10 +58,13 @@ class Cursor:
         checked: dict[str, int] = {}
         for key, seq in positions.items():
             m = _KEY.match(key) if isinstance(key, str) else None
-            if m is None or m.group(3) not in KINDS:
-                raise CursorError(f"cursor stream key {key!r} is not rank/attempt/kind")
-            if isinstance(seq, bool) or not isinstance(seq, int) or seq < -1:
-                raise CursorError(f"cursor position for {key!r} must be an int >= -1, "
-                                  f"not {seq!r}")
+            if (m is None or m.group(3) not in KINDS or int(m.group(1)) > checks.MAX_INT32
+                    or int(m.group(2)) > checks.MAX_INT32):
+                raise CursorError(f"cursor stream key {key!r} is not rank/attempt/kind "
+                                  "(rank and attempt up to 2**31-1)")
+            if (isinstance(seq, bool) or not isinstance(seq, int)
+                    or not -1 <= seq <= checks.MAX_INT64):
+                raise CursorError(f"cursor position for {key!r} must be an int >= -1 "
+                                  f"(and < 2**63), not {seq!r}")
             checked[key] = seq
         return cls(project, run, checked)

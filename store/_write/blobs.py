@@ -26,10 +26,48 @@ def artifact_items(artifact: str | os.PathLike[str] | bytes | bytearray | memory
             raise FileNotFoundError(f"artifact {str(path)!r} does not exist")
         base = safe_name(name or path.name, "artifact")
         if path.is_dir():
-            return [(_member_name(base, f.relative_to(path)), f)
-                    for f in sorted(path.rglob("*")) if f.is_file()]
-        return [(base, path)]
+            return [(_member_name(base, relative), f)
+                    for relative, f in _directory_files(path)]
+        if not path.is_file():
+            raise ValueError(f"artifact {str(path)!r} is not a regular file or a directory")
+        return [(base, path.resolve())]  # a link named by the caller is followed
     raise TypeError(f"artifact must be a path or bytes, not {type(artifact).__name__}")
+
+
+def _directory_files(directory: Path) -> list[tuple[Path, Path]]:
+    """(path relative to `directory`, file to read) for each file below `directory`.
+
+    A symbolic link inside the tree is stored as the file it points to only if that file
+    is itself inside the tree; a link out of it (``-> /etc/hostname``), a link to a
+    directory, or anything that is not a regular file is refused, naming it, before
+    anything is stored.
+    """
+    top = directory.resolve()
+    found: list[tuple[Path, Path]] = []
+    for dirpath, dirnames, filenames in os.walk(directory, followlinks=False):
+        here = Path(dirpath)
+        entries = filenames + [d for d in dirnames if (here / d).is_symlink()]
+        for entry in sorted(entries):
+            path = here / entry
+            relative = path.relative_to(directory)
+            if path.is_symlink():
+                target = path.resolve()
+                if not target.is_relative_to(top):
+                    raise ValueError(
+                        f"artifact directory {str(directory)!r}: {relative} links to "
+                        f"{target}, outside the directory; refused (copy the file in, or "
+                        "log it as an artifact of its own)")
+                if not target.is_file():
+                    raise ValueError(
+                        f"artifact directory {str(directory)!r}: {relative} links to "
+                        f"{target}, which is not a regular file; refused")
+                found.append((relative, target))
+            elif path.is_file():
+                found.append((relative, path))
+            else:
+                raise ValueError(f"artifact directory {str(directory)!r}: {relative} is not "
+                                 "a regular file (a device, socket or pipe); refused")
+    return sorted(found)
 
 
 def store_blob(root: Path, source: bytes | Path) -> tuple[str, int]:
@@ -53,7 +91,9 @@ def _copy_blob(root: Path, source: bytes | Path, tmp: Path) -> tuple[str, int]:
             out.write(source)
             size = len(source)
         else:
-            with open(source, "rb") as src:
+            # O_NOFOLLOW: a file swapped for a link after it was listed is not followed
+            fd = os.open(source, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+            with open(fd, "rb") as src:
                 while chunk := src.read(1 << 20):
                     h.update(chunk)
                     out.write(chunk)

@@ -35,6 +35,9 @@ from tracklake._ops.pack.manifest import (
 )
 
 _MAX_SMALL_MEMBER = 64 << 20  # manifest and attempt files are read into memory
+#: The pax header fields a pack member may carry (tarfile writes `path` for long names).
+_PAX_KEYS = frozenset({"path", "size", "mtime", "atime", "ctime", "uid", "gid", "uname",
+                       "gname", "comment", "charset", "hdrcharset"})
 
 
 # -- writing ----------------------------------------------------------------------------
@@ -114,9 +117,17 @@ def _check_info(path: Path, info: tarfile.TarInfo | None, expected: str) -> tarf
         raise FormatError(f"{path}: ends before its {expected} (truncated?)")
     if info.name != expected:
         raise FormatError(f"{path}: member {info.name!r} where {expected!r} was expected")
-    if not info.isreg():
-        raise FormatError(f"{path}: member {info.name!r} is not a regular file "
-                          "(links and devices are refused)")
+    # isreg() is also true of GNU sparse and contiguous members: a sparse member of a few
+    # bytes can stand for gigabytes of zeros, so only plain regular files pass
+    if info.type not in (tarfile.REGTYPE, tarfile.AREGTYPE) or info.sparse is not None \
+            or any(k.startswith("GNU.sparse.") for k in info.pax_headers):
+        raise FormatError(f"{path}: member {info.name!r} is not a plain regular file "
+                          f"(type {info.type!r}; links, devices, directories and sparse "
+                          "members are refused)")
+    unexpected = set(info.pax_headers) - _PAX_KEYS
+    if unexpected:
+        raise FormatError(f"{path}: member {info.name!r} has unexpected pax header fields "
+                          f"{sorted(unexpected)} (refused)")
     return info
 
 
@@ -171,6 +182,12 @@ def verify(path: str | os.PathLike[str]) -> Manifest:
 def verify_open(path: Path, tar: tarfile.TarFile) -> Manifest:
     manifest = _verified_manifest(path, tar)
     expected = manifest.members()
+    stated = sum(size for _, size in expected.values())
+    actual = os.stat(path).st_size
+    if stated > actual:
+        raise FormatError(f"{path}: the manifest lists {stated} bytes of members in a pack "
+                          f"of {actual} bytes (members are stored whole; truncated or "
+                          "crafted pack)")
     seen: set[str] = set()
     while (info := tar.next()) is not None:
         if info.name not in expected:

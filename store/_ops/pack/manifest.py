@@ -18,9 +18,11 @@ from tracklake._format import (
     attempt_file,
     blob_path,
     check_version,
+    checks,
     part_name,
     stream_dir,
 )
+from tracklake._format.checks import MAX_INT32, MAX_INT64
 
 PACK_FORMAT_VERSION = "1.0"
 PACK_FORMAT_MAJOR = 1
@@ -144,10 +146,38 @@ def _name(value: object, what: str) -> str:
     return value
 
 
-def _count(value: object, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 10**12:
-        raise ValueError(f"{what} must be a non-negative integer, not {value!r}")
+def _count(value: object, what: str, high: int = MAX_INT64, low: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"{what} must be an integer in {low}..{high}, not {value!r}")
     return value
+
+
+def _rank(value: object) -> int:
+    return _count(value, "rank", MAX_INT32)  # an int32 partition value in every query
+
+
+def _attempt(value: object) -> int:
+    return _count(value, "attempt", MAX_INT32, low=1)
+
+
+_STREAM_KEY = re.compile(r"([a-z]+)/([^/]+)/([^/]+)/(\d+)/(\d+)")
+_ATTEMPT_KEY = re.compile(r"([^/]+)/([^/]+)/(\d+)/(\d+)")
+
+
+def _covered_key(key: str, form: re.Pattern[str]) -> str:
+    """A key of `covered` (``kind/project/run/rank/attempt`` or ``project/run/rank/
+    attempt``), its parts checked like the entries'."""
+    m = form.fullmatch(key)
+    if m is None:
+        raise ValueError(f"covered key {key!r} is malformed")
+    *names, rank, attempt = m.groups()
+    if form is _STREAM_KEY and names[0] not in KINDS:
+        raise ValueError(f"covered key {key!r} names an unknown record kind")
+    for n in names[-2:]:
+        _name(n, "covered")
+    _rank(int(rank))
+    _attempt(int(attempt))
+    return key
 
 
 def _digest(value: object) -> str:
@@ -160,7 +190,7 @@ def parse_manifest(data: bytes, where: object) -> Manifest:
     """The manifest in `data`, every field checked; FormatError naming `where` if not."""
     try:
         doc = json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (ValueError, RecursionError) as exc:  # JSON, UTF-8, nesting too deep
         raise FormatError(f"{where}: {MANIFEST} is not valid JSON ({exc})") from exc
     if not isinstance(doc, dict) or doc.get("kind") != "tracklake-pack":
         raise FormatError(f"{where}: {MANIFEST} is not a tracklake pack manifest")
@@ -173,7 +203,7 @@ def parse_manifest(data: bytes, where: object) -> Manifest:
             if kind not in KINDS:
                 raise ValueError(f"unknown record kind {kind!r}")
             s = StreamId(_name(e["project"], "project"), _name(e["run"], "run"),
-                         _count(e["rank"], "rank"), _count(e["attempt"], "attempt"), kind)
+                         _rank(e["rank"]), _attempt(e["attempt"]), kind)
             entry = StreamEntry(s, _count(e["first_seq"], "first_seq"),
                                 _count(e["last_seq"], "last_seq"), _count(e["rows"], "rows"),
                                 _digest(e["sha256"]), _count(e["size"], "size"))
@@ -183,7 +213,7 @@ def parse_manifest(data: bytes, where: object) -> Manifest:
         attempts = []
         for e in doc["attempts"]:
             a = AttemptEntry(_name(e["project"], "project"), _name(e["run"], "run"),
-                             _count(e["rank"], "rank"), _count(e["attempt"], "attempt"),
+                             _rank(e["rank"]), _attempt(e["attempt"]),
                              _digest(e["sha256"]), _count(e["size"], "size"))
             if a.member != e["member"]:
                 raise ValueError(f"attempt entry {e['member']!r} is inconsistent")
@@ -196,12 +226,18 @@ def parse_manifest(data: bytes, where: object) -> Manifest:
             blobs.append(b)
         cov = doc["covered"]
         covered = Covered(
-            {str(k): _count(v, "seq") for k, v in cov["streams"].items()},
-            {str(k): _digest(v) for k, v in cov["attempts"].items()},
+            {_covered_key(k, _STREAM_KEY): _count(v, "seq") for k, v in cov["streams"].items()},
+            {_covered_key(k, _ATTEMPT_KEY): _digest(v) for k, v in cov["attempts"].items()},
             {_digest(d) for d in cov["blobs"]})
-        source, since, created = doc["source"], doc["since"], str(doc["created_at"])
-        if not isinstance(source, dict) or not (since is None or isinstance(since, dict)):
-            raise ValueError("source/since are malformed")
+        source, since = doc["source"], doc["since"]
+        created = checks.timestamp(doc["created_at"], "created_at")
+        checks.mapping(source, "source")
+        checks.optional(checks.text)(source.get("host"), "source.host")
+        checks.optional(checks.text)(source.get("root"), "source.root")
+        if since is not None:
+            checks.mapping(since, "since")
+            checks.optional(checks.timestamp)(since.get("created_at"), "since.created_at")
+            checks.optional(checks.text)(since.get("path"), "since.path")
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise FormatError(f"{where}: {MANIFEST} is malformed: {exc}") from exc
     manifest = Manifest(version, created, source, since, streams, attempts, blobs, covered)

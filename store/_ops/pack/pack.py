@@ -11,20 +11,23 @@ records, parts and live segments alike, are written as one fresh part.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import hashlib
 import os
 import platform
+import stat
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tracklake._errors import PackConflictError, RunNotFoundError
+from tracklake._errors import FormatError, PackConflictError, RunNotFoundError, StoreError
 from tracklake._format import SCHEMAS, attempt_file, blob_path, stream_dir
+from tracklake._format.attempt import parse_attempt
 from tracklake._format.naming import resolve_root
 from tracklake._ops.compact import write_part
 from tracklake._ops.pack.archive import read_manifest, verify, write_archive
@@ -62,21 +65,31 @@ class PackReport:
     """What `pack()` wrote."""
 
     output: Path
-    runs: int = 0
+    runs: int = 0  # runs of which the pack holds something (records, attempt files)
+    #: selected runs left out because the `since` packs hold all of them already
+    runs_unchanged: int = 0
+    since: Path | None = None
     streams: int = 0
     records: int = 0
     attempts: int = 0
     blobs: int = 0
     size_bytes: int = 0
     missing_blobs: list[str] = field(default_factory=list)  # referenced, not in the store
+    #: attempt files left out because they are damaged or invalid: (path, why)
+    bad_attempts: list[tuple[Path, str]] = field(default_factory=list)
     problems: ReadProblems = field(default_factory=ReadProblems)
 
     def __str__(self) -> str:
-        text = (f"packed {self.runs} run(s) into {self.output}: {self.records} records in "
-                f"{self.streams} stream(s), {self.attempts} attempt file(s), "
-                f"{self.blobs} blob(s), {self.size_bytes} bytes")
+        text = f"packed {self.runs} run(s) into {self.output}"
+        if self.since is not None:
+            text += (f" ({self.runs} with something new since {self.since.name}, "
+                     f"{self.runs_unchanged} unchanged and left out)")
+        text += (f": {self.records} records in {self.streams} stream(s), {self.attempts} "
+                 f"attempt file(s), {self.blobs} blob(s), {self.size_bytes} bytes")
         if self.missing_blobs:
             text += f"; {len(self.missing_blobs)} referenced blob(s) missing or damaged"
+        for _, why in self.bad_attempts:
+            text += f"; left out {why}"
         if self.problems.torn or self.problems.damaged:
             text += (f"; {len(self.problems.torn)} torn and {len(self.problems.damaged)} "
                      "damaged segment(s) read up to their last good batch")
@@ -92,6 +105,37 @@ def _sha256_file(path: Path) -> tuple[str, int]:
             size += len(chunk)
     return h.hexdigest(), size
 
+
+
+def _check_output(out: Path) -> None:
+    """Refuse an output path the pack cannot, or must not, be renamed onto."""
+    try:
+        mode = os.lstat(out).st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as exc:  # e.g. a parent that is a file
+        raise StoreError(f"cannot write the pack to {out}: {exc.strerror}") from exc
+    if mode is not None and not stat.S_ISREG(mode):
+        what = ("a symbolic link" if stat.S_ISLNK(mode) else "a directory"
+                if stat.S_ISDIR(mode) else "a device, pipe or socket")
+        raise StoreError(f"refusing to write the pack to {out}: it is {what}, not a regular "
+                         "file (a pack replaces its output whole); give a file path")
+    if not out.parent.is_dir():
+        why = "is not a directory" if out.parent.exists() else "does not exist"
+        raise StoreError(f"cannot write the pack to {out}: {out.parent} {why} (create the "
+                         "directory first)")
+
+
+@contextlib.contextmanager
+def _output_errors(out: Path) -> Iterator[None]:
+    """OS errors while packing (an unwritable directory, a full disk) as one clear error
+    naming the output and the file the error is about."""
+    try:
+        yield
+    except OSError as exc:
+        about = f" ({exc.filename})" if exc.filename and str(exc.filename) != str(out) else ""
+        raise StoreError(f"packing to {out} failed: {exc.strerror or exc}{about}; nothing "
+                         "was written there") from exc
 
 
 def pack(*, root: str | os.PathLike[str] | None = None, project: str | None = None,
@@ -116,18 +160,25 @@ def pack(*, root: str | os.PathLike[str] | None = None, project: str | None = No
         raise RunNotFoundError(f"no run {sorted(unknown)[0]!r} in {root_path}"
                          + (f" project {project!r}" if project else "")
                          + "; `tracklake runs` lists the runs there")
-    report = PackReport(out, runs=len(selected))
+    _check_output(out)
+    report = PackReport(out, since=Path(since) if since is not None else None)
     created = _dt.datetime.now(_dt.timezone.utc)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out.parent, prefix=".tracklake-pack-") as stage:
+    with _output_errors(out), \
+            tempfile.TemporaryDirectory(dir=out.parent, prefix=".tracklake-pack-") as stage:
         streams: list[tuple[StreamEntry, Path]] = []
         attempts: list[tuple[AttemptEntry, bytes]] = []
         digests: set[str] = set()
         for record in selected:
+            held = len(streams) + len(attempts)
             for a in record.attempts:
                 path = attempt_file(root_path, record.project, record.run, a["rank"],
                                     a["attempt"])
                 data = path.read_bytes()
+                try:
+                    parse_attempt(data, path)  # it may have changed since it was listed
+                except FormatError as exc:
+                    report.bad_attempts.append((path, str(exc)))
+                    continue
                 entry = AttemptEntry(record.project, record.run, a["rank"], a["attempt"],
                                      hashlib.sha256(data).hexdigest(), len(data))
                 if covered.attempts.get(entry.key) != entry.sha256 and data:
@@ -151,6 +202,10 @@ def pack(*, root: str | os.PathLike[str] | None = None, project: str | None = No
                 report.records += table.num_rows
                 if s.kind == "artifacts":
                     digests.update(d for d in table.column("digest").to_pylist() if d)
+            if len(streams) + len(attempts) > held:
+                report.runs += 1
+            else:
+                report.runs_unchanged += 1
         blobs: list[BlobEntry] = []
         for digest in sorted(digests - covered.blobs):
             path = blob_path(root_path, digest)

@@ -5,13 +5,13 @@ write blobs, parts and attempt files in that order."""
 from __future__ import annotations
 
 import contextlib
+import datetime as _dt
 import hashlib
-import json
 import os
 import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO
 
 import numpy as np
 import pyarrow as pa
@@ -29,6 +29,7 @@ from tracklake._format import (
     stream_dir,
     write_atomic,
 )
+from tracklake._format.attempt import check_attempt, parse_attempt
 from tracklake._format.naming import resolve_root
 from tracklake._ops.compact import write_part
 from tracklake._ops.pack.archive import open_pack, read_member, verify_open
@@ -73,21 +74,66 @@ class _StreamPlan:
     last_segment: int
 
 
-def _load_part(path: Path, tar: tarfile.TarFile, entry: StreamEntry) -> pa.Table:
-    """The records of a packed part, checked against the manifest."""
-    where = f"{path}: member {entry.member!r}"
-    try:
-        with read_member(tar, tar.getmember(entry.member)) as f:
-            table = pq.read_table(f)
-    except (pa.ArrowException, OSError) as exc:
-        raise FormatError(f"{where} is not a readable Parquet part ({exc})") from exc
-    meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
+#: The most bytes of records one packed part may decode to. Its records are held in
+#: memory while they are merged, so this bounds what a pack can make `unpack` allocate
+#: (Parquet's dictionary and run-length encodings let a few kilobytes stand for
+#: gigabytes). Raise it with ``unpack(max_part_bytes=...)`` / ``--max-part-bytes``.
+MAX_PART_BYTES = 4 << 30
+_BATCH_ROWS = 4096
+
+
+def _check_part_shape(where: str, pf: pq.ParquetFile, entry: StreamEntry) -> None:
+    """The part's metadata against the manifest, before any record is decoded."""
+    meta = {k.decode(): v.decode() for k, v in (pf.schema_arrow.metadata or {}).items()}
     check_version(meta.get("tracklake.format"), where)
     s = entry.stream
     if (meta.get("tracklake.kind"), meta.get("tracklake.project"), meta.get("tracklake.run"),
             meta.get("tracklake.rank"), meta.get("tracklake.attempt")) != (
             s.kind, s.project, s.run, str(s.rank), str(s.attempt)):
         raise FormatError(f"{where}: its metadata names another stream")
+    if not pf.schema_arrow.remove_metadata().equals(SCHEMAS[s.kind]):
+        raise FormatError(f"{where}: its columns are not those of {s.kind} records")
+    if pf.metadata.num_rows != entry.rows:
+        raise FormatError(f"{where}: it holds {pf.metadata.num_rows} rows, the manifest "
+                          f"says {entry.rows}")
+
+
+def _check_decoded_size(where: str, f: IO[bytes], limit: int) -> None:
+    """Refuse a part whose records would decode to more than `limit` bytes, measured
+    batch by batch with strings kept dictionary-encoded, so that measuring holds one
+    small batch at a time whatever the part expands to."""
+    strings = [field.name for field in pq.ParquetFile(f).schema_arrow
+               if pa.types.is_string(field.type)]
+    f.seek(0)
+    total = 0
+    for batch in pq.ParquetFile(f, read_dictionary=strings).iter_batches(_BATCH_ROWS):
+        for column in batch.columns:
+            if isinstance(column, pa.DictionaryArray):
+                lengths = pc.take(pc.binary_length(column.dictionary), column.indices)
+                total += (pc.sum(lengths).as_py() or 0) + 4 * len(column)
+            else:
+                total += column.nbytes
+        if total > limit:
+            raise FormatError(
+                f"{where}: its records decode to more than {limit} bytes (the limit per "
+                "part; a crafted or mislabelled pack?). If the pack is trusted and this "
+                "much memory is available, unpack it with a larger --max-part-bytes")
+
+
+def _load_part(path: Path, tar: tarfile.TarFile, entry: StreamEntry,
+               limit: int = MAX_PART_BYTES) -> pa.Table:
+    """The records of a packed part, checked against the manifest, in bounded memory."""
+    where = f"{path}: member {entry.member!r}"
+    try:
+        with read_member(tar, tar.getmember(entry.member)) as f:
+            _check_part_shape(where, pq.ParquetFile(f), entry)
+            f.seek(0)
+            _check_decoded_size(where, f, limit)
+            f.seek(0)
+            table = pq.ParquetFile(f).read()
+    except (pa.ArrowException, OSError) as exc:
+        raise FormatError(f"{where} is not a readable Parquet part ({exc})") from exc
+    s = entry.stream
     table = table.replace_schema_metadata(None)
     if not table.schema.equals(SCHEMAS[s.kind]):
         raise FormatError(f"{where}: its columns are not those of {s.kind} records")
@@ -136,9 +182,9 @@ def _existing(root: Path, s: StreamId, first: int, last: int) -> pa.Table:
 
 
 def _plan_stream(root: Path, path: Path, tar: tarfile.TarFile,
-                 entry: StreamEntry) -> _StreamPlan:
+                 entry: StreamEntry, limit: int) -> _StreamPlan:
     s = entry.stream
-    incoming = _load_part(path, tar, entry)
+    incoming = _load_part(path, tar, entry, limit)
     have = _existing(root, s, entry.first_seq, entry.last_seq)
     have_seqs = pc.unique(have.column("seq"))
     common_in = pc.is_in(incoming.column("seq"), value_set=have_seqs)
@@ -176,37 +222,43 @@ def _plan_attempt(root: Path, path: Path, tar: tarfile.TarFile,
     """The attempt file's bytes if they should be written, None to keep the target's."""
     where = f"{path}: member {entry.member!r}"
     data = read_member(tar, tar.getmember(entry.member)).read()
-    incoming = _attempt_record(data, where)
-    if (incoming.get("project"), incoming.get("run"), incoming.get("rank"),
-            incoming.get("attempt")) != (entry.project, entry.run, entry.rank, entry.attempt):
+    incoming = parse_attempt(data, where)
+    if incoming is None:
+        raise FormatError(f"{where}: an empty attempt record")
+    if (incoming["project"], incoming["run"], incoming["rank"],
+            incoming["attempt"]) != (entry.project, entry.run, entry.rank, entry.attempt):
         raise FormatError(f"{where}: its record names another attempt")
     target = attempt_file(root, entry.project, entry.run, entry.rank, entry.attempt)
     try:
-        present = target.read_bytes()
+        mine = check_attempt(target)
     except FileNotFoundError:
         return data
-    if present == data:
+    except FormatError as exc:
+        raise FormatError(f"{exc}; the pack holds this attempt's record too: repair or "
+                          "move away the file in the target, then unpack again") from exc
+    if mine is None:
+        raise PackConflictError(
+            f"{path}: run {entry.project}/{entry.run} rank {entry.rank} attempt "
+            f"{entry.attempt} was claimed in {root} by a writer that has not written its "
+            "record yet (the same run id is in use on both machines?); refusing to take "
+            "it over")
+    if target.read_bytes() == data:
         return None
-    mine = _attempt_record(present, target) if present else {}
-    if mine.get("started_at") != incoming.get("started_at"):
+    if mine["started_at"] != incoming["started_at"]:
         raise PackConflictError(
             f"{path}: run {entry.project}/{entry.run} rank {entry.rank} attempt "
             f"{entry.attempt} exists in {root} as a different attempt (started "
-            f"{mine.get('started_at')}, the pack's {incoming.get('started_at')}); the same "
+            f"{mine['started_at']}, the pack's {incoming['started_at']}); the same "
             "run id was used on both machines")
-    newer = str(incoming.get("heartbeat_at") or "") > str(mine.get("heartbeat_at") or "")
-    return data if newer else None
+    return data if _moment(incoming.get("heartbeat_at")) > _moment(mine.get("heartbeat_at")) \
+        else None
 
 
-def _attempt_record(data: bytes, where: object) -> dict[str, Any]:
-    try:
-        record = json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise FormatError(f"{where}: not a valid attempt record ({exc})") from exc
-    if not isinstance(record, dict):
-        raise FormatError(f"{where}: not a valid attempt record")
-    check_version(record.get("format"), where)
-    return record
+def _moment(value: str | None) -> _dt.datetime:
+    """A validated timestamp, comparable whatever its time zone (None is earliest)."""
+    if value is None:
+        return _dt.datetime.min.replace(tzinfo=_dt.timezone.utc)
+    return _dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
 def _inside(root: Path, target: Path) -> Path:
@@ -239,8 +291,8 @@ def _copy_blob(root: Path, path: Path, tar: tarfile.TarFile, entry: BlobEntry) -
     fsync_dir(final.parent)
 
 
-def unpack(path: str | os.PathLike[str], *, root: str | os.PathLike[str] | None = None
-           ) -> UnpackReport:
+def unpack(path: str | os.PathLike[str], *, root: str | os.PathLike[str] | None = None,
+           max_part_bytes: int = MAX_PART_BYTES) -> UnpackReport:
     """Verify the pack at `path`, then merge it into the store at `root`.
 
     Nothing is written unless the whole pack checks out and merges without conflict:
@@ -252,7 +304,8 @@ def unpack(path: str | os.PathLike[str], *, root: str | os.PathLike[str] | None 
     report = UnpackReport()
     with open_pack(pack_path) as tar:
         manifest = verify_open(pack_path, tar)
-        plans = [_plan_stream(root_path, pack_path, tar, e) for e in manifest.streams]
+        plans = [_plan_stream(root_path, pack_path, tar, e, max_part_bytes)
+                 for e in manifest.streams]
         attempts = [(e, _plan_attempt(root_path, pack_path, tar, e))
                     for e in manifest.attempts]
         blobs = [e for e in manifest.blobs if not blob_path(root_path, e.sha256).exists()]
@@ -266,7 +319,7 @@ def unpack(path: str | os.PathLike[str], *, root: str | os.PathLike[str] | None 
             if not plan.ranges:
                 report.streams_skipped += 1
                 continue
-            table = _load_part(pack_path, tar, plan.entry)
+            table = _load_part(pack_path, tar, plan.entry, max_part_bytes)
             seqs = table.column("seq")
             directory = _inside(root_path, stream_dir(root_path, plan.entry.stream))
             directory.mkdir(parents=True, exist_ok=True)
