@@ -301,7 +301,7 @@ def bench_size(manifest: dict[str, Any], repeat: int) -> dict[str, Any]:
     import duckdb
 
     import tracklake
-    from tracklake._read.query import _Snapshot
+    from tracklake._read.snapshot import Snapshot as _Snapshot
 
     root = Path(manifest["root"])
     label = manifest["label"]

@@ -11,7 +11,6 @@ DESCRIBE / SUMMARIZE of a SELECT) statements run, checked with DuckDB's own pars
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -20,168 +19,32 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import pyarrow as pa
 
 from tracklake._errors import FormatError, NewerFormatError, QueryError
-from tracklake._format.attempt import effective_status
-from tracklake._format.part import open_part, read_part_table
+from tracklake._format.part import read_part_table
 
 if TYPE_CHECKING:
     import duckdb
-from tracklake._format import KINDS, PARTITION_SCHEMA, SCHEMAS, StreamId
+from tracklake._format import KINDS, PARTITION_SCHEMA, SCHEMAS
 from tracklake._format.naming import resolve_root
 from tracklake._read.reader import (
     Part,
     ReadProblems,
-    RunRecord,
     add_once,
-    list_runs,
-    list_stream,
-    list_streams,
-    read_stream,
+)
+from tracklake._read.readonly import check_read_only, lock_down
+from tracklake._read.snapshot import (
+    ATTEMPTS_SCHEMA,
+    Snapshot,
+    attempt_rows,
+    part_lost,
+    parts_dataset,
 )
 
 T = TypeVar("T")
-_ALLOWED_STATEMENTS = {"SELECT", "EXPLAIN", "RELATION"}
 _STEP_KINDS = ("metrics", "texts", "generations")
-
-_SUMMARY_SCHEMA = pa.schema(
-    [("project", pa.string()), ("run", pa.string()), ("rank", pa.int32()),
-     ("attempt", pa.int32()), ("key", pa.string()), ("count", pa.int64()),
-     ("min", pa.float64()), ("max", pa.float64()), ("first_step", pa.int64()),
-     ("last_step", pa.int64()), ("last_value", pa.float64()), ("last_seq", pa.int64()),
-     ("last_time_us", pa.int64())]
-)
-
 
 def _sql_str(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
-
-def _with_partitions(table: pa.Table, s: StreamId) -> pa.Table:
-    n = table.num_rows
-    for name, value in zip(("project", "run", "rank", "attempt"),
-                           (s.project, s.run, s.rank, s.attempt), strict=True):
-        table = table.append_column(
-            PARTITION_SCHEMA.field(name), pa.array([value] * n, PARTITION_SCHEMA.field(name).type))
-    return table
-
-
-class _Snapshot:
-    """The files of the store at one moment: parts per kind (their footers checked), live
-    tail tables, summaries. Damaged files are left out and noted in `problems`."""
-
-    def __init__(self, root: Path, problems: ReadProblems | None = None,
-                 skip: frozenset[Path] = frozenset()) -> None:
-        problems = ReadProblems() if problems is None else problems
-        self.parts: dict[str, list[Part]] = {k: [] for k in KINDS}
-        live: dict[str, list[pa.Table]] = {k: [] for k in KINDS}
-        summaries: list[dict[str, Any]] = []
-        for s in list_streams(root):
-            files = list_stream(root, s)
-            for p in files.parts:
-                if p.path in skip:
-                    continue
-                try:
-                    parquet = open_part(p.path)
-                    if s.kind == "metrics":
-                        summaries.extend(_part_summary(parquet, p.path, s))
-                except NewerFormatError:
-                    raise
-                except FormatError as exc:
-                    add_once(problems.damaged, (p.path, _part_lost(exc, p)))
-                    continue
-                self.parts[s.kind].append(p)
-            after = max((p.last_seq for p in files.parts), default=-1)
-            if files.segments:
-                batches = list(read_stream(root, s, after, problems))
-                if batches:
-                    live[s.kind].append(_with_partitions(
-                        pa.Table.from_batches(batches, SCHEMAS[s.kind]), s))
-        self.live = {k: pa.concat_tables(v) if v else _empty(k) for k, v in live.items()}
-        self.summaries = pa.Table.from_pylist(summaries, _SUMMARY_SCHEMA)
-        self.runs = list_runs(root)
-
-
-def _part_lost(exc: Exception, part: Part) -> str:
-    """Why a part is left out, and what that loses."""
-    return (f"{str(exc).removeprefix(f'{part.path}: ')}; its records (seq "
-            f"{part.first_seq}..{part.last_seq} of this stream) are left out")
-
-
-def _empty(kind: str) -> pa.Table:
-    schema = SCHEMAS[kind]
-    for f in PARTITION_SCHEMA:
-        schema = schema.append(f)
-    return schema.empty_table()
-
-
-def _part_summary(parquet: Any, path: Path, s: StreamId) -> list[dict[str, Any]]:
-    raw = (parquet.metadata.metadata or {}).get(b"tracklake.summary")
-    try:
-        rows = json.loads(raw) if raw else []
-    except ValueError as exc:
-        raise FormatError(f"{path}: its metric summary is not JSON ({exc})") from exc
-    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
-        raise FormatError(f"{path}: its metric summary is not a list of objects")
-    return [{"project": s.project, "run": s.run, "rank": s.rank, "attempt": s.attempt, **r}
-            for r in rows]
-
-
-def _parts_dataset(root: Path, kind: str, parts: list[Part]) -> Any:
-    """The parts of one kind as a pyarrow dataset that verifies page checksums: DuckDB
-    reads the files only through it, so the connection needs no file access at all."""
-    import pyarrow.dataset as ds
-
-    schema = SCHEMAS[kind]
-    # `key` (few distinct values, dictionary-encoded in parts) is read as a dictionary, so
-    # that its strings are not materialised per row (DuckDB still sees VARCHAR); the
-    # partition columns stay plain strings: as dictionaries DuckDB no longer pushes filters
-    # on them down to the dataset, and every file would be read.
-    keyed = "key" in schema.names
-    if keyed:
-        at = schema.get_field_index("key")
-        schema = schema.set(at, schema.field(at).with_type(pa.dictionary(pa.int32(),
-                                                                         pa.string())))
-    fmt = ds.ParquetFileFormat(
-        read_options=ds.ParquetReadOptions(dictionary_columns={"key"} if keyed else set()),
-        default_fragment_scan_options=ds.ParquetFragmentScanOptions(
-            page_checksum_verification=True))
-    for f in PARTITION_SCHEMA:
-        schema = schema.append(f)
-    return ds.dataset([str(p.path) for p in parts], schema=schema, format=fmt,
-                      partitioning=ds.partitioning(PARTITION_SCHEMA, flavor="hive"),
-                      partition_base_dir=str(root / kind))
-
-
-def _attempt_rows(runs: list[RunRecord], now: float) -> list[dict[str, Any]]:
-    rows = []
-    for run in runs:
-        latest = {a["rank"]: a["attempt"] for a in run.attempts}  # attempts are sorted
-        for a in run.attempts:
-            status = effective_status(a, latest[a["rank"]], now)
-            beat = a.get("heartbeat_at")
-            ident = a.get("identity") or {}
-            git = ident.get("git") or {}
-            rows.append({
-                "project": a["project"], "run": a["run"], "name": a.get("name"),
-                "rank": a["rank"], "attempt": a["attempt"], "status": status,
-                "world_size": a.get("world_size"), "tags": a.get("tags") or [],
-                "started_at": a.get("started_at"), "heartbeat_at": beat,
-                "finished_at": a.get("finished_at"), "host": ident.get("host"),
-                "git_commit": git.get("commit"), "git_dirty": git.get("dirty"),
-                "command": " ".join(ident.get("command") or []) or None,
-                "config": json.dumps(a.get("config") or {}),
-                "identity": json.dumps(ident),
-            })
-    return rows
-
-
-_ATTEMPTS_SCHEMA = pa.schema(
-    [("project", pa.string()), ("run", pa.string()), ("name", pa.string()),
-     ("rank", pa.int32()), ("attempt", pa.int32()), ("status", pa.string()),
-     ("world_size", pa.int32()), ("tags", pa.list_(pa.string())),
-     ("started_at", pa.string()), ("heartbeat_at", pa.string()), ("finished_at", pa.string()),
-     ("host", pa.string()), ("git_commit", pa.string()), ("git_dirty", pa.bool_()),
-     ("command", pa.string()), ("config", pa.string()), ("identity", pa.string())]
-)
 
 _RUNS_VIEW = """
 CREATE VIEW runs AS
@@ -258,7 +121,7 @@ def _connect(root_path: Path, threads: int | None, problems: ReadProblems,
              skip: frozenset[Path]) -> duckdb.DuckDBPyConnection:
     import duckdb  # imported on use: `import tracklake` stays light for training processes
 
-    snap = _Snapshot(root_path, problems, skip)
+    snap = Snapshot(root_path, problems, skip)
     con = duckdb.connect(":memory:")
     if threads:
         con.execute(f"SET threads = {int(threads)}")
@@ -272,7 +135,7 @@ def _connect(root_path: Path, threads: int | None, problems: ReadProblems,
         sources = [f"SELECT {cols} FROM _live_{kind}"] if snap.live[kind].num_rows or not \
             snap.parts[kind] else []
         if snap.parts[kind]:
-            con.register(f"_parts_{kind}", _parts_dataset(root_path, kind, snap.parts[kind]))
+            con.register(f"_parts_{kind}", parts_dataset(root_path, kind, snap.parts[kind]))
             sources.insert(0, f"SELECT {cols} FROM _parts_{kind}")
         con.execute(f"CREATE VIEW {kind}_all AS {' UNION ALL '.join(sources)}")
     con.register("_summaries_parts", snap.summaries)
@@ -315,79 +178,12 @@ def _connect(root_path: Path, threads: int | None, problems: ReadProblems,
                    arg_max(last_value, (last_step, attempt, last_seq)) AS last_value
             FROM metric_summaries_all GROUP BY ALL""")
     now = _dt.datetime.now(_dt.timezone.utc).timestamp()
-    con.register("_attempts", pa.Table.from_pylist(_attempt_rows(snap.runs, now),
-                                                   _ATTEMPTS_SCHEMA))
+    con.register("_attempts", pa.Table.from_pylist(attempt_rows(snap.runs, now),
+                                                   ATTEMPTS_SCHEMA))
     con.execute("CREATE VIEW run_attempts AS SELECT * FROM _attempts")
     con.execute(_RUNS_VIEW)
-    _lock_down(con)
+    lock_down(con)
     return con
-
-
-def _lock_down(con: duckdb.DuckDBPyConnection) -> None:
-    """No file access at all (the views read through pyarrow), and no way to turn it on:
-    whatever a statement asks, DuckDB can neither write nor read a file."""
-    con.execute("SET enable_external_access = false")
-    con.execute("SET autoinstall_known_extensions = false")
-    con.execute("SET autoload_known_extensions = false")
-    con.execute("SET lock_configuration = true")
-
-
-def check_read_only(sql: str) -> None:
-    """Raise QueryError unless every statement in `sql` only reads (an EXPLAIN is judged
-    by the statement it explains). A second layer: the connection cannot write anyway."""
-    import duckdb
-
-    try:
-        statements = duckdb.extract_statements(sql)
-    except duckdb.Error as exc:
-        raise QueryError(f"SQL does not parse: {exc}") from exc
-    if not statements:
-        raise QueryError("no SQL statement given")
-    for st in statements:
-        kind = st.type.name
-        if kind not in _ALLOWED_STATEMENTS:
-            raise QueryError(f"{_leading_keyword(st.query) or kind} statements are refused: "
-                             "queries over the store are read-only (only SELECT, WITH, "
-                             "EXPLAIN and the like run)")
-        if kind == "EXPLAIN":
-            check_read_only(_explained(st.query))
-
-
-def _code_tokens(sql: str) -> list[tuple[int, str]]:
-    """(offset, text) of each token of `sql` that is not a comment."""
-    import duckdb
-
-    tokens = duckdb.tokenize(sql)
-    out = []
-    for i, (start, kind) in enumerate(tokens):
-        if kind == duckdb.token_type.comment:
-            continue
-        end = tokens[i + 1][0] if i + 1 < len(tokens) else len(sql)
-        out.append((start, sql[start:end].strip()))
-    return out
-
-
-def _leading_keyword(sql: str) -> str:
-    tokens = _code_tokens(sql)
-    return tokens[0][1].upper() if tokens else ""
-
-
-def _explained(sql: str) -> str:
-    """The statement an `EXPLAIN [ANALYZE] [(options)] statement` explains."""
-    tokens = _code_tokens(sql)
-    i = 1  # past EXPLAIN
-    if i < len(tokens) and tokens[i][1].upper() == "ANALYZE":
-        i += 1
-    if i < len(tokens) and tokens[i][1].startswith("("):
-        depth = 0
-        while i < len(tokens):
-            depth += tokens[i][1].count("(") - tokens[i][1].count(")")
-            i += 1
-            if depth <= 0:
-                break
-    if i >= len(tokens):
-        raise QueryError(f"EXPLAIN of nothing: {sql!r}")
-    return sql[tokens[i][0]:]
 
 
 def query(sql: str, *, root: str | os.PathLike[str] | None = None,
@@ -467,7 +263,7 @@ def _damaged_parts(con: duckdb.DuckDBPyConnection) -> list[tuple[Path, str]]:
         except NewerFormatError:
             raise
         except FormatError as exc:
-            damaged.append((part.path, _part_lost(exc, part)))
+            damaged.append((part.path, part_lost(exc, part)))
     return damaged
 
 
