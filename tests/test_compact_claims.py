@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import tracklake
-from tracklake._ops.compact import CLAIM_STALE_SECONDS
+from tracklake._ops.claims import CLAIM_STALE_SECONDS
 
 #: Runs compaction over argv[1], SIGKILLing itself around its argv[2]-th file operation
 #: (argv[3]: "before" or "after" it; argv[4]: which operations count, "all" or one name);
