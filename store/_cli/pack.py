@@ -57,7 +57,7 @@ def pack(root: Path | None, project: str | None, runs: tuple[str, ...], all_runs
 def unpack(path: Path, root: Path | None, max_part_bytes: int | None) -> None:
     """Verify a pack and merge it into the store; unpacking it again adds nothing."""
     from tracklake._ops.pack.pack import unpack as do_unpack
-    from tracklake._ops.pack.unpack import MAX_PART_BYTES
+    from tracklake._ops.pack.parts import MAX_PART_BYTES
 
     try:
         report = do_unpack(path, root=root, max_part_bytes=max_part_bytes or MAX_PART_BYTES)

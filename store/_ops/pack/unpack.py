@@ -11,12 +11,10 @@ import os
 import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from tracklake._errors import FormatError, PackConflictError
 from tracklake._format import (
@@ -24,7 +22,6 @@ from tracklake._format import (
     StreamId,
     attempt_file,
     blob_path,
-    check_version,
     fsync_dir,
     stream_dir,
     write_atomic,
@@ -41,6 +38,7 @@ from tracklake._ops.pack.manifest import (
     StreamEntry,
     stream_key,
 )
+from tracklake._ops.pack.parts import MAX_PART_BYTES, load_part
 from tracklake._read.reader import list_stream, read_stream
 
 
@@ -72,77 +70,6 @@ class _StreamPlan:
     entry: StreamEntry
     ranges: list[tuple[int, int]]  # seq ranges of the new records, one part each
     last_segment: int
-
-
-#: The most bytes of records one packed part may decode to. Its records are held in
-#: memory while they are merged, so this bounds what a pack can make `unpack` allocate
-#: (Parquet's dictionary and run-length encodings let a few kilobytes stand for
-#: gigabytes). Raise it with ``unpack(max_part_bytes=...)`` / ``--max-part-bytes``.
-MAX_PART_BYTES = 4 << 30
-_BATCH_ROWS = 4096
-
-
-def _check_part_shape(where: str, pf: pq.ParquetFile, entry: StreamEntry) -> None:
-    """The part's metadata against the manifest, before any record is decoded."""
-    meta = {k.decode(): v.decode() for k, v in (pf.schema_arrow.metadata or {}).items()}
-    check_version(meta.get("tracklake.format"), where)
-    s = entry.stream
-    if (meta.get("tracklake.kind"), meta.get("tracklake.project"), meta.get("tracklake.run"),
-            meta.get("tracklake.rank"), meta.get("tracklake.attempt")) != (
-            s.kind, s.project, s.run, str(s.rank), str(s.attempt)):
-        raise FormatError(f"{where}: its metadata names another stream")
-    if not pf.schema_arrow.remove_metadata().equals(SCHEMAS[s.kind]):
-        raise FormatError(f"{where}: its columns are not those of {s.kind} records")
-    if pf.metadata.num_rows != entry.rows:
-        raise FormatError(f"{where}: it holds {pf.metadata.num_rows} rows, the manifest "
-                          f"says {entry.rows}")
-
-
-def _check_decoded_size(where: str, f: IO[bytes], limit: int) -> None:
-    """Refuse a part whose records would decode to more than `limit` bytes, measured
-    batch by batch with strings kept dictionary-encoded, so that measuring holds one
-    small batch at a time whatever the part expands to."""
-    strings = [field.name for field in pq.ParquetFile(f).schema_arrow
-               if pa.types.is_string(field.type)]
-    f.seek(0)
-    total = 0
-    for batch in pq.ParquetFile(f, read_dictionary=strings).iter_batches(_BATCH_ROWS):
-        for column in batch.columns:
-            if isinstance(column, pa.DictionaryArray):
-                lengths = pc.take(pc.binary_length(column.dictionary), column.indices)
-                total += (pc.sum(lengths).as_py() or 0) + 4 * len(column)
-            else:
-                total += column.nbytes
-        if total > limit:
-            raise FormatError(
-                f"{where}: its records decode to more than {limit} bytes (the limit per "
-                "part; a crafted or mislabelled pack?). If the pack is trusted and this "
-                "much memory is available, unpack it with a larger --max-part-bytes")
-
-
-def _load_part(path: Path, tar: tarfile.TarFile, entry: StreamEntry,
-               limit: int = MAX_PART_BYTES) -> pa.Table:
-    """The records of a packed part, checked against the manifest, in bounded memory."""
-    where = f"{path}: member {entry.member!r}"
-    try:
-        with read_member(tar, tar.getmember(entry.member)) as f:
-            _check_part_shape(where, pq.ParquetFile(f), entry)
-            f.seek(0)
-            _check_decoded_size(where, f, limit)
-            f.seek(0)
-            table = pq.ParquetFile(f).read()
-    except (pa.ArrowException, OSError) as exc:
-        raise FormatError(f"{where} is not a readable Parquet part ({exc})") from exc
-    s = entry.stream
-    table = table.replace_schema_metadata(None)
-    if not table.schema.equals(SCHEMAS[s.kind]):
-        raise FormatError(f"{where}: its columns are not those of {s.kind} records")
-    seqs = table.column("seq")
-    if (table.num_rows != entry.rows or seqs.null_count
-            or (pc.min(seqs).as_py(), pc.max(seqs).as_py()) != (entry.first_seq,
-                                                                entry.last_seq)):
-        raise FormatError(f"{where}: its rows or seq range differ from the manifest")
-    return table
 
 
 def _canonical(table: pa.Table) -> pa.Table:
@@ -184,7 +111,7 @@ def _existing(root: Path, s: StreamId, first: int, last: int) -> pa.Table:
 def _plan_stream(root: Path, path: Path, tar: tarfile.TarFile,
                  entry: StreamEntry, limit: int) -> _StreamPlan:
     s = entry.stream
-    incoming = _load_part(path, tar, entry, limit)
+    incoming = load_part(path, tar, entry, limit)
     have = _existing(root, s, entry.first_seq, entry.last_seq)
     have_seqs = pc.unique(have.column("seq"))
     common_in = pc.is_in(incoming.column("seq"), value_set=have_seqs)
@@ -319,7 +246,7 @@ def unpack(path: str | os.PathLike[str], *, root: str | os.PathLike[str] | None 
             if not plan.ranges:
                 report.streams_skipped += 1
                 continue
-            table = _load_part(pack_path, tar, plan.entry, max_part_bytes)
+            table = load_part(pack_path, tar, plan.entry, max_part_bytes)
             seqs = table.column("seq")
             directory = _inside(root_path, stream_dir(root_path, plan.entry.stream))
             directory.mkdir(parents=True, exist_ok=True)
