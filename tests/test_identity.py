@@ -198,3 +198,16 @@ def test_capture_redacts_env_and_command(monkeypatch: pytest.MonkeyPatch,
     assert ident["command"][1:] == ["x.py", "--api-key", REDACTED]
     assert ident["git"] is None
     assert ARGV_API_KEY not in json.dumps(ident)
+
+
+def test_packages_are_what_importlib_metadata_says() -> None:
+    """Read from METADATA's header lines, the same names and versions as a full parse."""
+    import importlib.metadata
+
+    from tracklake._write.identity import packages
+
+    expected = {d.metadata["Name"]: d.version for d in importlib.metadata.distributions()
+                if d.metadata["Name"]}
+    found = packages()
+    assert found == dict(sorted(expected.items(), key=lambda kv: kv[0].lower()))
+    assert found["pyarrow"] == importlib.metadata.version("pyarrow")
