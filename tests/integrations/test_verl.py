@@ -166,7 +166,7 @@ def test_values_verl_console_skips_are_skipped_and_counted_not_raised(
 
 
 def test_a_restarted_job_with_the_same_names_is_a_new_attempt_of_the_same_run(
-        store: Path) -> None:
+        store: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """verl's resume: same project and experiment name, the same run, one more attempt; the
     steps logged again supersede the first attempt's."""
     first = verl_tracking.Tracking("proj", "exp", ["tracklake"])
@@ -181,6 +181,8 @@ def test_a_restarted_job_with_the_same_names_is_a_new_attempt_of_the_same_run(
     other.finish(exit_code=0)
 
     run_id = integration.run_id_for("proj", "exp")
+    err = capsys.readouterr().err
+    assert f"tracklake: verl run '{run_id}' attempt 2 (rank 0) is written to '{store}'" in err
     assert run_id == integration.run_id_for("proj", "exp")
     assert run_id != integration.run_id_for("proj", "other")
     assert run_id != integration.run_id_for("other", "exp")

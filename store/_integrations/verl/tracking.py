@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import sys
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -62,6 +63,8 @@ class Tracking(_verl.Tracking):
         project, experiment = str(project_name), str(experiment_name)
         run = init(project=project, name=experiment, config=config,
                    run_id=run_id_for(project, experiment))
+        print(f"tracklake: verl run {run.id!r} attempt {run.attempt} (rank {run.rank}) is "
+              f"written to {str(run.root)!r}", file=sys.stderr, flush=True)
         self.tracklake = StoreBackend(run)
         self.logger[BACKEND] = self.tracklake
         _active[(project, experiment)] = run
