@@ -23,6 +23,14 @@ $(VENV)/.test: pyproject.toml | $(BIN)/python
 	# of it exists (pip's find-links), pip takes that after failing to reach the index
 	$(BIN)/python -m pip install --quiet 'torch==2.13.0+cpu' \
 		--extra-index-url https://download.pytorch.org/whl/cpu
+	# the verl integration's tests: verl without its GPU stack, and only what `import verl`,
+	# its tracking, trainer config (Hydra) and metric modules import (docs/verl.md)
+	$(BIN)/python -m pip install --quiet --no-deps verl==0.9.1 ray==2.60.0 tensordict==0.15.3 \
+		pyvers==0.2.3 transformers==5.24.0 tokenizers==0.23.3 safetensors==0.8.0 \
+		huggingface_hub==2.4.0 httpx2==2.16.2 httpcore2==2.16.2 truststore==0.10.5 \
+		hydra-core==1.3.8 antlr4-python3-runtime==4.9.3 msgpack==1.2.4 jsonschema==4.26.0 \
+		jsonschema-specifications==2025.9.1 referencing==0.37.0 rpds-py==2026.9.1 attrs==26.1.0 \
+		regex==2026.11.19 tqdm==4.70.1 orjson==3.13.0
 	touch $@
 
 demo: $(VENV)/.demo

@@ -1,0 +1,83 @@
+"""verl's `Tracking` with a ``tracklake`` backend writing the run to the store."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import sys
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from verl.utils import tracking as _verl
+
+from tracklake._write.run import Run, init
+from tracklake._write.tracking import StoreBackend, status_for_exit_code
+
+#: The name to put in verl's ``trainer.logger``.
+BACKEND = "tracklake"
+
+#: This process's live tracklake runs, by (project_name, experiment_name): verl's generation
+#: loggers are separate objects that know only those two names.
+_active: dict[tuple[str, str], Run] = {}
+
+
+def run_id_for(project_name: str, experiment_name: str,
+               env: Mapping[str, str] = os.environ) -> str:
+    """The run id of a verl job: $TRACKLAKE_RUN_ID, else one derived from the project and
+    experiment names only, so that a restarted job (verl's resume) is a new attempt of the
+    same run: ``verl-<experiment, made safe>-<12 hex digits of sha256(project NUL experiment)>``.
+    """
+    if env.get("TRACKLAKE_RUN_ID"):
+        return env["TRACKLAKE_RUN_ID"]
+    digest = hashlib.sha256(f"{project_name}\x00{experiment_name}".encode()).hexdigest()[:12]
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", experiment_name).strip("_.")[:60]
+    return f"verl-{slug}-{digest}" if slug else f"verl-{digest}"
+
+
+def active_run(project_name: str, experiment_name: str) -> Run | None:
+    """The unfinished run this process's `Tracking` opened for these names, if any."""
+    run = _active.get((project_name, experiment_name))
+    return run if run is not None and not run.finished else None
+
+
+class Tracking(_verl.Tracking):
+    """verl's `Tracking`; with ``"tracklake"`` among the backends it also writes to the store.
+
+    Every other backend is verl's, untouched. `finish(exit_code=...)` finishes the run as
+    ``finished`` (0) or ``failed``; skipped non-metric values are counted in `skipped`.
+    """
+
+    supported_backend: ClassVar[list[str]] = [*_verl.Tracking.supported_backend, BACKEND]
+
+    def __init__(self, project_name: Any, experiment_name: Any,
+                 default_backend: Any = "console", config: Any = None) -> None:
+        self.tracklake: StoreBackend | None = None
+        backends = [default_backend] if isinstance(default_backend, str) else [
+            str(b) for b in default_backend]
+        if BACKEND not in backends:
+            super().__init__(project_name, experiment_name, default_backend, config)
+            return
+        super().__init__(project_name, experiment_name,
+                         [b for b in backends if b != BACKEND], config)
+        project, experiment = str(project_name), str(experiment_name)
+        run = init(project=project, name=experiment, config=config,
+                   run_id=run_id_for(project, experiment))
+        print(f"tracklake: verl run {run.id!r} attempt {run.attempt} (rank {run.rank}) is "
+              f"written to {str(run.root)!r}", file=sys.stderr, flush=True)
+        self.tracklake = StoreBackend(run)
+        self.logger[BACKEND] = self.tracklake
+        _active[(project, experiment)] = run
+
+    @property
+    def skipped(self) -> dict[str, int]:
+        return dict(self.tracklake.skipped) if self.tracklake is not None else {}
+
+    def finish(self, exit_code: int = 0) -> None:
+        """verl's backends, then the store: ``finished`` for exit code 0, else ``failed``."""
+        try:
+            super().finish(exit_code=exit_code)
+        finally:
+            store = getattr(self, "tracklake", None)
+            if store is not None and not store.run.finished:
+                store.finish(status_for_exit_code(exit_code))
