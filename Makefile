@@ -44,7 +44,8 @@ test: $(VENV)/.test
 
 typecheck: $(VENV)/.test
 	rm -rf build/typecheck && mkdir -p build/typecheck/tracklake
-	ln -s $(CURDIR)/store/*.py $(CURDIR)/store/_*/ $(CURDIR)/store/py.typed build/typecheck/tracklake/
+	ln -s $(CURDIR)/store/*.py $(CURDIR)/store/_*/ $(CURDIR)/store/integrations/ \
+		$(CURDIR)/store/py.typed build/typecheck/tracklake/
 	ln -s $(CURDIR)/exporters build/typecheck/tracklake/exporters
 	cd build/typecheck && $(CURDIR)/$(BIN)/mypy --config-file $(CURDIR)/pyproject.toml -p tracklake
 
