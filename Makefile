@@ -19,10 +19,11 @@ $(VENV)/.demo: pyproject.toml | $(BIN)/python
 
 $(VENV)/.test: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[test,lint,tensorboard,mlflow,wandb,swanlab,follow]'
-	# the CPU build (a plain torch==2.13.0 is the multi-GB CUDA build); where a local wheel
-	# of it exists (pip's find-links), pip takes that after failing to reach the index
-	$(BIN)/python -m pip install --quiet 'torch==2.13.0+cpu' \
-		--extra-index-url https://download.pytorch.org/whl/cpu
+	# the CPU build (a plain torch==2.13.0 is the multi-GB CUDA build): from a local wheel
+	# where pip's configuration has one, else from PyTorch's CPU index
+	$(BIN)/python -m pip install --quiet 'torch==2.13.0+cpu' 2>/dev/null \
+		|| $(BIN)/python -m pip install --quiet 'torch==2.13.0+cpu' \
+			--extra-index-url https://download.pytorch.org/whl/cpu
 	# the verl integration's tests: verl without its GPU stack, and only what `import verl`,
 	# its tracking, trainer config (Hydra) and metric modules import (docs/verl.md)
 	$(BIN)/python -m pip install --quiet --no-deps verl==0.9.1 ray==2.60.0 tensordict==0.15.3 \
