@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -178,7 +179,8 @@ def test_write_fault_never_raises_bounds_memory_reports_and_recovers(
     try:
         for step in range(HEALTHY):
             log_step(run, step)
-        assert run.flush()
+            if step % 50 == 49:  # the budget bounds memory whether the disk works or not
+                assert run.flush()
 
         faulty_os.active = True
         peak = 0
@@ -199,6 +201,8 @@ def test_write_fault_never_raises_bounds_memory_reports_and_recovers(
         assert not writer.dropping
         for step in range(HEALTHY + FAULTY, HEALTHY + FAULTY + RECOVERED):
             log_step(run, step)
+            if step % 50 == 49:
+                assert run.flush()
         assert run.flush()
     finally:
         faulty_os.active = False
@@ -665,3 +669,77 @@ def test_init_on_a_full_disk_raises_naming_the_path(tmpfs: Path) -> None:
     leftovers = sorted(p.name for p in (root / "runs").rglob("*") if p.is_file())
     assert str(root) in str(info.value), str(info.value)
     assert leftovers == []
+
+
+# -- (d) a file system that hangs ------------------------------------------------------
+
+
+class HangingOS:
+    """Stands in for the `os` module inside tracklake._format.segment: while `hang` is set,
+    write and fsync block (as on a stuck NFS/Lustre mount) until `release` is set."""
+
+    def __init__(self) -> None:
+        self.hang = False
+        self.entered = threading.Event()  # a write is blocked now
+        self.release = threading.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(os, name)
+
+    def _block(self) -> None:
+        if self.hang and not self.release.is_set():
+            self.entered.set()
+            self.release.wait()
+
+    def write(self, fd: int, data: Any) -> int:
+        self._block()
+        return os.write(fd, data)
+
+    def fsync(self, fd: int) -> None:
+        self._block()
+        os.fsync(fd)
+
+
+def test_a_hung_write_never_stalls_logging_and_finish_returns_by_its_deadline(
+        root: Path, monkeypatch: pytest.MonkeyPatch,
+        capfd: pytest.CaptureFixture[str]) -> None:
+    """While a write does not return, log() keeps returning: the buffer is bounded by
+    dropping (counted, said once), flush(timeout) and finish(timeout) return while the
+    write still hangs, and the report says what is unwritten. Once the file system comes
+    back, what was kept is written and the attempt is finished."""
+    hung = HangingOS()
+    monkeypatch.setattr(segment_module, "os", hung)
+    # turns a stalled test into a failure instead of a hang; it never fires when all is well
+    watchdog = threading.Timer(60, hung.release.set)
+    watchdog.start()
+    run = tracklake.init(project="hung", run_id="nfs", root=root, flush_interval=0.01,
+                         max_buffer_bytes=BUDGET, capture_identity=False)
+    try:
+        for step in range(50):
+            log_step(run, step)
+        assert run.flush()
+        hung.hang = True
+        log_step(run, 50)
+        assert hung.entered.wait(60), "the writer never started the hung write"
+        for step in range(51, 1000):
+            log_step(run, step)  # must return although the write never does
+            if step % 250 == 0:
+                assert not run.flush(timeout=0.01)
+        report = run.finish(timeout=0.5)
+        assert not hung.release.is_set(), "finish() returned only once the write did"
+    finally:
+        hung.release.set()
+        watchdog.cancel()
+    assert report.complete is False
+    assert report.unwritten_records > 0 and report.dropped_values > 0
+    assert report.failed_writes == 0
+    assert "has not returned" in (report.last_error or "")
+    err = capfd.readouterr().err
+    assert err.count("has not returned for") == 2, err  # once when dropping, once at finish
+    assert run._writer._stopped.wait(60), "the writer did not finish after the release"
+    steps = stored_steps(root, "nfs")
+    kept = sorted(steps)
+    assert kept == list(range(len(kept))), "what was kept is a prefix of the steps"
+    assert_whole_steps(steps, kept)
+    assert len(kept) * KEYS + report.dropped_values == 1000 * KEYS
+    assert tracklake.find_run(root, "nfs").attempts[0]["status"] == "finished"

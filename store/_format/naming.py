@@ -16,6 +16,9 @@ from tracklake._errors import InvalidNameError
 MAX_NAME_LENGTH = 128
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+@-]+")
 
+#: The largest rank the int32 `rank` partition column holds.
+MAX_RANK = (1 << 31) - 1
+
 #: Launcher variables that identify one job for all of its ranks, in order of preference.
 LAUNCHER_RUN_ID_VARS = ("TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "LSB_JOBID", "PBS_JOBID",
                         "JOB_ID", "MLP_TASK_ID")
@@ -49,13 +52,18 @@ def resolve_root(root: str | os.PathLike[str] | None) -> Path:
 
 
 def resolve_rank(rank: int | None, env: Mapping[str, str] = os.environ) -> int:
-    """This process's rank: `rank`, else $RANK, else torch.distributed's, else 0."""
+    """This process's rank: `rank`, else $RANK, else torch.distributed's, else 0.
+
+    A rank must fit the int32 `rank` column: ValueError (naming where it came from) if not.
+    """
     if rank is not None:
-        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
-            raise ValueError(f"rank must be a non-negative int, not {rank!r}")
+        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank <= MAX_RANK:
+            raise ValueError(f"rank must be a non-negative int up to {MAX_RANK}, not {rank!r}")
         return rank
     for var in ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"):
         if env.get(var, "").isdigit():
+            if int(env[var]) > MAX_RANK:
+                raise ValueError(f"${var}={env[var]} is not a rank from 0 to {MAX_RANK}")
             return int(env[var])
     dist = sys.modules.get("torch.distributed")  # only if the caller already imported it
     if dist is not None and dist.is_available() and dist.is_initialized():

@@ -6,6 +6,8 @@ import contextlib
 import enum
 import json
 import os
+import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,7 +34,11 @@ from tracklake._write.coerce import (
 )
 from tracklake._write.identity import capture, redact_config
 from tracklake._write.trace import Span
-from tracklake._write.writer import RankWriter, WriteFailures
+from tracklake._write.writer import RankWriter
+
+#: The range of the int64 columns (steps, token ids) and of the int32 ones (sample index).
+INT64 = (-(1 << 63), (1 << 63) - 1)
+INT32 = (-(1 << 31), (1 << 31) - 1)
 
 
 class RunState(enum.Enum):
@@ -73,27 +79,32 @@ class Run:
         self._record = record
         self._attempt_path = attempt_path
         self._state = RunState.RUNNING
+        self._state_lock = threading.Lock()
+        self._finished = threading.Event()
+        self._finishing_thread: threading.Thread | None = None
+        self._status = "running"
         self._report: FinishReport | None = None
         self._step = -1  # last step used; log() without a step uses the next one
         self._known_keys: set[tuple[str, ...]] = set()
         self._last_keys: tuple[str, ...] = ()
         self._writer = RankWriter(root, project, run_id, rank, attempt,
                                   heartbeat=self._heartbeat, **writer_options)
-        w = self._writer
-        # bound once: the hot path reads them without attribute look-ups on the writer
-        self._lock = w.lock
-        self._failures = w.failures
 
     # -- metrics: the hot path ---------------------------------------------------------
 
     def log(self, metrics: Mapping[str, Any], *, step: int | None = None) -> None:
         """Record metrics at `step` (default: one after the last step). Strings become texts."""
         if self._state is not RunState.RUNNING:
-            raise RunStateError(f"run {self.id!r} is finished; log() after finish() is refused")
+            self._refuse("log()")
+        if type(metrics) is not dict and not isinstance(metrics, Mapping):
+            raise TypeError(f"log() takes a mapping of metric names to values, not "
+                            f"{type(metrics).__name__} {_short(metrics)}")
         if step is None:
             step = self._step + 1
         elif type(step) is not int:
             step = self._check_step(step)
+        if not INT64[0] <= step <= INT64[1]:
+            step = self._check_step(step)  # raises, naming the step
         values = list(metrics.values())
         if _plain_numbers(values):
             keys = tuple(metrics)
@@ -109,21 +120,8 @@ class Run:
             for key, text in texts.items():
                 self.log_text(key, text, step=step)
         self._step = step  # only once the call is known to be valid
-        w = self._writer
-        t = time.time_ns() // 1000
-        with self._lock:
-            if w.dropping:
-                self._failures.dropped_values += len(values)
-                return
-            seq = w.next_seq["metrics"]
-            w.next_seq["metrics"] = seq + 1
-            w.metric_calls.append((seq, step, t, keys, values))
-            buffered = w.buffered_values = w.buffered_values + len(values)
-        if buffered >= w.batch_values:
-            if buffered >= w.backpressure_values:
-                w.relieve()
-            else:
-                w.wake()
+        if values and not self._writer.add_metrics(step, time.time_ns() // 1000, keys, values):
+            self._refuse("log()")  # finish() began while this call was being checked
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
         """`ExperimentLogger.log_metrics`: the same as `log()`."""
@@ -131,21 +129,28 @@ class Run:
 
     @staticmethod
     def _check_step(step: object) -> int:
+        """`step` as an int that the int64 step column holds, else TypeError/ValueError."""
         if isinstance(step, bool) or not isinstance(step, int):
             index = getattr(step, "__index__", None)
             if index is None or isinstance(step, bool):
                 raise TypeError(f"step must be an int, not {type(step).__name__} {step!r}")
             step = index()
         assert isinstance(step, int)
+        if not INT64[0] <= step <= INT64[1]:
+            raise ValueError(f"step {step} is outside the int64 range of the step column")
         return step
+
+    def _refuse(self, what: str) -> None:
+        _lifecycle.wait_if_terminating()  # after SIGTERM the process ends; do not raise first
+        raise RunStateError(f"run {self.id!r} is finished; {what} after finish() is refused")
 
     # -- other records -----------------------------------------------------------------
 
     def _add(self, kind: str, rows: list[dict[str, Any]]) -> None:
         if self._state is not RunState.RUNNING:
-            raise RunStateError(f"run {self.id!r} is finished; logging {kind} after finish() "
-                                "is refused")
-        self._writer.add_rows(kind, rows)
+            self._refuse(f"logging {kind}")
+        if self._writer.add_rows(kind, rows) is None:
+            self._refuse(f"logging {kind}")
 
     def _resolve_step(self, step: int | None) -> int | None:
         return self._check_step(step) if step is not None else (
@@ -171,11 +176,17 @@ class Run:
         """Record generated samples: mappings with input/output/score (and extra fields), or
         verl-style (input, output, score) tuples."""
         check_key(key, "generations")
+        if isinstance(samples, (str, bytes, Mapping)) or not isinstance(samples, Sequence):
+            raise TypeError(f"{key}: samples must be a sequence of samples, not "
+                            f"{type(samples).__name__}")
+        if len(samples) > INT32[1]:
+            raise ValueError(f"{key}: {len(samples)} samples in one call exceed the int32 "
+                             "sample index")
         t = _now_us()
+        resolved = self._resolve_step(step)
         rows: list[dict[str, Any]] = []
         for i, sample in enumerate(samples):
-            rows.append(_generation_row(key, i, sample) | {"time": t,
-                                                             "step": self._resolve_step(step)})
+            rows.append(_generation_row(key, i, sample) | {"time": t, "step": resolved})
         self._add("generations", rows)
 
     def span(self, name: str, *, step: int | None = None, inputs: Any = None,
@@ -183,7 +194,7 @@ class Run:
              **attributes: Any) -> Span:
         """A context manager recording one trace span (nested spans become children)."""
         if self._state is not RunState.RUNNING:
-            raise RunStateError(f"run {self.id!r} is finished; span() after finish() is refused")
+            self._refuse("span()")
         return Span(lambda row: self._add("traces", [row]), name,
                     step=None if step is None else self._check_step(step),
                     default_step=self._resolve_step(None), inputs=inputs,
@@ -207,7 +218,7 @@ class Run:
         store could not be written (counted and reported like any write failure).
         """
         if self._state is not RunState.RUNNING:
-            raise RunStateError(f"run {self.id!r} is finished; log_artifact() after finish()")
+            self._refuse("log_artifact()")
         items = artifact_items(artifact, name)
         digest = None
         rows = []
@@ -229,44 +240,71 @@ class Run:
         self._record["heartbeat_at"] = now_iso()
         write_attempt(self._attempt_path, self._record)
 
-    def flush(self) -> bool:
-        """Write everything logged so far to disk now; True if nothing is left pending
-        (False while writes are failing: the background thread keeps retrying)."""
-        return self._writer.flush()
+    def flush(self, *, timeout: float = 30.0) -> bool:
+        """Write everything logged so far to disk now; True if nothing is left pending.
+
+        Never raises for storage: False while writes are failing (the writer keeps
+        retrying) or if they did not complete within `timeout` seconds.
+        """
+        return self._writer.flush(timeout)
 
     def finish(self, status: str = "finished", *, timeout: float = 30.0) -> FinishReport:
-        """Flush, seal the segments and record the final status. Idempotent."""
-        if self._state is RunState.FINISHED:
-            # a second call, or one re-entered from a signal handler while finishing
+        """Flush, seal the segments and record the final status, returning by `timeout`.
+
+        Idempotent: a second call (from another thread, or at exit while a SIGTERM is
+        being handled) waits for the first, up to its own `timeout`.
+        """
+        with self._state_lock:
+            first = self._state is RunState.RUNNING
+            if first:
+                if status not in TERMINAL_STATUSES:
+                    raise ValueError("status must be finished, failed, killed or crashed, "
+                                     f"not {status!r}")
+                self._state = RunState.FINISHED
+                self._status = status
+                self._finishing_thread = threading.current_thread()
+        if not first:
+            if self._finishing_thread is not threading.current_thread():
+                self._finished.wait(timeout)
             return self._report or FinishReport(status="finishing", complete=False)
-        if status not in TERMINAL_STATUSES:
-            raise ValueError(f"status must be finished, failed, killed or crashed, not {status!r}")
-        self._state = RunState.FINISHED
-        _lifecycle.forget(self)
-        complete = self._writer.close(timeout=timeout)
-        f: WriteFailures = self._failures
-        report = FinishReport(status=status, complete=complete and not f.dropped_values
-                              and not f.dropped_records, failed_writes=f.count,
-                              last_error=f.last_error, dropped_values=f.dropped_values,
-                              dropped_records=f.dropped_records,
-                              unwritten_records=self._writer.pending_records,
-                              errors_by_errno=dict(f.by_errno))
-        self._record.update(status=status, finished_at=now_iso(), heartbeat_at=now_iso(),
-                            write_report=report.__dict__)
+        try:
+            self._writer.close(timeout, finalize=self._write_final_record)
+            report = self._report
+            if report is None:  # the writer did not get through by the deadline
+                report = self._report = self._build_report(complete=False)
+            if not report.complete:
+                print(f"tracklake: run {self.id!r} rank {self.rank} finished with unwritten "
+                      f"data: {report}", file=sys.stderr, flush=True)
+            return report
+        finally:
+            _lifecycle.forget(self)
+            self._finished.set()
+
+    def _build_report(self, complete: bool) -> FinishReport:
+        f = self._writer.snapshot()
+        last_error = f.last_error
+        stuck = self._writer.stuck_for()
+        if stuck is not None:
+            last_error = (f"a write under {self.root} has not returned for {stuck:.1f} s"
+                          + (f"; before that: {last_error}" if last_error else ""))
+        return FinishReport(status=self._status, complete=complete and not f.dropped_values
+                            and not f.dropped_records, failed_writes=f.count,
+                            last_error=last_error, dropped_values=f.dropped_values,
+                            dropped_records=f.dropped_records,
+                            unwritten_records=self._writer.unwritten_records(),
+                            errors_by_errno=dict(f.by_errno))
+
+    def _write_final_record(self, complete: bool) -> None:
+        """On the writer thread, once the segments are sealed: the attempt's final record."""
+        report = self._build_report(complete)
+        self._record.update(status=self._status, finished_at=now_iso(),
+                            heartbeat_at=now_iso(), write_report=report.__dict__)
         try:
             write_attempt(self._attempt_path, self._record)
         except OSError as exc:
             self._writer.record_failure(exc)
-            report = FinishReport(**{**report.__dict__, "complete": False,
-                                     "failed_writes": f.count, "last_error": f.last_error,
-                                     "errors_by_errno": dict(f.by_errno)})
-        if not report.complete:
-            import sys
-
-            print(f"tracklake: run {self.id!r} rank {self.rank} finished with unwritten data: "
-                  f"{report}", file=sys.stderr, flush=True)
+            report = self._build_report(complete=False)
         self._report = report
-        return report
 
     @property
     def finished(self) -> bool:
@@ -285,6 +323,11 @@ class Run:
     def __repr__(self) -> str:
         return (f"Run(project={self.project!r}, id={self.id!r}, rank={self.rank}, "
                 f"attempt={self.attempt}, state={self._state.value})")
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _plain_numbers(values: list[Any]) -> bool:

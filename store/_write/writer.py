@@ -1,20 +1,22 @@
-"""Per-rank writer: in-memory column buffers, the flush thread, and write-failure policy.
+"""Per-rank writer: in-memory buffers, the one thread that writes, and write-failure policy.
 
-`Run` appends to the buffers under a short lock and returns: a metric call is buffered as
-(seq, step, time, key tuple, value list), so the per-value work happens later, in C, when
-the flush thread (or a synchronous `flush()`) swaps the buffers out and turns them into
-record batches of at most `batch_values` values, appended to the kind's current segment.
-If the training thread outpaces the flush thread by `4 * batch_values` values while the
-disk is healthy, the training thread writes a batch itself (back-pressure) instead of
-letting memory grow. A write that fails keeps its batches pending
-and retries later from a fresh segment; while nothing can be written, buffered data is
-capped at `max_buffer_bytes` and what arrives beyond that is dropped and counted
+`Run` hands each call to `RankWriter` (`add_metrics`, `add_rows`), which appends it to the
+buffers under a lock held for microseconds and returns: the caller never waits on storage.
+Only the writer thread touches files. Every `flush_interval`, or sooner when
+`batch_values` values wait or a caller asks with `flush()`, it swaps the buffers out,
+turns them into record batches (`batches.py`) and appends them to the kind's current
+segment (`SegmentWriter`). `flush()` and `close()` wait for that thread, up to a deadline.
+
+Memory is bounded by dropping, never by blocking: while buffered and unwritten data exceed
+`max_buffer_bytes` (the disk fails, or a write hangs on a stuck file system), new calls are
+dropped and counted until a write succeeds again. A write that fails with `OSError` keeps
+its batches and retries later from a fresh segment; any other failure to build or write a
+batch drops exactly that batch's records, counted, and the writer carries on with the rest
 (docs/concepts.md, "When the disk fails").
 """
 
 from __future__ import annotations
 
-import math
 import sys
 import threading
 import time
@@ -27,44 +29,40 @@ import pyarrow as pa
 
 from tracklake._format import SCHEMAS, StreamId, segment_name, stream_dir
 from tracklake._format.segment import SegmentWriter, stream_schema
+from tracklake._write.batches import KeyColumn, MetricCall, metric_batches, row_batches
 
-_METRICS = SCHEMAS["metrics"]
 #: Rough in-memory cost of one buffered metric value (a float object and its list slot).
 _BYTES_PER_BUFFERED_VALUE = 32
-MetricCall = tuple[int, int, int, tuple[str, ...], list[float]]  # seq, step, time_us, keys, values
+#: Rough in-memory cost of one buffered row beyond its strings (a dict and its slots).
+_BYTES_PER_BUFFERED_ROW = 256
+#: While closing, failed writes are retried this often (instead of the backoff).
+_CLOSE_RETRY_SECONDS = 0.2
 
 
 @dataclass
 class WriteFailures:
     """What could not be written, for the stderr report, the event record and finish()."""
 
-    count: int = 0
+    count: int = 0  # failed writes (OSError)
     last_error: str | None = None
     dropped_values: int = 0
     dropped_records: int = 0
     reported: bool = False
     by_errno: dict[str, int] = field(default_factory=dict)
+    drops_reported: bool = False
+    errors_reported: bool = False
+
+    def copy(self) -> WriteFailures:
+        return WriteFailures(**{**self.__dict__, "by_errno": dict(self.by_errno)})
 
 
-def _float_array(values: list[float]) -> pa.Array:
-    try:
-        return pa.array(values, pa.float64())
-    except (pa.ArrowInvalid, OverflowError, TypeError):
-        # a Python int beyond float64 range slipped through the fast path
-        return pa.array([_clamp(v) for v in values], pa.float64())
-
-
-def _clamp(value: float) -> float:
-    try:
-        return float(value)
-    except OverflowError:  # an int beyond float64 range
-        return math.inf if value > 0 else -math.inf
-    except (TypeError, ValueError):  # an object that passed the fast path's sum() only
-        return math.nan
+def _row_bytes(rows: list[dict[str, Any]]) -> int:
+    return sum(_BYTES_PER_BUFFERED_ROW + sum(len(v) for v in row.values() if isinstance(v, str))
+               for row in rows)
 
 
 class RankWriter:
-    """Buffers one rank's records and writes them to that rank's segments."""
+    """Buffers one rank's records; its thread writes them to that rank's segments."""
 
     def __init__(
         self,
@@ -96,158 +94,299 @@ class RankWriter:
         self._heartbeat_interval = heartbeat_interval
         self._last_heartbeat = time.monotonic()
 
-        self.lock = threading.Lock()  # guards the buffers below; held for microseconds
-        self.metric_calls: list[MetricCall] = []
-        self.buffered_values = 0  # metric values in metric_calls
-        self.backpressure_values = 4 * batch_values
-        self.rows: dict[str, list[dict[str, Any]]] = {k: [] for k in SCHEMAS if k != "metrics"}
-        self.next_seq: dict[str, int] = dict.fromkeys(SCHEMAS, 0)
-        self.dropping = False  # set while the buffer is over budget; log() drops and counts
+        # -- shared with the callers; guarded by _lock, which is never held across I/O
+        self._lock = threading.Lock()
+        self._accepting = True
+        self._metric_calls: list[MetricCall] = []
+        self.buffered_values = 0  # metric values in _metric_calls
+        self._rows: dict[str, list[dict[str, Any]]] = {k: [] for k in SCHEMAS if k != "metrics"}
+        self._buffered_row_bytes = 0
+        self._buffered_rows = 0
+        self._next_seq: dict[str, int] = dict.fromkeys(SCHEMAS, 0)
+        self.dropping = False  # over budget: calls are dropped and counted until a write works
+        self._pending_bytes = 0  # built, not yet written (updated by the thread)
+        self._pending_rows = 0
+        self._io_since: float | None = None  # when the write in progress started
 
-        self._io_lock = threading.Lock()  # one flush at a time
+        # -- requests to the thread; guarded by _cond
+        self._cond = threading.Condition(threading.Lock())
+        self._wanted = False
+        self._requested = 0  # flush() calls registered
+        self._completed = 0  # flush() calls served
+        self._clean = True  # nothing was left pending after the last cycle
+        self._close_deadline: float | None = None
+        self._stopped = threading.Event()
+        self._closed_cleanly = False
+        self._finalize: Callable[[bool], None] | None = None
+
+        # -- owned by the thread
+        self._keys = KeyColumn()
         self._pending: list[tuple[str, pa.RecordBatch]] = []
-        self._pending_bytes = 0
         self._segments: dict[str, SegmentWriter] = {}
         self._segment_numbers: dict[str, int] = dict.fromkeys(SCHEMAS, 0)
         self._retry_at = 0.0
         self._backoff = flush_interval
         self._failing = False  # between a failed write and the next successful one
-        self._key_ids: dict[str, int] = {}
-        self._key_dictionary = pa.array([], pa.string())
-        self._keyset_ids: dict[tuple[str, ...], Any] = {}  # key tuple -> int32 index array
-        self._wake = threading.Event()
-        self._closing = False
         self._thread = threading.Thread(
             target=self._loop, name=f"tracklake-writer-{run}-r{rank}", daemon=True
         )
         self._thread.start()
 
-    # -- called from the training thread ---------------------------------------------
+    # -- called from training threads: never waits on storage ---------------------------
 
-    def add_rows(self, kind: str, rows: list[dict[str, Any]]) -> int:
-        """Buffer rows of a non-metric kind as one record group; returns its seq."""
-        with self.lock:
-            if self.dropping:
+    def add_metrics(self, step: int, time_us: int, keys: tuple[str, ...],
+                    values: list[float]) -> bool:
+        """Buffer one `log()` call (non-empty); False if the writer is closed."""
+        n = len(values)
+        with self._lock:
+            if not self._accepting:
+                return False
+            if self.dropping or self._over_budget(n * _BYTES_PER_BUFFERED_VALUE):
+                self.failures.dropped_values += n
+                report = not self.failures.drops_reported
+                self.failures.drops_reported = True
+            else:
+                seq = self._next_seq["metrics"]
+                self._next_seq["metrics"] = seq + 1
+                self._metric_calls.append((seq, step, time_us, keys, values))
+                self.buffered_values += n
+                if self.buffered_values >= self.batch_values:
+                    self._want_flush()
+                return True
+        if report:
+            self._report_drops()
+        return True
+
+    def add_rows(self, kind: str, rows: list[dict[str, Any]]) -> int | None:
+        """Buffer rows of a non-metric kind as one record group; its seq, -1 if dropped,
+        None if the writer is closed."""
+        return self._add_rows(kind, rows, internal=False)
+
+    def _add_rows(self, kind: str, rows: list[dict[str, Any]], *, internal: bool) -> int | None:
+        if not rows:
+            return -1
+        nbytes = _row_bytes(rows)
+        with self._lock:
+            if not self._accepting and not internal:
+                return None
+            if not internal and (self.dropping or self._over_budget(nbytes)):
                 self.failures.dropped_records += len(rows)
-                return -1
-            seq = self.next_seq[kind]
-            self.next_seq[kind] = seq + 1
-            for row in rows:
-                row["seq"] = seq
-            self.rows[kind].extend(rows)
-        return seq
+                report = not self.failures.drops_reported
+                self.failures.drops_reported = True
+            else:
+                seq = self._next_seq[kind]
+                self._next_seq[kind] = seq + 1
+                for row in rows:
+                    row["seq"] = seq
+                self._rows[kind].extend(rows)
+                self._buffered_row_bytes += nbytes
+                self._buffered_rows += len(rows)
+                return seq
+        if report:
+            self._report_drops()
+        return -1
 
-    def wake(self) -> None:
-        self._wake.set()
+    def _over_budget(self, extra: int) -> bool:
+        buffered = (self.buffered_values * _BYTES_PER_BUFFERED_VALUE + self._buffered_row_bytes
+                    + self._pending_bytes + extra)
+        if buffered > self.max_buffer_bytes:
+            self.dropping = True
+        return self.dropping
 
-    def relieve(self) -> None:
-        """Called by `log()` when the buffer outgrew the flush thread: write now if the disk
-        is healthy (back-pressure), else let `flush()` decide what to drop."""
-        if self._retry_at <= time.monotonic():
-            self.flush()
-        else:
-            with self.lock:
-                self._update_dropping()
+    def _want_flush(self) -> None:
+        # called with _lock held; _cond is a different lock, held for microseconds
+        with self._cond:
+            self._wanted = True
+            self._cond.notify_all()
 
-    def _update_dropping(self) -> None:
-        buffered = self.buffered_values * _BYTES_PER_BUFFERED_VALUE + self._pending_bytes
-        self.dropping = buffered > self.max_buffer_bytes
+    def _report_drops(self) -> None:
+        if self.failures.reported:
+            return  # the write failure's message already said that values will drop
+        since = self._io_since
+        why = (f"a write under {self.root} has not returned for "
+               f"{time.monotonic() - since:.1f} s (is the file system hung?)"
+               if since is not None else "the writer cannot keep up")
+        ident = self.ids["metrics"]
+        print(f"tracklake: run {ident.run!r} rank {ident.rank}: {why}; more than "
+              f"{_size(self.max_buffer_bytes)} is waiting, so new values are dropped and "
+              "counted until writes catch up; finish() reports the total. (Reported once.)",
+              file=sys.stderr, flush=True)
 
-    # -- the flush thread --------------------------------------------------------------
+    def flush(self, timeout: float | None = None) -> bool:
+        """Ask the thread to write everything buffered so far and wait for it (at most
+        `timeout` seconds); True if nothing was left pending."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            if self._stopped.is_set() or threading.current_thread() is self._thread:
+                return self._clean and not self._unwritten()
+            self._requested += 1
+            target = self._requested
+            self._cond.notify_all()
+            while self._completed < target and not self._stopped.is_set():
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return False
+                self._cond.wait(remaining)
+            return self._clean
+
+    def close(self, timeout: float, finalize: Callable[[bool], None] | None = None) -> bool:
+        """Refuse new calls, write what is buffered (retrying until shortly before the
+        deadline), seal the segments, then call `finalize(complete)` on the thread.
+
+        Returns by the deadline: True if all of that happened and nothing is unwritten.
+        """
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            self._accepting = False
+        with self._cond:
+            self._finalize = finalize
+            self._close_deadline = deadline - min(1.0, timeout / 4)
+            self._cond.notify_all()
+        if not self._thread.is_alive() and not self._stopped.is_set():
+            self._shutdown()  # no thread (a forked child): do its work here
+        self._stopped.wait(max(0.0, deadline - time.monotonic()))
+        return self._stopped.is_set() and self._closed_cleanly
+
+    def record_failure(self, exc: Exception) -> None:
+        """Count a failure of a write made outside the thread (an artifact, the attempt file)."""
+        with self._lock:
+            message = self._count_failure(None, exc)
+        _say(message)
+
+    def snapshot(self) -> WriteFailures:
+        """A copy of the failure counts, for `finish()`'s report."""
+        with self._lock:
+            return self.failures.copy()
+
+    def unwritten_records(self) -> int:
+        """Records (metric values and rows) accepted but not written yet."""
+        return self._unwritten()
+
+    def _unwritten(self) -> int:
+        return self.buffered_values + self._buffered_rows + self._pending_rows
+
+    def stuck_for(self) -> float | None:
+        """Seconds the write in progress has been running, or None."""
+        since = self._io_since
+        return None if since is None else time.monotonic() - since
+
+    # -- the writer thread ---------------------------------------------------------------
 
     def _loop(self) -> None:
-        while not self._closing:
-            self._wake.wait(self.flush_interval)
-            self._wake.clear()
-            if self._closing:
-                break
+        while True:
+            with self._cond:
+                if not (self._wanted or self._requested > self._completed
+                        or self._close_deadline is not None):
+                    self._cond.wait(self.flush_interval)
+                self._wanted = False
+                target = self._requested
+                closing = self._close_deadline is not None
+            if closing:
+                self._shutdown()
+                return
             try:
-                self.flush()
-            except Exception as exc:  # a bug must not stop the writer: report it, keep going
-                with self._io_lock:
-                    self._on_failure("metrics", exc)
+                self._cycle()
+            except Exception as exc:  # a bug of ours must not stop the writer: count it
+                self._count_error("metrics", 0, exc)
+            with self._cond:
+                self._clean = not self._pending
+                self._completed = max(self._completed, target)
+                self._cond.notify_all()
 
-    def flush(self) -> bool:
-        """Write everything buffered so far; True if nothing is left pending."""
-        with self._io_lock:
+    def _cycle(self) -> None:
+        self._build_batches()
+        now = time.monotonic()
+        if self._pending and now >= self._retry_at:
+            self._write_pending()
+        if not self._pending:
+            with self._lock:
+                self.dropping = False  # everything kept is written: accept calls again
+        self._roll_old_segments()
+        if self._heartbeat and now - self._last_heartbeat >= self._heartbeat_interval:
+            self._last_heartbeat = now
+            self._guarded(self._heartbeat)
+
+    def _shutdown(self) -> None:
+        complete = False
+        try:
+            complete = self._drain()
+        except Exception as exc:  # a bug of ours: count it, still seal and finalize
+            self._count_error("metrics", 0, exc)
+        finally:
+            self._finish_thread(complete)
+
+    def _drain(self) -> bool:
+        deadline = self._close_deadline or time.monotonic()
+        while True:
             self._build_batches()
-            now = time.monotonic()
-            if self._pending and now >= self._retry_at:
-                self._write_pending()
-            self._roll_old_segments()
-            if self._heartbeat and now - self._last_heartbeat >= self._heartbeat_interval:
-                self._last_heartbeat = now
-                self._guarded(self._heartbeat)
-            return not self._pending
+            if self._pending:
+                self._write_pending()  # while closing, every try ignores the backoff
+            if not self._pending or time.monotonic() >= deadline:
+                break
+            with self._cond:
+                now = time.monotonic()
+                self._cond.wait(max(0.0, min(deadline, now + _CLOSE_RETRY_SECONDS) - now))
+        for kind in list(self._segments):
+            self._seal(kind)
+        return not self._pending and not self._unwritten()
+
+    def _finish_thread(self, complete: bool) -> None:
+        self._closed_cleanly = complete
+        with self._cond:
+            self._clean = complete
+            self._completed = self._requested
+            self._cond.notify_all()
+            finalize = self._finalize
+        try:
+            if finalize is not None:
+                finalize(complete)
+        finally:
+            self._stopped.set()
+            with self._cond:
+                self._cond.notify_all()
 
     def _build_batches(self) -> None:
-        with self.lock:
-            calls = self.metric_calls
-            self.metric_calls = []
+        with self._lock:
+            calls = self._metric_calls
+            self._metric_calls = []
             self.buffered_values = 0
-            rows = {k: v for k, v in self.rows.items() if v}
+            rows = {k: v for k, v in self._rows.items() if v}
             for kind in rows:
-                self.rows[kind] = []
-        start = 0
-        while start < len(calls):
-            end, n = start, 0
-            while end < len(calls) and (n == 0 or n + len(calls[end][4]) <= self.batch_values):
-                n += len(calls[end][4])
-                end += 1
-            self._add_pending("metrics", self._metric_batch(calls[start:end]))
-            start = end
+                self._rows[kind] = []
+            self._buffered_row_bytes = 0
+            self._buffered_rows = 0
+        calls = [c for c in calls if c[4]]  # an empty call holds nothing to write
+        for batch in metric_batches(self._keys, calls, self.batch_values, self._count_error):
+            self._add_pending("metrics", batch)
         for kind, kind_rows in rows.items():
-            self._add_pending(kind, pa.RecordBatch.from_pylist(kind_rows, schema=SCHEMAS[kind]))
-
-    def _key_indices(self, keys: tuple[str, ...]) -> Any:
-        ids = self._keyset_ids.get(keys)
-        if ids is None:
-            import numpy as np
-
-            for key in keys:
-                if key not in self._key_ids:
-                    self._key_ids[key] = len(self._key_ids)
-            if len(self._key_dictionary) != len(self._key_ids):
-                self._key_dictionary = pa.array(list(self._key_ids), pa.string())
-            ids = np.fromiter((self._key_ids[k] for k in keys), np.int32, len(keys))
-            self._keyset_ids[keys] = ids
-        return ids
-
-    def _metric_batch(self, calls: list[MetricCall]) -> pa.RecordBatch:
-        import numpy as np  # on the flush thread, not at `import tracklake`
-
-        counts = np.fromiter((len(c[4]) for c in calls), np.int64, len(calls))
-        meta = np.array([c[:3] for c in calls], dtype=np.int64)
-        key_ids = np.concatenate([self._key_indices(c[3]) for c in calls])
-        values = [v for c in calls for v in c[4]]
-        return pa.record_batch(
-            [
-                pa.array(np.repeat(meta[:, 0], counts)),
-                pa.array(np.repeat(meta[:, 2], counts)).cast(_METRICS.field("time").type),
-                pa.array(np.repeat(meta[:, 1], counts)),
-                self._key_dictionary.take(pa.array(key_ids)),
-                _float_array(values),
-            ],
-            schema=_METRICS,
-        )
+            for batch in row_batches(kind, kind_rows, self._count_error):
+                self._add_pending(kind, batch)
 
     def _add_pending(self, kind: str, batch: pa.RecordBatch) -> None:
+        if batch.num_rows == 0:
+            return
         self._pending.append((kind, batch))
         self._pending_bytes += batch.nbytes
-        if self.failures.count and self._pending:
-            self._update_dropping()
+        self._pending_rows += batch.num_rows
 
     def _write_pending(self) -> None:
         while self._pending:
             kind, batch = self._pending[0]
+            self._io_since = time.monotonic()
             try:
                 self._segment_for(kind, batch).append(batch)
             except OSError as exc:
                 self._on_failure(kind, exc)
                 return
+            except Exception as exc:  # not the disk: this batch can never be written
+                self._abandon(kind)
+                self._count_error(kind, batch.num_rows, exc)
+            finally:
+                self._io_since = None
             self._pending.pop(0)
             self._pending_bytes -= batch.nbytes
-        with self.lock:
+            self._pending_rows -= batch.num_rows
+        with self._lock:
             self.dropping = False
         if self._failing:
             self._failing = False
@@ -276,11 +415,19 @@ class RankWriter:
 
     def _seal(self, kind: str) -> None:
         seg = self._segments.pop(kind)
+        self._io_since = time.monotonic()
         try:
             seg.seal()
         except OSError as exc:
             seg.abandon()
             self._on_failure(kind, exc)
+        finally:
+            self._io_since = None
+
+    def _abandon(self, kind: str) -> None:
+        seg = self._segments.pop(kind, None)
+        if seg is not None:
+            seg.abandon()  # continue in a new segment; the reader sees this one's torn tail
 
     def _roll_old_segments(self) -> None:
         now = time.monotonic()
@@ -292,23 +439,22 @@ class RankWriter:
         try:
             action()
         except OSError as exc:
-            self._on_failure("runs", exc)
-
-    def record_failure(self, exc: Exception) -> None:
-        """Count a failure of a write made outside the flush (an artifact, the attempt file)."""
-        with self._io_lock:
-            self._count_failure(None, exc)
+            with self._lock:
+                message = self._count_failure("runs", exc)
+            _say(message)
 
     def _on_failure(self, kind: str, exc: Exception) -> None:
-        seg = self._segments.pop(kind, None)
-        if seg is not None:
-            seg.abandon()  # continue in a new segment; the reader sees this one's torn tail
+        self._abandon(kind)
         self._failing = True
         self._backoff = min(self._backoff * 2, 30.0)
         self._retry_at = time.monotonic() + self._backoff
-        self._count_failure(kind, exc)
+        with self._lock:
+            message = self._count_failure(kind, exc)
+            self._over_budget(0)
+        _say(message)
 
-    def _count_failure(self, kind: str | None, exc: Exception) -> None:
+    def _count_failure(self, kind: str | None, exc: Exception) -> str | None:
+        """Count a failed write (with _lock held); the message to print, the first time."""
         f = self.failures
         f.count += 1
         f.last_error = f"{exc.__class__.__name__}: {exc}"
@@ -318,47 +464,43 @@ class RankWriter:
         if not f.reported:
             f.reported = True
             ident = self.ids.get(kind or "metrics", self.ids["metrics"])
-            print(
-                f"tracklake: cannot write run {ident.run!r} rank {ident.rank} under "
-                f"{self.root}: {f.last_error}. Training continues; tracklake keeps up to "
-                f"{_size(self.max_buffer_bytes)} buffered, retries with backoff, and "
-                "reports the total at finish(). (Reported once.)",
-                file=sys.stderr,
-                flush=True,
-            )
+            return (f"tracklake: cannot write run {ident.run!r} rank {ident.rank} under "
+                    f"{self.root}: {f.last_error}. Training continues; tracklake keeps up to "
+                    f"{_size(self.max_buffer_bytes)} buffered, retries with backoff, and "
+                    "reports the total at finish(). (Reported once.)")
+        return None
+
+    def _count_error(self, kind: str, dropped: int, exc: Exception) -> None:
+        """A batch that can never be written (not a disk failure): count what it drops."""
+        ident = self.ids.get(kind, self.ids["metrics"])
+        what = f"{dropped} metric values" if kind == "metrics" else f"{dropped} {kind} records"
+        error = f"cannot store {what}: {exc.__class__.__name__}: {exc}"
+        with self._lock:
+            f = self.failures
+            if kind == "metrics":
+                f.dropped_values += dropped
+            else:
+                f.dropped_records += dropped
+            f.last_error = error
+            first = not f.errors_reported
+            f.errors_reported = True
+        if first:
+            _say(f"tracklake: run {ident.run!r} rank {ident.rank}: {error}. Training "
+                 "continues; finish() reports every record dropped this way. (Reported once.)")
 
     def _record_recovery(self) -> None:
         f = self.failures
         text = (f"{f.count} failed writes ({', '.join(f'{k}: {v}' for k, v in f.by_errno.items())})"
                 f"; last: {f.last_error}; dropped {f.dropped_values} metric values and "
                 f"{f.dropped_records} records while the buffer was full")
-        self.add_rows("events", [{"time": _now_us(), "step": None, "level": "warning",
-                                  "kind": "write_error", "title": "writes failed, then recovered",
-                                  "text": text}])
+        self._add_rows("events", [{"time": _now_us(), "step": None, "level": "warning",
+                                   "kind": "write_error", "title": "writes failed, then recovered",
+                                   "text": text}], internal=True)
 
-    # -- shutdown ----------------------------------------------------------------------
 
-    def close(self, timeout: float = 30.0) -> bool:
-        """Flush, retrying until `timeout`, seal every segment, stop the thread."""
-        deadline = time.monotonic() + timeout
-        self._closing = True
-        self._wake.set()
-        if threading.current_thread() is not self._thread:
-            self._thread.join(timeout=max(0.0, deadline - time.monotonic()))
-        while True:
-            with self._io_lock:
-                self._retry_at = 0.0
-            if self.flush() or time.monotonic() >= deadline:
-                break
-            time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
-        with self._io_lock:
-            for kind in list(self._segments):
-                self._seal(kind)
-            return not self._pending
-
-    @property
-    def pending_records(self) -> int:
-        return sum(b.num_rows for _, b in self._pending)
+def _say(message: str | None) -> None:
+    if message is not None:
+        print(message, file=sys.stderr, flush=True)
 
 
 def _size(nbytes: int) -> str:
