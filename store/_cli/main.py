@@ -20,7 +20,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 root_option = click.option(
     "--root", type=click.Path(file_okay=False, path_type=Path), default=None,
-    help="Store directory (default: $TRACKLAKE_ROOT, else ./tracklake).")
+    help="Store directory (default: $TRACKLAKE_ROOT, else ./tracklake-store).")
 
 
 def _friendly(func: F) -> F:

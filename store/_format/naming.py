@@ -16,6 +16,10 @@ from tracklake._errors import InvalidNameError
 MAX_NAME_LENGTH = 128
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+@-]+")
 
+#: The store root when neither `root=` nor $TRACKLAKE_ROOT is given, relative to the working
+#: directory. The "-" keeps it from ever being importable: a directory named like the
+#: package would shadow `import tracklake` for scripts run from there (W&B's ./wandb trap).
+DEFAULT_ROOT = "tracklake-store"
 #: The largest rank the int32 `rank` partition column holds.
 MAX_RANK = (1 << 31) - 1
 
@@ -46,8 +50,8 @@ def safe_name(name: object, what: str) -> str:
 
 
 def resolve_root(root: str | os.PathLike[str] | None) -> Path:
-    """The store root: `root`, else $TRACKLAKE_ROOT, else ./tracklake (made absolute)."""
-    chosen = root if root is not None else os.environ.get("TRACKLAKE_ROOT") or "tracklake"
+    """The store root: `root`, else $TRACKLAKE_ROOT, else ./tracklake-store (made absolute)."""
+    chosen = root if root is not None else os.environ.get("TRACKLAKE_ROOT") or DEFAULT_ROOT
     return Path(chosen).expanduser().absolute()
 
 
