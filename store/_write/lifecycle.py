@@ -33,6 +33,9 @@ _pid = 0  # the process the handler and the finisher thread belong to
 _wakeup: int | None = None  # write end of the finisher thread's pipe
 _signalled = False  # a SIGTERM arrived: the finisher thread is finishing the runs
 _finished_for_signal = threading.Event()  # ... and is done
+#: How long finishing may take after SIGTERM: well within the 30 s that Slurm (KillWait) and
+#: Kubernetes (terminationGracePeriodSeconds) wait by default before SIGKILL.
+SIGTERM_FINISH_SECONDS = 20.0
 
 
 def track(run: Run) -> None:
@@ -49,9 +52,9 @@ def forget(run: Run) -> None:
     _live.discard(run)
 
 
-def finish_all(status: str) -> None:
+def finish_all(status: str, timeout: float = 30.0) -> None:
     for run in list(_live):
-        run.finish(status)
+        run.finish(status, timeout=timeout)
 
 
 def wait_if_terminating(timeout: float = 60.0) -> None:
@@ -111,10 +114,13 @@ def _finisher(read_end: int) -> None:
     with contextlib.suppress(OSError):
         os.read(read_end, 1)
     try:
-        finish_all("killed")
+        finish_all("killed", timeout=SIGTERM_FINISH_SECONDS)
     finally:
         _finished_for_signal.set()
-        signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGTERM)
+        try:  # to the main thread, so that a blocking call there is interrupted
+            signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGTERM)
+        except (OSError, ValueError):
+            os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _after_fork_in_child() -> None:

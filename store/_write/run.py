@@ -39,6 +39,7 @@ from tracklake._write.writer import RankWriter
 #: The range of the int64 columns (steps, token ids) and of the int32 ones (sample index).
 INT64 = (-(1 << 63), (1 << 63) - 1)
 INT32 = (-(1 << 31), (1 << 31) - 1)
+_INT64_MIN, _INT64_MAX = INT64
 
 
 class RunState(enum.Enum):
@@ -103,7 +104,7 @@ class Run:
             step = self._step + 1
         elif type(step) is not int:
             step = self._check_step(step)
-        if not INT64[0] <= step <= INT64[1]:
+        if not _INT64_MIN <= step <= _INT64_MAX:
             step = self._check_step(step)  # raises, naming the step
         values = list(metrics.values())
         if _plain_numbers(values):

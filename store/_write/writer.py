@@ -141,7 +141,10 @@ class RankWriter:
         with self._lock:
             if not self._accepting:
                 return False
-            if self.dropping or self._over_budget(n * _BYTES_PER_BUFFERED_VALUE):
+            cost = n * _BYTES_PER_BUFFERED_VALUE
+            if self.dropping or (self.buffered_values * _BYTES_PER_BUFFERED_VALUE + cost
+                                 + self._buffered_row_bytes + self._pending_bytes
+                                 > self.max_buffer_bytes and self._over_budget(cost)):
                 self.failures.dropped_values += n
                 report = not self.failures.drops_reported
                 self.failures.drops_reported = True
