@@ -5,6 +5,7 @@ finish() racing a logging thread. What log() accepted is stored or counted, neve
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,16 @@ def test_a_call_without_metric_values_alone_in_its_flush_never_wedges_the_writer
     assert _count(root, "texts", "wedge") == (1 if alone == {"phase": "eval"} else 0)
 
 
+class _Huge(Sequence[tuple[str, str, float]]):
+    """2**31 generation samples, without the memory: their index does not fit int32."""
+
+    def __len__(self) -> int:
+        return 2**31
+
+    def __getitem__(self, index: Any) -> Any:
+        return ("q", "a", 1.0)
+
+
 @pytest.mark.parametrize(("call", "message"), [
     (lambda run: run.log({"x": 1.0}, step=2**63), "step 9223372036854775808"),
     (lambda run: run.log({"x": 1.0}, step=np.uint64(2**64 - 1)), "int64"),
@@ -62,8 +73,10 @@ def test_a_call_without_metric_values_alone_in_its_flush_never_wedges_the_writer
     (lambda run: run.span("rollout", token_ids=[1, 2**70]), r"'rollout': token_ids\[1\]"),
     (lambda run: run.span("rollout", token_ids=[-(2**63) - 1]), "token_ids"),
     (lambda run: run.span("rollout", token_ids=[1.5]), "token_ids"),
+    (lambda run: run.log_generations(_Huge()), "int32 sample index"),
 ], ids=["step-2^63", "step-uint64-max", "step-below-int64", "text-step", "generations-step",
-        "alert-step", "span-step", "token-2^70", "token-below-int64", "token-float"])
+        "alert-step", "span-step", "token-2^70", "token-below-int64", "token-float",
+        "sample-index"])
 def test_values_outside_their_columns_are_refused_at_the_call(
         root: Path, call: Any, message: str) -> None:
     """A value the column cannot hold raises at the call, naming it; everything logged
