@@ -17,11 +17,9 @@ batch drops exactly that batch's records, counted, and the writer carries on wit
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +27,9 @@ import pyarrow as pa
 
 from tracklake._format import SCHEMAS, StreamId, segment_name, stream_dir
 from tracklake._format.segment import SegmentWriter, stream_schema
+from tracklake._write import failures as _messages
 from tracklake._write.batches import KeyColumn, MetricCall, metric_batches, row_batches
+from tracklake._write.failures import WriteFailures
 
 #: Rough in-memory cost of one buffered metric value (a float object and its list slot).
 _BYTES_PER_BUFFERED_VALUE = 32
@@ -37,23 +37,6 @@ _BYTES_PER_BUFFERED_VALUE = 32
 _BYTES_PER_BUFFERED_ROW = 256
 #: While closing, failed writes are retried this often (instead of the backoff).
 _CLOSE_RETRY_SECONDS = 0.2
-
-
-@dataclass
-class WriteFailures:
-    """What could not be written, for the stderr report, the event record and finish()."""
-
-    count: int = 0  # failed writes (OSError)
-    last_error: str | None = None
-    dropped_values: int = 0
-    dropped_records: int = 0
-    reported: bool = False
-    by_errno: dict[str, int] = field(default_factory=dict)
-    drops_reported: bool = False
-    errors_reported: bool = False
-
-    def copy(self) -> WriteFailures:
-        return WriteFailures(**{**self.__dict__, "by_errno": dict(self.by_errno)})
 
 
 def _row_bytes(rows: list[dict[str, Any]]) -> int:
@@ -145,9 +128,7 @@ class RankWriter:
             if self.dropping or (self.buffered_values * _BYTES_PER_BUFFERED_VALUE + cost
                                  + self._buffered_row_bytes + self._pending_bytes
                                  > self.max_buffer_bytes and self._over_budget(cost)):
-                self.failures.dropped_values += n
-                report = not self.failures.drops_reported
-                self.failures.drops_reported = True
+                report = self.failures.dropped("metrics", n)
             else:
                 seq = self._next_seq["metrics"]
                 self._next_seq["metrics"] = seq + 1
@@ -173,9 +154,7 @@ class RankWriter:
             if not self._accepting and not internal:
                 return None
             if not internal and (self.dropping or self._over_budget(nbytes)):
-                self.failures.dropped_records += len(rows)
-                report = not self.failures.drops_reported
-                self.failures.drops_reported = True
+                report = self.failures.dropped(kind, len(rows))
             else:
                 seq = self._next_seq[kind]
                 self._next_seq[kind] = seq + 1
@@ -203,17 +182,8 @@ class RankWriter:
             self._cond.notify_all()
 
     def _report_drops(self) -> None:
-        if self.failures.reported:
-            return  # the write failure's message already said that values will drop
-        since = self._io_since
-        why = (f"a write under {self.root} has not returned for "
-               f"{time.monotonic() - since:.1f} s (is the file system hung?)"
-               if since is not None else "the writer cannot keep up")
-        ident = self.ids["metrics"]
-        print(f"tracklake: run {ident.run!r} rank {ident.rank}: {why}; more than "
-              f"{_size(self.max_buffer_bytes)} is waiting, so new values are dropped and "
-              "counted until writes catch up; finish() reports the total. (Reported once.)",
-              file=sys.stderr, flush=True)
+        _messages.say(_messages.dropping(self.ids["metrics"], self.root,
+                                         self.max_buffer_bytes, self.stuck_for()))
 
     def flush(self, timeout: float | None = None) -> bool:
         """Ask the thread to write everything buffered so far and wait for it (at most
@@ -254,7 +224,7 @@ class RankWriter:
         """Count a failure of a write made outside the thread (an artifact, the attempt file)."""
         with self._lock:
             message = self._count_failure(None, exc)
-        _say(message)
+        _messages.say(message)
 
     def snapshot(self) -> WriteFailures:
         """A copy of the failure counts, for `finish()`'s report."""
@@ -444,7 +414,7 @@ class RankWriter:
         except OSError as exc:
             with self._lock:
                 message = self._count_failure("runs", exc)
-            _say(message)
+            _messages.say(message)
 
     def _on_failure(self, kind: str, exc: Exception) -> None:
         self._abandon(kind)
@@ -454,67 +424,30 @@ class RankWriter:
         with self._lock:
             message = self._count_failure(kind, exc)
             self._over_budget(0)
-        _say(message)
+        _messages.say(message)
 
     def _count_failure(self, kind: str | None, exc: Exception) -> str | None:
         """Count a failed write (with _lock held); the message to print, the first time."""
-        f = self.failures
-        f.count += 1
-        f.last_error = f"{exc.__class__.__name__}: {exc}"
-        errno_ = getattr(exc, "errno", None)
-        name = _errno_name(errno_) if isinstance(errno_, int) else type(exc).__name__
-        f.by_errno[name] = f.by_errno.get(name, 0) + 1
-        if not f.reported:
-            f.reported = True
-            ident = self.ids.get(kind or "metrics", self.ids["metrics"])
-            return (f"tracklake: cannot write run {ident.run!r} rank {ident.rank} under "
-                    f"{self.root}: {f.last_error}. Training continues; tracklake keeps up to "
-                    f"{_size(self.max_buffer_bytes)} buffered, retries with backoff, and "
-                    "reports the total at finish(). (Reported once.)")
-        return None
+        if not self.failures.write_failed(exc):
+            return None
+        ident = self.ids.get(kind or "metrics", self.ids["metrics"])
+        return _messages.cannot_write(ident, self.root, self.max_buffer_bytes,
+                                      self.failures.last_error)
 
     def _count_error(self, kind: str, dropped: int, exc: Exception) -> None:
         """A batch that can never be written (not a disk failure): count what it drops."""
-        ident = self.ids.get(kind, self.ids["metrics"])
         what = f"{dropped} metric values" if kind == "metrics" else f"{dropped} {kind} records"
         error = f"cannot store {what}: {exc.__class__.__name__}: {exc}"
         with self._lock:
-            f = self.failures
-            if kind == "metrics":
-                f.dropped_values += dropped
-            else:
-                f.dropped_records += dropped
-            f.last_error = error
-            first = not f.errors_reported
-            f.errors_reported = True
+            first = self.failures.lost(kind, dropped, error)
         if first:
-            _say(f"tracklake: run {ident.run!r} rank {ident.rank}: {error}. Training "
-                 "continues; finish() reports every record dropped this way. (Reported once.)")
+            _messages.say(_messages.lost(self.ids.get(kind, self.ids["metrics"]), error))
 
     def _record_recovery(self) -> None:
-        f = self.failures
-        text = (f"{f.count} failed writes ({', '.join(f'{k}: {v}' for k, v in f.by_errno.items())})"
-                f"; last: {f.last_error}; dropped {f.dropped_values} metric values and "
-                f"{f.dropped_records} records while the buffer was full")
         self._add_rows("events", [{"time": _now_us(), "step": None, "level": "warning",
                                    "kind": "write_error", "title": "writes failed, then recovered",
-                                   "text": text}], internal=True)
-
-
-def _say(message: str | None) -> None:
-    if message is not None:
-        print(message, file=sys.stderr, flush=True)
-
-
-def _size(nbytes: int) -> str:
-    return f"{nbytes / (1 << 20):.0f} MiB" if nbytes >= 1 << 20 else f"{nbytes / 1024:.0f} KiB"
+                                   "text": self.failures.recovery_text()}], internal=True)
 
 
 def _now_us() -> int:
     return time.time_ns() // 1000
-
-
-def _errno_name(number: int) -> str:
-    import errno
-
-    return errno.errorcode.get(number, str(number))
