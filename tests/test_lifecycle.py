@@ -129,6 +129,7 @@ for step in range(1_000_000):
 """
 
 
+@pytest.mark.slow
 def test_sigterm_at_any_point_of_log_flush_or_finish_ends_the_run_killed_with_its_data(
         root: Path) -> None:
     """SIGTERM lands at random points of a loop that logs, logs generations and flushes

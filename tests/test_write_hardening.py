@@ -197,6 +197,7 @@ def test_log_of_something_not_a_mapping_raises_type_error_naming_it(
     assert run.finish().complete
 
 
+@pytest.mark.slow
 def test_finish_racing_a_logging_thread_never_accepts_and_loses_a_value(root: Path) -> None:
     """Over many trials, a thread logs while the main thread finishes: every log() that
     returned is stored, and the calls after it raise RunStateError."""
