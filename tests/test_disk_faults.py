@@ -74,7 +74,7 @@ def store_fds(root: Path) -> list[str]:
 
 def flush_until_written(run: tracklake.Run) -> None:
     """The writer's next retry, without waiting out its backoff: it must write everything."""
-    run._writer._retry_at = 0.0  # the backoff has elapsed
+    run._writer._flusher._retry_at = 0.0  # the backoff has elapsed
     assert run.flush(), "the writer did not recover once the fault was gone"
 
 
@@ -308,7 +308,7 @@ def test_failed_segment_creation_does_not_leak_file_descriptors(
         faulty_os.active = True
         for step in range(50):
             log_step(run, step)
-            run._writer._retry_at = 0.0  # each flush retries now, as after its backoff
+            run._writer._flusher._retry_at = 0.0  # each flush retries now, as after its backoff
             run.flush()
         assert run._writer.failures.count >= 2
         faulty_os.active = False
@@ -553,9 +553,9 @@ def test_read_only_remount_mid_run(tmpfs: Path, capfd: pytest.CaptureFixture[str
         assert run.flush()
         # a file system with files open for writing cannot be remounted read-only: let the
         # segments reach their age limit, so that the next flush seals and closes them
-        run._writer.segment_seconds = 0
+        run._writer._flusher.segment_seconds = 0
         assert run.flush()
-        run._writer.segment_seconds = 600
+        run._writer._flusher.segment_seconds = 600
         assert store_fds(root) == []
         result = _run_cmd("mount", "-o", "remount,ro", str(tmpfs))
         if result.returncode != 0:
@@ -729,7 +729,7 @@ def test_a_hung_write_never_stalls_logging_and_finish_returns_by_its_deadline(
     assert "has not returned" in (report.last_error or "")
     err = capfd.readouterr().err
     assert err.count("has not returned for") == 2, err  # once when dropping, once at finish
-    assert run._writer._stopped.wait(60), "the writer did not finish after the release"
+    assert run._writer._flusher._stopped.wait(60), "the writer did not finish after the release"
     steps = stored_steps(root, "nfs")
     kept = sorted(steps)
     assert kept == list(range(len(kept))), "what was kept is a prefix of the steps"
