@@ -22,9 +22,9 @@ from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tracklake._write.run import Run
+    from tracklake._write.finish import RunHandle
 
-_live: weakref.WeakSet[Run] = weakref.WeakSet()
+_live: weakref.WeakSet[RunHandle] = weakref.WeakSet()
 _installed = False
 _uncaught = False
 _previous_excepthook = sys.excepthook
@@ -38,7 +38,7 @@ _finished_for_signal = threading.Event()  # ... and is done
 SIGTERM_FINISH_SECONDS = 20.0
 
 
-def track(run: Run) -> None:
+def track(run: RunHandle) -> None:
     global _installed
     _live.add(run)
     if not _installed:
@@ -48,7 +48,7 @@ def track(run: Run) -> None:
         _install_sigterm()
 
 
-def forget(run: Run) -> None:
+def forget(run: RunHandle) -> None:
     _live.discard(run)
 
 

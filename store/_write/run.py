@@ -1,22 +1,17 @@
-"""The public write API: `init()` and `Run`."""
+"""The public write API: `init()` and `Run`, the logging methods of one rank's handle on a
+run (its lifecycle, `flush()` and `finish()`, are `RunHandle`'s, in finish.py)."""
 
 from __future__ import annotations
 
 import contextlib
-import enum
 import json
 import os
-import sys
-import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
-from tracklake._errors import RunStateError
-from tracklake._format.attempt import TERMINAL_STATUSES, claim_attempt, now_iso, write_attempt
+from tracklake._format.attempt import claim_attempt, now_iso, write_attempt
 from tracklake._format.naming import (
     resolve_rank,
     resolve_root,
@@ -32,9 +27,9 @@ from tracklake._write.coerce import (
     flatten_config,
     jsonable,
 )
+from tracklake._write.finish import RunHandle, RunState
 from tracklake._write.identity import capture, redact_config
 from tracklake._write.trace import Span
-from tracklake._write.writer import RankWriter
 
 #: The range of the int64 columns (steps, token ids) and of the int32 ones (sample index).
 INT64 = (-(1 << 63), (1 << 63) - 1)
@@ -42,54 +37,22 @@ INT32 = (-(1 << 31), (1 << 31) - 1)
 _INT64_MIN, _INT64_MAX = INT64
 
 
-class RunState(enum.Enum):
-    RUNNING = "running"
-    FINISHED = "finished"
-
-
-@dataclass(frozen=True)
-class FinishReport:
-    """What `Run.finish()` could and could not write."""
-
-    status: str
-    complete: bool  # every record reached the disk
-    failed_writes: int = 0
-    last_error: str | None = None
-    dropped_values: int = 0
-    dropped_records: int = 0
-    unwritten_records: int = 0
-    errors_by_errno: dict[str, int] = field(default_factory=dict)
-
-
 def _now_us() -> int:
     return time.time_ns() // 1000
 
 
-class Run:
+class Run(RunHandle):
     """One rank's handle on a run. Create it with `tracklake.init()`."""
 
     def __init__(self, *, root: Path, project: str, run_id: str, name: str | None, rank: int,
                  attempt: int, attempt_path: Path, record: dict[str, Any],
                  writer_options: Mapping[str, Any]) -> None:
-        self.root = root
-        self.project = project
-        self.id = run_id
-        self.name = name
-        self.rank = rank
-        self.attempt = attempt
-        self._record = record
-        self._attempt_path = attempt_path
-        self._state = RunState.RUNNING
-        self._state_lock = threading.Lock()
-        self._finished = threading.Event()
-        self._finishing_thread: threading.Thread | None = None
-        self._status = "running"
-        self._report: FinishReport | None = None
+        super().__init__(root=root, project=project, run_id=run_id, name=name, rank=rank,
+                         attempt=attempt, attempt_path=attempt_path, record=record,
+                         writer_options=writer_options)
         self._step = -1  # last step used; log() without a step uses the next one
         self._known_keys: set[tuple[str, ...]] = set()
         self._last_keys: tuple[str, ...] = ()
-        self._writer = RankWriter(root, project, run_id, rank, attempt,
-                                  heartbeat=self._heartbeat, **writer_options)
 
     # -- metrics: the hot path ---------------------------------------------------------
 
@@ -140,10 +103,6 @@ class Run:
         if not INT64[0] <= step <= INT64[1]:
             raise ValueError(f"step {step} is outside the int64 range of the step column")
         return step
-
-    def _refuse(self, what: str) -> None:
-        _lifecycle.wait_if_terminating()  # after SIGTERM the process ends; do not raise first
-        raise RunStateError(f"run {self.id!r} is finished; {what} after finish() is refused")
 
     # -- other records -----------------------------------------------------------------
 
@@ -234,97 +193,6 @@ class Run:
                          "metadata": json.dumps(jsonable(dict(metadata or {})))})
         self._add("artifacts", rows)
         return digest
-
-    # -- lifecycle ---------------------------------------------------------------------
-
-    def _heartbeat(self) -> None:
-        self._record["heartbeat_at"] = now_iso()
-        write_attempt(self._attempt_path, self._record)
-
-    def flush(self, *, timeout: float = 30.0) -> bool:
-        """Write everything logged so far to disk now; True if nothing is left pending.
-
-        Never raises for storage: False while writes are failing (the writer keeps
-        retrying) or if they did not complete within `timeout` seconds.
-        """
-        return self._writer.flush(timeout)
-
-    def finish(self, status: str = "finished", *, timeout: float = 30.0) -> FinishReport:
-        """Flush, seal the segments and record the final status, returning by `timeout`.
-
-        Idempotent: a second call (from another thread, or at exit while a SIGTERM is
-        being handled) waits for the first, up to its own `timeout`.
-        """
-        with self._state_lock:
-            first = self._state is RunState.RUNNING
-            if first:
-                if status not in TERMINAL_STATUSES:
-                    raise ValueError("status must be finished, failed, killed or crashed, "
-                                     f"not {status!r}")
-                self._state = RunState.FINISHED
-                self._status = status
-                self._finishing_thread = threading.current_thread()
-        if not first:
-            if self._finishing_thread is not threading.current_thread():
-                self._finished.wait(timeout)
-            return self._report or FinishReport(status="finishing", complete=False)
-        try:
-            self._writer.close(timeout, finalize=self._write_final_record)
-            report = self._report
-            if report is None:  # the writer did not get through by the deadline
-                report = self._report = self._build_report(complete=False)
-            if not report.complete:
-                print(f"tracklake: run {self.id!r} rank {self.rank} finished with unwritten "
-                      f"data: {report}", file=sys.stderr, flush=True)
-            return report
-        finally:
-            _lifecycle.forget(self)
-            self._finished.set()
-
-    def _build_report(self, complete: bool) -> FinishReport:
-        f = self._writer.snapshot()
-        last_error = f.last_error
-        stuck = self._writer.stuck_for()
-        if stuck is not None:
-            last_error = (f"a write under {self.root} has not returned for {stuck:.1f} s"
-                          + (f"; before that: {last_error}" if last_error else ""))
-        return FinishReport(status=self._status, complete=complete and not f.dropped_values
-                            and not f.dropped_records, failed_writes=f.count,
-                            last_error=last_error, dropped_values=f.dropped_values,
-                            dropped_records=f.dropped_records,
-                            unwritten_records=self._writer.unwritten_records(),
-                            errors_by_errno=dict(f.by_errno))
-
-    def _write_final_record(self, complete: bool) -> None:
-        """On the writer thread, once the segments are sealed: the attempt's final record."""
-        report = self._build_report(complete)
-        self._record.update(status=self._status, finished_at=now_iso(),
-                            heartbeat_at=now_iso(), write_report=report.__dict__)
-        try:
-            write_attempt(self._attempt_path, self._record)
-        except OSError as exc:
-            self._writer.record_failure(exc)
-            report = self._build_report(complete=False)
-        self._report = report
-
-    @property
-    def finished(self) -> bool:
-        return self._state is RunState.FINISHED
-
-    def __enter__(self) -> Run:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        if exc_type is KeyboardInterrupt:
-            self.finish("killed")
-        else:
-            self.finish("failed" if exc_type else "finished")
-
-    def __repr__(self) -> str:
-        return (f"Run(project={self.project!r}, id={self.id!r}, rank={self.rank}, "
-                f"attempt={self.attempt}, state={self._state.value})")
-
 
 def _short(value: object) -> str:
     text = repr(value)
