@@ -26,7 +26,9 @@ from tracklake._write.writer import RankWriter
 _Handle = TypeVar("_Handle", bound="RunHandle")
 
 
-class RunState(enum.Enum):
+class Lifecycle(enum.Enum):
+    """Where a `Run` is in its life: running until `finish()` begins, then finished."""
+
     RUNNING = "running"
     FINISHED = "finished"
 
@@ -59,7 +61,7 @@ class RunHandle:
         self.attempt = attempt
         self._record = record
         self._attempt_path = attempt_path
-        self._state = RunState.RUNNING
+        self._state = Lifecycle.RUNNING
         self._state_lock = threading.Lock()
         self._finished = threading.Event()
         self._finishing_thread: threading.Thread | None = None
@@ -91,12 +93,12 @@ class RunHandle:
         being handled) waits for the first, up to its own `timeout`.
         """
         with self._state_lock:
-            first = self._state is RunState.RUNNING
+            first = self._state is Lifecycle.RUNNING
             if first:
                 if status not in TERMINAL_STATUSES:
                     raise ValueError("status must be finished, failed, killed or crashed, "
                                      f"not {status!r}")
-                self._state = RunState.FINISHED
+                self._state = Lifecycle.FINISHED
                 self._status = status
                 self._finishing_thread = threading.current_thread()
         if not first:
@@ -144,7 +146,7 @@ class RunHandle:
 
     @property
     def finished(self) -> bool:
-        return self._state is RunState.FINISHED
+        return self._state is Lifecycle.FINISHED
 
     def __enter__(self: _Handle) -> _Handle:
         return self

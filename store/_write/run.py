@@ -27,7 +27,7 @@ from tracklake._write.coerce import (
     flatten_config,
     jsonable,
 )
-from tracklake._write.finish import RunHandle, RunState
+from tracklake._write.finish import Lifecycle, RunHandle
 from tracklake._write.identity import capture, redact_config
 from tracklake._write.trace import Span
 
@@ -58,7 +58,7 @@ class Run(RunHandle):
 
     def log(self, metrics: Mapping[str, Any], *, step: int | None = None) -> None:
         """Record metrics at `step` (default: one after the last step). Strings become texts."""
-        if self._state is not RunState.RUNNING:
+        if self._state is not Lifecycle.RUNNING:
             self._refuse("log()")
         if type(metrics) is not dict and not isinstance(metrics, Mapping):
             raise TypeError(f"log() takes a mapping of metric names to values, not "
@@ -107,7 +107,7 @@ class Run(RunHandle):
     # -- other records -----------------------------------------------------------------
 
     def _add(self, kind: str, rows: list[dict[str, Any]]) -> None:
-        if self._state is not RunState.RUNNING:
+        if self._state is not Lifecycle.RUNNING:
             self._refuse(f"logging {kind}")
         if self._writer.add_rows(kind, rows) is None:
             self._refuse(f"logging {kind}")
@@ -153,7 +153,7 @@ class Run(RunHandle):
              token_ids: Sequence[int] | None = None, max_length: int | None = None,
              **attributes: Any) -> Span:
         """A context manager recording one trace span (nested spans become children)."""
-        if self._state is not RunState.RUNNING:
+        if self._state is not Lifecycle.RUNNING:
             self._refuse("span()")
         return Span(lambda row: self._add("traces", [row]), name,
                     step=None if step is None else self._check_step(step),
@@ -177,7 +177,7 @@ class Run(RunHandle):
         Returns the sha256 digest (of the last file for a directory), or None if the
         store could not be written (counted and reported like any write failure).
         """
-        if self._state is not RunState.RUNNING:
+        if self._state is not Lifecycle.RUNNING:
             self._refuse("log_artifact()")
         items = artifact_items(artifact, name)
         digest = None
