@@ -232,6 +232,25 @@ def test_the_default_store_directory_never_shadows_the_package(tmp_path: Path) -
     assert not DEFAULT_ROOT.isidentifier()
 
 
+def test_the_demo_default_directory_never_shadows_the_package(tmp_path: Path) -> None:
+    """`python -m tracklake._cli.demo` writes to its own default root: after a store is
+    written there, a fresh interpreter started in that directory still imports tracklake."""
+    env = {k: v for k, v in os.environ.items() if k != "TRACKLAKE_ROOT"}
+    write = ("import tracklake\n"
+             "from tracklake._cli.demo import default_root\n"
+             "print(default_root())\n"
+             "with tracklake.init(project='p', run_id='r', root=default_root(),\n"
+             "                    capture_identity=False) as run:\n"
+             "    run.log({'x': 1.0}, step=0)\n")
+    done = subprocess.run([sys.executable, "-c", write], cwd=tmp_path, env=env, check=True,
+                          capture_output=True, text=True)
+    root = tmp_path / done.stdout.strip()
+    assert (root / "runs").is_dir() and root.parent == tmp_path
+    probe = subprocess.run([sys.executable, "-c", "import tracklake; tracklake.init"],
+                           cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert probe.returncode == 0, probe.stderr
+
+
 def test_the_default_root_is_relative_to_the_working_directory_unless_set(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
