@@ -25,7 +25,8 @@ from tracklake._errors import (
     TracklakeError,
 )
 from tracklake._format import FORMAT_VERSION, KINDS, StreamId
-from tracklake._write.run import FinishReport, Run, init
+from tracklake._write.finish import FinishReport
+from tracklake._write.run import Run, init
 from tracklake._write.trace import Span
 from tracklake._write.tracking import Tracking
 

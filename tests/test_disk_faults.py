@@ -16,7 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
-import time
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,13 +72,10 @@ def store_fds(root: Path) -> list[str]:
     return out
 
 
-def flush_until_written(run: tracklake.Run, timeout: float = 40.0) -> float:
-    """Call run.flush() until nothing is pending (the writer retries with backoff)."""
-    started = time.monotonic()
-    while not run.flush():
-        assert time.monotonic() - started < timeout, "the writer never recovered"
-        time.sleep(0.02)
-    return time.monotonic() - started
+def flush_until_written(run: tracklake.Run) -> None:
+    """The writer's next retry, without waiting out its backoff: it must write everything."""
+    run._writer._flusher._retry_at = 0.0  # the backoff has elapsed
+    assert run.flush(), "the writer did not recover once the fault was gone"
 
 
 def cannot_write_messages(err: str) -> list[str]:
@@ -99,6 +96,7 @@ class FaultyOS:
         self.partial = partial
         self.active = False
         self.injected = 0
+        self.failed = threading.Event()  # set at the first injected failure
         self._short_write_done = False
 
     def __getattr__(self, name: str) -> Any:
@@ -107,6 +105,7 @@ class FaultyOS:
     def _fail(self, call: str) -> None:
         if self.active and call in self.calls:
             self.injected += 1
+            self.failed.set()
             raise OSError(self.err, os.strerror(self.err))
 
     def open(self, path: Any, flags: int, mode: int = 0o777, **kwargs: Any) -> int:
@@ -178,7 +177,8 @@ def test_write_fault_never_raises_bounds_memory_reports_and_recovers(
     try:
         for step in range(HEALTHY):
             log_step(run, step)
-        assert run.flush()
+            if step % 50 == 49:  # the budget bounds memory whether the disk works or not
+                assert run.flush()
 
         faulty_os.active = True
         peak = 0
@@ -199,6 +199,8 @@ def test_write_fault_never_raises_bounds_memory_reports_and_recovers(
         assert not writer.dropping
         for step in range(HEALTHY + FAULTY, HEALTHY + FAULTY + RECOVERED):
             log_step(run, step)
+            if step % 50 == 49:
+                assert run.flush()
         assert run.flush()
     finally:
         faulty_os.active = False
@@ -273,13 +275,13 @@ def test_pending_bytes_stay_bounded_with_only_the_background_flush(
     writer = run._writer
     try:
         faulty_os.active = True
+        run.log({f"k{k}": value_of(0, k) for k in range(KEYS)}, step=0)
+        assert faulty_os.failed.wait(60), "the background thread never tried to write"
         peak = 0
-        for step in range(steps):
+        for step in range(1, steps):
             run.log({f"k{k}": value_of(step, k) for k in range(KEYS)}, step=step)
             if step % 10 == 0:
-                time.sleep(0.001)
                 peak = max(peak, writer._pending_bytes)
-        time.sleep(0.1)
         peak = max(peak, writer._pending_bytes)
         assert writer.failures.count > 0
         # unbounded, the 64,000 values would take ~2.5 MB of batches
@@ -306,8 +308,8 @@ def test_failed_segment_creation_does_not_leak_file_descriptors(
         faulty_os.active = True
         for step in range(50):
             log_step(run, step)
+            run._writer._flusher._retry_at = 0.0  # each flush retries now, as after its backoff
             run.flush()
-            time.sleep(0.005)
         assert run._writer.failures.count >= 2
         faulty_os.active = False
         flush_until_written(run)
@@ -350,8 +352,7 @@ def test_write_error_event_is_stored_with_a_long_flush_interval(
         log_step(run, 0)
         assert not run.flush()
         faulty_os.active = False
-        run._writer._retry_at = 0.0  # the backoff has elapsed (instead of waiting 30 s)
-        assert run.flush()
+        flush_until_written(run)
     finally:
         faulty_os.active = False
         run.finish()
@@ -539,27 +540,23 @@ def test_finish_on_a_still_full_disk_reports_consistently(tmpfs: Path,
     assert sum(report.errors_by_errno.values()) == report.failed_writes
 
 
-def _wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.02)
-
-
 def test_read_only_remount_mid_run(tmpfs: Path, capfd: pytest.CaptureFixture[str]) -> None:
     """The store's file system is remounted read-only while the run is idle between
     segments: logging goes on without raising, the store stays queryable, and after the
     remount back to read-write everything logged meanwhile is written (nothing dropped)."""
     root = tmpfs / "store"
     run = tracklake.init(project="ro", run_id="remount", root=root, flush_interval=0.02,
-                         segment_seconds=0.2, capture_identity=False)
+                         capture_identity=False)
     try:
         for step in range(100):
             log_step(run, step)
         assert run.flush()
-        # a file system with files open for writing cannot be remounted read-only: wait
-        # until the writer sealed its segments (segment_seconds) and closed them
-        _wait_for(lambda: not store_fds(root), 5, "segments were never sealed")
+        # a file system with files open for writing cannot be remounted read-only: let the
+        # segments reach their age limit, so that the next flush seals and closes them
+        run._writer._flusher.segment_seconds = 0
+        assert run.flush()
+        run._writer._flusher.segment_seconds = 600
+        assert store_fds(root) == []
         result = _run_cmd("mount", "-o", "remount,ro", str(tmpfs))
         if result.returncode != 0:
             pytest.skip(f"cannot remount read-only: {result.stderr.strip()}")
@@ -665,3 +662,77 @@ def test_init_on_a_full_disk_raises_naming_the_path(tmpfs: Path) -> None:
     leftovers = sorted(p.name for p in (root / "runs").rglob("*") if p.is_file())
     assert str(root) in str(info.value), str(info.value)
     assert leftovers == []
+
+
+# -- (d) a file system that hangs ------------------------------------------------------
+
+
+class HangingOS:
+    """Stands in for the `os` module inside tracklake._format.segment: while `hang` is set,
+    write and fsync block (as on a stuck NFS/Lustre mount) until `release` is set."""
+
+    def __init__(self) -> None:
+        self.hang = False
+        self.entered = threading.Event()  # a write is blocked now
+        self.release = threading.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(os, name)
+
+    def _block(self) -> None:
+        if self.hang and not self.release.is_set():
+            self.entered.set()
+            self.release.wait()
+
+    def write(self, fd: int, data: Any) -> int:
+        self._block()
+        return os.write(fd, data)
+
+    def fsync(self, fd: int) -> None:
+        self._block()
+        os.fsync(fd)
+
+
+def test_a_hung_write_never_stalls_logging_and_finish_returns_by_its_deadline(
+        root: Path, monkeypatch: pytest.MonkeyPatch,
+        capfd: pytest.CaptureFixture[str]) -> None:
+    """While a write does not return, log() keeps returning: the buffer is bounded by
+    dropping (counted, said once), flush(timeout) and finish(timeout) return while the
+    write still hangs, and the report says what is unwritten. Once the file system comes
+    back, what was kept is written and the attempt is finished."""
+    hung = HangingOS()
+    monkeypatch.setattr(segment_module, "os", hung)
+    # turns a stalled test into a failure instead of a hang; it never fires when all is well
+    watchdog = threading.Timer(60, hung.release.set)
+    watchdog.start()
+    run = tracklake.init(project="hung", run_id="nfs", root=root, flush_interval=0.01,
+                         max_buffer_bytes=BUDGET, capture_identity=False)
+    try:
+        for step in range(50):
+            log_step(run, step)
+        assert run.flush()
+        hung.hang = True
+        log_step(run, 50)
+        assert hung.entered.wait(60), "the writer never started the hung write"
+        for step in range(51, 1000):
+            log_step(run, step)  # must return although the write never does
+            if step % 250 == 0:
+                assert not run.flush(timeout=0.01)
+        report = run.finish(timeout=0.5)
+        assert not hung.release.is_set(), "finish() returned only once the write did"
+    finally:
+        hung.release.set()
+        watchdog.cancel()
+    assert report.complete is False
+    assert report.unwritten_records > 0 and report.dropped_values > 0
+    assert report.failed_writes == 0
+    assert "has not returned" in (report.last_error or "")
+    err = capfd.readouterr().err
+    assert err.count("has not returned for") == 2, err  # once when dropping, once at finish
+    assert run._writer._flusher._stopped.wait(60), "the writer did not finish after the release"
+    steps = stored_steps(root, "nfs")
+    kept = sorted(steps)
+    assert kept == list(range(len(kept))), "what was kept is a prefix of the steps"
+    assert_whole_steps(steps, kept)
+    assert len(kept) * KEYS + report.dropped_values == 1000 * KEYS
+    assert tracklake.find_run(root, "nfs").attempts[0]["status"] == "finished"

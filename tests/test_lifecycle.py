@@ -3,6 +3,7 @@ exception, SIGTERM, or a context manager."""
 
 from __future__ import annotations
 
+import random
 import signal
 import subprocess
 import sys
@@ -108,3 +109,75 @@ def test_a_running_attempt_without_heartbeat_shows_as_crashed(root: Path) -> Non
     text = record.read_text().replace(str(time.gmtime().tm_year), "2000", 2)
     record.write_text(text)  # as if the heartbeat were decades old
     assert _status_and_count(root) == ("crashed", 50)
+
+
+KILLED_CHILD = """
+import sys, tracklake
+root, run_id, finish_at = sys.argv[1], sys.argv[2], int(sys.argv[3])
+run = tracklake.init(project="p", run_id=run_id, root=root, capture_identity=False,
+                     flush_interval=60)
+print("ready", flush=True)
+for step in range(1_000_000):
+    run.log({"x": float(step), "y": 1.0}, step=step)
+    run.log_generations([("question", "answer", 1.0)], step=step)
+    if run.flush():
+        print(step, flush=True)  # durable: it must be in the store whatever happens next
+    if step == finish_at:
+        print("finishing", flush=True)
+        run.finish()
+        sys.stdin.read()  # wait for the signal
+"""
+
+
+@pytest.mark.slow
+def test_sigterm_at_any_point_of_log_flush_or_finish_ends_the_run_killed_with_its_data(
+        root: Path) -> None:
+    """SIGTERM lands at random points of a loop that logs, logs generations and flushes
+    every step (and, in some children, during finish()): every child ends, killed by the
+    signal, never deadlocked on its own writer; its attempt is terminal, and every step a
+    flush() reported written is stored."""
+    rng = random.Random(1234)
+    children = []
+    for trial in range(12):
+        finish_at = rng.randrange(5, 40) if trial % 3 == 2 else 1 << 40
+        acks_before_kill = rng.randrange(1, 40) if finish_at == 1 << 40 else None
+        proc = subprocess.Popen(
+            [sys.executable, "-c", KILLED_CHILD, str(root), f"kill-{trial}", str(finish_at)],
+            text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        children.append((f"kill-{trial}", proc, acks_before_kill))
+    outcomes = {}
+    for run_id, proc, acks_before_kill in children:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "ready"
+        acked: list[int] = []
+        while True:  # read acknowledgements up to the chosen point, then signal
+            line = proc.stdout.readline().strip()
+            if line == "finishing" or (line.isdigit() and acks_before_kill is not None
+                                       and len(acked) + 1 >= acks_before_kill):
+                if line.isdigit():
+                    acked.append(int(line))
+                break
+            acked.append(int(line))
+        proc.send_signal(signal.SIGTERM)
+        try:
+            out, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+            outcomes[run_id] = ("deadlocked", acked, err)
+            continue
+        acked += [int(line) for line in out.split() if line.isdigit()]
+        outcomes[run_id] = (proc.returncode, acked, err)
+    assert {k: v[0] for k, v in outcomes.items()} == {k: -signal.SIGTERM for k in outcomes}, \
+        {k: v[2][-500:] for k, v in outcomes.items() if v[0] != -signal.SIGTERM}
+    statuses = {r["run"]: r["status"] for r in tracklake.query(
+        "SELECT run, status FROM runs", root=root).to_pylist()}
+    stored: dict[str, set[int]] = {run_id: set() for run_id in outcomes}
+    for row in tracklake.query("SELECT m.run, m.step FROM metrics m JOIN generations g "
+                               "ON m.run = g.run AND m.step = g.step WHERE m.key = 'x'",
+                               root=root).to_pylist():
+        stored[row["run"]].add(row["step"])
+    for trial, (run_id, (_, acked, _)) in enumerate(outcomes.items()):
+        expected = "finished" if trial % 3 == 2 else "killed"
+        assert statuses[run_id] in (expected, "killed"), (run_id, statuses[run_id])
+        assert set(acked) <= stored[run_id], (run_id, sorted(set(acked) - stored[run_id]))

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,7 +14,14 @@ from hypothesis import strategies as st
 
 import tracklake
 from tracklake import InvalidNameError
-from tracklake._format.naming import MAX_NAME_LENGTH, resolve_rank, resolve_run_id, safe_name
+from tracklake._format.naming import (
+    DEFAULT_ROOT,
+    MAX_NAME_LENGTH,
+    resolve_rank,
+    resolve_root,
+    resolve_run_id,
+    safe_name,
+)
 
 _SAFE = re.compile(r"^[A-Za-z0-9._+@-]+$")
 
@@ -204,3 +214,46 @@ def test_reinitialising_a_run_on_the_same_rank_is_a_new_attempt(root: Path) -> N
     assert sorted(p.name for p in rank0.iterdir()) == ["attempt=1.json", "attempt=2.json"]
     record = tracklake.find_run(root, "job")
     assert record.attempt_numbers == [1, 2] and record.ranks == [0, 1]
+
+
+def test_the_default_store_directory_never_shadows_the_package(tmp_path: Path) -> None:
+    """After a run written with the default root from a directory, a fresh interpreter
+    started there still imports the installed package (a store directory named like the
+    package would be imported instead, as a namespace package without `init`)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRACKLAKE_ROOT"}
+    write = ("import tracklake\n"
+             "with tracklake.init(project='p', run_id='r', capture_identity=False) as run:\n"
+             "    run.log({'x': 1.0}, step=0)\n")
+    subprocess.run([sys.executable, "-c", write], cwd=tmp_path, env=env, check=True)
+    assert (tmp_path / DEFAULT_ROOT / "runs").is_dir()
+    probe = subprocess.run([sys.executable, "-c", "import tracklake; tracklake.init"],
+                           cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert probe.returncode == 0, probe.stderr
+    assert not DEFAULT_ROOT.isidentifier()
+
+
+def test_the_demo_default_directory_never_shadows_the_package(tmp_path: Path) -> None:
+    """`python -m tracklake._cli.demo` writes to its own default root: after a store is
+    written there, a fresh interpreter started in that directory still imports tracklake."""
+    env = {k: v for k, v in os.environ.items() if k != "TRACKLAKE_ROOT"}
+    write = ("import tracklake\n"
+             "from tracklake._cli.demo import default_root\n"
+             "print(default_root())\n"
+             "with tracklake.init(project='p', run_id='r', root=default_root(),\n"
+             "                    capture_identity=False) as run:\n"
+             "    run.log({'x': 1.0}, step=0)\n")
+    done = subprocess.run([sys.executable, "-c", write], cwd=tmp_path, env=env, check=True,
+                          capture_output=True, text=True)
+    root = tmp_path / done.stdout.strip()
+    assert (root / "runs").is_dir() and root.parent == tmp_path
+    probe = subprocess.run([sys.executable, "-c", "import tracklake; tracklake.init"],
+                           cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert probe.returncode == 0, probe.stderr
+
+
+def test_the_default_root_is_relative_to_the_working_directory_unless_set(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert resolve_root(None) == tmp_path / DEFAULT_ROOT
+    monkeypatch.setenv("TRACKLAKE_ROOT", str(tmp_path / "elsewhere"))
+    assert resolve_root(None) == tmp_path / "elsewhere"

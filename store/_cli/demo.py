@@ -9,6 +9,10 @@ import random
 from pathlib import Path
 from typing import Any
 
+#: Where `python -m tracklake._cli.demo` writes unless $TRACKLAKE_ROOT is set: like the
+#: store's default, not a Python identifier, so that it can never shadow the package.
+DEMO_ROOT = "tracklake-demo"
+
 DEMO_CONFIG: dict[str, Any] = {
     "algorithm": {"adv_estimator": "grpo", "kl_ctrl": {"kl_coef": 0.001}},
     "actor_rollout_ref": {
@@ -138,5 +142,10 @@ def run_demo(root: Path, *, ranks: int = 4, steps: int = 2000, project: str = "d
     return "\n".join(lines)
 
 
+def default_root() -> Path:
+    """$TRACKLAKE_ROOT, else ./tracklake-demo."""
+    return Path(os.environ.get("TRACKLAKE_ROOT", DEMO_ROOT))
+
+
 if __name__ == "__main__":  # pragma: no cover
-    print(run_demo(Path(os.environ.get("TRACKLAKE_ROOT", "tracklake"))))
+    print(run_demo(default_root()))

@@ -17,7 +17,7 @@ from tracklake._errors import TracklakeError
 def _common_options() -> list[click.Parameter]:
     return [
         click.Option(["--root"], type=click.Path(file_okay=False, path_type=Path),
-                     help="Store directory (default: $TRACKLAKE_ROOT, else ./tracklake)."),
+                     help="Store directory (default: $TRACKLAKE_ROOT, else ./tracklake-store)."),
         click.Option(["--project"], help="Export the runs of this project."),
         click.Option(["--run", "runs"], multiple=True, help="Export this run id (repeatable)."),
         click.Option(["--tag", "tags"], multiple=True, help="Only runs with this tag."),

@@ -24,7 +24,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 root_option = click.option(
     "--root", type=click.Path(file_okay=False, path_type=Path), default=None,
-    help="Store directory (default: $TRACKLAKE_ROOT, else ./tracklake).")
+    help="Store directory (default: $TRACKLAKE_ROOT, else ./tracklake-store).")
 
 
 #: How every error of the command line starts (the exit code says which kind it was).

@@ -19,7 +19,7 @@ def _fail(exc: TracklakeError) -> None:
 
 @click.command()
 @click.option("--root", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Store to pack from (default: $TRACKLAKE_ROOT, else ./tracklake).")
+              help="Store to pack from (default: $TRACKLAKE_ROOT, else ./tracklake-store).")
 @click.option("--project", help="Pack the runs of this project.")
 @click.option("--run", "runs", multiple=True, help="Pack this run id (repeatable).")
 @click.option("--all", "all_runs", is_flag=True, help="Pack every run of the store.")
@@ -49,7 +49,7 @@ def pack(root: Path | None, project: str | None, runs: tuple[str, ...], all_runs
 @click.command()
 @click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--root", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Store to merge into (default: $TRACKLAKE_ROOT, else ./tracklake); "
+              help="Store to merge into (default: $TRACKLAKE_ROOT, else ./tracklake-store); "
                    "created if missing.")
 @click.option("--max-part-bytes", type=click.IntRange(min=1), default=None,
               help="Refuse a packed part whose records decode to more bytes than this "

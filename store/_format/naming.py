@@ -16,6 +16,13 @@ from tracklake._errors import InvalidNameError
 MAX_NAME_LENGTH = 128
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+@-]+")
 
+#: The store root when neither `root=` nor $TRACKLAKE_ROOT is given, relative to the working
+#: directory. The "-" keeps it from ever being importable: a directory named like the
+#: package would shadow `import tracklake` for scripts run from there (W&B's ./wandb trap).
+DEFAULT_ROOT = "tracklake-store"
+#: The largest rank the int32 `rank` partition column holds.
+MAX_RANK = (1 << 31) - 1
+
 #: Launcher variables that identify one job for all of its ranks, in order of preference.
 LAUNCHER_RUN_ID_VARS = ("TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "LSB_JOBID", "PBS_JOBID",
                         "JOB_ID", "MLP_TASK_ID")
@@ -43,19 +50,24 @@ def safe_name(name: object, what: str) -> str:
 
 
 def resolve_root(root: str | os.PathLike[str] | None) -> Path:
-    """The store root: `root`, else $TRACKLAKE_ROOT, else ./tracklake (made absolute)."""
-    chosen = root if root is not None else os.environ.get("TRACKLAKE_ROOT") or "tracklake"
+    """The store root: `root`, else $TRACKLAKE_ROOT, else ./tracklake-store (made absolute)."""
+    chosen = root if root is not None else os.environ.get("TRACKLAKE_ROOT") or DEFAULT_ROOT
     return Path(chosen).expanduser().absolute()
 
 
 def resolve_rank(rank: int | None, env: Mapping[str, str] = os.environ) -> int:
-    """This process's rank: `rank`, else $RANK, else torch.distributed's, else 0."""
+    """This process's rank: `rank`, else $RANK, else torch.distributed's, else 0.
+
+    A rank must fit the int32 `rank` column: ValueError (naming where it came from) if not.
+    """
     if rank is not None:
-        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
-            raise ValueError(f"rank must be a non-negative int, not {rank!r}")
+        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank <= MAX_RANK:
+            raise ValueError(f"rank must be a non-negative int up to {MAX_RANK}, not {rank!r}")
         return rank
     for var in ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"):
         if env.get(var, "").isdigit():
+            if int(env[var]) > MAX_RANK:
+                raise ValueError(f"${var}={env[var]} is not a rank from 0 to {MAX_RANK}")
             return int(env[var])
     dist = sys.modules.get("torch.distributed")  # only if the caller already imported it
     if dist is not None and dist.is_available() and dist.is_initialized():

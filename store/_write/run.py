@@ -1,20 +1,17 @@
-"""The public write API: `init()` and `Run`."""
+"""The public write API: `init()` and `Run`, the logging methods of one rank's handle on a
+run (its lifecycle, `flush()` and `finish()`, are `RunHandle`'s, in finish.py)."""
 
 from __future__ import annotations
 
 import contextlib
-import enum
 import json
 import os
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
-from tracklake._errors import RunStateError
-from tracklake._format.attempt import TERMINAL_STATUSES, claim_attempt, now_iso, write_attempt
+from tracklake._format.attempt import claim_attempt, now_iso, write_attempt
 from tracklake._format.naming import (
     resolve_rank,
     resolve_root,
@@ -30,70 +27,48 @@ from tracklake._write.coerce import (
     flatten_config,
     jsonable,
 )
+from tracklake._write.finish import Lifecycle, RunHandle
 from tracklake._write.identity import capture, redact_config
 from tracklake._write.trace import Span
-from tracklake._write.writer import RankWriter, WriteFailures
 
-
-class RunState(enum.Enum):
-    RUNNING = "running"
-    FINISHED = "finished"
-
-
-@dataclass(frozen=True)
-class FinishReport:
-    """What `Run.finish()` could and could not write."""
-
-    status: str
-    complete: bool  # every record reached the disk
-    failed_writes: int = 0
-    last_error: str | None = None
-    dropped_values: int = 0
-    dropped_records: int = 0
-    unwritten_records: int = 0
-    errors_by_errno: dict[str, int] = field(default_factory=dict)
+#: The range of the int64 columns (steps, token ids) and of the int32 ones (sample index).
+INT64 = (-(1 << 63), (1 << 63) - 1)
+INT32 = (-(1 << 31), (1 << 31) - 1)
+_INT64_MIN, _INT64_MAX = INT64
 
 
 def _now_us() -> int:
     return time.time_ns() // 1000
 
 
-class Run:
+class Run(RunHandle):
     """One rank's handle on a run. Create it with `tracklake.init()`."""
 
     def __init__(self, *, root: Path, project: str, run_id: str, name: str | None, rank: int,
                  attempt: int, attempt_path: Path, record: dict[str, Any],
                  writer_options: Mapping[str, Any]) -> None:
-        self.root = root
-        self.project = project
-        self.id = run_id
-        self.name = name
-        self.rank = rank
-        self.attempt = attempt
-        self._record = record
-        self._attempt_path = attempt_path
-        self._state = RunState.RUNNING
-        self._report: FinishReport | None = None
+        super().__init__(root=root, project=project, run_id=run_id, name=name, rank=rank,
+                         attempt=attempt, attempt_path=attempt_path, record=record,
+                         writer_options=writer_options)
         self._step = -1  # last step used; log() without a step uses the next one
         self._known_keys: set[tuple[str, ...]] = set()
         self._last_keys: tuple[str, ...] = ()
-        self._writer = RankWriter(root, project, run_id, rank, attempt,
-                                  heartbeat=self._heartbeat, **writer_options)
-        w = self._writer
-        # bound once: the hot path reads them without attribute look-ups on the writer
-        self._lock = w.lock
-        self._failures = w.failures
 
     # -- metrics: the hot path ---------------------------------------------------------
 
     def log(self, metrics: Mapping[str, Any], *, step: int | None = None) -> None:
         """Record metrics at `step` (default: one after the last step). Strings become texts."""
-        if self._state is not RunState.RUNNING:
-            raise RunStateError(f"run {self.id!r} is finished; log() after finish() is refused")
+        if self._state is not Lifecycle.RUNNING:
+            self._refuse("log()")
+        if type(metrics) is not dict and not isinstance(metrics, Mapping):
+            raise TypeError(f"log() takes a mapping of metric names to values, not "
+                            f"{type(metrics).__name__} {_short(metrics)}")
         if step is None:
             step = self._step + 1
         elif type(step) is not int:
             step = self._check_step(step)
+        if not _INT64_MIN <= step <= _INT64_MAX:
+            step = self._check_step(step)  # raises, naming the step
         values = list(metrics.values())
         if _plain_numbers(values):
             keys = tuple(metrics)
@@ -109,21 +84,8 @@ class Run:
             for key, text in texts.items():
                 self.log_text(key, text, step=step)
         self._step = step  # only once the call is known to be valid
-        w = self._writer
-        t = time.time_ns() // 1000
-        with self._lock:
-            if w.dropping:
-                self._failures.dropped_values += len(values)
-                return
-            seq = w.next_seq["metrics"]
-            w.next_seq["metrics"] = seq + 1
-            w.metric_calls.append((seq, step, t, keys, values))
-            buffered = w.buffered_values = w.buffered_values + len(values)
-        if buffered >= w.batch_values:
-            if buffered >= w.backpressure_values:
-                w.relieve()
-            else:
-                w.wake()
+        if values and not self._writer.add_metrics(step, time.time_ns() // 1000, keys, values):
+            self._refuse("log()")  # finish() began while this call was being checked
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
         """`ExperimentLogger.log_metrics`: the same as `log()`."""
@@ -131,21 +93,24 @@ class Run:
 
     @staticmethod
     def _check_step(step: object) -> int:
+        """`step` as an int that the int64 step column holds, else TypeError/ValueError."""
         if isinstance(step, bool) or not isinstance(step, int):
             index = getattr(step, "__index__", None)
             if index is None or isinstance(step, bool):
                 raise TypeError(f"step must be an int, not {type(step).__name__} {step!r}")
             step = index()
         assert isinstance(step, int)
+        if not INT64[0] <= step <= INT64[1]:
+            raise ValueError(f"step {step} is outside the int64 range of the step column")
         return step
 
     # -- other records -----------------------------------------------------------------
 
     def _add(self, kind: str, rows: list[dict[str, Any]]) -> None:
-        if self._state is not RunState.RUNNING:
-            raise RunStateError(f"run {self.id!r} is finished; logging {kind} after finish() "
-                                "is refused")
-        self._writer.add_rows(kind, rows)
+        if self._state is not Lifecycle.RUNNING:
+            self._refuse(f"logging {kind}")
+        if self._writer.add_rows(kind, rows) is None:
+            self._refuse(f"logging {kind}")
 
     def _resolve_step(self, step: int | None) -> int | None:
         return self._check_step(step) if step is not None else (
@@ -171,19 +136,25 @@ class Run:
         """Record generated samples: mappings with input/output/score (and extra fields), or
         verl-style (input, output, score) tuples."""
         check_key(key, "generations")
+        if isinstance(samples, (str, bytes, Mapping)) or not isinstance(samples, Sequence):
+            raise TypeError(f"{key}: samples must be a sequence of samples, not "
+                            f"{type(samples).__name__}")
+        if len(samples) > INT32[1]:
+            raise ValueError(f"{key}: {len(samples)} samples in one call exceed the int32 "
+                             "sample index")
         t = _now_us()
+        resolved = self._resolve_step(step)
         rows: list[dict[str, Any]] = []
         for i, sample in enumerate(samples):
-            rows.append(_generation_row(key, i, sample) | {"time": t,
-                                                             "step": self._resolve_step(step)})
+            rows.append(_generation_row(key, i, sample) | {"time": t, "step": resolved})
         self._add("generations", rows)
 
     def span(self, name: str, *, step: int | None = None, inputs: Any = None,
              token_ids: Sequence[int] | None = None, max_length: int | None = None,
              **attributes: Any) -> Span:
         """A context manager recording one trace span (nested spans become children)."""
-        if self._state is not RunState.RUNNING:
-            raise RunStateError(f"run {self.id!r} is finished; span() after finish() is refused")
+        if self._state is not Lifecycle.RUNNING:
+            self._refuse("span()")
         return Span(lambda row: self._add("traces", [row]), name,
                     step=None if step is None else self._check_step(step),
                     default_step=self._resolve_step(None), inputs=inputs,
@@ -206,8 +177,8 @@ class Run:
         Returns the sha256 digest (of the last file for a directory), or None if the
         store could not be written (counted and reported like any write failure).
         """
-        if self._state is not RunState.RUNNING:
-            raise RunStateError(f"run {self.id!r} is finished; log_artifact() after finish()")
+        if self._state is not Lifecycle.RUNNING:
+            self._refuse("log_artifact()")
         items = artifact_items(artifact, name)
         digest = None
         rows = []
@@ -223,68 +194,9 @@ class Run:
         self._add("artifacts", rows)
         return digest
 
-    # -- lifecycle ---------------------------------------------------------------------
-
-    def _heartbeat(self) -> None:
-        self._record["heartbeat_at"] = now_iso()
-        write_attempt(self._attempt_path, self._record)
-
-    def flush(self) -> bool:
-        """Write everything logged so far to disk now; True if nothing is left pending
-        (False while writes are failing: the background thread keeps retrying)."""
-        return self._writer.flush()
-
-    def finish(self, status: str = "finished", *, timeout: float = 30.0) -> FinishReport:
-        """Flush, seal the segments and record the final status. Idempotent."""
-        if self._state is RunState.FINISHED:
-            # a second call, or one re-entered from a signal handler while finishing
-            return self._report or FinishReport(status="finishing", complete=False)
-        if status not in TERMINAL_STATUSES:
-            raise ValueError(f"status must be finished, failed, killed or crashed, not {status!r}")
-        self._state = RunState.FINISHED
-        _lifecycle.forget(self)
-        complete = self._writer.close(timeout=timeout)
-        f: WriteFailures = self._failures
-        report = FinishReport(status=status, complete=complete and not f.dropped_values
-                              and not f.dropped_records, failed_writes=f.count,
-                              last_error=f.last_error, dropped_values=f.dropped_values,
-                              dropped_records=f.dropped_records,
-                              unwritten_records=self._writer.pending_records,
-                              errors_by_errno=dict(f.by_errno))
-        self._record.update(status=status, finished_at=now_iso(), heartbeat_at=now_iso(),
-                            write_report=report.__dict__)
-        try:
-            write_attempt(self._attempt_path, self._record)
-        except OSError as exc:
-            self._writer.record_failure(exc)
-            report = FinishReport(**{**report.__dict__, "complete": False,
-                                     "failed_writes": f.count, "last_error": f.last_error,
-                                     "errors_by_errno": dict(f.by_errno)})
-        if not report.complete:
-            import sys
-
-            print(f"tracklake: run {self.id!r} rank {self.rank} finished with unwritten data: "
-                  f"{report}", file=sys.stderr, flush=True)
-        self._report = report
-        return report
-
-    @property
-    def finished(self) -> bool:
-        return self._state is RunState.FINISHED
-
-    def __enter__(self) -> Run:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        if exc_type is KeyboardInterrupt:
-            self.finish("killed")
-        else:
-            self.finish("failed" if exc_type else "finished")
-
-    def __repr__(self) -> str:
-        return (f"Run(project={self.project!r}, id={self.id!r}, rank={self.rank}, "
-                f"attempt={self.attempt}, state={self._state.value})")
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _plain_numbers(values: list[Any]) -> bool:

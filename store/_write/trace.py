@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import contextvars
 import json
+import operator
 import secrets
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -14,6 +15,31 @@ from tracklake._write.coerce import jsonable
 
 _current: contextvars.ContextVar[Span | None] = contextvars.ContextVar(
     "tracklake_span", default=None)
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def check_token_ids(span: str, token_ids: Iterable[Any] | None) -> list[int] | None:
+    """`token_ids` as a list of ints that the int64 column holds, else an error naming the
+    span and the position."""
+    if token_ids is None:
+        return None
+    if isinstance(token_ids, (str, bytes, Mapping)):
+        raise TypeError(f"span {span!r}: token_ids must be a sequence of ints, not "
+                        f"{type(token_ids).__name__}")
+    out: list[int] = []
+    for i, token in enumerate(token_ids):
+        if isinstance(token, bool):
+            raise TypeError(f"span {span!r}: token_ids[{i}] is a bool, not an int")
+        try:
+            value = operator.index(token)
+        except TypeError:
+            raise TypeError(f"span {span!r}: token_ids[{i}] must be an int, not "
+                            f"{type(token).__name__} {token!r}") from None
+        if not _INT64[0] <= value <= _INT64[1]:
+            raise ValueError(f"span {span!r}: token_ids[{i}] = {value} is outside the int64 "
+                             "range of the token_ids column")
+        out.append(value)
+    return out
 
 
 class Span:
@@ -35,7 +61,7 @@ class Span:
         self._default_step = default_step
         self.inputs = inputs
         self.outputs: Any = None
-        self.token_ids: Sequence[int] | None = token_ids
+        self.token_ids = token_ids
         self.attributes: dict[str, Any] = dict(attributes or {})
         self.max_length = max_length
         self.span_id = secrets.token_hex(8)
@@ -43,6 +69,15 @@ class Span:
         self.parent_id: str | None = None
         self._token: contextvars.Token[Span | None] | None = None
         self._start_us = 0
+
+    @property
+    def token_ids(self) -> list[int] | None:
+        return self._token_ids
+
+    @token_ids.setter
+    def token_ids(self, value: Iterable[Any] | None) -> None:
+        """Checked on assignment, so that a bad id raises here, not when the block ends."""
+        self._token_ids = check_token_ids(self.name, value)
 
     def set_attribute(self, key: str, value: Any) -> None:
         self.attributes[key] = value
@@ -75,7 +110,7 @@ class Span:
             "attributes": _json(self.attributes, self.max_length),
             "inputs": _json(self.inputs, self.max_length),
             "outputs": _json(self.outputs, self.max_length),
-            "token_ids": [int(t) for t in self.token_ids] if self.token_ids is not None else None,
+            "token_ids": self._token_ids,
         })
 
 

@@ -1,0 +1,163 @@
+"""A run's lifecycle: running until `finish()`, which closes the rank's writer and writes
+the attempt's final record with its `FinishReport`.
+
+`RunHandle` is the part of `Run` that starts and ends it (run.py adds the logging
+methods): it owns the rank's `RankWriter` and the attempt record that the writer thread
+keeps alive (the heartbeat) and finally closes. Process exit and SIGTERM reach it
+through `lifecycle.py`.
+"""
+
+from __future__ import annotations
+
+import enum
+import sys
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+
+from tracklake._errors import RunStateError
+from tracklake._format.attempt import TERMINAL_STATUSES, now_iso, write_attempt
+from tracklake._write import lifecycle as _lifecycle
+from tracklake._write.writer import RankWriter
+
+_Handle = TypeVar("_Handle", bound="RunHandle")
+
+
+class Lifecycle(enum.Enum):
+    """Where a `Run` is in its life: running until `finish()` begins, then finished."""
+
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+@dataclass(frozen=True)
+class FinishReport:
+    """What `Run.finish()` could and could not write."""
+
+    status: str
+    complete: bool  # every record reached the disk
+    failed_writes: int = 0
+    last_error: str | None = None
+    dropped_values: int = 0
+    dropped_records: int = 0
+    unwritten_records: int = 0
+    errors_by_errno: dict[str, int] = field(default_factory=dict)
+
+
+class RunHandle:
+    """One rank's handle on a run, without the logging methods (`Run` adds them)."""
+
+    def __init__(self, *, root: Path, project: str, run_id: str, name: str | None, rank: int,
+                 attempt: int, attempt_path: Path, record: dict[str, Any],
+                 writer_options: Mapping[str, Any]) -> None:
+        self.root = root
+        self.project = project
+        self.id = run_id
+        self.name = name
+        self.rank = rank
+        self.attempt = attempt
+        self._record = record
+        self._attempt_path = attempt_path
+        self._state = Lifecycle.RUNNING
+        self._state_lock = threading.Lock()
+        self._finished = threading.Event()
+        self._finishing_thread: threading.Thread | None = None
+        self._status = "running"
+        self._report: FinishReport | None = None
+        self._writer = RankWriter(root, project, run_id, rank, attempt,
+                                  heartbeat=self._heartbeat, **writer_options)
+
+    def _refuse(self, what: str) -> None:
+        _lifecycle.wait_if_terminating()  # after SIGTERM the process ends; do not raise first
+        raise RunStateError(f"run {self.id!r} is finished; {what} after finish() is refused")
+
+    def _heartbeat(self) -> None:
+        self._record["heartbeat_at"] = now_iso()
+        write_attempt(self._attempt_path, self._record)
+
+    def flush(self, *, timeout: float = 30.0) -> bool:
+        """Write everything logged so far to disk now; True if nothing is left pending.
+
+        Never raises for storage: False while writes are failing (the writer keeps
+        retrying) or if they did not complete within `timeout` seconds.
+        """
+        return self._writer.flush(timeout)
+
+    def finish(self, status: str = "finished", *, timeout: float = 30.0) -> FinishReport:
+        """Flush, seal the segments and record the final status, returning by `timeout`.
+
+        Idempotent: a second call (from another thread, or at exit while a SIGTERM is
+        being handled) waits for the first, up to its own `timeout`.
+        """
+        with self._state_lock:
+            first = self._state is Lifecycle.RUNNING
+            if first:
+                if status not in TERMINAL_STATUSES:
+                    raise ValueError("status must be finished, failed, killed or crashed, "
+                                     f"not {status!r}")
+                self._state = Lifecycle.FINISHED
+                self._status = status
+                self._finishing_thread = threading.current_thread()
+        if not first:
+            if self._finishing_thread is not threading.current_thread():
+                self._finished.wait(timeout)
+            return self._report or FinishReport(status="finishing", complete=False)
+        try:
+            self._writer.close(timeout, finalize=self._write_final_record)
+            report = self._report
+            if report is None:  # the writer did not get through by the deadline
+                report = self._report = self._build_report(complete=False)
+            if not report.complete:
+                print(f"tracklake: run {self.id!r} rank {self.rank} finished with unwritten "
+                      f"data: {report}", file=sys.stderr, flush=True)
+            return report
+        finally:
+            _lifecycle.forget(self)
+            self._finished.set()
+
+    def _build_report(self, complete: bool) -> FinishReport:
+        f = self._writer.snapshot()
+        last_error = f.last_error
+        stuck = self._writer.stuck_for()
+        if stuck is not None:
+            last_error = (f"a write under {self.root} has not returned for {stuck:.1f} s"
+                          + (f"; before that: {last_error}" if last_error else ""))
+        return FinishReport(status=self._status, complete=complete and not f.dropped_values
+                            and not f.dropped_records, failed_writes=f.count,
+                            last_error=last_error, dropped_values=f.dropped_values,
+                            dropped_records=f.dropped_records,
+                            unwritten_records=self._writer.unwritten_records(),
+                            errors_by_errno=dict(f.by_errno))
+
+    def _write_final_record(self, complete: bool) -> None:
+        """On the writer thread, once the segments are sealed: the attempt's final record."""
+        report = self._build_report(complete)
+        self._record.update(status=self._status, finished_at=now_iso(),
+                            heartbeat_at=now_iso(), write_report=report.__dict__)
+        try:
+            write_attempt(self._attempt_path, self._record)
+        except OSError as exc:
+            self._writer.record_failure(exc)
+            report = self._build_report(complete=False)
+        self._report = report
+
+    @property
+    def finished(self) -> bool:
+        return self._state is Lifecycle.FINISHED
+
+    def __enter__(self: _Handle) -> _Handle:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if exc_type is KeyboardInterrupt:
+            self.finish("killed")
+        else:
+            self.finish("failed" if exc_type else "finished")
+
+    def __repr__(self) -> str:
+        return (f"Run(project={self.project!r}, id={self.id!r}, rank={self.rank}, "
+                f"attempt={self.attempt}, state={self._state.value})")

@@ -1,0 +1,45 @@
+"""A training process pays only for the write path: after `import tracklake`, `init()`,
+`log()`, `log_generations()`, `span()` and `finish()`, nothing of the read side, the
+operations, the CLI, the exporters, DuckDB, pandas, torch or a destination SDK is
+imported, although they are installed."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+#: Module prefixes a training rank must not load.
+FORBIDDEN = ("tracklake._read", "tracklake._ops", "tracklake._cli", "tracklake.exporters",
+             "duckdb", "click", "rich", "pandas", "torch", "wandb", "mlflow", "swanlab",
+             "tensorboard", "tensorboardX", "polars")
+
+TRAINING = """
+import json, sys
+import tracklake
+run = tracklake.init(project="p", name="boundary", root=sys.argv[1], config={"lr": 1e-5})
+run.log({"loss": 0.5, "phase": "train", "nested": {"kl": 0.1}}, step=0)
+run.log({"loss": 0.4}, step=1)
+run.log_generations([("question", "answer", 1.0), {"input": "q", "output": "a"}], step=1)
+with run.span("rollout", token_ids=[1, 2, 3], turn=1) as span:
+    span.outputs = {"reward": 1.0}
+run.alert("done", "text")
+assert run.flush()
+report = run.finish()
+assert report.complete, report
+forbidden = tuple(sys.argv[2].split(","))
+print(json.dumps(sorted(m for m in sys.modules
+                        if any(m == f or m.startswith(f + ".") for f in forbidden))))
+"""
+
+
+def test_the_write_path_imports_nothing_of_the_read_side_or_optional_packages(
+        tmp_path: Path) -> None:
+    installed = [m for m in ("pandas", "duckdb", "click", "rich")
+                 if importlib.util.find_spec(m) is not None]
+    assert "pandas" in installed, "this test means something only with pandas installed"
+    out = subprocess.run([sys.executable, "-c", TRAINING, str(tmp_path), ",".join(FORBIDDEN)],
+                         capture_output=True, text=True, check=True).stdout
+    assert json.loads(out) == []
