@@ -11,7 +11,8 @@ from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
 from tracklake._write.coerce import flatten, jsonable, to_float
-from tracklake._write.run import FinishReport, Run, init
+from tracklake._write.finish import FinishReport
+from tracklake._write.run import Run, init
 
 #: Backends that verl runs in-process and tracklake replaces with exporters.
 EXPORTED_BACKENDS = frozenset({"wandb", "mlflow", "swanlab", "tensorboard"})
