@@ -368,9 +368,9 @@ def test_tracking_console_and_tracklake_prints_and_writes(root: Path,
 
 
 def test_tracking_with_wandb_writes_only_to_the_store(root: Path) -> None:
-    """'wandb' is not run in-process: the run goes to the store (for `tracklake export`),
-    nothing is printed and no wandb module is imported (checked in a fresh interpreter:
-    in this one, another test may have imported wandb already)."""
+    """'wandb' is not run in-process: the run goes to the store, stderr says how to export
+    it, and no wandb module is imported (checked in a fresh interpreter: in this one,
+    another test may have imported wandb already)."""
     assert importlib.util.find_spec("wandb") is not None, "wandb must be installed to check"
     code = ("import sys, tracklake\n"
             "tracking = tracklake.Tracking('proj', 'exp', ['wandb'], root=sys.argv[1],\n"
@@ -382,7 +382,8 @@ def test_tracking_with_wandb_writes_only_to_the_store(root: Path) -> None:
     child = subprocess.run([sys.executable, "-c", code, str(root)], capture_output=True,
                            text=True, check=True)
     assert child.stdout == ""
-    assert child.stderr == "[]"
+    said, modules = child.stderr.rsplit("\n", 1)
+    assert "tracklake export DEST --run" in said and modules == "[]"
     assert _rows(root, "select step, key, value from metrics") == [
         {"step": 1, "key": "loss", "value": 0.25}]
 
