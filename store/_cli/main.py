@@ -170,6 +170,16 @@ def _pack_commands() -> None:
 _pack_commands()
 
 
+def _lifecycle_commands() -> None:
+    from tracklake._cli.lifecycle import lifecycle_commands
+
+    for command in lifecycle_commands:
+        main.add_command(command)
+
+
+_lifecycle_commands()
+
+
 def _step_line(step: int, values: dict[str, float], pattern: str) -> str:
     chosen = [(k, v) for k, v in values.items() if fnmatch.fnmatchcase(k, pattern)]
     return " - ".join([f"step:{step}", *(f"{k}:{v:.4g}" for k, v in chosen)])
