@@ -169,4 +169,32 @@ def unpin(run: str, root: Path | None, project: str | None) -> None:
         _fail(exc)
 
 
-lifecycle_commands = (retain, pin, unpin)
+@click.command()
+@_root_option
+@click.option("--repair", is_flag=True,
+              help="Quarantine damaged files into ROOT/quarantine/ (never deletes) and "
+                   "salvage the readable batches of damaged or torn segments.")
+def fsck(root: Path | None, repair: bool) -> None:
+    """Check every segment, part, blob, attempt file and exporter state; exit 0 only when
+    the store is clean."""
+    from tracklake._ops.fsck import fsck as do_fsck
+
+    try:
+        store = _store(root)
+        report = do_fsck(store, repair=repair)
+    except TracklakeError as exc:
+        _fail(exc)
+        return
+    checked = ", ".join(f"{n} {what}" for what, n in sorted(report.checked.items()))
+    click.echo(f"checked {checked or 'nothing'} ({_mb(report.bytes)})")
+    for problem in report.problems:
+        click.echo(problem.line(store))
+    if report.clean:
+        click.echo("clean")
+        return
+    click.echo(f"{len(report.problems)} problem(s)" + (
+        "" if repair else "; `tracklake fsck --repair` quarantines and salvages"))
+    sys.exit(1)
+
+
+lifecycle_commands = (retain, pin, unpin, fsck)
