@@ -197,4 +197,55 @@ def fsck(root: Path | None, repair: bool) -> None:
     sys.exit(1)
 
 
-lifecycle_commands = (retain, pin, unpin, fsck)
+@click.command()
+@click.argument("dest", type=click.Path(file_okay=False, path_type=Path))
+@_root_option
+@click.option("--list", "list_only", is_flag=True,
+              help="Show what the backup at DEST holds instead of backing up.")
+def backup(dest: Path, root: Path | None, list_only: bool) -> None:
+    """Back the store up to the directory DEST: only files DEST does not hold yet are
+    copied (by sha256), each verified; a killed backup resumes. DEST is itself a store."""
+    from tracklake._ops.backup import backup as do_backup
+    from tracklake._ops.backup import read_manifest
+    from tracklake._read.reader import list_runs
+
+    try:
+        if list_only:
+            manifest = read_manifest(dest)
+            files = manifest["files"]
+            click.echo(f"backup {dest}: {len(files)} files, "
+                       f"{_mb(sum(e['size'] for e in files.values()))}, last backup "
+                       f"{manifest.get('last_backup', 'never')} from {manifest.get('source')}")
+            for run in list_runs(dest):
+                statuses = sorted({str(a.get('status')) for a in run.attempts})
+                click.echo(f"  {run.project}/{run.run}  attempts {len(run.attempt_numbers)}  "
+                           f"ranks {len(run.ranks)}  {','.join(statuses)}")
+            return
+        report = do_backup(_store(root), dest)
+    except TracklakeError as exc:
+        _fail(exc)
+        return
+    click.echo(f"backed up {len(report.copied)} new or changed files "
+               f"({_mb(report.bytes_copied)}); {report.unchanged} already there; the store "
+               f"holds {_mb(report.bytes_total)}")
+
+
+@click.command()
+@click.argument("src", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--root", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Store directory to restore into (created if missing).")
+def restore(src: Path, root: Path) -> None:
+    """Restore the backup at SRC into --root: every file is verified first, files that
+    are there already are skipped, other content at the same path is refused."""
+    from tracklake._ops.backup import restore as do_restore
+
+    try:
+        report = do_restore(src, root)
+    except TracklakeError as exc:
+        _fail(exc)
+        return
+    click.echo(f"restored {len(report.copied)} files ({_mb(report.bytes_copied)}); "
+               f"{report.unchanged} were there already")
+
+
+lifecycle_commands = (retain, pin, unpin, fsck, backup, restore)
