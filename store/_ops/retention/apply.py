@@ -29,11 +29,12 @@ import pyarrow.parquet as pq
 
 from tracklake._errors import StoreError
 from tracklake._format import KINDS, blob_path, fsync_dir, write_atomic
+from tracklake._format.attempt import read_attempt
 from tracklake._ops.compact import compact, metric_summary
-from tracklake._ops.retention.audit import append_audit, audit_records
+from tracklake._ops.retention.audit import AuditLog, audit_records
 from tracklake._ops.retention.inventory import host, live_reason, now_iso, who
 from tracklake._ops.retention.plan import DOWNSAMPLED_KEY, Action, Plan, downsampled_already
-from tracklake._read.reader import list_runs, list_stream, list_streams, read_part, read_stream
+from tracklake._read.reader import list_stream, list_streams, read_part, read_stream
 
 #: Fault injection for the crash tests: SIGKILL this process at the N-th step of applying.
 KILL_AT_ENV = "TRACKLAKE_RETAIN_KILL_AT"
@@ -225,11 +226,14 @@ def _downsample_run(root: Path, trash: Path, action: Action, every: int, step: _
 
 def _recheck(root: Path, action: Action, now: float) -> str | None:
     """Why the action must not go ahead now (the run resumed, or is gone), or None."""
-    for record in list_runs(root, action.project):
-        if record.run == action.run:
-            live = live_reason(root, action.project, action.run, record.attempts, now)
-            return None if live is None else f"became live: {live}"
-    return "already gone (a journal of a killed earlier run finished it)"
+    paths = sorted((root / "runs" / f"project={action.project}" / f"run={action.run}").glob(
+        "rank=*/attempt=*.json"))
+    attempts = [a for a in (read_attempt(p) for p in paths) if a is not None]
+    if not paths:
+        return "already gone (a journal of a killed earlier run finished it)"
+    attempts.sort(key=lambda a: (a["attempt"], a["rank"]))
+    live = live_reason(root, action.project, action.run, tuple(attempts), now)
+    return None if live is None else f"became live: {live}"
 
 
 def _audit_record(action: Action, action_id: str, extra: dict[str, Any]) -> dict[str, Any]:
@@ -240,7 +244,7 @@ def _audit_record(action: Action, action_id: str, extra: dict[str, Any]) -> dict
 
 
 def _finish(root: Path, trash: Path, journal: dict[str, Any], logged: set[str],
-            step: _Steps, report: ApplyReport) -> None:
+            audit: AuditLog, step: _Steps, report: ApplyReport) -> None:
     """Carry a journalled action through: moves, audit record, removal of the trash."""
     action = Action(**journal["action"])
     extra: dict[str, Any] = {"blob_bytes": journal["blob_bytes"]}
@@ -253,7 +257,7 @@ def _finish(root: Path, trash: Path, journal: dict[str, Any], logged: set[str],
             step()
     if journal["id"] not in logged:
         record = _audit_record(action, journal["id"], extra)
-        append_audit(root, record)
+        audit.append(record)
         logged.add(journal["id"])
         report.done.append(record)
         step()
@@ -284,11 +288,12 @@ def apply_plan(root: Path, plan: Plan, now: float) -> ApplyReport:
     step = _Steps()
     with _claim(root):
         logged = {str(r.get("id")) for r in audit_records(root)}
+        audit = AuditLog(root)
         for trash in sorted(p for p in trash_dir(root).iterdir() if p.is_dir()):
             journal_path = trash / "action.json"
             if journal_path.exists():
-                _finish(root, trash, json.loads(journal_path.read_bytes()), logged, step,
-                        report)
+                _finish(root, trash, json.loads(journal_path.read_bytes()), logged, audit,
+                        step, report)
                 report.resumed += 1
             else:  # killed before its journal was written, or while removing it
                 _remove_trash(trash)
@@ -313,7 +318,7 @@ def apply_plan(root: Path, plan: Plan, now: float) -> ApplyReport:
                        "blob_bytes": blob_bytes, "every": plan.policy.downsample_every}
             write_atomic(trash / "action.json", json.dumps(journal).encode())
             step()
-            _finish(root, trash, journal, logged, step, report)
+            _finish(root, trash, journal, logged, audit, step, report)
             if action.verb == "delete" or "artifacts" in action.kinds:
                 for users in refs.values():
                     users.discard(action.key)

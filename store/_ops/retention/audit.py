@@ -30,29 +30,38 @@ def audit_records(root: Path) -> list[dict[str, Any]]:
     return [json.loads(t) for t in table.column("text").to_pylist()]
 
 
-def append_audit(root: Path, record: dict[str, Any]) -> None:
-    """Append one record as a new sealed, fsynced segment of the audit stream.
+class AuditLog:
+    """Appends records to the audit stream, one sealed, fsynced segment each.
 
-    The caller holds the retention claim, so no other process appends at the same time.
+    Made by the holder of the retention claim, so no other process appends meanwhile:
+    the next segment number and seq are found once, then counted.
     """
-    s = AUDIT_STREAM
-    files = list_stream(root, s)
-    number = max([p.last_segment for p in files.parts] + [g.number for g in files.segments],
-                 default=-1) + 1
-    seq = stream_last_seq(root, s) + 1
-    when = _dt.datetime.fromisoformat(record["at"])
-    schema = SCHEMAS["events"]
-    batch = pa.record_batch([
-        pa.array([seq], pa.int64()), pa.array([when], schema.field("time").type),
-        pa.array([None], pa.int64()), pa.array(["info"]), pa.array(["retention"]),
-        pa.array([f"{record['action']} {record['project']}/{record['run']}"]),
-        pa.array([json.dumps(record, sort_keys=True)]),
-    ], schema=schema)
-    directory = stream_dir(root, s)
-    writer = SegmentWriter(directory / segment_name(number, seq), stream_schema(schema, s))
-    try:
-        writer.append(batch)
-        writer.seal()
-    finally:
-        writer.close()
-    fsync_dir(directory)
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        files = list_stream(root, AUDIT_STREAM)
+        self.number = max([p.last_segment for p in files.parts]
+                          + [g.number for g in files.segments], default=-1) + 1
+        self.seq = stream_last_seq(root, AUDIT_STREAM) + 1
+
+    def append(self, record: dict[str, Any]) -> None:
+        s = AUDIT_STREAM
+        when = _dt.datetime.fromisoformat(record["at"])
+        schema = SCHEMAS["events"]
+        batch = pa.record_batch([
+            pa.array([self.seq], pa.int64()), pa.array([when], schema.field("time").type),
+            pa.array([None], pa.int64()), pa.array(["info"]), pa.array(["retention"]),
+            pa.array([f"{record['action']} {record['project']}/{record['run']}"]),
+            pa.array([json.dumps(record, sort_keys=True)]),
+        ], schema=schema)
+        directory = stream_dir(self.root, s)
+        writer = SegmentWriter(directory / segment_name(self.number, self.seq),
+                               stream_schema(schema, s))
+        try:
+            writer.append(batch)
+            writer.seal()
+        finally:
+            writer.close()
+        fsync_dir(directory)
+        self.number += 1
+        self.seq += 1
