@@ -29,7 +29,7 @@ from tracklake._errors import FormatError
 from tracklake._format import SCHEMAS, StreamId, check_version, fsync_dir, fsync_file
 from tracklake._format.attempt import CRASHED_AFTER_SECONDS, STATUSES, read_attempt
 from tracklake._format.segment import SegmentWriter, read_segment, stream_schema
-from tracklake._ops.compact import STALE_AFTER_SECONDS
+from tracklake._ops.compact import STALE_AFTER_SECONDS, SUMMARY_SQL
 from tracklake._read.reader import list_stream, list_streams
 
 _ATTEMPT_KEYS = {"project": str, "run": str, "rank": int, "attempt": int, "status": str}
@@ -141,8 +141,8 @@ def _last_seq(batches: list[pa.RecordBatch]) -> int:
     return int(batches[-1].column(0)[-1].as_py()) if batches else -1
 
 
-def _check_part(s: StreamId, path: Path, first: int, last: int,
-                report: FsckReport) -> None:
+def _check_part(s: StreamId, path: Path, first: int, last: int, report: FsckReport,
+                summaries: _Summaries) -> None:
     report.count("parts", path)
     lost = f"records seq {first}..{last}"
     try:
@@ -150,7 +150,8 @@ def _check_part(s: StreamId, path: Path, first: int, last: int,
         table = f.read()
         meta = {k.decode(): v.decode() for k, v in (f.schema_arrow.metadata or {}).items()}
         check_version(meta.get("tracklake.format"), path)
-        why = _meta_mismatch(meta, s) or _part_contents(s, f, table, meta, first, last)
+        why = _meta_mismatch(meta, s) or _part_contents(s, f, table, meta, first, last,
+                                                        summaries)
     except (OSError, pa.ArrowException, ValueError, KeyError, TypeError, FormatError,
             UnicodeDecodeError) as exc:
         why = f"unreadable Parquet ({type(exc).__name__}: {exc})"
@@ -160,7 +161,7 @@ def _check_part(s: StreamId, path: Path, first: int, last: int,
 
 
 def _part_contents(s: StreamId, f: pq.ParquetFile, table: pa.Table, meta: dict[str, str],
-                   first: int, last: int) -> str | None:
+                   first: int, last: int, summaries: _Summaries) -> str | None:
     """Why the values read do not agree with the part's own name, statistics or summary."""
     if not table.schema.remove_metadata().equals(SCHEMAS[s.kind]):
         return f"schema is not the {s.kind} schema"
@@ -189,7 +190,7 @@ def _part_contents(s: StreamId, f: pq.ParquetFile, table: pa.Table, meta: dict[s
             if _differs(mm["min"].as_py(), stats.min) or _differs(mm["max"].as_py(), stats.max):
                 return f"row group {i} column {name}: statistics do not match the values"
     if s.kind == "metrics" and "tracklake.summary" in meta:
-        return _summary_mismatch(table, json.loads(meta["tracklake.summary"]))
+        return _summary_mismatch(table, json.loads(meta["tracklake.summary"]), summaries)
     return None
 
 
@@ -203,10 +204,34 @@ def _differs(actual: Any, recorded: Any) -> bool:
     return bool(actual != recorded)
 
 
-def _summary_mismatch(table: pa.Table, summary: list[dict[str, Any]]) -> str | None:
-    from tracklake._ops.compact import metric_summary
+class _Summaries:
+    """Metric summaries computed as compaction computes them, on one DuckDB connection for
+    the whole check (a connection per part cost most of fsck's time)."""
 
-    actual = {r["key"]: r for r in metric_summary(table)}
+    def __init__(self) -> None:
+        self._con: Any = None
+
+    def __call__(self, table: pa.Table) -> list[dict[str, Any]]:
+        if self._con is None:
+            import duckdb
+
+            self._con = duckdb.connect()
+        self._con.register("batch", table)
+        try:
+            rows = self._con.execute(SUMMARY_SQL).fetchall()
+            names = [d[0] for d in self._con.description]
+        finally:
+            self._con.unregister("batch")
+        return [dict(zip(names, r, strict=True)) for r in rows]
+
+    def close(self) -> None:
+        if self._con is not None:
+            self._con.close()
+
+
+def _summary_mismatch(table: pa.Table, summary: list[dict[str, Any]],
+                      summaries: _Summaries) -> str | None:
+    actual = {r["key"]: r for r in summaries(table)}
     recorded = {r["key"]: r for r in summary}
     if set(actual) != set(recorded):
         return "the metric summary names other keys than the values"
@@ -307,20 +332,29 @@ def _check_exports(root: Path, report: FsckReport) -> None:
                 repairable=False))
 
 
+def _check_stream(root: Path, s: StreamId, now: float, report: FsckReport,
+                  summaries: _Summaries) -> None:
+    files = list_stream(root, s)
+    for part in files.parts:
+        _check_part(s, part.path, part.first_seq, part.last_seq, report, summaries)
+    for i, seg in enumerate(files.segments):
+        _check_segment(root, s, seg.path, i + 1 == len(files.segments), now, report)
+    for path in files.foreign:
+        report.problems.append(Problem(path, "a file that is not a segment or part",
+                                       "nothing (readers ignore it)",
+                                       "move it out of the store (--repair)"))
+
+
 def fsck(root: Path, *, repair: bool = False) -> FsckReport:
     """Check the store at `root`; with `repair`, quarantine and salvage what is damaged."""
     report = FsckReport()
     now = _dt.datetime.now(_dt.timezone.utc).timestamp()
-    for s in list_streams(root):
-        files = list_stream(root, s)
-        for part in files.parts:
-            _check_part(s, part.path, part.first_seq, part.last_seq, report)
-        for i, seg in enumerate(files.segments):
-            _check_segment(root, s, seg.path, i + 1 == len(files.segments), now, report)
-        for path in files.foreign:
-            report.problems.append(Problem(path, "a file that is not a segment or part",
-                                           "nothing (readers ignore it)",
-                                           "move it out of the store (--repair)"))
+    summaries = _Summaries()
+    try:
+        for s in list_streams(root):
+            _check_stream(root, s, now, report, summaries)
+    finally:
+        summaries.close()
     _check_blobs(root, report)
     _check_attempts(root, report)
     _check_exports(root, report)
