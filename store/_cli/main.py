@@ -249,6 +249,16 @@ def _pack_commands() -> None:
 _pack_commands()
 
 
+def _lifecycle_commands() -> None:
+    from tracklake._cli.lifecycle import lifecycle_commands
+
+    for command in lifecycle_commands:
+        main.add_command(command)
+
+
+_lifecycle_commands()
+
+
 def _echo_step(step: Step, pattern: str) -> None:
     """One line for the metrics of a step (keys matching `pattern`), one per text."""
     chosen = [(k, v) for k, v in step.values.items() if fnmatch.fnmatchcase(k, pattern)]

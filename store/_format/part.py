@@ -54,6 +54,35 @@ def stamp_footer_crc(path: Path) -> None:
         f.write(b"%010d" % zlib.crc32(footer))
 
 
+#: Rows per Parquet row group: small enough that a query for one key of a part sorted by
+#: key skips most of it by the row groups' statistics (benchmarks/sql_scale.py).
+ROW_GROUP_ROWS = 1 << 17
+
+
+def write_part_file(path: Path, table: pa.Table, kind: str) -> None:
+    """Write a part's records (`table`, with its schema metadata) to `path` as every part
+    is written: zstd, delta-encoded seq/time/step, byte-stream-split values, dictionary
+    strings, statistics, page checksums and the footer's CRC-32; fsynced, not renamed."""
+    import pyarrow.parquet as pq
+
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}),
+                                           **{k.encode(): v.encode()
+                                              for k, v in footer_placeholder().items()}})
+    encodings = {"seq": "DELTA_BINARY_PACKED", "time": "DELTA_BINARY_PACKED"}
+    if "step" in table.column_names:
+        encodings["step"] = "DELTA_BINARY_PACKED"
+    if kind == "metrics":
+        encodings["value"] = "BYTE_STREAM_SPLIT"
+    dictionary = [c for c in table.column_names if c not in encodings and c != "end_time"]
+    pq.write_table(table, path, compression="zstd", compression_level=3,
+                   use_dictionary=dictionary, column_encoding=encodings,
+                   row_group_size=ROW_GROUP_ROWS, write_statistics=True,
+                   write_page_checksum=True)
+    stamp_footer_crc(path)
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+
+
 def footer_placeholder() -> dict[str, str]:
     """The metadata entry a part is written with, before `stamp_footer_crc`."""
     return {FOOTER_CRC_KEY: _PLACEHOLDER.decode()}
@@ -91,6 +120,8 @@ def open_part(path: Path) -> Any:
         raw = parquet.metadata.metadata or {}
     except FormatError as exc:
         raise FormatError(f"{path}: damaged Parquet part: {exc}") from exc
+    except FileNotFoundError:
+        raise  # gone (compacted over, or pruned) since it was listed: not damage
     except _DECODE_ERRORS as exc:
         raise FormatError(f"{path}: damaged Parquet part: footer does not decode ({exc})"
                           ) from exc

@@ -23,7 +23,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from tracklake._errors import FormatError, NewerFormatError
 from tracklake._format import (
@@ -37,7 +36,7 @@ from tracklake._format import (
 )
 from tracklake._format.attempt import attempt_numbers, read_attempt
 from tracklake._format.naming import resolve_root
-from tracklake._format.part import footer_placeholder, stamp_footer_crc
+from tracklake._format.part import write_part_file
 from tracklake._format.segment import SegmentContents, read_segment
 from tracklake._ops.claims import hold_claim
 from tracklake._read.reader import Segment, after_seq, list_stream, list_streams
@@ -45,9 +44,6 @@ from tracklake._read.reader import Segment, after_seq, list_stream, list_streams
 #: A writer whose heartbeat is older than this is taken to be dead (its last segment
 #: becomes compactable). Writers heartbeat every 30 s while they live.
 STALE_AFTER_SECONDS = 3600.0
-#: Rows per Parquet row group: small enough that a query for one key of a part sorted by
-#: key skips most of it by the row groups' statistics (benchmarks/sql_scale.py).
-ROW_GROUP_ROWS = 1 << 17
 #: Segment bytes gathered into one part at most.
 MAX_PART_SOURCE_BYTES = 256 << 20
 
@@ -142,24 +138,11 @@ def write_part(directory: Path, s: StreamId, table: pa.Table, last_segment: int)
     }
     if s.kind == "metrics":
         meta["tracklake.summary"] = json.dumps(metric_summary(table), allow_nan=True)
-    meta.update(footer_placeholder())
     table = table.replace_schema_metadata(meta)
     final = directory / part_name(first, last, last_segment)
     tmp = directory / f".{final.name}.{os.getpid()}.tmp"
-    encodings = {"seq": "DELTA_BINARY_PACKED", "time": "DELTA_BINARY_PACKED"}
-    if "step" in table.column_names:
-        encodings["step"] = "DELTA_BINARY_PACKED"
-    if s.kind == "metrics":
-        encodings["value"] = "BYTE_STREAM_SPLIT"
-    dictionary = [c for c in table.column_names if c not in encodings and c != "end_time"]
     try:
-        pq.write_table(table, tmp, compression="zstd", compression_level=3,
-                       use_dictionary=dictionary, column_encoding=encodings,
-                       row_group_size=ROW_GROUP_ROWS, write_statistics=True,
-                       write_page_checksum=True)
-        stamp_footer_crc(tmp)
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
+        write_part_file(tmp, table, s.kind)
         os.replace(tmp, final)
     except OSError:
         with contextlib.suppress(FileNotFoundError):

@@ -1,0 +1,116 @@
+#!/usr/bin/env python
+"""Lifecycle benchmark: retention on a many-run store, fsck throughput, and backup
+throughput against ``cp -r`` of the same files.
+
+A store of ``--runs`` runs (default 1,000) is built through tracklake's real write path:
+per run ``tracklake.init`` (fsync off, no identity capture), ``--steps`` ``run.log``
+calls of 8 float64 values, a text and a trace span per 100 steps, ``run.finish``, then
+``tracklake.compact``; half of the runs are made to have ended 60 days ago by rewriting
+their attempt files' times. Then, each timed once:
+
+1. ``make_plan`` of a policy with every rule (keep_last 400 per project over 4 projects,
+   max_age 90 d, best 3 by max ``reward``, drop_after 30 d, downsample_after 30 d), and
+   ``apply_plan`` of it (on a copy of the store);
+2. ``fsck`` of the store (MB/s over the bytes it checked);
+3. ``backup`` to an empty directory (MB/s) against ``cp -r`` of the same store, and a
+   second, incremental ``backup`` of the unchanged store.
+
+Usage (from the repository root)::
+
+    python benchmarks/lifecycle.py                  # 1,000 runs
+    python benchmarks/lifecycle.py --runs 100 --steps 200    # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import tracklake
+from tracklake._format.attempt import read_attempt, write_attempt
+from tracklake._ops.backup import backup
+from tracklake._ops.fsck import fsck
+from tracklake._ops.retention import BestRule, Policy, apply_plan, make_plan
+
+
+def build(root: Path, runs: int, steps: int) -> None:
+    for i in range(runs):
+        run = tracklake.init(project=f"p{i % 4}", run_id=f"r{i:05d}", root=root,
+                             capture_identity=False, fsync=False)
+        for step in range(steps):
+            run.log({f"k{j}": (i + step + j) / 1000 for j in range(7)} | {
+                "reward": (i * 7919 % 1000) / 1000 + step / steps}, step=step)
+            if step % 100 == 0:
+                run.log_text("note", f"step {step}", step=step)
+                with run.span("rollout", step=step):
+                    pass
+        run.finish()
+        if i % 2:
+            for path in (root / "runs" / f"project=p{i % 4}" / f"run=r{i:05d}").rglob(
+                    "*.json"):
+                record = read_attempt(path)
+                assert record is not None
+                for key in ("started_at", "heartbeat_at", "finished_at"):
+                    t = _dt.datetime.fromisoformat(record[key]) - _dt.timedelta(days=60)
+                    record[key] = t.isoformat()
+                record.pop("format")
+                write_attempt(path, record)
+    tracklake.compact(root=root)
+
+
+def du(root: Path) -> int:
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
+
+
+def timed(label: str, fn: object) -> float:
+    start = time.perf_counter()
+    fn()  # type: ignore[operator]
+    took = time.perf_counter() - start
+    print(f"{label:<44} {took:8.2f} s")
+    return took
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=1000)
+    parser.add_argument("--steps", type=int, default=500)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        base = Path(tmp)
+        root = base / "store"
+        timed(f"build {args.runs} runs x {args.steps} steps", lambda: build(
+            root, args.runs, args.steps))
+        size = du(root)
+        print(f"store: {size / 1e6:.1f} MB in {sum(1 for _ in root.rglob('*'))} paths")
+
+        policy = Policy(keep_last=400, max_age=90 * 86400.0, best=BestRule("reward", "max", 3),
+                        drop_after=30 * 86400.0, downsample_after=30 * 86400.0)
+        now = _dt.datetime.now(_dt.timezone.utc).timestamp()
+        plans = []
+        timed("retention plan (every rule)", lambda: plans.append(make_plan(root, policy, now)))
+        print(f"  {len(plans[0].actions)} actions, {len(plans[0].kept)} kept")
+        work = base / "retain"
+        shutil.copytree(root, work)
+        timed("retention apply (on a copy)", lambda: apply_plan(
+            work, make_plan(work, policy, now), now))
+
+        reports = []
+        took = timed("fsck", lambda: reports.append(fsck(root)))
+        print(f"  {reports[0].bytes / 1e6 / took:.1f} MB/s, clean: {reports[0].clean}")
+
+        took_cp = timed("cp -r", lambda: subprocess.run(["cp", "-r", str(root),
+                                                         str(base / "cp")], check=True))
+        took_bk = timed("backup (full)", lambda: backup(root, base / "backup"))
+        print(f"  cp -r {size / 1e6 / took_cp:.1f} MB/s, backup {size / 1e6 / took_bk:.1f} "
+              f"MB/s ({took_cp / took_bk:.2f}x of cp)")
+        timed("backup (incremental, unchanged store)", lambda: backup(root, base / "backup"))
+
+
+if __name__ == "__main__":
+    main()

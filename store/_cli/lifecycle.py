@@ -1,0 +1,251 @@
+"""`tracklake retain`, `pin` and `unpin`: retention of the store (docs/lifecycle.md).
+Register them with ``main.add_command(...)`` for each of `lifecycle_commands`."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from tracklake._errors import TracklakeError
+from tracklake._format.naming import resolve_root
+
+_root_option = click.option(
+    "--root", type=click.Path(file_okay=False, path_type=Path), default=None,
+    help="Store directory (default: $TRACKLAKE_ROOT, else ./tracklake).")
+
+
+def _fail(exc: TracklakeError | click.ClickException) -> None:
+    click.echo(f"tracklake: error: {exc}", err=True)
+    sys.exit(1)
+
+
+def _store(root: Path | None) -> Path:
+    path = resolve_root(root)
+    if not path.is_dir():
+        _fail(click.ClickException(f"no tracklake store at {path}; pass --root DIR or set "
+                                   "TRACKLAKE_ROOT"))
+    return path
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:,.1f} MB"
+
+
+@click.command()
+@_root_option
+@click.option("--policy", "policy_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="TOML file with a [retention] section (default: ROOT/tracklake.toml).")
+@click.option("--apply", "do_apply", is_flag=True,
+              help="Carry the plan out (without it, only print it).")
+@click.option("--force", "force", multiple=True, metavar="RUN",
+              help="Drop this run's data even if an exporter has not exported it yet "
+                   "(RUN or PROJECT/RUN; repeatable).")
+@click.option("--keep-last", type=int, help="Keep the N newest runs of each project.")
+@click.option("--max-age", help="Delete runs that ended longer ago than this (e.g. 90d).")
+@click.option("--max-size", help="Delete the oldest runs while the store is bigger (500GB).")
+@click.option("--best", metavar="'max|min METRIC K'",
+              help="Never delete the best K runs of a project by this metric.")
+@click.option("--drop-after", help="Drop traces, generations, texts and artifacts of runs "
+                                   "that ended longer ago than this; metrics stay.")
+@click.option("--drop-kinds", help="Comma-separated kinds --drop-after drops.")
+@click.option("--downsample-after", help="Thin the metrics of runs that ended longer ago.")
+@click.option("--downsample-every", type=int, help="Keep every K-th step (default 10).")
+@click.option("--log", "show_log", is_flag=True, help="Print the audit log and stop.")
+def retain(root: Path | None, policy_file: Path | None, do_apply: bool, force: tuple[str, ...],
+           keep_last: int | None, max_age: str | None, max_size: str | None,
+           best: str | None, drop_after: str | None, drop_kinds: str | None,
+           downsample_after: str | None, downsample_every: int | None,
+           show_log: bool) -> None:
+    """Apply the retention policy: print the plan (a dry run), or carry it out with
+    --apply. Live runs, pinned runs and data not yet exported are never removed."""
+    from tracklake._ops import retention as rt
+    from tracklake._ops.retention.apply import pending_journals
+
+    try:
+        store = _store(root)
+        if show_log:
+            for record in rt.audit_records(store):
+                click.echo(f"{record['at']}  {record['action']:<10} {record['project']}/"
+                           f"{record['run']}  {','.join(record['kinds'])}  {record['bytes']:,} "
+                           f"bytes  rule={record['rule']}  by {record['user']}@{record['host']}")
+            return
+        flags: dict[str, Any] = {
+            "keep_last": keep_last, "downsample_every": downsample_every,
+            "max_age": max_age and rt.parse_duration(max_age, "--max-age"),
+            "max_size": max_size and rt.parse_size(max_size, "--max-size"),
+            "best": best and rt.best_rule(best, "--best"),
+            "drop_after": drop_after and rt.parse_duration(drop_after, "--drop-after"),
+            "downsample_after": downsample_after and rt.parse_duration(
+                downsample_after, "--downsample-after"),
+            "drop_kinds": drop_kinds and _kinds(drop_kinds),
+        }
+        policy = rt.load_policy(store, policy_file).merged(flags)
+        if policy.is_empty():
+            raise rt.PolicyError(
+                f"no retention rule: write a [retention] section in {store / rt.POLICY_FILE}, "
+                "pass --policy FILE, or give rules as flags (see --help)")
+        now = _dt.datetime.now(_dt.timezone.utc).timestamp()
+        plan = rt.make_plan(store, policy, now, force)
+        _print_plan(plan, do_apply)
+        unfinished = len(pending_journals(store))
+        if unfinished and not do_apply:
+            click.echo(f"note: {unfinished} action(s) of a killed earlier `retain --apply` are "
+                       "unfinished; --apply finishes them first")
+        if do_apply:
+            report = rt.apply_plan(store, plan, now)
+            for key, why in report.skipped:
+                click.echo(f"skipped {key}: {why}")
+            if report.resumed:
+                click.echo(f"finished {report.resumed} action(s) a killed earlier run left")
+            click.echo(f"applied {len(report.done)} action(s); the audit log "
+                       "(`tracklake retain --log`) records each")
+    except TracklakeError as exc:
+        _fail(exc)
+
+
+def _kinds(text: str) -> tuple[str, ...]:
+    from tracklake._ops.retention.policy import check_drop_kinds
+
+    return check_drop_kinds([k.strip() for k in text.split(",") if k.strip()], "--drop-kinds")
+
+
+def _print_plan(plan: Any, applying: bool) -> None:
+    verb = "plan" if applying else "dry run (nothing changes without --apply)"
+    click.echo(f"retention {verb}: store holds {_mb(plan.store_bytes)}")
+    for a in plan.actions:
+        freed = "thins" if a.verb == "downsample" else "frees"
+        click.echo(f"  {a.verb:<10} {a.key:<40} {','.join(a.kinds):<30} {freed} "
+                   f"{_mb(a.bytes):>12}  rule={a.rule}: {a.why}"
+                   + ("  [forced]" if a.forced else ""))
+    for s in plan.skipped:
+        rule = f" (rule {s.rule})" if s.rule else ""
+        click.echo(f"  skip       {s.project}/{s.run}{rule}: {s.reason}")
+    for key, why in plan.kept:
+        click.echo(f"  keep       {key}: {why}")
+    click.echo(f"{len(plan.actions)} action(s), {_mb(plan.freed)} to free"
+               + ("" if applying else "; run again with --apply to carry it out"))
+
+
+@click.command()
+@click.argument("run")
+@_root_option
+@click.option("--project", help="Project of the run, if its id exists in several.")
+@click.option("--reason", default="", help="Why the run is kept (shown in plans).")
+def pin(run: str, root: Path | None, project: str | None, reason: str) -> None:
+    """Pin a run: retention never deletes, drops or thins it."""
+    from tracklake._ops.retention import pin as do_pin
+    from tracklake._read.reader import find_run
+
+    try:
+        store = _store(root)
+        record = find_run(store, run, project)
+        path = do_pin(store, record.project, record.run, reason)
+        click.echo(f"pinned {record.project}/{record.run} ({path})")
+    except TracklakeError as exc:
+        _fail(exc)
+
+
+@click.command()
+@click.argument("run")
+@_root_option
+@click.option("--project", help="Project of the run, if its id exists in several.")
+def unpin(run: str, root: Path | None, project: str | None) -> None:
+    """Remove a run's pin (a `keep` tag given at init still pins it)."""
+    from tracklake._ops.retention import unpin as do_unpin
+    from tracklake._read.reader import find_run
+
+    try:
+        store = _store(root)
+        record = find_run(store, run, project)
+        if do_unpin(store, record.project, record.run):
+            click.echo(f"unpinned {record.project}/{record.run}")
+        else:
+            click.echo(f"{record.project}/{record.run} was not pinned")
+    except TracklakeError as exc:
+        _fail(exc)
+
+
+@click.command()
+@_root_option
+@click.option("--repair", is_flag=True,
+              help="Quarantine damaged files into ROOT/quarantine/ (never deletes) and "
+                   "salvage the readable batches of damaged or torn segments.")
+def fsck(root: Path | None, repair: bool) -> None:
+    """Check every segment, part, blob, attempt file and exporter state; exit 0 only when
+    the store is clean."""
+    from tracklake._ops.fsck import fsck as do_fsck
+
+    try:
+        store = _store(root)
+        report = do_fsck(store, repair=repair)
+    except TracklakeError as exc:
+        _fail(exc)
+        return
+    checked = ", ".join(f"{n} {what}" for what, n in sorted(report.checked.items()))
+    click.echo(f"checked {checked or 'nothing'} ({_mb(report.bytes)})")
+    for problem in report.problems:
+        click.echo(problem.line(store))
+    if report.clean:
+        click.echo("clean")
+        return
+    click.echo(f"{len(report.problems)} problem(s)" + (
+        "" if repair else "; `tracklake fsck --repair` quarantines and salvages"))
+    sys.exit(1)
+
+
+@click.command()
+@click.argument("dest", type=click.Path(file_okay=False, path_type=Path))
+@_root_option
+@click.option("--list", "list_only", is_flag=True,
+              help="Show what the backup at DEST holds instead of backing up.")
+def backup(dest: Path, root: Path | None, list_only: bool) -> None:
+    """Back the store up to the directory DEST: only files DEST does not hold yet are
+    copied (by sha256), each verified; a killed backup resumes. DEST is itself a store."""
+    from tracklake._ops.backup import backup as do_backup
+    from tracklake._ops.backup import read_manifest
+    from tracklake._read.reader import list_runs
+
+    try:
+        if list_only:
+            manifest = read_manifest(dest)
+            files = manifest["files"]
+            click.echo(f"backup {dest}: {len(files)} files, "
+                       f"{_mb(sum(e['size'] for e in files.values()))}, last backup "
+                       f"{manifest.get('last_backup', 'never')} from {manifest.get('source')}")
+            for run in list_runs(dest):
+                statuses = sorted({str(a.get('status')) for a in run.attempts})
+                click.echo(f"  {run.project}/{run.run}  attempts {len(run.attempt_numbers)}  "
+                           f"ranks {len(run.ranks)}  {','.join(statuses)}")
+            return
+        report = do_backup(_store(root), dest)
+    except TracklakeError as exc:
+        _fail(exc)
+        return
+    click.echo(f"backed up {len(report.copied)} new or changed files "
+               f"({_mb(report.bytes_copied)}); {report.unchanged} already there; the store "
+               f"holds {_mb(report.bytes_total)}")
+
+
+@click.command()
+@click.argument("src", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--root", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Store directory to restore into (created if missing).")
+def restore(src: Path, root: Path) -> None:
+    """Restore the backup at SRC into --root: every file is verified first, files that
+    are there already are skipped, other content at the same path is refused."""
+    from tracklake._ops.backup import restore as do_restore
+
+    try:
+        report = do_restore(src, root)
+    except TracklakeError as exc:
+        _fail(exc)
+        return
+    click.echo(f"restored {len(report.copied)} files ({_mb(report.bytes_copied)}); "
+               f"{report.unchanged} were there already")
+
+
+lifecycle_commands = (retain, pin, unpin, fsck, backup, restore)

@@ -1,0 +1,226 @@
+"""What retention needs to know about a store: its runs (ended or live, when, how big,
+pinned or not) and what registered exporters have not exported yet."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import getpass
+import json
+import os
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from tracklake._format import KINDS, StreamId, check_version, write_atomic
+from tracklake._format.attempt import attempt_numbers
+from tracklake._format.segment import read_segment
+from tracklake._ops.compact import STALE_AFTER_SECONDS
+from tracklake._read.reader import list_runs, list_stream, list_streams
+
+#: The tag that pins a run, like `tracklake pin`.
+KEEP_TAG = "keep"
+
+
+def _ts(value: object) -> float | None:
+    return _dt.datetime.fromisoformat(value).timestamp() if isinstance(value, str) else None
+
+
+def run_data_dirs(root: Path, project: str, run: str) -> list[Path]:
+    """Every directory holding data of one run: one per kind, then its attempt files."""
+    return [root / kind / f"project={project}" / f"run={run}" for kind in KINDS] + [
+        root / "runs" / f"project={project}" / f"run={run}"]
+
+
+def tree_bytes(path: Path) -> int:
+    total = 0
+    for dirpath, _, names in os.walk(path):
+        for name in names:
+            try:
+                total += os.stat(os.path.join(dirpath, name)).st_size
+            except FileNotFoundError:
+                continue  # removed while we counted (compaction)
+    return total
+
+
+def pin_path(root: Path, project: str, run: str) -> Path:
+    return root / "pins" / f"project={project}" / f"run={run}.json"
+
+
+def pin(root: Path, project: str, run: str, reason: str = "") -> Path:
+    """Pin a run: retention never removes or thins it."""
+    path = pin_path(root, project, run)
+    write_atomic(path, json.dumps({"project": project, "run": run, "reason": reason,
+                                   "pinned_at": now_iso(), "by": who()}).encode())
+    return path
+
+
+def unpin(root: Path, project: str, run: str) -> bool:
+    """Remove a run's pin; False if it had none (a `keep` tag still pins it)."""
+    try:
+        pin_path(root, project, run).unlink()
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
+
+
+def who() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry (containers): the uid says who
+        return str(os.getuid())
+
+
+def host() -> str:
+    return socket.gethostname()
+
+
+@dataclass
+class RunInfo:
+    """One run as retention sees it."""
+
+    project: str
+    run: str
+    started: float
+    ended: float
+    live: str | None  # why the run counts as live, or None when it ended
+    tags: tuple[str, ...]
+    pinned: bool
+    kind_bytes: dict[str, int] = field(default_factory=dict)  # kind -> bytes, "runs" too
+
+    @property
+    def key(self) -> str:
+        return f"{self.project}/{self.run}"
+
+    @property
+    def bytes(self) -> int:
+        return sum(self.kind_bytes.values())
+
+
+def live_reason(root: Path, project: str, run: str, attempts: tuple[dict[str, Any], ...],
+                now: float) -> str | None:
+    """Why a run must be left alone as live, or None when every rank's attempt ended: a
+    rank whose latest attempt is running with a heartbeat younger than an hour (as
+    compaction judges), or an attempt file being created right now."""
+    runs_dir = root / "runs" / f"project={project}" / f"run={run}"
+    for rank_dir in sorted(runs_dir.glob("rank=*")):
+        for number in attempt_numbers(rank_dir):
+            path = rank_dir / f"attempt={number}.json"
+            try:
+                empty = path.stat().st_size == 0
+            except FileNotFoundError:
+                continue
+            if empty:
+                return f"{rank_dir.name} attempt {number} is starting (its file is empty)"
+    latest: dict[int, dict[str, Any]] = {}
+    for a in attempts:  # sorted oldest first
+        latest[a["rank"]] = a
+    for rank, a in sorted(latest.items()):
+        if a.get("status", "running") != "running":
+            continue
+        beat = _ts(a.get("heartbeat_at")) or _ts(a.get("started_at")) or now
+        if now - beat <= STALE_AFTER_SECONDS:
+            return (f"rank {rank} attempt {a['attempt']} is running (heartbeat "
+                    f"{now - beat:.0f} s ago)")
+    return None
+
+
+def inventory(root: Path, now: float) -> list[RunInfo]:
+    """Every run of the store with its times, liveness, pin and size per kind."""
+    out: list[RunInfo] = []
+    for record in list_runs(root):
+        attempts = record.attempts
+        started = min((_ts(a.get("started_at")) or now) for a in attempts)
+        ended = max((_ts(a.get("finished_at")) or _ts(a.get("heartbeat_at")) or started)
+                    for a in attempts)
+        tags = tuple(sorted({str(t) for a in attempts for t in a.get("tags") or ()}))
+        pinned = KEEP_TAG in tags or pin_path(root, record.project, record.run).exists()
+        dirs = run_data_dirs(root, record.project, record.run)
+        sizes = {d.parent.parent.name: tree_bytes(d) for d in dirs}
+        out.append(RunInfo(record.project, record.run, started, ended,
+                           live_reason(root, record.project, record.run, attempts, now),
+                           tags, pinned, {k: v for k, v in sizes.items() if v}))
+    return out
+
+
+def blobs_bytes(root: Path) -> int:
+    return tree_bytes(root / "blobs" / "sha256")
+
+
+def metric_extreme(root: Path, project: str, run: str, key: str, mode: str) -> float | None:
+    """The max (or min) of metric `key` over every rank and attempt of a run, from the
+    parts' summaries and the segments not yet compacted; None if it was never logged."""
+    found: list[float] = []
+    for s in list_streams(root, project, run, ("metrics",)):
+        files = list_stream(root, s)
+        for part in files.parts:
+            raw = (pq.read_schema(part.path).metadata or {}).get(b"tracklake.summary")
+            for row in json.loads(raw) if raw else []:
+                if row["key"] == key and row[mode] is not None:
+                    found.append(float(row[mode]))
+        for seg in files.segments:
+            for batch in read_segment(seg.path).batches:
+                for k, v in zip(batch.column("key").to_pylist(),
+                                batch.column("value").to_pylist(), strict=True):
+                    if k == key and v == v:  # NaN never wins
+                        found.append(float(v))
+    found = [v for v in found if v == v]
+    if not found:
+        return None
+    return max(found) if mode == "max" else min(found)
+
+
+def stream_last_seq(root: Path, s: StreamId) -> int:
+    files = list_stream(root, s)
+    last = max((p.last_seq for p in files.parts), default=-1)
+    for seg in files.segments:
+        for batch in read_segment(seg.path).batches:
+            last = max(last, int(batch.column(0)[len(batch) - 1].as_py()))
+    return last
+
+
+def pending_exports(root: Path) -> dict[tuple[str, str], list[tuple[str, str]]]:
+    """Per run, the (exporter, stream) pairs holding records that an exporter registered
+    in ``ROOT/exports/*/`` has not exported yet.
+
+    An exporter protects the runs it has a state file for: every stream of a rank its rank
+    mode reads whose records go past its cursor. A stream absent from the cursor of a run
+    the exporter finished is a kind it does not export. A state file that cannot be read
+    protects the whole run.
+    """
+    out: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    last_seqs: dict[StreamId, int] = {}
+    for directory in sorted((root / "exports").glob("*/")):
+        for path in sorted(directory.glob("project=*/run=*.json")):
+            project = path.parent.name.split("=", 1)[1]
+            run = path.stem.split("=", 1)[1]
+            try:
+                data = json.loads(path.read_bytes())
+                check_version(data.get("format"), path)
+                positions = {str(k): int(v) for k, v in dict(data["positions"]).items()}
+                mode = str(data.get("ranks", "0"))
+                finished = bool(data.get("finished"))
+            except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+                out.setdefault((project, run), []).append(
+                    (directory.name, f"its state {path} is unreadable ({exc})"))
+                continue
+            seen_attempt = max((int(k.split("/")[1]) for k in positions), default=0)
+            for s in list_streams(root, project, run):
+                if mode.isdigit() and s.rank != int(mode):
+                    continue
+                if finished and s.key() not in positions and s.attempt <= seen_attempt:
+                    continue  # a kind this exporter does not export
+                if s not in last_seqs:
+                    last_seqs[s] = stream_last_seq(root, s)
+                position = positions.get(s.key(), -1)
+                if last_seqs[s] > position:
+                    out.setdefault((project, run), []).append(
+                        (directory.name, f"{s.key()} up to seq {position} of "
+                                         f"{last_seqs[s]}"))
+    return out

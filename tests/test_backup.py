@@ -1,0 +1,161 @@
+"""Backup and restore to a directory: a full then an incremental backup copy only what
+is new, a killed backup resumes, a backup is a store SQL reads directly, restore gives
+identical answers, is idempotent, refuses damage and conflicts."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import tracklake
+from tracklake._cli.main import main
+from tracklake._ops.backup import (
+    KILL_AT_ENV,
+    MANIFEST,
+    BackupError,
+    backup,
+    read_manifest,
+    restore,
+)
+
+GOLDEN = Path(__file__).parent / "golden" / tracklake.FORMAT_VERSION
+
+#: Everything a user reads back, as comparable text (NaN is cast so that it equals itself).
+VIEWS = {
+    "metrics_all": "SELECT project, run, rank, attempt, seq, step, key, "
+                   "CAST(value AS VARCHAR) AS v FROM metrics_all ORDER BY ALL",
+    "metrics": "SELECT project, run, rank, attempt, step, key, CAST(value AS VARCHAR) AS v "
+               "FROM metrics ORDER BY ALL",
+    "summaries": "SELECT project, run, rank, key, count, CAST(max AS VARCHAR) AS m "
+                 "FROM metric_summaries ORDER BY ALL",
+    "texts": "SELECT * FROM texts_all ORDER BY ALL",
+    "configs": "SELECT * FROM configs_all ORDER BY ALL",
+    "generations": "SELECT * FROM generations_all ORDER BY ALL",
+    "traces": "SELECT project, run, seq, name, span_id, parent_id, token_ids FROM traces_all "
+              "ORDER BY ALL",
+    "artifacts": "SELECT * FROM artifacts_all ORDER BY ALL",
+    "events": "SELECT * FROM events_all ORDER BY ALL",
+    "runs": "SELECT project, run, status, attempts FROM runs ORDER BY ALL",
+}
+
+
+def views(root: Path) -> dict[str, list[dict[str, object]]]:
+    return {name: tracklake.query(sql, root=root).to_pylist() for name, sql in VIEWS.items()}
+
+
+def log_run(root: Path, run_id: str, steps: int = 50) -> None:
+    with tracklake.init(project="bk", run_id=run_id, root=root, config={"lr": 0.1},
+                        capture_identity=False) as run:
+        for step in range(steps):
+            run.log({"loss": 1 / (step + 1)}, step=step)
+        run.log_artifact(run_id.encode() * 100, name="ckpt.bin")
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    """The golden corpus (finished, resumed and torn runs, every kind) plus a run of ours,
+    partly compacted."""
+    root = tmp_path / "store"
+    shutil.copytree(GOLDEN, root)
+    log_run(root, "one")
+    tracklake.compact(root=root, run="done")
+    return root
+
+
+def test_a_backup_is_a_store_and_a_restore_answers_like_the_source(store: Path,
+                                                                  tmp_path: Path) -> None:
+    dest = tmp_path / "backup"
+    result = CliRunner().invoke(main, ["backup", str(dest), "--root", str(store)])
+    assert result.exit_code == 0, result.output
+    expected = views(store)
+    assert views(dest) == expected  # the backup is queried directly
+    restored = tmp_path / "restored"
+    result = CliRunner().invoke(main, ["restore", str(dest), "--root", str(restored)])
+    assert result.exit_code == 0, result.output
+    assert views(restored) == expected
+    again = restore(dest, restored)
+    assert again.copied == [] and again.unchanged == len(read_manifest(dest)["files"])
+    listing = CliRunner().invoke(main, ["backup", "--list", str(dest)])
+    assert "bk/one" in listing.output and "files" in listing.output
+
+
+def test_an_incremental_backup_copies_only_what_changed(store: Path, tmp_path: Path) -> None:
+    dest = tmp_path / "backup"
+    first = backup(store, dest)
+    assert first.copied and first.unchanged == 0
+    second = backup(store, dest)
+    assert second.copied == [] and second.bytes_copied == 0
+    log_run(store, "two")
+    tracklake.compact(root=store, run="one")  # segments become a part
+    third = backup(store, dest)
+    assert third.copied
+    assert all("run=two" in rel or "run=one" in rel or rel.startswith("blobs/")
+               for rel in third.copied)
+    assert views(dest) == views(store)
+    # a file touched but not changed is hashed, not copied
+    attempt = next((store / "runs").rglob("attempt=1.json"))
+    os.utime(attempt, ns=(1, 1))
+    assert backup(store, dest).copied == []
+
+
+def test_a_killed_backup_resumes_without_copying_twice(store: Path, tmp_path: Path) -> None:
+    dest = tmp_path / "backup"
+    env = {k: v for k, v in os.environ.items() if k != KILL_AT_ENV} | {KILL_AT_ENV: "5"}
+    code = subprocess.run(
+        [sys.executable, "-c", "import sys; from pathlib import Path; "
+         "from tracklake._ops.backup import backup; backup(Path(sys.argv[1]), "
+         "Path(sys.argv[2]))", str(store), str(dest)], env=env, check=False).returncode
+    assert code == -9
+    assert not (dest / MANIFEST).exists()  # killed before its first save
+    report = backup(store, dest)
+    assert report.unchanged == 5  # checked by content, not copied again
+    assert views(dest) == views(store)
+
+
+def test_restore_refuses_a_damaged_backup_and_conflicts(store: Path, tmp_path: Path) -> None:
+    dest = tmp_path / "backup"
+    backup(store, dest)
+    target = tmp_path / "restored"
+    part = next(dest.rglob("*.parquet"))
+    data = bytearray(part.read_bytes())
+    data[len(data) // 2] ^= 1
+    part.write_bytes(bytes(data))
+    with pytest.raises(BackupError, match="damaged; nothing was restored") as info:
+        restore(dest, target)
+    assert part.relative_to(dest).as_posix() in str(info.value)
+    assert not target.exists() or not any(target.rglob("*"))
+    data[len(data) // 2] ^= 1
+    part.write_bytes(bytes(data))
+    target.mkdir()
+    clash = target / part.relative_to(dest)
+    clash.parent.mkdir(parents=True)
+    clash.write_bytes(b"something else")
+    result = CliRunner().invoke(main, ["restore", str(dest), "--root", str(target)])
+    assert result.exit_code == 1 and "other content" in result.output
+    assert clash.read_bytes() == b"something else"
+    assert [p for p in target.rglob("*") if p.is_file()] == [clash]
+
+
+def test_a_backup_inside_the_store_is_refused(store: Path) -> None:
+    with pytest.raises(BackupError, match="outside"):
+        backup(store, store / "backup")
+
+
+def test_trash_quarantine_and_temporaries_are_not_backed_up(store: Path,
+                                                             tmp_path: Path) -> None:
+    for rel in ("trash/x/action.json", "quarantine/metrics/seg.arrows",
+                "metrics/.part-1.123.tmp"):
+        (store / rel).parent.mkdir(parents=True, exist_ok=True)
+        (store / rel).write_bytes(b"x")
+    backup(store, tmp_path / "b")
+    files = read_manifest(tmp_path / "b")["files"]
+    assert not [f for f in files if f.startswith(("trash/", "quarantine/")) or "/." in f]
+    blob = next(f for f in files if f.startswith("blobs/"))
+    assert files[blob]["sha256"] == hashlib.sha256((store / blob).read_bytes()).hexdigest()

@@ -1,0 +1,204 @@
+"""fsck: every injected fault in a segment, part, blob or attempt file is reported with
+its path, or the file still reads exactly as before; repair quarantines (never deletes),
+salvages the readable batches of a segment, is idempotent, and leaves a store that
+queries without error and holds only records it held before."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tracklake
+from tracklake._cli.main import main
+from tracklake._format.attempt import read_attempt
+from tracklake._ops.fsck import fsck
+from tracklake._read.reader import ReadProblems, list_streams, read_stream
+
+
+def _rows(root: Path) -> dict[str, set[tuple[Any, ...]]]:
+    """Every record of every stream, as the reader gives them (a file the reader finds
+    damaged is left out, as every reader of the store does)."""
+    out: dict[str, set[tuple[Any, ...]]] = {}
+    for s in list_streams(root):
+        rows: set[tuple[Any, ...]] = set()
+        for batch in read_stream(root, s, problems=ReadProblems()):
+            rows.update(tuple(repr(v) for v in r.values()) for r in batch.to_pylist())
+        out[f"{s.project}/{s.run}/{s.key()}"] = rows
+    return out
+
+
+def _attempts(root: Path) -> dict[str, Any]:
+    out = {}
+    for p in sorted((root / "runs").rglob("*.json")):
+        try:
+            out[str(p.relative_to(root))] = read_attempt(p)
+        except tracklake.FormatError:
+            out[str(p.relative_to(root))] = "unreadable"
+    return out
+
+
+def _files(root: Path, kind: str) -> list[Path]:
+    pattern = {"segment": "*.arrows", "part": "*.parquet", "blob": "blobs/sha256/*/*",
+               "attempt": "runs/**/*.json"}[kind]
+    found = root.glob(pattern) if "/" in pattern else root.rglob(pattern)
+    return sorted(p for p in found if "exports" not in p.parts)
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One run compacted into parts, one finished run left in segments of several batches,
+    artifacts in blobs."""
+    root = tmp_path_factory.mktemp("fsck") / "store"
+    with tracklake.init(project="p", run_id="parts", root=root, config={"lr": 0.1},
+                        capture_identity=False) as run:
+        for step in range(30):
+            run.log({"loss": 1 / (step + 1), "acc": step / 30}, step=step)
+        run.log_text("note", "hello", step=29)
+        run.log_artifact(b"weights" * 100, name="ckpt.bin")
+    tracklake.compact(root=root, run="parts")
+    with tracklake.init(project="p", run_id="segs", root=root, capture_identity=False) as run:
+        for step in range(30):
+            run.log({"loss": float(step)}, step=step)
+            if step % 10 == 9:
+                run.flush()  # several batches in the segment
+        run.log_artifact(b"other" * 50, name="b.bin")
+    return root
+
+
+def test_a_clean_store_is_clean(template: Path, tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    shutil.copytree(template, root)
+    report = fsck(root)
+    assert report.clean, [p.line(root) for p in report.problems]
+    assert set(report.checked) == {"segments", "parts", "blobs", "attempt files"}
+    result = CliRunner().invoke(main, ["fsck", "--root", str(root)])
+    assert result.exit_code == 0 and "clean" in result.output
+
+
+def _inject_and_check(template: Path, kind: str, which: int, where: float, flip: int,
+                      truncate: bool) -> None:
+    """Damage one file; fsck must report it by path or the store must read as before;
+    repair must quarantine it, keep only records the store held, and be idempotent."""
+    if kind == "attempt" or (kind == "part" and not PARTS_HAVE_PAGE_CHECKSUMS):
+        # JSON has no checksum, so a flipped digit can still parse; parts written without
+        # page checksums cannot tell a flipped bit in a data page from a value (see
+        # test_a_flipped_bit_in_a_part_data_page_is_found)
+        truncate = True
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "s"
+        shutil.copytree(template, root)
+        before, attempts = _rows(root), _attempts(root)
+        files = _files(root, kind)
+        path = files[which % len(files)]
+        data = bytearray(path.read_bytes())
+        at = int(where * len(data))
+        if truncate:
+            del data[at:]
+        else:
+            data[at] ^= flip
+        path.write_bytes(bytes(data))
+
+        report = fsck(root)
+        if path not in {p.path for p in report.problems}:
+            # not reported: then it must read exactly as before
+            assert _rows(root) == before and _attempts(root) == attempts, (
+                f"{kind} {path.name} damaged at {at} reads differently and fsck missed it")
+            return
+        assert not report.clean
+        result = CliRunner().invoke(main, ["fsck", "--root", str(root), "--repair"])
+        assert result.exit_code == 1 and "repaired" in result.output
+        assert (root / "quarantine" / path.relative_to(root)).exists()  # never deleted
+        assert fsck(root).clean
+        after = _rows(root)
+        for stream, rows in after.items():
+            assert rows <= before.get(stream, set()), f"{stream} holds records it never had"
+        tracklake.query("SELECT count(*) FROM metrics", root=root)  # queries without error
+        once = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+        assert fsck(root, repair=True).clean  # idempotent
+        assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == once
+
+
+@pytest.mark.parametrize("kind", ["segment", "part", "blob", "attempt"])
+@pytest.mark.parametrize(("where", "truncate"), [(0.5, False), (0.6, True), (0.0, True)])
+def test_a_damaged_file_of_each_kind_is_found_and_repaired(template: Path, kind: str,
+                                                           where: float,
+                                                           truncate: bool) -> None:
+    _inject_and_check(template, kind, 0, where, 0x40, truncate)
+
+
+@pytest.mark.slow
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(kind=st.sampled_from(["segment", "part", "blob", "attempt"]), which=st.integers(0, 99),
+       where=st.floats(0, 1, exclude_max=True), flip=st.integers(1, 255),
+       truncate=st.booleans())
+def test_every_fault_is_found_or_harmless_and_repair_keeps_only_what_was_there(
+        template: Path, kind: str, which: int, where: float, flip: int,
+        truncate: bool) -> None:
+    _inject_and_check(template, kind, which, where, flip, truncate)
+
+
+
+#: Compaction (store/_ops/compact.py) writes parts without Parquet page checksums, so
+#: reading cannot verify their data pages. Set to True once it writes them.
+PARTS_HAVE_PAGE_CHECKSUMS = True
+
+
+@pytest.mark.slow
+def test_a_flipped_bit_in_a_part_data_page_is_found(template: Path, tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    shutil.copytree(template, root)
+    before = _rows(root)
+    part = next((root / "metrics").rglob("*.parquet"))
+    original = part.read_bytes()
+    missed = []
+    for at in range(4, len(original) - 8, 5):
+        data = bytearray(original)
+        data[at] ^= 0x01
+        part.write_bytes(bytes(data))
+        if part not in {p.path for p in fsck(root).problems} and _rows(root) != before:
+            missed.append(at)
+    part.write_bytes(original)
+    assert not missed, f"flips at bytes {missed[:10]} read as other values unnoticed"
+
+
+def _metric_rows(root: Path) -> int:
+    return sum(batch.num_rows for _, batch in tracklake.read_run(
+        root, tracklake.Cursor("p", "segs"), kinds=("metrics",)))
+
+
+def test_a_torn_segment_keeps_every_batch_before_the_tear(template: Path,
+                                                          tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    shutil.copytree(template, root)
+    (seg,) = (root / "metrics" / "project=p" / "run=segs").rglob("*.arrows")
+    data = seg.read_bytes()
+    seg.write_bytes(data[: len(data) - 20])  # into the last batch (and past the end marker)
+    before = _metric_rows(root)
+    (problem,) = fsck(root).problems
+    assert problem.path == seg and "torn tail" in problem.what
+    report = fsck(root, repair=True)
+    assert report.problems[0].repaired and "sealed segment" in report.problems[0].repaired
+    after = _metric_rows(root)
+    assert after == before == 20  # the two batches before the torn third one
+    assert fsck(root).clean
+
+
+def test_a_damaged_exporter_state_is_reported_not_moved(template: Path,
+                                                        tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    shutil.copytree(template, root)
+    state = root / "exports" / "memory-x" / "project=p" / "run=parts.json"
+    state.parent.mkdir(parents=True)
+    state.write_text('{"format": "1.0", "positions": {"0/1/metrics": "lots"}}')
+    report = fsck(root, repair=True)
+    (problem,) = report.problems
+    assert problem.path == state and problem.repaired is None
+    assert "move it away to export the run again" in problem.todo
+    assert state.exists()
