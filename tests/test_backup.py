@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _views import views
 from click.testing import CliRunner
 
 import tracklake
@@ -26,29 +27,6 @@ from tracklake._ops.backup import (
 )
 
 GOLDEN = Path(__file__).parent / "golden" / tracklake.FORMAT_VERSION
-
-#: Everything a user reads back, as comparable text (NaN is cast so that it equals itself).
-VIEWS = {
-    "metrics_all": "SELECT project, run, rank, attempt, seq, step, key, "
-                   "CAST(value AS VARCHAR) AS v FROM metrics_all ORDER BY ALL",
-    "metrics": "SELECT project, run, rank, attempt, step, key, CAST(value AS VARCHAR) AS v "
-               "FROM metrics ORDER BY ALL",
-    "summaries": "SELECT project, run, rank, key, count, CAST(max AS VARCHAR) AS m "
-                 "FROM metric_summaries ORDER BY ALL",
-    "texts": "SELECT * FROM texts_all ORDER BY ALL",
-    "configs": "SELECT * FROM configs_all ORDER BY ALL",
-    "generations": "SELECT * FROM generations_all ORDER BY ALL",
-    "traces": "SELECT project, run, seq, name, span_id, parent_id, token_ids FROM traces_all "
-              "ORDER BY ALL",
-    "artifacts": "SELECT * FROM artifacts_all ORDER BY ALL",
-    "events": "SELECT * FROM events_all ORDER BY ALL",
-    "runs": "SELECT project, run, status, attempts FROM runs ORDER BY ALL",
-}
-
-
-def views(root: Path) -> dict[str, list[dict[str, object]]]:
-    return {name: tracklake.query(sql, root=root).to_pylist() for name, sql in VIEWS.items()}
-
 
 def log_run(root: Path, run_id: str, steps: int = 50) -> None:
     with tracklake.init(project="bk", run_id=run_id, root=root, config={"lr": 0.1},

@@ -13,6 +13,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from _views import views
 from click.testing import CliRunner
 
 import tracklake
@@ -30,31 +31,6 @@ from tracklake._ops.pack.pack import (
 )
 
 GOLDEN = Path(__file__).parent / "golden" / tracklake.FORMAT_VERSION
-
-#: Everything a user reads back, as comparable text (NaN is cast so that it equals itself).
-VIEWS = {
-    "metrics_all": "SELECT project, run, rank, attempt, seq, step, key, "
-                   "CAST(value AS VARCHAR) AS v FROM metrics_all ORDER BY ALL",
-    "metrics": "SELECT project, run, rank, attempt, step, key, CAST(value AS VARCHAR) AS v "
-               "FROM metrics ORDER BY ALL",
-    "counts": "SELECT project, run, rank, attempt, count(*) AS n FROM metrics_all "
-              "GROUP BY ALL ORDER BY ALL",
-    "texts": "SELECT * FROM texts_all ORDER BY ALL",
-    "configs": "SELECT * FROM configs_all ORDER BY ALL",
-    "generations": "SELECT * FROM generations_all ORDER BY ALL",
-    "traces": "SELECT project, run, seq, name, span_id, parent_id, token_ids FROM traces_all "
-              "ORDER BY ALL",
-    "artifacts": "SELECT * FROM artifacts_all ORDER BY ALL",
-    "events": "SELECT * FROM events_all ORDER BY ALL",
-    "runs": "SELECT project, run, status, attempts FROM runs ORDER BY ALL",
-    "attempts": "SELECT project, run, rank, attempt, status, started_at, heartbeat_at "
-                "FROM run_attempts ORDER BY ALL",
-}
-
-
-def views(root: Path) -> dict[str, list[dict[str, object]]]:
-    return {name: tracklake.query(sql, root=root).to_pylist() for name, sql in VIEWS.items()}
-
 
 def snapshot(path: Path) -> dict[str, bytes]:
     """Every file below `path` (relative name -> bytes)."""
