@@ -1,0 +1,167 @@
+"""`fsck`: find damage in a store, say what it costs, and repair what can be repaired.
+
+Checks every segment (batch checksums, a torn tail behind a writer that is gone, a header
+that does not match its stream), every Parquet part (read in full with page checksum
+verification, schema and metadata against the stream, row groups' statistics and the
+metric summary against the values), every blob's digest, every attempt file and every
+exporter state. Repair never deletes: a damaged file is moved to ``ROOT/quarantine/``
+under its relative path, and the readable batches of a damaged or torn segment are
+written back as a sealed segment of the same name.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+
+from tracklake._errors import FormatError
+from tracklake._format import SCHEMAS, StreamId, fsync_dir, fsync_file
+from tracklake._format.attempt import read_attempt
+from tracklake._format.segment import SegmentWriter, read_segment, stream_schema
+from tracklake._ops.compact import STALE_AFTER_SECONDS
+from tracklake._ops.fsck.files import check_attempts, check_blobs, check_exports
+from tracklake._ops.fsck.parts import Summaries, check_part, meta_mismatch
+from tracklake._ops.fsck.report import FsckReport, Problem
+from tracklake._read.reader import list_stream, list_streams
+
+
+def _writer_gone(root: Path, s: StreamId, now: float) -> bool:
+    """True if no writer will append to this stream again (as compaction judges)."""
+    rank_dir = root / "runs" / f"project={s.project}" / f"run={s.run}" / f"rank={s.rank}"
+    if any(int(p.stem.split("=")[1]) > s.attempt for p in rank_dir.glob("attempt=*.json")
+           if p.stem.split("=")[1].isdigit()):
+        return True
+    try:
+        record = read_attempt(rank_dir / f"attempt={s.attempt}.json")
+    except (FileNotFoundError, FormatError):
+        return True  # no writer can be heard from
+    if record is None:
+        return False
+    if record.get("status") != "running":
+        return True
+    beat = record.get("heartbeat_at")
+    return not isinstance(beat, str) or (
+        now - _dt.datetime.fromisoformat(beat).timestamp() > STALE_AFTER_SECONDS)
+
+
+def _check_segment(root: Path, s: StreamId, path: Path, last: bool, now: float,
+                   report: FsckReport) -> None:
+    report.count("segments", path)
+    try:
+        contents = read_segment(path)
+    except FormatError as exc:
+        report.problems.append(Problem(path, f"unreadable segment ({exc})",
+                                       "every record of the file", "quarantine it (--repair)"))
+        return
+    batches = contents.batches
+    rows = sum(b.num_rows for b in batches)
+    if not contents.schema_metadata:
+        if not last or _writer_gone(root, s, now):
+            report.problems.append(Problem(
+                path, "no complete header (the file was cut short or emptied)",
+                "every record of the file", "quarantine it (--repair)"))
+        return
+    header = None
+    if contents.schema_metadata or batches:
+        header = meta_mismatch(contents.schema_metadata, s)
+        if header is None and batches and not batches[0].schema.remove_metadata().equals(
+                SCHEMAS[s.kind]):
+            header = f"schema is not the {s.kind} schema"
+    if header is not None:
+        report.problems.append(Problem(path, f"damaged header: {header}",
+                                       f"every record of the file ({rows} rows)",
+                                       "quarantine it (--repair)"))
+        return
+    if contents.damaged:
+        report.problems.append(Problem(
+            path, contents.damaged, f"{contents.torn_bytes} bytes after batch "
+            f"{len(batches)} (seq > {_last_seq(batches)})",
+            "salvage the readable batches (--repair)"))
+    elif contents.torn_bytes and (not last or _writer_gone(root, s, now)):
+        report.problems.append(Problem(
+            path, f"torn tail of {contents.torn_bytes} bytes (its writer died mid-batch)",
+            "the batch being written when it died",
+            "seal the readable batches (--repair)"))
+
+
+def _last_seq(batches: list[pa.RecordBatch]) -> int:
+    return int(batches[-1].column(0)[-1].as_py()) if batches else -1
+
+
+def _check_stream(root: Path, s: StreamId, now: float, report: FsckReport,
+                  summaries: Summaries) -> None:
+    files = list_stream(root, s)
+    for part in files.parts:
+        check_part(s, part.path, part.first_seq, part.last_seq, report, summaries)
+    for i, seg in enumerate(files.segments):
+        _check_segment(root, s, seg.path, i + 1 == len(files.segments), now, report)
+    for path in files.foreign:
+        report.problems.append(Problem(path, "a file that is not a segment or part",
+                                       "nothing (readers ignore it)",
+                                       "move it out of the store (--repair)"))
+
+
+def fsck(root: Path, *, repair: bool = False) -> FsckReport:
+    """Check the store at `root`; with `repair`, quarantine and salvage what is damaged."""
+    report = FsckReport()
+    now = _dt.datetime.now(_dt.timezone.utc).timestamp()
+    summaries = Summaries()
+    try:
+        for s in list_streams(root):
+            _check_stream(root, s, now, report, summaries)
+    finally:
+        summaries.close()
+    check_blobs(root, report)
+    check_attempts(root, report)
+    check_exports(root, report)
+    if repair:
+        for problem in report.problems:
+            if problem.repairable:
+                problem.repaired = _repair(root, problem)
+    return report
+
+
+def _quarantine_path(root: Path, path: Path) -> Path:
+    target = root / "quarantine" / path.relative_to(root)
+    n = 1
+    while target.exists():
+        target = target.with_name(f"{path.name}.{n}")
+        n += 1
+    target.parent.mkdir(parents=True, exist_ok=True)
+    return target
+
+
+def _repair(root: Path, problem: Problem) -> str:
+    path = problem.path
+    salvage = path.suffix == ".arrows" and ("salvage" in problem.todo or "seal" in problem.todo)
+    target = _quarantine_path(root, path)
+    if not salvage:
+        os.rename(path, target)
+        fsync_dir(path.parent)
+        return f"moved to {target.relative_to(root)}"
+    contents = read_segment(path)
+    shutil.copy2(path, target)  # the original stays readable until the salvage replaces it
+    fsync_file(target)
+    fsync_dir(target.parent)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    if tmp.exists():
+        tmp.unlink()  # left by a repair killed midway: its own temporary
+    meta = contents.schema_metadata
+    s = StreamId(meta["tracklake.project"], meta["tracklake.run"], int(meta["tracklake.rank"]),
+                 int(meta["tracklake.attempt"]), meta["tracklake.kind"])
+    writer = SegmentWriter(tmp, stream_schema(SCHEMAS[s.kind], s))
+    try:
+        for batch in contents.batches:
+            writer.append(batch)
+        writer.seal()
+    finally:
+        writer.close()
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+    rows = sum(b.num_rows for b in contents.batches)
+    return (f"kept {len(contents.batches)} readable batches ({rows} rows) in a sealed segment; "
+            f"the original is in {target.relative_to(root)}")

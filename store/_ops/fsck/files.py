@@ -1,0 +1,108 @@
+"""fsck of the files beside the streams: blobs, attempt files and exporter states."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from tracklake._errors import FormatError
+from tracklake._format import SCHEMAS, StreamId, check_version
+from tracklake._format.attempt import CRASHED_AFTER_SECONDS, STATUSES, read_attempt
+from tracklake._ops.fsck.report import FsckReport, Problem
+from tracklake._read.reader import list_stream
+
+_ATTEMPT_KEYS = {"project": str, "run": str, "rank": int, "attempt": int, "status": str}
+
+
+
+def check_blobs(root: Path, report: FsckReport) -> None:
+    base = root / "blobs" / "sha256"
+    if not base.is_dir():
+        return
+    for path in sorted(base.glob("*/*")):
+        report.count("blobs", path)
+        digest = hashlib.sha256()
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                digest.update(chunk)
+        if digest.hexdigest() != path.name or path.parent.name != path.name[:2]:
+            report.problems.append(Problem(path, "blob content does not match its digest",
+                                           "the artifact's bytes",
+                                           "quarantine it (--repair); log the artifact again"))
+
+
+def check_attempts(root: Path, report: FsckReport) -> None:
+    for path in sorted((root / "runs").glob("project=*/run=*/rank=*/attempt=*.json")):
+        report.count("attempt files", path)
+        parts = dict(p.split("=", 1) for p in path.relative_to(root / "runs").with_suffix(
+            "").parts)
+        try:
+            record = read_attempt(path)
+        except FormatError as exc:
+            why: str | None = str(exc)
+        else:
+            why = _empty_attempt(root, path, parts) if record is None else _attempt_mismatch(
+                record, parts)
+        if why is not None:
+            report.problems.append(Problem(
+                path, f"damaged attempt file: {why}", "the run's identity, status and "
+                "config for this rank and attempt (its records stay)",
+                "quarantine it (--repair); the run then lists without this attempt"))
+
+
+def _empty_attempt(root: Path, path: Path, parts: dict[str, str]) -> str | None:
+    """Why an empty attempt file is damage rather than one being created right now: a
+    later attempt of its rank exists, it has records, or it stayed empty for minutes."""
+    if any(int(p.stem.split("=")[1]) > int(parts["attempt"])
+           for p in path.parent.glob("attempt=*.json") if p.stem.split("=")[1].isdigit()):
+        return "empty, and a later attempt of its rank exists"
+    s = StreamId(parts["project"], parts["run"], int(parts["rank"]), int(parts["attempt"]),
+                 "metrics")
+    if any(list_stream(root, StreamId(s.project, s.run, s.rank, s.attempt, k)).parts
+           or list_stream(root, StreamId(s.project, s.run, s.rank, s.attempt, k)).segments
+           for k in SCHEMAS):
+        return "empty, yet its attempt has records"
+    age = _dt.datetime.now(_dt.timezone.utc).timestamp() - path.stat().st_mtime
+    if age > CRASHED_AFTER_SECONDS:
+        return f"empty for {age:.0f} s"
+    return None
+
+
+def _attempt_mismatch(record: dict[str, Any], parts: dict[str, str]) -> str | None:
+    for key, kind in _ATTEMPT_KEYS.items():
+        if not isinstance(record.get(key), kind):
+            return f"{key} is missing or not {kind.__name__}"
+    for key in ("project", "run", "rank", "attempt"):
+        if str(record[key]) != parts[key]:
+            return f"{key} is {record[key]!r}, the path says {parts[key]!r}"
+    if record["status"] not in STATUSES:
+        return f"status {record['status']!r} is unknown"
+    for key in ("started_at", "heartbeat_at", "finished_at"):
+        value = record.get(key)
+        if value is not None:
+            try:
+                _dt.datetime.fromisoformat(value)
+            except (TypeError, ValueError):
+                return f"{key} {value!r} is not a time"
+    return None
+
+
+def check_exports(root: Path, report: FsckReport) -> None:
+    for path in sorted((root / "exports").glob("*/project=*/run=*.json")):
+        report.count("exporter states", path)
+        try:
+            data = json.loads(path.read_bytes())
+            check_version(data.get("format"), path)
+            positions = data["positions"]
+            if not isinstance(positions, dict) or not all(
+                    isinstance(v, int) for v in positions.values()):
+                raise ValueError("positions must map streams to ints")
+        except (ValueError, KeyError, TypeError, AttributeError, FormatError) as exc:
+            report.problems.append(Problem(
+                path, f"damaged exporter state ({exc})", "where this exporter stands in the "
+                "run", "restore the file from a backup, or move it away to export the run "
+                "again from the start (the destination may then get records twice)",
+                repairable=False))

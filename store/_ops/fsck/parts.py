@@ -1,0 +1,134 @@
+"""fsck of compacted parts: read as readers read them, then checked against their name,
+metadata, row groups' statistics and metric summary."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from tracklake._errors import FormatError
+from tracklake._format import SCHEMAS, StreamId, check_version
+from tracklake._format.part import open_part
+from tracklake._ops.compact import SUMMARY_SQL
+from tracklake._ops.fsck.report import FsckReport, Problem
+
+
+def _expected_meta(s: StreamId) -> dict[str, str]:
+    return {"tracklake.kind": s.kind, "tracklake.project": s.project,
+            "tracklake.run": s.run, "tracklake.rank": str(s.rank),
+            "tracklake.attempt": str(s.attempt)}
+
+
+def meta_mismatch(meta: dict[str, str], s: StreamId) -> str | None:
+    for key, value in _expected_meta(s).items():
+        if meta.get(key) != value:
+            return f"metadata {key} is {meta.get(key)!r}, the path says {value!r}"
+    return None
+
+
+def check_part(s: StreamId, path: Path, first: int, last: int, report: FsckReport,
+                summaries: Summaries) -> None:
+    report.count("parts", path)
+    lost = f"records seq {first}..{last}"
+    try:
+        f = open_part(path)  # the footer's checksum, and pages verified as read
+        table = f.read()
+        meta = {k.decode(): v.decode() for k, v in (f.schema_arrow.metadata or {}).items()}
+        check_version(meta.get("tracklake.format"), path)
+        why = meta_mismatch(meta, s) or _part_contents(s, f, table, meta, first, last,
+                                                        summaries)
+    except (OSError, pa.ArrowException, ValueError, KeyError, TypeError, FormatError,
+            UnicodeDecodeError) as exc:
+        why = f"unreadable Parquet ({type(exc).__name__}: {exc})"
+    if why is not None:
+        report.problems.append(Problem(path, f"damaged part: {why}", lost,
+                                       "quarantine it (--repair); restore it from a backup"))
+
+
+def _part_contents(s: StreamId, f: pq.ParquetFile, table: pa.Table, meta: dict[str, str],
+                   first: int, last: int, summaries: Summaries) -> str | None:
+    """Why the values read do not agree with the part's own name, statistics or summary."""
+    if not table.schema.remove_metadata().equals(SCHEMAS[s.kind]):
+        return f"schema is not the {s.kind} schema"
+    if table.num_rows != f.metadata.num_rows:
+        return f"{table.num_rows} rows read, the footer says {f.metadata.num_rows}"
+    if table.num_rows:
+        seq = table.column("seq")
+        low, high = pc.min(seq).as_py(), pc.max(seq).as_py()
+        if low < first or high > last:
+            return f"seq {low}..{high} outside the name's range {first}..{last}"
+    for i in range(f.metadata.num_row_groups):
+        rg = f.metadata.row_group(i)
+        group = f.read_row_group(i)
+        if group.num_rows != rg.num_rows:
+            return f"row group {i} has {group.num_rows} rows, its header says {rg.num_rows}"
+        for j in range(rg.num_columns):
+            col = rg.column(j)
+            stats = col.statistics
+            name = col.path_in_schema
+            if stats is None or not stats.has_min_max or name not in group.column_names:
+                continue
+            values = group.column(name)
+            if pa.types.is_floating(values.type):
+                values = pc.filter(values, pc.invert(pc.is_nan(values)))
+            mm = pc.min_max(values)
+            if _differs(mm["min"].as_py(), stats.min) or _differs(mm["max"].as_py(), stats.max):
+                return f"row group {i} column {name}: statistics do not match the values"
+    if s.kind == "metrics" and "tracklake.summary" in meta:
+        return _summary_mismatch(table, json.loads(meta["tracklake.summary"]), summaries)
+    return None
+
+
+def _differs(actual: Any, recorded: Any) -> bool:
+    if actual is None:
+        return False
+    if isinstance(actual, _dt.datetime) and isinstance(recorded, _dt.datetime):
+        return actual.replace(tzinfo=None) != recorded.replace(tzinfo=None)
+    if isinstance(actual, float) and isinstance(recorded, float):
+        return not (actual == recorded or (math.isnan(actual) and math.isnan(recorded)))
+    return bool(actual != recorded)
+
+
+class Summaries:
+    """Metric summaries computed as compaction computes them, on one DuckDB connection for
+    the whole check (a connection per part cost most of fsck's time)."""
+
+    def __init__(self) -> None:
+        self._con: Any = None
+
+    def __call__(self, table: pa.Table) -> list[dict[str, Any]]:
+        if self._con is None:
+            import duckdb
+
+            self._con = duckdb.connect()
+        self._con.register("batch", table)
+        try:
+            rows = self._con.execute(SUMMARY_SQL).fetchall()
+            names = [d[0] for d in self._con.description]
+        finally:
+            self._con.unregister("batch")
+        return [dict(zip(names, r, strict=True)) for r in rows]
+
+    def close(self) -> None:
+        if self._con is not None:
+            self._con.close()
+
+
+def _summary_mismatch(table: pa.Table, summary: list[dict[str, Any]],
+                      summaries: Summaries) -> str | None:
+    actual = {r["key"]: r for r in summaries(table)}
+    recorded = {r["key"]: r for r in summary}
+    if set(actual) != set(recorded):
+        return "the metric summary names other keys than the values"
+    for key, row in recorded.items():
+        for field_ in ("count", "min", "max", "first_step", "last_step", "last_seq"):
+            if _differs(actual[key][field_], row[field_]):
+                return f"the metric summary's {field_} of {key!r} does not match the values"
+    return None
