@@ -32,7 +32,7 @@ class ValidationGenerationsLogger(_verl.ValidationGenerationsLogger):
     score) tuples) are also stored as generations under ``val/generations``."""
 
     def log(self, loggers: Any, samples: Any, step: int) -> None:
-        super().log(loggers, samples, step)
+        super().log(loggers, samples, step)  # type: ignore[no-untyped-call, unused-ignore]
         if BACKEND in loggers:
             run = _run_or_warn(self.project_name, self.experiment_name, "validation generations")
             if run is not None:

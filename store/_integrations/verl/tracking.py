@@ -7,7 +7,7 @@ import os
 import re
 import sys
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any
 
 from verl.utils import tracking as _verl
 
@@ -48,7 +48,8 @@ class Tracking(_verl.Tracking):
     ``finished`` (0) or ``failed``; skipped non-metric values are counted in `skipped`.
     """
 
-    supported_backend: ClassVar[list[str]] = [*_verl.Tracking.supported_backend, BACKEND]
+    # verl declares it without ClassVar; it is read on the class (a name check in __init__)
+    supported_backend = [*_verl.Tracking.supported_backend, BACKEND]  # noqa: RUF012
 
     def __init__(self, project_name: Any, experiment_name: Any,
                  default_backend: Any = "console", config: Any = None) -> None:
@@ -66,7 +67,8 @@ class Tracking(_verl.Tracking):
         print(f"tracklake: verl run {run.id!r} attempt {run.attempt} (rank {run.rank}) is "
               f"written to {str(run.root)!r}", file=sys.stderr, flush=True)
         self.tracklake = StoreBackend(run)
-        self.logger[BACKEND] = self.tracklake
+        # verl types its backends as modules; any object with log() and finish() serves
+        self.logger[BACKEND] = self.tracklake  # type: ignore[assignment, unused-ignore]
         _active[(project, experiment)] = run
 
     @property
