@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from pathlib import Path
 
 import duckdb
@@ -179,3 +180,14 @@ def test_bad_sql_gives_a_query_error_naming_the_problem(root: Path) -> None:
         tracklake.query("SELEKT 1", root=root)
     with pytest.raises(tracklake.QueryError, match="nosuchview"):
         tracklake.query("SELECT * FROM nosuchview", root=root)
+
+
+@pytest.mark.parametrize("root", ["does-not-exist", "s3://bucket/store"])
+def test_a_root_that_is_not_a_store_is_an_error_not_an_empty_answer(
+        tmp_path: Path, root: str) -> None:
+    where = root if "://" in root else str(tmp_path / root)
+    with pytest.raises(tracklake.StoreError, match=re.escape(where)) as err:
+        tracklake.query("SELECT count(*) FROM metrics", root=where)
+    assert ("object store" in str(err.value)) == ("://" in root)
+    with pytest.raises(tracklake.StoreError):
+        tracklake.connect(where)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 
-from tracklake._errors import FormatError, NewerFormatError, QueryError
+from tracklake._errors import FormatError, NewerFormatError, QueryError, StoreError
 from tracklake._format.part import read_part_table
 
 if TYPE_CHECKING:
@@ -104,10 +104,24 @@ def connect(root: str | os.PathLike[str] | None = None, *,
     found damaged are left out and noted in `problems` (a `RuntimeWarning` without it).
     """
     found = ReadProblems() if problems is None else problems
-    con = _connect(resolve_root(root), threads, found, frozenset())
+    con = _connect(_store_root(root), threads, found, frozenset())
     if problems is None:
         _warn(found)
     return con
+
+
+def _store_root(root: str | os.PathLike[str] | None) -> Path:
+    """The store root to query: an error naming it, never an empty answer, if it is not a
+    directory here (a typo, an unmounted file system, an object-store URL)."""
+    path = resolve_root(root)
+    if path.is_dir():
+        return path
+    text = os.fspath(root) if root is not None else str(path)
+    if "://" in text:
+        raise StoreError(f"{text}: a store in an object store cannot be queried yet; copy it "
+                         "to a directory (`tracklake restore`) and query that")
+    raise StoreError(f"no tracklake store at {path}: pass root= (or --root) the store's "
+                     "directory, or set TRACKLAKE_ROOT")
 
 
 def _warn(problems: ReadProblems) -> None:
@@ -219,7 +233,7 @@ def with_connection(root: str | os.PathLike[str] | None, problems: ReadProblems,
                     work: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
     """`work(connection)` over the store; if it fails on a part whose pages are damaged,
     again without that part (noted in `problems`)."""
-    root_path = resolve_root(root)
+    root_path = _store_root(root)
     skip: frozenset[Path] = frozenset()
     while True:
         con = _connect(root_path, None, problems, skip)
