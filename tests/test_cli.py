@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 import tracklake
 from tracklake._cli.main import main
+from tracklake._cli.sparkline import ASCII_LEVELS, UNICODE_LEVELS, WIDTH, sparkline
 
 
 def _run(root: Path, run_id: str, *, lr: float, steps: int = 20) -> None:
@@ -207,3 +208,38 @@ def test_demo_writes_a_multi_rank_run_compacts_it_and_prints_a_summary(root: Pat
         "(SELECT count(*) FROM traces) AS spans FROM metrics", root=root).to_pylist()[0]
     assert counts == {"ranks": 2, "scores": 240, "gens": 8, "spans": 4}
     assert not list(root.rglob("*.arrows"))  # everything was compacted
+
+
+def test_show_draws_each_keys_curve_beside_its_summary(root: Path) -> None:
+    """A rising key rises left to right, a falling one falls, a flat one is flat; NaN is
+    left out of the curve."""
+    with tracklake.init(project="p", run_id="curves", root=root,
+                        capture_identity=False) as run:
+        for step in range(160):
+            run.log({"up": float(step), "down": -float(step), "flat": 1.0,
+                     "holes": float("nan") if step < 80 else float(step)}, step=step)
+    code, out = invoke("show", "curves", "--root", str(root))
+    assert code == 0 and "trend" in out
+    levels = UNICODE_LEVELS if "█" in out else ASCII_LEVELS
+
+    def curve(key: str) -> str:
+        row = next(line for line in out.splitlines() if f" {key} " in line)
+        cells = [c.strip() for c in row.split("│") if c.strip()]
+        return cells[-1]
+
+    up, down = curve("up"), curve("down")
+    assert len(up) == WIDTH and up[0] == levels[0] and up[-1] == levels[-1]
+    assert [levels.index(c) for c in up] == sorted(levels.index(c) for c in up)
+    assert down == up[::-1]
+    assert len(set(curve("flat"))) == 1
+    holes = next(line for line in out.splitlines() if " holes " in line).rstrip(" │")
+    drawn = holes[-WIDTH:]  # the NaN half draws nothing; the rest rises over its own range
+    assert drawn[: WIDTH // 2].strip() == "" and drawn[WIDTH // 2] == levels[0]
+    assert drawn[-1] == levels[-1]
+
+
+def test_a_sparkline_falls_back_to_ascii_and_leaves_gaps() -> None:
+    points = [(0, 0.0), (1, None), (2, 5.0), (3, 10.0)]
+    assert sparkline(points, unicode=True) == "▁ ▅█"
+    assert sparkline(points, unicode=False) == "_ =#"
+    assert sparkline([], unicode=True) == ""

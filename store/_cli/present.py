@@ -13,6 +13,7 @@ import pyarrow as pa
 from rich.console import Console
 from rich.table import Table
 
+from tracklake._cli.sparkline import UNICODE_LEVELS, trends
 from tracklake._errors import QueryError
 from tracklake._read.query import query, with_connection
 from tracklake._read.reader import ReadProblems, RunRecord, find_run
@@ -26,6 +27,15 @@ DEFAULT_RUN_METRICS = ("critic/score/mean", "actor/pg_loss", "val-core/*")
 
 def _console() -> Console:
     return Console(soft_wrap=False, width=None if sys.stdout.isatty() else 200)
+
+
+def _can_draw(console: Console) -> bool:
+    """Whether the terminal's encoding shows block characters (else ASCII sparklines)."""
+    try:
+        UNICODE_LEVELS.encode(console.encoding or "ascii")
+    except (UnicodeEncodeError, LookupError):
+        return False
+    return True
 
 
 def _fmt(value: Any) -> str:
@@ -105,19 +115,21 @@ def print_run(root: Path, run_id: str, project: str | None, problems: ReadProble
         attempts.add_row(str(a["attempt"]), str(a["rank"]), a.get("status", ""),
                          a.get("started_at", ""), a.get("finished_at") or "", written)
     console.print(attempts)
-    counts, summary = with_connection(root, problems,
-                                      lambda con: _run_rows(con, record.project, record.run))
-    console.print("records: " + ", ".join(f"{c['kind']}={c['records']}" for c in counts))
     rank = min(record.ranks)
-    metrics = Table(title=f"metrics (all ranks; last: rank {rank}'s last value, as in `runs`)")
-    for col in ("key", "steps", "values", "min", "max", "last"):
+    unicode = _can_draw(console)
+    counts, summary, curves = with_connection(root, problems, lambda con: (
+        *_run_rows(con, record.project, record.run),
+        trends(con, record.project, record.run, rank, unicode)))
+    console.print("records: " + ", ".join(f"{c['kind']}={c['records']}" for c in counts))
+    metrics = Table(title=f"metrics (all ranks; last and trend: rank {rank}'s, as in `runs`)")
+    for col in ("key", "steps", "values", "min", "max", "last", "trend"):
         metrics.add_column(col)
     for m in summary:
         last = _fmt(m["last_value"])
         if m["last_rank"] != rank:
             last += f" (rank {m['last_rank']})"  # a key the lowest rank did not log
         metrics.add_row(m["key"], f"{m['first']}..{m['last']}", _fmt(m["n"]), _fmt(m["min"]),
-                        _fmt(m["max"]), last)
+                        _fmt(m["max"]), last, curves.get(m["key"], ""))
     console.print(metrics)
     config = latest.get("config") or {}
     if config:
