@@ -472,3 +472,19 @@ def test_killed_at_random_steps_readers_see_old_or_new_and_a_rerun_finishes(
         crash_case: CrashCase, kill_at: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         _kill_and_finish(crash_case, Path(tmp) / "s", kill_at)
+
+
+def test_a_damaged_summary_never_picks_the_best_runs(root: Path) -> None:
+    """Best-K reads the parts' metric summaries: one whose footer no longer verifies is an
+    error naming the part, not a value that could protect the wrong run."""
+    from tracklake._errors import FormatError
+    from tracklake._ops.retention.inventory import metric_extreme
+
+    make_run(root, "r", score=0.5)
+    (part,) = (root / "metrics").rglob("*.parquet")
+    data = bytearray(part.read_bytes())
+    at = data.rfind(b'"score"')
+    data[at + 1] ^= 0x01  # the key's name in the summary: still JSON, another key
+    part.write_bytes(bytes(data))
+    with pytest.raises(FormatError, match=str(part)):
+        metric_extreme(root, "p", "r", "score", "max")

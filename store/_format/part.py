@@ -133,6 +133,21 @@ def open_part(path: Path) -> Any:
     return parquet
 
 
+def summary_rows(parquet: Any, path: Path) -> list[dict[str, Any]]:
+    """The metric summary a part carries (one object per key), from a part opened with
+    `open_part`; `FormatError` naming the file if it is not a list of objects."""
+    import json
+
+    raw = (parquet.metadata.metadata or {}).get(b"tracklake.summary")
+    try:
+        rows = json.loads(raw) if raw else []
+    except ValueError as exc:
+        raise FormatError(f"{path}: its metric summary is not JSON ({exc})") from exc
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        raise FormatError(f"{path}: its metric summary is not a list of objects")
+    return rows
+
+
 def read_part_table(path: Path) -> pa.Table:
     """Every row of a part, its footer and page checksums verified (`FormatError` if not)."""
     parquet = open_part(path)

@@ -12,7 +12,7 @@ import pyarrow as pa
 from tracklake._errors import FormatError, NewerFormatError
 from tracklake._format import KINDS, PARTITION_SCHEMA, SCHEMAS, StreamId
 from tracklake._format.attempt import effective_status
-from tracklake._format.part import open_part
+from tracklake._format.part import open_part, summary_rows
 from tracklake._read.reader import (
     Part,
     ReadProblems,
@@ -92,15 +92,8 @@ def _empty(kind: str) -> pa.Table:
 
 
 def _part_summary(parquet: Any, path: Path, s: StreamId) -> list[dict[str, Any]]:
-    raw = (parquet.metadata.metadata or {}).get(b"tracklake.summary")
-    try:
-        rows = json.loads(raw) if raw else []
-    except ValueError as exc:
-        raise FormatError(f"{path}: its metric summary is not JSON ({exc})") from exc
-    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
-        raise FormatError(f"{path}: its metric summary is not a list of objects")
     return [{"project": s.project, "run": s.run, "rank": s.rank, "attempt": s.attempt, **r}
-            for r in rows]
+            for r in summary_rows(parquet, path)]
 
 
 def parts_dataset(root: Path, kind: str, parts: list[Part]) -> Any:

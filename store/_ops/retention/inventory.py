@@ -12,10 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
-
 from tracklake._format import KINDS, StreamId, check_version, write_atomic
 from tracklake._format.attempt import attempt_numbers
+from tracklake._format.part import open_part, summary_rows
 from tracklake._format.segment import read_segment
 from tracklake._ops.compact import STALE_AFTER_SECONDS
 from tracklake._read.reader import list_runs, list_stream, list_streams
@@ -160,8 +159,8 @@ def metric_extreme(root: Path, project: str, run: str, key: str, mode: str) -> f
     for s in list_streams(root, project, run, ("metrics",)):
         files = list_stream(root, s)
         for part in files.parts:
-            raw = (pq.read_schema(part.path).metadata or {}).get(b"tracklake.summary")
-            for row in json.loads(raw) if raw else []:
+            # the footer's checksum verified: a damaged summary must not pick the best runs
+            for row in summary_rows(open_part(part.path), part.path):
                 if row["key"] == key and row[mode] is not None:
                     found.append(float(row[mode]))
         for seg in files.segments:
