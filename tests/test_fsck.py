@@ -5,6 +5,7 @@ queries without error and holds only records it held before."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -202,3 +203,22 @@ def test_a_damaged_exporter_state_is_reported_not_moved(template: Path,
     assert problem.path == state and problem.repaired is None
     assert "move it away to export the run again" in problem.todo
     assert state.exists()
+
+
+@pytest.mark.parametrize(("field", "value"), [("heartbeat_at", "not-a-date"),
+                                              ("world_size", -3), ("tags", "not-a-list")])
+def test_an_attempt_file_the_readers_refuse_is_damage(template: Path, tmp_path: Path,
+                                                      field: str, value: object) -> None:
+    """fsck judges attempt files by the readers' own validator: a file they skip as
+    invalid is reported with the field, even when its attempt has no records yet."""
+    root = tmp_path / "s"
+    shutil.copytree(template, root)
+    source = next((root / "runs").rglob("attempt=1.json"))
+    record = json.loads(source.read_bytes())
+    record.update(run="ghost", attempt=1, rank=0, **{field: value})
+    ghost = root / "runs" / f"project={record['project']}" / "run=ghost" / "rank=0"
+    ghost.mkdir(parents=True)
+    (ghost / "attempt=1.json").write_text(json.dumps(record))
+    report = fsck(root)
+    (problem,) = report.problems
+    assert problem.path == ghost / "attempt=1.json" and field in problem.what

@@ -17,6 +17,7 @@ from typing import Any
 import pyarrow as pa
 
 from tracklake._errors import FormatError
+from tracklake._format.files import fsync_file
 from tracklake._format.schema import check_version
 
 #: Key-value metadata key holding the footer's CRC-32 (10 decimal digits).
@@ -79,8 +80,7 @@ def write_part_file(path: Path, table: pa.Table, kind: str) -> None:
                    row_group_size=ROW_GROUP_ROWS, write_statistics=True,
                    write_page_checksum=True)
     stamp_footer_crc(path)
-    with open(path, "rb") as f:
-        os.fsync(f.fileno())
+    fsync_file(path)
 
 
 def footer_placeholder() -> dict[str, str]:

@@ -6,16 +6,12 @@ import datetime as _dt
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
 
 from tracklake._errors import FormatError
 from tracklake._format import SCHEMAS, StreamId, check_version
-from tracklake._format.attempt import CRASHED_AFTER_SECONDS, STATUSES, read_attempt
+from tracklake._format.attempt import CRASHED_AFTER_SECONDS, check_attempt
 from tracklake._ops.fsck.report import FsckReport, Problem
 from tracklake._read.reader import list_stream
-
-_ATTEMPT_KEYS = {"project": str, "run": str, "rank": int, "attempt": int, "status": str}
-
 
 
 def check_blobs(root: Path, report: FsckReport) -> None:
@@ -39,13 +35,12 @@ def check_attempts(root: Path, report: FsckReport) -> None:
         report.count("attempt files", path)
         parts = dict(p.split("=", 1) for p in path.relative_to(root / "runs").with_suffix(
             "").parts)
-        try:
-            record = read_attempt(path)
+        try:  # every field checked, and that it names the attempt its path names
+            record = check_attempt(path)
         except FormatError as exc:
             why: str | None = str(exc)
         else:
-            why = _empty_attempt(root, path, parts) if record is None else _attempt_mismatch(
-                record, parts)
+            why = _empty_attempt(root, path, parts) if record is None else None
         if why is not None:
             report.problems.append(Problem(
                 path, f"damaged attempt file: {why}", "the run's identity, status and "
@@ -68,25 +63,6 @@ def _empty_attempt(root: Path, path: Path, parts: dict[str, str]) -> str | None:
     age = _dt.datetime.now(_dt.timezone.utc).timestamp() - path.stat().st_mtime
     if age > CRASHED_AFTER_SECONDS:
         return f"empty for {age:.0f} s"
-    return None
-
-
-def _attempt_mismatch(record: dict[str, Any], parts: dict[str, str]) -> str | None:
-    for key, kind in _ATTEMPT_KEYS.items():
-        if not isinstance(record.get(key), kind):
-            return f"{key} is missing or not {kind.__name__}"
-    for key in ("project", "run", "rank", "attempt"):
-        if str(record[key]) != parts[key]:
-            return f"{key} is {record[key]!r}, the path says {parts[key]!r}"
-    if record["status"] not in STATUSES:
-        return f"status {record['status']!r} is unknown"
-    for key in ("started_at", "heartbeat_at", "finished_at"):
-        value = record.get(key)
-        if value is not None:
-            try:
-                _dt.datetime.fromisoformat(value)
-            except (TypeError, ValueError):
-                return f"{key} {value!r} is not a time"
     return None
 
 
