@@ -243,3 +243,5 @@ def test_a_sparkline_falls_back_to_ascii_and_leaves_gaps() -> None:
     assert sparkline(points, unicode=True) == "▁ ▅█"
     assert sparkline(points, unicode=False) == "_ =#"
     assert sparkline([], unicode=True) == ""
+    assert sparkline([(0, -1e308), (1, 0.0), (2, 1e308)]) == "▁▅█"  # no overflow
+    assert sparkline([(0, 5e-324), (1, 0.0)]) == "█▁"

@@ -55,5 +55,8 @@ def sparkline(points: list[tuple[int, Any]], unicode: bool = True) -> str:
         elif hi == lo:
             out.append(levels[len(levels) // 2])
         else:
-            out.append(levels[round((v - lo) / (hi - lo) * (len(levels) - 1))])
+            # hi - lo of values near ±1.8e308 overflows to inf: then halve first
+            share = ((v - lo) / (hi - lo) if math.isfinite(hi - lo)
+                     else (v / 2 - lo / 2) / (hi / 2 - lo / 2))
+            out.append(levels[round(share * (len(levels) - 1))])
     return "".join(out)
