@@ -9,6 +9,9 @@ import _optional
 import pytest
 from _env import stripped
 
+#: the loopback S3 server's fixtures (s3_server, s3_env, s3_bucket), for every test
+pytest_plugins = ["_s3"]
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--require-extras", action="store_true",
