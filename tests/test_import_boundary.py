@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 
 #: Module prefixes a training rank must not load.
-FORBIDDEN = ("tracklake._read", "tracklake._ops", "tracklake._cli", "tracklake.exporters",
+FORBIDDEN = ("tracklake._read", "tracklake._ops", "tracklake._cli", "tracklake._report",
+             "tracklake.exporters", "uniplot", "jinja2",
              "duckdb", "click", "rich", "pandas", "torch", "wandb", "mlflow", "swanlab",
              "tensorboard", "tensorboardX", "polars")
 

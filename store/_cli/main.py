@@ -209,14 +209,22 @@ def compact(root: Path | None, project: str | None, run: str | None, dry_run: bo
 @click.option("--rank", default=0, show_default=True, type=int)
 @click.option("--interval", default=1.0, show_default=True, help="Seconds between polls.")
 @click.option("--once", is_flag=True, help="Print what is there and stop.")
+@click.option("--plot", "plot_key", metavar="KEY",
+              help="Instead, redraw a chart of this metric key (or glob) as the run grows.")
+@click.option("--ascii", "ascii_only", is_flag=True, help="With --plot: ASCII only.")
 @_friendly
 def watch(run: str, root: Path | None, project: str | None, keys: str, rank: int,
-          interval: float, once: bool) -> None:
+          interval: float, once: bool, plot_key: str | None, ascii_only: bool) -> None:
     """Follow a live run, printing new steps (metrics and texts) as they are written,
     and how the run ended."""
     from tracklake._read.reader import ReadProblems
     from tracklake._read.watch import follow
 
+    if plot_key is not None:
+        from tracklake._cli.plot import watch_command
+
+        watch_command(_store(root), run, project, plot_key, rank, interval, once, ascii_only)
+        return
     problems = ReadProblems()
     ended = follow(_store(root), run, project, rank=rank,
                    emit=lambda step: _echo_step(step, keys), interval=interval, once=once,
@@ -257,6 +265,17 @@ def _lifecycle_commands() -> None:
 
 
 _lifecycle_commands()
+
+
+def _picture_commands() -> None:
+    from tracklake._cli.plot import plot
+    from tracklake._cli.report import report
+
+    main.add_command(plot)
+    main.add_command(report)
+
+
+_picture_commands()
 
 
 def _echo_step(step: Step, pattern: str) -> None:

@@ -1,0 +1,133 @@
+"""`tracklake report`: the runs' parts read from the store, written as one self-contained
+HTML file (or Markdown with SVG files, see markdown.py). Text from the store is escaped by
+Jinja2's autoescaping; charts are built escaped by svg.py."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+from dataclasses import dataclass
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment
+from markupsafe import Markup
+
+from tracklake._read.query import with_connection
+from tracklake._read.reader import ReadProblems, RunRecord
+from tracklake._report import page
+from tracklake._report.sections import (
+    CONFIG_SQL,
+    EVENTS_SQL,
+    GENERATIONS_SQL,
+    MAX_GENERATIONS,
+    MAX_SPANS,
+    RUN_SQL,
+    TRACES_SQL,
+    ConfigRow,
+    RunParts,
+    config_diff,
+    read_parts,
+)
+from tracklake._report.series import (
+    Curve,
+    CurveQuery,
+    chosen_keys,
+    collect,
+    curves_sql,
+    labelled,
+    run_keys,
+)
+from tracklake._report.svg import line_chart
+
+#: Points per curve: a report of many keys gets fewer, so that 1,000 keys stay a few MB.
+POINTS_FEW_KEYS, POINTS_MANY_KEYS, MANY_KEYS = 400, 120, 50
+
+
+@dataclass
+class Report:
+    """What a report shows, read from the store."""
+
+    root: Path
+    runs: list[RunParts]
+    charts: dict[str, list[Curve]]
+    spec: CurveQuery
+
+    @property
+    def config(self) -> list[ConfigRow]:
+        return config_diff(self.runs)
+
+    def identity(self) -> list[tuple[str, list[str]]]:
+        """(field, value per run) rows of the runs table."""
+        rows: list[tuple[str, list[str]]] = []
+        fields = ("name", "status", "attempts", "ranks", "started_at", "ended_at", "host",
+                  "git_commit", "tags")
+        for name in fields:
+            rows.append((name, [_text(p.run.get(name)) for p in self.runs]))
+        for name, pick in (("command", lambda i: " ".join(i.get("command") or [])),
+                           ("python", lambda i: i.get("python")),
+                           ("git dirty", lambda i: (i.get("git") or {}).get("dirty"))):
+            rows.append((name, [_text(pick(_identity(p.record))) for p in self.runs]))
+        return rows
+
+
+def _identity(record: RunRecord) -> dict[str, Any]:
+    rank0 = [a for a in record.attempts if a["rank"] == min(record.ranks)][-1]
+    identity = rank0.get("identity")
+    return identity if isinstance(identity, dict) else {}
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value)
+    return str(value)
+
+
+def read_report(root: Path, records: list[RunRecord], spec: CurveQuery,
+                problems: ReadProblems) -> Report:
+    """Read every part of the report for the runs (the charts of `spec.keys`, with fewer
+    points per curve when there are many keys)."""
+    def read(con: Any) -> Report:
+        runs = [read_parts(con, r) for r in records]
+        keys = {k for r in records for k in chosen_keys(run_keys(con, r.project, r.run),
+                                                        spec.keys)}
+        points = POINTS_MANY_KEYS if len(keys) > MANY_KEYS else POINTS_FEW_KEYS
+        chart_spec = dataclasses.replace(spec, buckets=min(spec.buckets, points))
+        return Report(root, runs, collect(con, records, chart_spec, require_all=False),
+                      chart_spec)
+    return with_connection(root, problems, read)
+
+
+def chart_svgs(report: Report, standalone: bool = False) -> dict[str, str]:
+    """Per key, its chart as SVG."""
+    x_label = "seconds since the run started" if report.spec.x == "time" else "step"
+    return {key: line_chart(key, labelled(curves), x_label, standalone)
+            for key, curves in report.charts.items()}
+
+
+def section_sql(report: Report) -> dict[str, str]:
+    """The SQL of each part of the report, as shown in it."""
+    return {"run": RUN_SQL, "config": CONFIG_SQL.replace("$rank", "(the run's lowest rank)"),
+            "charts": curves_sql(report.spec).strip(), "generations": GENERATIONS_SQL,
+            "traces": TRACES_SQL, "events": EVENTS_SQL}
+
+
+def to_html(report: Report) -> str:
+    """The report as one HTML page that loads nothing from anywhere."""
+    env = Environment(autoescape=True, keep_trailing_newline=True)
+    template = env.from_string(page.MACROS + page.TEMPLATE)
+    points = report.spec.buckets
+    return template.render(
+        runs=report.runs, identity=report.identity(), config=report.config,
+        # svg.py escapes every text it puts in a chart
+        charts=[Markup(svg) for svg in chart_svgs(report).values()],
+        charts_note=f"; at most {points} points per curve (bucket means of consecutive "
+                    "steps beyond that, said on the chart)",
+        sql=section_sql(report), root=str(report.root), version=version("tracklake"),
+        written=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        max_generations=MAX_GENERATIONS, max_spans=MAX_SPANS,
+        style=Markup(page.STYLE), script=Markup(page.SCRIPT),
+        script_hash=page.SCRIPT_HASH).lstrip()

@@ -1,0 +1,115 @@
+"""What a report shows of each run, each part read by one SQL query that the report
+prints beside it (so a reader can run it again with `tracklake sql`)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tracklake._read.query import query
+
+if TYPE_CHECKING:
+    import duckdb
+
+    from tracklake._read.reader import RunRecord
+
+#: Rows at most per run in the generations table and spans in the trace trees; the
+#: report says when a run has more.
+MAX_GENERATIONS = 2000
+MAX_SPANS = 2000
+
+RUN_SQL = "SELECT * FROM runs WHERE project = $p AND run = $r"
+CONFIG_SQL = """SELECT key, arg_max(value, seq) AS value FROM configs
+WHERE project = $p AND run = $r AND rank = $rank GROUP BY key ORDER BY key"""
+GENERATIONS_SQL = f"""SELECT step, key, sample, input, output, score, rank FROM generations
+WHERE project = $p AND run = $r ORDER BY step, key, rank, sample LIMIT {MAX_GENERATIONS + 1}"""
+TRACES_SQL = f"""SELECT trace_id, span_id, parent_id, name, status, error, step, rank,
+       attributes, inputs, outputs, epoch_ms(end_time) - epoch_ms(time) AS ms
+FROM traces WHERE project = $p AND run = $r ORDER BY step, time, seq LIMIT {MAX_SPANS + 1}"""
+EVENTS_SQL = """SELECT time, step, rank, level, kind, title, text FROM events
+WHERE project = $p AND run = $r ORDER BY time, seq"""
+
+
+@dataclass
+class Span:
+    """A span of a trace with its children, for an expandable tree."""
+
+    row: dict[str, Any]
+    children: list[Span] = field(default_factory=list)
+
+
+@dataclass
+class RunParts:
+    """Everything a report shows of one run, as rows."""
+
+    record: RunRecord
+    run: dict[str, Any]
+    config: dict[str, str]
+    generations: list[dict[str, Any]]
+    traces: list[Span]
+    events: list[dict[str, Any]]
+    more_generations: bool = False
+    more_spans: bool = False
+
+    @property
+    def label(self) -> str:
+        return f"{self.record.project}/{self.record.run}"
+
+
+def read_parts(con: duckdb.DuckDBPyConnection, record: RunRecord) -> RunParts:
+    """One run's identity, latest config (lowest rank), generations, traces and events."""
+    params: dict[str, Any] = {"p": record.project, "r": record.run}
+    runs = query(RUN_SQL, params=params, connection=con).to_pylist()
+    config = query(CONFIG_SQL, params={**params, "rank": min(record.ranks)},
+                   connection=con).to_pylist()
+    generations = query(GENERATIONS_SQL, params=params, connection=con).to_pylist()
+    spans = query(TRACES_SQL, params=params, connection=con).to_pylist()
+    events = query(EVENTS_SQL, params=params, connection=con).to_pylist()
+    return RunParts(
+        record=record, run=runs[0] if runs else {},
+        config={row["key"]: row["value"] for row in config},
+        generations=generations[:MAX_GENERATIONS], traces=trees(spans[:MAX_SPANS]),
+        events=events, more_generations=len(generations) > MAX_GENERATIONS,
+        more_spans=len(spans) > MAX_SPANS)
+
+
+def trees(rows: list[dict[str, Any]]) -> list[Span]:
+    """Spans as trees: a span whose parent is not among the rows is a root."""
+    spans = {(row["trace_id"], row["span_id"]): Span(row) for row in rows}
+    roots = []
+    for (trace, _), span in spans.items():
+        parent = spans.get((trace, span.row["parent_id"]))
+        if parent is None or parent is span:
+            roots.append(span)
+        else:
+            parent.children.append(span)
+    return roots
+
+
+@dataclass(frozen=True)
+class ConfigRow:
+    key: str
+    values: list[str]  # one per run, "" where the run has no such key
+    differs: bool
+
+
+def config_diff(parts: list[RunParts]) -> list[ConfigRow]:
+    """Every config key of the runs, differing ones first, then alphabetical."""
+    keys = sorted({k for p in parts for k in p.config})
+    rows = []
+    for key in keys:
+        values = [_show(p.config.get(key)) for p in parts]
+        rows.append(ConfigRow(key, values, len(set(values)) > 1))
+    return sorted(rows, key=lambda r: (not r.differs, r.key))
+
+
+def _show(value: str | None) -> str:
+    """A config value (JSON) as text: strings without their quotes."""
+    if value is None:
+        return ""
+    try:
+        decoded = json.loads(value)
+    except ValueError:
+        return value
+    return decoded if isinstance(decoded, str) else json.dumps(decoded)
