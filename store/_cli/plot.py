@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from pathlib import Path
@@ -23,7 +24,15 @@ _UNICODE_PROBE = "⣿┌─┐│"
 
 
 def can_draw_unicode(console: Console) -> bool:
-    """Whether the terminal's encoding shows braille and box characters."""
+    """Whether the terminal shows braille and box characters: its locale says UTF-8 (with
+    LANG=C Python writes UTF-8 anyway, but the terminal behind it may not show it) and
+    the output's encoding can write them."""
+    for name in ("LC_ALL", "LC_CTYPE", "LANG"):
+        value = os.environ.get(name)
+        if value:
+            if "utf-8" not in value.lower().replace("utf8", "utf-8"):
+                return False
+            break
     try:
         _UNICODE_PROBE.encode(console.encoding or "ascii")
     except (UnicodeEncodeError, LookupError):
@@ -136,8 +145,11 @@ def watch_plot(root: Path, run: str, project: str | None, interval: float, once:
             ended = all(effective_status(a, latest, now) in TERMINAL_STATUSES
                         for a in record.attempts if a["attempt"] == latest)
             if ended or once:
-                return ended
+                break
             time.sleep(interval)
+    if not console.is_terminal:
+        console.line()  # a pipe gets the last frame without its line end
+    return ended
 
 
 def watch_command(root: Path, run: str, project: str | None, key: str, rank: int,

@@ -3,6 +3,7 @@ letters where it does not, one chart per key with the runs overlaid and a legend
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from uniplot import plot_to_string
@@ -29,6 +30,14 @@ class Screen:
     x_label: str = "step"
 
 
+def _unit(values: list[float]) -> float:
+    """1, or the power of ten to divide values by when their range overflows a float
+    (values near ±1.8e308), which the drawing cannot scale."""
+    if not values or math.isfinite(max(values) - min(values)):
+        return 1.0
+    return 10.0 ** math.floor(math.log10(max(abs(v) for v in values)))
+
+
 def draw_charts(charts: dict[str, list[Curve]], screen: Screen) -> str:
     """One chart per key (in the order given), sharing the screen's height."""
     if not charts:
@@ -53,6 +62,10 @@ def draw_chart(key: str, curves: list[Curve], screen: Screen, lines: int) -> str
             kept.append((curve, xs, ys))
     if left_out:
         notes.append(f"{left_out} points <= 0 left out of the log scale")
+    unit = _unit([y for _, _, ys in kept for y in ys])
+    if unit != 1.0:
+        notes.append(f"values in units of {unit:.0e}")
+        kept = [(c, xs, [y / unit for y in ys]) for c, xs, ys in kept]
     if any(c.downsampled for c in curves):
         notes.append(f"{max(c.points for c in curves):,} points in buckets")
     title = key + (" (log)" if screen.log else "") + (f" [{'; '.join(notes)}]" if notes else "")
