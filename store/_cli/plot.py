@@ -67,8 +67,7 @@ def screen_for(console: Console, width: int | None, height: int | None, ascii_on
 def render(root: Path, records: list[RunRecord], spec: CurveQuery, screen: Screen,
            problems: ReadProblems) -> str:
     """The charts of `spec.keys` for the runs, as text for `screen`."""
-    charts = with_connection(root, problems, lambda con: collect(con, records, spec,
-                                                                 require_all=False))
+    charts = with_connection(root, problems, lambda con: collect(con, records, spec))
     return draw_charts(charts, screen)
 
 

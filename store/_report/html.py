@@ -33,6 +33,7 @@ from tracklake._report.sections import (
 from tracklake._report.series import (
     Curve,
     CurveQuery,
+    Require,
     chosen_keys,
     collect,
     curves_sql,
@@ -96,7 +97,9 @@ def read_report(root: Path, records: list[RunRecord], spec: CurveQuery,
                                                         spec.keys)}
         points = POINTS_MANY_KEYS if len(keys) > MANY_KEYS else POINTS_FEW_KEYS
         chart_spec = dataclasses.replace(spec, buckets=min(spec.buckets, points))
-        return Report(root, runs, collect(con, records, chart_spec, require_all=False),
+        # every key by default: a run with no metrics is no error then
+        require: Require = "nothing" if spec.keys == ("*",) else "some run"
+        return Report(root, runs, collect(con, records, chart_spec, require),
                       chart_spec)
     return with_connection(root, problems, read)
 

@@ -8,8 +8,9 @@ import base64
 import hashlib
 
 #: Filters the rows of a table by the text of its search box, and hides identical config
-#: rows on request.
+#: rows on request; marks the body so that a test can see the script ran under the CSP.
 SCRIPT = """
+document.body.dataset.scripted = 'yes';
 document.querySelectorAll('input[data-filter]').forEach(function (box) {
   box.addEventListener('input', function () {
     var needle = box.value.toLowerCase();

@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 #: rank (an int), or None for the run's lowest rank.
 RankMode = Literal["all", "mean"] | int | None
 XAxis = Literal["step", "time"]
+#: Which runs must have a key that a pattern names (else an error).
+Require = Literal["every run", "some run", "nothing"]
 
 
 @dataclass(frozen=True)
@@ -158,17 +160,19 @@ def curves(con: duckdb.DuckDBPyConnection, project: str, run: str, keys: list[st
 
 
 def collect(con: duckdb.DuckDBPyConnection, records: list[RunRecord], spec: CurveQuery,
-            require_all: bool = True) -> dict[str, list[Curve]]:
+            require: Require = "some run"
+            ) -> dict[str, list[Curve]]:
     """Per chosen key (in the order of `spec.keys`), the curves of every run that has it.
 
-    A key pattern that no run matches is an error naming it and the closest keys there
-    are; with `require_all`, so is a pattern one of the runs lacks."""
+    A key pattern that `require`s a match and lacks one is an error naming the run, the
+    pattern and the closest keys there are."""
     available = {(r.project, r.run): run_keys(con, r.project, r.run) for r in records}
     everywhere = sorted({k for keys in available.values() for k in keys})
     for pattern in spec.keys:
         lacking = [r for r in records
                    if not chosen_keys(available[(r.project, r.run)], (pattern,))]
-        if lacking and (require_all or len(lacking) == len(records)):
+        if lacking and (require == "every run" or
+                        (require == "some run" and len(lacking) == len(records))):
             _no_such_key(lacking[0], available[(lacking[0].project, lacking[0].run)], pattern)
     by_key: dict[str, list[Curve]] = {k: [] for k in chosen_keys(everywhere, spec.keys)}
     for record in records:

@@ -1,0 +1,159 @@
+"""`tracklake report`: one HTML file that shows runs offline (identity, config diff,
+charts, generations, traces, alerts, each with its SQL), text from the store escaped,
+no reference to any other file or host; and the Markdown variant with SVG files."""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from _pictures import HOSTILE, write_runs
+from click.testing import CliRunner
+
+import tracklake
+from tracklake._cli.main import main
+from tracklake._report.page import SCRIPT_HASH
+
+
+@pytest.fixture
+def store(root: Path) -> Path:
+    write_runs(root)
+    return root
+
+
+def report(store: Path, out: Path, *args: str) -> str:
+    result = CliRunner().invoke(main, ["report", "base", "tuned", "--root", str(store),
+                                       "-o", str(out), *args])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+class _Elements(HTMLParser):
+    """Every start tag with its attributes, and the text of <script> elements."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.scripts: list[str] = []
+        self._in_script = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+        self._in_script = tag == "script"
+
+    def handle_endtag(self, tag: str) -> None:
+        self._in_script = False
+
+    def handle_data(self, data: str) -> None:
+        if self._in_script:
+            self.scripts.append(data)
+
+
+def elements(html: str) -> _Elements:
+    parser = _Elements()
+    parser.feed(html)
+    return parser
+
+
+def test_report_has_every_part_with_its_sql(store: Path, tmp_path: Path) -> None:
+    out = tmp_path / "report.html"
+    assert "2 runs, 3 charts" in report(store, out)
+    html = out.read_text()
+    for part in ("Runs", "Config", "Charts", "Generations", "Traces", "Alerts and events"):
+        assert f">{part}</h2>" in html
+    assert html.count("<summary>SQL</summary>") == 6
+    assert "FROM generations" in html and "FROM traces" in html and "FROM metrics" in html
+    tags = elements(html).tags
+    assert sum(tag == "svg" for tag, _ in tags) == 3  # loss, reward, kl
+    assert sum(tag == "polyline" for tag, _ in tags) == 5  # base has all 3, tuned 2
+    assert "Paris" in html and "reward plateau" in html
+    # the trace tree: the tool span is a child of the rollout span
+    assert re.search(r"<summary>rollout.*?<details class=\"span\"><summary>tool", html, re.S)
+
+
+def test_config_diff_lists_differing_keys_first(store: Path, tmp_path: Path) -> None:
+    out = tmp_path / "report.html"
+    report(store, out)
+    html = out.read_text()
+    assert "2 of 2 keys differ" in html
+    rows = re.findall(r'<tr class="(differs|same)">\s*<td>([^<]*)</td>', html)
+    assert rows == [("differs", "note"), ("differs", "optim/lr")]
+
+
+def test_text_from_the_store_is_escaped_everywhere(store: Path, tmp_path: Path) -> None:
+    """A run name, config value, generation, span input and alert holding markup show
+    as text: the page's only script is its own, allowed by hash in its CSP."""
+    out = tmp_path / "report.html"
+    report(store, out)
+    html = out.read_text()
+    parsed = elements(html)
+    assert [tag for tag, _ in parsed.tags].count("script") == 1
+    assert not [t for t, attrs in parsed.tags if t == "img" or "onerror" in attrs]
+    assert html.count("&lt;script&gt;document.title=") >= 5  # name, config, output, span, alert
+    assert f"script-src '{SCRIPT_HASH}'" in html
+
+
+def test_report_references_no_other_file_or_host(store: Path, tmp_path: Path) -> None:
+    out = tmp_path / "report.html"
+    report(store, out)
+    html = out.read_text()
+    refs = [(tag, name, value) for tag, attrs in elements(html).tags
+            for name, value in attrs.items() if name in ("src", "href", "xlink:href",
+                                                         "action", "data", "poster")]
+    assert refs == []
+    assert not re.search(r"https?://|url\(|@import", html)
+
+
+def test_a_thousand_keys_are_downsampled_and_say_so(root: Path, tmp_path: Path) -> None:
+    with tracklake.init(project="p", run_id="wide", root=root) as run:
+        for step in range(300):
+            run.log({f"layer{k:04d}/grad": (k + 1) * step for k in range(1000)}, step=step)
+    out = tmp_path / "wide.html"
+    result = CliRunner().invoke(main, ["report", "wide", "--root", str(root), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    html = out.read_text()
+    assert html.count("<svg ") == 1000
+    assert html.count("(300 points, drawn as 120 bucket means)") == 1000
+    assert len(html) < 8_000_000
+
+
+def test_markdown_report_writes_svg_files_it_links(store: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "wiki"
+    report(store, folder, "--format", "md", "--key", "lo*", "--key", "reward")
+    text = (folder / "report.md").read_text()
+    links = re.findall(r"!\[[^]]*\]\((charts/[^)]+)\)", text)
+    assert links == ["charts/0000-loss.svg", "charts/0001-reward.svg"]
+    for link in links:
+        svg = ET.parse(folder / link).getroot()  # well-formed XML, standalone SVG
+        assert svg.tag == "{http://www.w3.org/2000/svg}svg"
+        assert svg.findall(".//{http://www.w3.org/2000/svg}polyline")
+    assert HOSTILE not in text and "&lt;script&gt;" in text
+    assert "| note | " not in text and "| * note | " in text
+
+
+def test_report_errors_name_the_run_and_the_key(store: Path, tmp_path: Path) -> None:
+    out = tmp_path / "r.html"
+    result = CliRunner().invoke(main, ["report", "base", "ghost", "--root", str(store),
+                                       "-o", str(out)])
+    assert result.exit_code == 1 and "no run 'ghost'" in result.output
+    result = CliRunner().invoke(main, ["report", "base", "--key", "nothing*", "--root",
+                                       str(store), "-o", str(out)])
+    assert result.exit_code == 1
+    assert "run p/base has no metric key matching 'nothing*'" in result.output
+    assert not out.exists()
+    result = CliRunner().invoke(main, ["report", "base", "--root", str(store), "-o",
+                                       str(store / "r.html")])
+    assert result.exit_code == 2 and "inside the store" in result.output
+
+
+def test_report_of_a_run_with_nothing_logged(root: Path, tmp_path: Path) -> None:
+    with tracklake.init(project="p", run_id="empty", root=root):
+        pass
+    out = tmp_path / "empty.html"
+    result = CliRunner().invoke(main, ["report", "empty", "--root", str(root), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    html = out.read_text()
+    assert "0 metric keys" in html and "0 of 0 keys differ" in html
