@@ -32,6 +32,10 @@ $(VENV)/.test: pyproject.toml | $(BIN)/python
 		hydra-core==1.3.8 antlr4-python3-runtime==4.9.3 msgpack==1.2.4 jsonschema==4.26.0 \
 		jsonschema-specifications==2025.9.1 referencing==0.37.0 rpds-py==2026.9.1 attrs==26.1.0 \
 		regex==2026.11.19 tqdm==4.70.1 orjson==3.13.0
+	# the report's tests open it in headless Chromium, the plot's run it in tmux (Debian's)
+	command -v chromium >/dev/null && command -v tmux >/dev/null \
+		|| (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			chromium tmux)
 	touch $@
 
 demo: $(VENV)/.demo
