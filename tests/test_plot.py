@@ -198,3 +198,27 @@ def test_watch_plot_once_draws_the_chart_and_stops(store: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "reward" in result.output and "+---" in result.output
     assert result.output.rstrip().endswith("run base ended")
+
+
+def test_odd_key_names_are_taken_literally_and_drawn_harmlessly(root: Path) -> None:
+    """A key named like a glob is found as written; control characters in a key cannot
+    reach the terminal."""
+    with tracklake.init(project="p", run_id="odd-names", root=root) as run:
+        for step in range(10):
+            run.log({"acc[0]": step, "acc0": -step, "\x1b[2Jwipe": step}, step=step)
+    text = recorded(root, ["odd-names"], CurveQuery(keys=("acc[0]",)), Screen(80, 12))
+    assert "acc[0]" in text and "acc0" not in text
+    text = recorded(root, ["odd-names"], CurveQuery(keys=("*wipe",)), Screen(80, 12))
+    assert "\x1b" not in text and "?[2Jwipe" in text
+
+
+def test_plot_command_with_wall_time_all_ranks_and_since(store: Path) -> None:
+    result = CliRunner().invoke(main, ["plot", "base", "tuned", "--key", "reward", "--ranks",
+                                       "all", "--x", "time", "--since", "100", "--width",
+                                       "100", "--height", "20", "--root", str(store)])
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert all(len(line) <= 100 for line in out.splitlines())
+    for label in ("base rank 0", "base rank 1", "tuned rank 0"):
+        assert label in out
+    assert " s" in out.splitlines()[-2]  # x labels in seconds

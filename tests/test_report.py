@@ -62,7 +62,7 @@ def test_report_has_every_part_with_its_sql(store: Path, tmp_path: Path) -> None
     out = tmp_path / "report.html"
     assert "2 runs, 3 charts" in report(store, out)
     html = out.read_text()
-    for part in ("Runs", "Config", "Charts", "Generations", "Traces", "Alerts and events"):
+    for part in ("Runs", "Charts", "Config", "Generations", "Traces", "Alerts and events"):
         assert f">{part}</h2>" in html
     assert html.count("<summary>SQL</summary>") == 6
     assert "FROM generations" in html and "FROM traces" in html and "FROM metrics" in html

@@ -65,6 +65,11 @@ tracklake {{ version }}. Every part shows the SQL that read it
 </tbody></table>
 {{ sql_block(sql.run) }}
 
+<h2 id="charts">Charts</h2>
+<p class="note">{{ charts | length }} metric keys{{ charts_note }}.</p>
+<div class="charts">{% for svg in charts %}{{ svg }}{% endfor %}</div>
+{{ sql_block(sql.charts) }}
+
 <h2 id="config-diff">Config</h2>
 <p>{{ config | selectattr('differs') | list | length }} of {{ config | length }} keys differ
 {% if runs | length > 1 %}<label><input type="checkbox" id="only-diff"> only differences
@@ -75,11 +80,6 @@ tracklake {{ version }}. Every part shows the SQL that read it
 <td>{{ row.key }}</td>{% for v in row.values %}<td class="text">{{ v }}</td>{% endfor %}
 </tr>{% endfor %}</tbody></table>
 {{ sql_block(sql.config) }}
-
-<h2 id="charts">Charts</h2>
-<p class="note">{{ charts | length }} metric keys{{ charts_note }}.</p>
-<div class="charts">{% for svg in charts %}{{ svg }}{% endfor %}</div>
-{{ sql_block(sql.charts) }}
 
 <h2 id="generations">Generations</h2>
 {% for p in runs %}<h3>{{ p.label }}: {{ p.generations | length }} samples

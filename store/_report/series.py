@@ -124,12 +124,13 @@ def run_keys(con: duckdb.DuckDBPyConnection, project: str, run: str) -> list[str
 
 
 def chosen_keys(available: list[str], patterns: tuple[str, ...]) -> list[str]:
-    """The keys matching any of `patterns`, in the order the patterns name them."""
+    """The keys that `patterns` name (as written, else as globs), in their order."""
     chosen: list[str] = []
     for pattern in patterns:
-        for key in available:
-            if fnmatch.fnmatchcase(key, pattern) and key not in chosen:
-                chosen.append(key)
+        # a key named like a glob (`acc[0]`) is that key, not the keys the glob matches
+        matches = ([pattern] if pattern in available else
+                   [k for k in available if fnmatch.fnmatchcase(k, pattern)])
+        chosen += [k for k in matches if k not in chosen]
     return chosen
 
 

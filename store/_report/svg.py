@@ -12,7 +12,7 @@ from tracklake._report.series import Curve
 #: Colors of the curves of one chart, in order (Tableau 10, readable on white).
 PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1",
            "#ff9da7", "#9c755f", "#bab0ac")
-WIDTH, HEIGHT = 560, 260
+WIDTH, HEIGHT = 440, 240
 _LEFT, _RIGHT, _TOP, _BOTTOM = 64, 12, 28, 58
 
 

@@ -4,6 +4,7 @@ letters where it does not, one chart per key with the runs overlaid and a legend
 from __future__ import annotations
 
 import math
+import unicodedata
 from dataclasses import dataclass
 
 from uniplot import plot_to_string
@@ -28,6 +29,12 @@ class Screen:
     color: bool = False  # curves told apart by color (else by their letters)
     log: bool = False  # log scale on y
     x_label: str = "step"
+
+
+def printable(text: str) -> str:
+    """`text` with control characters shown as `?`: names from the store must not move
+    the cursor or restyle the terminal."""
+    return "".join("?" if unicodedata.category(c) == "Cc" else c for c in text)
 
 
 def _unit(values: list[float]) -> float:
@@ -68,10 +75,11 @@ def draw_chart(key: str, curves: list[Curve], screen: Screen, lines: int) -> str
         kept = [(c, xs, [y / unit for y in ys]) for c, xs, ys in kept]
     if any(c.downsampled for c in curves):
         notes.append(f"{max(c.points for c in curves):,} points in buckets")
-    title = key + (" (log)" if screen.log else "") + (f" [{'; '.join(notes)}]" if notes else "")
+    title = printable(key) + (" (log)" if screen.log else "")
+    title += f" [{'; '.join(notes)}]" if notes else ""
     if not kept:
         return f"{title}\n  (nothing to draw)"
-    labels = [name for name, _ in labelled([c for c, _, _ in kept])]
+    labels = [printable(name) for name, _ in labelled([c for c, _, _ in kept])]
     # without color, several curves are told apart only by ASCII letters
     letters = not screen.unicode or (len(kept) > 1 and not screen.color)
     text = plot_to_string(
