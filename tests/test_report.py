@@ -4,6 +4,7 @@ no reference to any other file or host; and the Markdown variant with SVG files.
 
 from __future__ import annotations
 
+import math
 import re
 import xml.etree.ElementTree as ET
 from html.parser import HTMLParser
@@ -15,7 +16,10 @@ from click.testing import CliRunner
 
 import tracklake
 from tracklake._cli.main import main
+from tracklake._report.markdown import cell
 from tracklake._report.page import SCRIPT_HASH
+from tracklake._report.series import Curve
+from tracklake._report.svg import line_chart
 
 
 @pytest.fixture
@@ -157,3 +161,35 @@ def test_report_of_a_run_with_nothing_logged(root: Path, tmp_path: Path) -> None
     assert result.exit_code == 0, result.output
     html = out.read_text()
     assert "0 metric keys" in html and "0 of 0 keys differ" in html
+
+
+def test_a_live_run_gets_a_report_while_it_is_written(root: Path, tmp_path: Path) -> None:
+    run = tracklake.init(project="p", run_id="live", root=root)
+    for step in range(50):
+        run.log({"loss": 1 / (step + 1)}, step=step)
+    assert run.flush()
+    out = tmp_path / "live.html"
+    try:
+        result = CliRunner().invoke(main, ["report", "live", "--root", str(root), "-o",
+                                           str(out)])
+    finally:
+        run.finish()
+    assert result.exit_code == 0, result.output
+    html = out.read_text()
+    assert "<td class=\"text\">running</td>" in html and html.count("<polyline") == 1
+
+
+def test_huge_values_give_finite_chart_coordinates() -> None:
+    curve = Curve(run="r", key="k", ranks="rank 0", xs=[0.0, 1.0, 2.0],
+                  ys=[1.7e308, -1.7e308, 0.0], points=3)
+    svg = line_chart("k", [("r", curve)])
+    points = re.search(r'points="([^"]*)"', svg)
+    assert points is not None
+    coords = [float(v) for pair in points.group(1).split() for v in pair.split(",")]
+    assert len(coords) == 6 and all(math.isfinite(v) for v in coords)
+    assert "1.7e+308" in svg and "-1.7e+308" in svg  # the axis says the range
+
+
+def test_markdown_cells_keep_pipes_newlines_and_markup_as_text() -> None:
+    assert cell("a|b\nc<script>") == "a\\|b<br>c&lt;script&gt;"
+    assert cell(None) == ""
