@@ -5,6 +5,7 @@ requests nothing from any host; a screenshot shows the charts' colours."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -81,3 +82,17 @@ def test_screenshot_shows_the_charts(page: Path, tmp_path: Path) -> None:
     for hex_color in PALETTE[:2]:  # the first two curves of each chart
         rgb = tuple(int(hex_color[i:i + 2], 16) for i in (1, 3, 5))
         assert rgb in colors, f"no pixel of {hex_color} in {shot}"
+
+
+def test_the_search_box_hides_the_generations_that_do_not_match(
+        page: Path, tmp_path: Path) -> None:
+    """`report.html#q=paris` searches on opening, as typing in the box would."""
+    linked = page.with_name("searched.html")
+    linked.write_text(page.read_text())
+    done = subprocess.run(
+        [program("chromium"), *OFFLINE, f"--user-data-dir={tmp_path / 'profile'}",
+         "--dump-dom", linked.as_uri() + "#q=paris"],
+        capture_output=True, text=True, timeout=120, check=True)
+    rows = re.findall(r'<tr( hidden="")?><td>100</td>(.*?)</tr>', done.stdout, re.S)
+    shown = [cells for hidden, cells in rows if not hidden]
+    assert len(rows) == 2 and len(shown) == 1 and "Paris" in shown[0]

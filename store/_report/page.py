@@ -8,7 +8,8 @@ import base64
 import hashlib
 
 #: Filters the rows of a table by the text of its search box, and hides identical config
-#: rows on request; marks the body so that a test can see the script ran under the CSP.
+#: rows on request, searches for `#q=TEXT` of the address; marks the body so that a test
+#: can see the script ran under the CSP.
 SCRIPT = """
 document.body.dataset.scripted = 'yes';
 document.querySelectorAll('input[data-filter]').forEach(function (box) {
@@ -18,6 +19,12 @@ document.querySelectorAll('input[data-filter]').forEach(function (box) {
       tr.hidden = needle !== '' && tr.textContent.toLowerCase().indexOf(needle) < 0;
     });
   });
+});
+// report.html#q=TEXT opens with the tables searched for TEXT (a link to a search)
+var asked = new URLSearchParams(location.hash.slice(1)).get('q');
+if (asked) document.querySelectorAll('input[data-filter]').forEach(function (box) {
+  box.value = asked;
+  box.dispatchEvent(new Event('input'));
 });
 var only = document.getElementById('only-diff');
 if (only) only.addEventListener('change', function () {
