@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import math
 import re
+import signal
+import subprocess
+import sys
+import time
 import xml.etree.ElementTree as ET
 from html.parser import HTMLParser
 from pathlib import Path
@@ -193,3 +197,25 @@ def test_huge_values_give_finite_chart_coordinates() -> None:
 def test_markdown_cells_keep_pipes_newlines_and_markup_as_text() -> None:
     assert cell("a|b\nc<script>") == "a\\|b<br>c&lt;script&gt;"
     assert cell(None) == ""
+
+
+@pytest.mark.slow
+def test_a_report_killed_mid_way_leaves_the_previous_file_whole(
+        root: Path, tmp_path: Path) -> None:
+    """kill -9 at several moments of `tracklake report`: the output is always a whole
+    page, the previous one or the new one."""
+    with tracklake.init(project="p", run_id="wide", root=root, fsync=False) as run:
+        for step in range(200):
+            run.log({f"k{k:03d}": step * k for k in range(300)}, step=step)
+    out = tmp_path / "wide.html"
+    out.write_text("<!DOCTYPE html><html>previous</html>\n")
+    tracklake_bin = str(Path(sys.executable).with_name("tracklake"))
+    for delay in (0.3, 0.8, 1.5, 2.5, 4.0):
+        proc = subprocess.Popen([tracklake_bin, "report", "wide", "--root", str(root), "-o",
+                                 str(out)], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        html = out.read_text()
+        assert html.startswith("<!DOCTYPE html>") and html.rstrip().endswith("</html>")
