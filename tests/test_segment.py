@@ -371,7 +371,7 @@ def test_segments_written_by_a_run_are_plain_arrow_streams(root: Path) -> None:
     run.log({"a": 3.0}, step=1)
     run.log_text("t", "hello")
     run.finish()
-    segs = sorted(root.glob("*/project=p/run=r/rank=0/attempt=1/seg-*.arrows"))
+    segs = sorted(root.glob("*/project=p/run=r/rank=0/attempt=1/*seg-*.arrows"))
     assert {p.parts[-6] for p in segs} == {"metrics", "texts"}
     for seg in segs:
         with pa.ipc.open_stream(seg.read_bytes()) as reader:

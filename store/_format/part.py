@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from tracklake._errors import FormatError
 from tracklake._format.files import fsync_file
-from tracklake._format.schema import check_version
+from tracklake._format.schema import PART_ORDER, check_version
 
 #: Key-value metadata key holding the footer's CRC-32 (10 decimal digits).
 FOOTER_CRC_KEY = "tracklake.footer_crc32"
@@ -61,24 +61,36 @@ ROW_GROUP_ROWS = 1 << 17
 
 
 def write_part_file(path: Path, table: pa.Table, kind: str) -> None:
-    """Write a part's records (`table`, with its schema metadata) to `path` as every part
-    is written: zstd, delta-encoded seq/time/step, byte-stream-split values, dictionary
-    strings, statistics, page checksums and the footer's CRC-32; fsynced, not renamed."""
+    """Write a part's records (`table`, sorted by `PART_ORDER[kind]`, with its schema
+    metadata) to `path` as every part is written: zstd, delta-encoded seq/time/step,
+    byte-stream-split values, dictionary strings, statistics, a page index, the declared
+    sort order, page checksums and the footer's CRC-32; fsynced, not renamed.
+
+    The schema metadata (with the metric summary) is stored once, as the footer's
+    key-value metadata: no ``ARROW:schema`` copy, whose base64 would hold it a second
+    time. The Parquet types alone read back as `SCHEMAS` (UTC microsecond timestamps,
+    int32, lists), and pyarrow exposes the key-value metadata as the schema's metadata.
+    """
     import pyarrow.parquet as pq
 
-    table = table.replace_schema_metadata({**(table.schema.metadata or {}),
-                                           **{k.encode(): v.encode()
-                                              for k, v in footer_placeholder().items()}})
+    metadata = {**{k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()},
+                **footer_placeholder()}
+    table = table.replace_schema_metadata(None)
     encodings = {"seq": "DELTA_BINARY_PACKED", "time": "DELTA_BINARY_PACKED"}
     if "step" in table.column_names:
         encodings["step"] = "DELTA_BINARY_PACKED"
     if kind == "metrics":
         encodings["value"] = "BYTE_STREAM_SPLIT"
     dictionary = [c for c in table.column_names if c not in encodings and c != "end_time"]
-    pq.write_table(table, path, compression="zstd", compression_level=3,
-                   use_dictionary=dictionary, column_encoding=encodings,
-                   row_group_size=ROW_GROUP_ROWS, write_statistics=True,
-                   write_page_checksum=True)
+    sorting = pq.SortingColumn.from_ordering(
+        table.schema, [(c, "ascending") for c in PART_ORDER[kind]], null_placement="at_end")
+    with pq.ParquetWriter(path, table.schema, compression="zstd", compression_level=3,
+                          use_dictionary=dictionary, column_encoding=encodings,
+                          write_statistics=True, write_page_checksum=True,
+                          write_page_index=True, sorting_columns=sorting,
+                          store_schema=False) as writer:
+        writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
+        writer.add_key_value_metadata(metadata)
     stamp_footer_crc(path)
     fsync_file(path)
 
