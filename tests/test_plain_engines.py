@@ -183,3 +183,41 @@ def test_the_documented_datasets_open_while_a_run_is_being_written(root: Path) -
         assert _polars_answers(root)["points per run"] == [("p", "done", 20)]
     finally:
         live.finish()
+
+
+@pytest.mark.parametrize("view", ["metrics", "texts", "generations", "metric_summaries",
+                                  "run_configs"])
+def test_each_reference_view_is_the_tracklake_view_row_for_row(store: Path, view: str) -> None:
+    """Every column of every row, not only the answers to the questions above."""
+    con = duckdb.connect()
+    opening = block_with("sql", "CREATE VIEW KIND_parts")
+    for kind in _KINDS:
+        con.execute(opening.replace("KIND", kind).replace("ROOT", str(store)))
+    for name, sql in reference_views():
+        con.execute(f"CREATE VIEW {name} AS {sql}")
+    ours = tracklake.query(f"SELECT * FROM {view}", root=store)
+    columns = con.sql(f"SELECT * FROM {view}").columns  # DuckDB puts Hive columns in name order
+    assert sorted(columns) == sorted(ours.column_names)
+    reference = con.sql(f"SELECT {', '.join(ours.column_names)} FROM {view}").to_arrow_table()
+    assert _rows(reference) == _rows(ours)
+    assert reference.num_rows > 0
+
+
+def test_the_reference_run_attempts_sql_gives_the_view(root: Path) -> None:
+    """Attempt files read by DuckDB's read_json: statuses as shown, a crashed one included."""
+    opts: dict[str, Any] = {"project": "p", "root": root, "capture_identity": False}
+    for run_id in ("0042", "0042", "2025-01-01"):
+        with tracklake.init(run_id=run_id, **opts) as run:
+            _log(run, range(3), attempt=1)
+    stale = root / "runs/project=p/run=2025-01-01/rank=0/attempt=1.json"
+    record = json.loads(stale.read_text())
+    stale.write_text(json.dumps({**record, "status": "running",
+                                 "heartbeat_at": "2026-01-01T00:00:00+00:00"}))
+    (root / "runs/project=p/run=0042/rank=0/attempt=3.json").write_text("")  # being created
+    sql = block_with("sql", "read_json(").replace("ROOT", str(root))
+    reference = duckdb.sql(sql).to_arrow_table()
+    ours = tracklake.query(f"SELECT {', '.join(reference.column_names)} FROM run_attempts",
+                           root=root)
+    assert _rows(reference) == _rows(ours)
+    assert {(r["run"], r["attempt"], r["status"]) for r in reference.to_pylist()} == {
+        ("0042", 1, "finished"), ("0042", 2, "finished"), ("2025-01-01", 1, "crashed")}
