@@ -75,13 +75,20 @@ def _rows(table: Any) -> list[tuple[Any, ...]]:
     return sorted(rows, key=repr)
 
 
-def _duckdb_answers(root: Path) -> dict[str, list[tuple[Any, ...]]]:
+def _duckdb_reference(root: Path) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection with the parts opened and the reference views defined, as the
+    page says."""
     con = duckdb.connect()
     opening = block_with("sql", "CREATE VIEW KIND_parts")
     for kind in _KINDS:
         con.execute(opening.replace("KIND", kind).replace("ROOT", str(root)))
     for name, sql in reference_views():
         con.execute(f"CREATE VIEW {name} AS {sql}")
+    return con
+
+
+def _duckdb_answers(root: Path) -> dict[str, list[tuple[Any, ...]]]:
+    con = _duckdb_reference(root)
     return {q: _rows(con.sql(sql).to_arrow_table()) for q, sql in questions().items()}
 
 
@@ -189,12 +196,7 @@ def test_the_documented_datasets_open_while_a_run_is_being_written(root: Path) -
                                   "run_configs"])
 def test_each_reference_view_is_the_tracklake_view_row_for_row(store: Path, view: str) -> None:
     """Every column of every row, not only the answers to the questions above."""
-    con = duckdb.connect()
-    opening = block_with("sql", "CREATE VIEW KIND_parts")
-    for kind in _KINDS:
-        con.execute(opening.replace("KIND", kind).replace("ROOT", str(store)))
-    for name, sql in reference_views():
-        con.execute(f"CREATE VIEW {name} AS {sql}")
+    con = _duckdb_reference(store)
     ours = tracklake.query(f"SELECT * FROM {view}", root=store)
     columns = con.sql(f"SELECT * FROM {view}").columns  # DuckDB puts Hive columns in name order
     assert sorted(columns) == sorted(ours.column_names)
@@ -221,3 +223,21 @@ def test_the_reference_run_attempts_sql_gives_the_view(root: Path) -> None:
     assert _rows(reference) == _rows(ours)
     assert {(r["run"], r["attempt"], r["status"]) for r in reference.to_pylist()} == {
         ("0042", 1, "finished"), ("0042", 2, "finished"), ("2025-01-01", 1, "crashed")}
+
+
+def test_a_format_1_0_store_compacted_by_1_1_answers_the_same(tmp_path: Path) -> None:
+    """1.0 parts (with their ARROW:schema) beside the 1.1 parts that compaction writes from
+    1.0 segments: the reference SQL still gives the views' rows."""
+    import shutil
+
+    root = tmp_path / "golden"
+    shutil.copytree(Path(__file__).parent / "golden" / "1.0", root)
+    tracklake.compact(root=root)
+    assert not list(root.rglob("*.arrows"))
+    con = _duckdb_reference(root)
+    for view in ("metrics", "metric_summaries", "run_configs", "generations"):
+        ours = tracklake.query(f"SELECT * FROM {view}", root=root)
+        reference = con.sql(f"SELECT {', '.join(ours.column_names)} FROM {view}")
+        assert _rows(reference.to_arrow_table()) == _rows(ours), view
+    points = dict(con.sql("SELECT run, count(*) FROM metrics GROUP BY run").fetchall())
+    assert points == {"done": 2 * 20 * 3, "resumed": 20 * 3, "torn": 9}
