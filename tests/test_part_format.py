@@ -13,9 +13,17 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import tracklake
-from tracklake._format import SCHEMAS, parse_segment_name, segment_name
+from tracklake._format import (
+    SCHEMAS,
+    parse_part_name,
+    parse_segment_name,
+    part_name,
+    segment_name,
+)
 from tracklake._format.part import SUMMARY_KEY, open_part, summary_rows
 from tracklake._format.schema import FORMAT_VERSION, PART_ORDER
 
@@ -146,3 +154,16 @@ def test_segments_are_named_so_that_hive_discovery_skips_them(tmp_path: Path) ->
     (directory / name).write_bytes(b"not parquet: an Arrow IPC stream being written")
     table = ds.dataset(tmp_path, format="parquet", partitioning="hive").to_table()
     assert table.num_rows == 1
+
+
+@given(number=st.integers(0, 999_999), first_seq=st.integers(0, 10**12 - 1))
+def test_a_segment_name_parses_back_in_both_spellings(number: int, first_seq: int) -> None:
+    name = segment_name(number, first_seq)
+    assert parse_segment_name(name) == (number, first_seq)
+    assert parse_segment_name(name.removeprefix("_")) == (number, first_seq)  # format 1.0
+
+
+def test_numbers_wider_than_their_padding_still_name_a_file() -> None:
+    assert parse_segment_name(segment_name(1_000_000, 10**12)) == (1_000_000, 10**12)
+    assert parse_part_name(part_name(10**12, 10**13, 1_000_000)) == (
+        10**12, 10**13, 1_000_000)

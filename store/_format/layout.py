@@ -14,8 +14,10 @@ PART_SUFFIX = ".parquet"
 #: pandas skips names starting with ``_``, so a Parquet dataset over a kind directory
 #: never trips on a segment being written. Format 1.0 wrote ``seg-…``; both are read.
 SEGMENT_PREFIX = "_seg-"
-_SEGMENT_RE = re.compile(r"^_?seg-(\d{6})-(\d{12})\.arrows$")
-_PART_RE = re.compile(r"^part-(\d{12})-(\d{12})-(\d{6})\.parquet$")
+#: Numbers are zero-padded to a minimum width, and wider when they outgrow it (segment
+#: 1,000,000 of a writer that kept failing and starting new segments stays readable).
+_SEGMENT_RE = re.compile(r"^_?seg-(\d{6,})-(\d{12,})\.arrows$")
+_PART_RE = re.compile(r"^part-(\d{12,})-(\d{12,})-(\d{6,})\.parquet$")
 
 
 def stream_dir(root: Path, s: StreamId) -> Path:
