@@ -162,6 +162,10 @@ def test_run_ids_that_look_like_numbers_or_dates_stay_strings(store: Path) -> No
     assert set(table.column("run").to_pylist()) == {"0042", "2025-01-01", "1e5", "a+b@c"}
     assert table.schema.field("rank").type == pa.int32()
     assert PARTITION_SCHEMA.equals(scope["partitioning"].schema)
+    exec(block_with("python", "pd.read_parquet").replace("ROOT", str(store)), scope)
+    frame = scope["frame"]
+    assert set(frame["run"]) == {"0042", "2025-01-01", "1e5", "a+b@c"}
+    assert len(frame) == table.num_rows
 
 
 def test_the_documented_datasets_open_while_a_run_is_being_written(root: Path) -> None:
@@ -188,6 +192,8 @@ def test_the_documented_datasets_open_while_a_run_is_being_written(root: Path) -
         assert plain.num_rows == 20  # Hive discovery skips `_seg-…` by itself
         assert _duckdb_answers(root)["points per run"] == [("p", "done", 20)]
         assert _polars_answers(root)["points per run"] == [("p", "done", 20)]
+        exec(block_with("python", "pd.read_parquet").replace("ROOT", str(root)), scope)
+        assert len(scope["frame"]) == 20  # pandas too
     finally:
         live.finish()
 
