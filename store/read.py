@@ -11,7 +11,9 @@ tracklake needs, and the built-in exporters use nothing else of the store:
 - records: `read_run(root, cursor, kinds=..., ranks=..., problems=...)` yields
   ``(StreamId, RecordBatch)`` strictly after a `Cursor`, which the caller advances and
   keeps; damaged or torn files are collected in `ReadProblems`, never raised;
-- the record schemas (`SCHEMAS`, one per kind in `KINDS`), `StreamId`, and the format
+- the record schemas (`SCHEMAS`, one per kind in `KINDS`), the types of the Hive
+  partition columns (`PARTITION_SCHEMA`: give it to any engine reading the Parquet parts,
+  so that run ``0042`` stays a string), `StreamId`, and the format
   version with `check_version()` for files a tool keeps beside the store;
 - artifacts: `blob_path(root, digest)` and `open_blob(root, digest)` for the bytes of an
   artifact record.
@@ -28,7 +30,14 @@ from pathlib import Path
 from typing import BinaryIO
 
 from tracklake._errors import FormatError
-from tracklake._format import FORMAT_VERSION, KINDS, SCHEMAS, StreamId, check_version
+from tracklake._format import (
+    FORMAT_VERSION,
+    KINDS,
+    PARTITION_SCHEMA,
+    SCHEMAS,
+    StreamId,
+    check_version,
+)
 from tracklake._format import blob_path as _blob_path
 from tracklake._format.attempt import TERMINAL_STATUSES, effective_status
 from tracklake._format.cursor import Cursor
@@ -58,6 +67,7 @@ def open_blob(root: str | os.PathLike[str], digest: str) -> BinaryIO:
 __all__ = [
     "FORMAT_VERSION",
     "KINDS",
+    "PARTITION_SCHEMA",
     "SCHEMAS",
     "TERMINAL_STATUSES",
     "Cursor",

@@ -54,7 +54,7 @@ def _init(root: Path, **kw: Any) -> tracklake.Run:
 def _segment_rows(root: Path, kind: str) -> list[dict[str, Any]]:
     """Every row of `kind` read with plain pyarrow from the raw segment files."""
     rows: list[dict[str, Any]] = []
-    for path in sorted(root.glob(f"{kind}/**/seg-*.arrows")):
+    for path in sorted(root.glob(f"{kind}/**/*seg-*.arrows")):
         with pa.ipc.open_stream(path.read_bytes()) as reader:
             rows.extend(reader.read_all().to_pylist())
     return rows
@@ -284,7 +284,7 @@ def test_nan_and_infinities_survive_segments_compaction_and_query(root: Path) ->
     assert raw["pinf"] == math.inf and raw["arr_inf"] == math.inf and raw["ninf"] == -math.inf
 
     report = tracklake.compact(root=root)
-    assert report.parts_written and not list(root.glob("metrics/**/seg-*.arrows"))
+    assert report.parts_written and not list(root.glob("metrics/**/*seg-*.arrows"))
     table = tracklake.query("select key, value from metrics order by key", root=root)
     got = dict(zip(table.column("key").to_pylist(), table.column("value").to_pylist(),
                    strict=True))

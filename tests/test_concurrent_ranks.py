@@ -163,7 +163,7 @@ def _parts(root: Path) -> list[Path]:
 
 
 def _segments(root: Path) -> list[Path]:
-    return sorted(root.glob("*/project=*/run=*/rank=*/attempt=*/seg-*.arrows"))
+    return sorted(root.glob("*/project=*/run=*/rank=*/attempt=*/*seg-*.arrows"))
 
 
 @pytest.fixture(scope="module")
@@ -464,7 +464,7 @@ def _run_with_eos_looking_live_segment(root: Path) -> tuple[tracklake.Run, int]:
         for step, values in enumerate(steps):
             run.log(values, step=step)
         assert run.flush()
-        (segment,) = (root / "metrics" / "project=p" / f"run=eos-{i}").rglob("seg-*.arrows")
+        (segment,) = (root / "metrics" / "project=p" / f"run=eos-{i}").rglob("*seg-*.arrows")
         if segment.read_bytes()[-8:] == EOS:
             return run, len(steps)
         run.finish()

@@ -103,7 +103,7 @@ def tear_last_segment(root: Path, attempt: int) -> Path | None:
     cut in the middle of an append leaves it. Returns the segment (None if it has none)."""
     directory = (root / "metrics" / f"project={PROJECT}" / f"run={RUN}" / "rank=0"
                  / f"attempt={attempt}")
-    segments = sorted(directory.glob("seg-*.arrows"))
+    segments = sorted(directory.glob("*seg-*.arrows"))
     if not segments:
         return None
     data = segments[0].read_bytes() if len(segments) == 1 else segments[-2].read_bytes()

@@ -140,7 +140,7 @@ def _read_in_pieces(root: Path, run_id: str, piece: int, *, compact_after_first:
         text = cursor.to_json()
         if n == 0 and compact_after_first:
             report = tracklake.compact(root=root)
-            assert report.parts_written and not list(root.glob("**/seg-*.arrows"))
+            assert report.parts_written and not list(root.glob("**/*seg-*.arrows"))
         if taken < piece:
             return got
     raise AssertionError("reading in pieces never finished")

@@ -80,7 +80,8 @@ def test_built_in_destinations_are_registered_and_satisfy_the_protocol() -> None
 
 
 READ_EXPECTED = {
-    "FORMAT_VERSION", "KINDS", "SCHEMAS", "TERMINAL_STATUSES", "Cursor", "ReadProblems",
+    "FORMAT_VERSION", "KINDS", "PARTITION_SCHEMA", "SCHEMAS", "TERMINAL_STATUSES", "Cursor",
+    "ReadProblems",
     "RunRecord", "StreamId", "blob_path", "check_version", "effective_status", "find_run",
     "list_runs", "open_blob", "read_run", "resolve_root",
 }

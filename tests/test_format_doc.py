@@ -14,15 +14,10 @@ import duckdb
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
+from _format_doc import block_with, reference_views
 
 import tracklake
 from tracklake._format.segment import read_segment
-
-DOC = Path(__file__).resolve().parent.parent / "docs" / "format.md"
-
-
-def _blocks(language: str) -> list[str]:
-    return re.findall(rf"```{language}\n(.*?)```", DOC.read_text(), flags=re.S)
 
 
 def _write(root: Path, run_id: str, steps: range, **init: Any) -> None:
@@ -46,24 +41,31 @@ def store(root: Path) -> Path:
 
 
 def test_the_duckdb_example_reads_the_parts_beside_a_live_segment(store: Path) -> None:
-    sql = _blocks("sql")[0].replace("ROOT", str(store))
+    sql = block_with("sql", "AS best").replace("ROOT", str(store))
     rows = duckdb.sql(sql).fetchall()
     assert sorted((run, key) for run, key, _ in rows) == [("a", "acc"), ("a", "loss")]
 
 
 def test_the_pyarrow_example_reads_the_parts_beside_a_live_segment(store: Path) -> None:
-    code = _blocks("python")[0].replace("ROOT", str(store))
+    code = block_with("python", "ds.partitioning(").replace("ROOT", str(store))
     scope: dict[str, Any] = {}
     exec(code, scope)  # the documented example, as written
     table = scope["metrics"]
     assert table.num_rows == 2 * (50 + 30)
     assert set(table.column("run").to_pylist()) == {"a"}
     assert {"project", "rank", "attempt"} <= set(table.column_names)
-    with pytest.raises(pa.ArrowInvalid):  # the plain form, as the doc warns
-        ds.dataset(str(store / "metrics"), format="parquet", partitioning="hive").to_table()
-    plain = ds.dataset(str(store / "metrics"), format="parquet", partitioning="hive",
-                       exclude_invalid_files=True).to_table()
-    assert plain.num_rows == table.num_rows
+    plain = ds.dataset(str(store / "metrics"), format="parquet", partitioning="hive").to_table()
+    assert plain.num_rows == table.num_rows  # the live `_seg-…` is skipped by discovery
+
+
+def test_a_format_1_0_store_with_live_segments_is_read_with_the_glob(tmp_path: Path) -> None:
+    """1.0 named live segments `seg-…`: the doc says to use the glob there."""
+    golden = Path(__file__).parent / "golden" / "1.0"
+    assert list(golden.glob("metrics/**/seg-*.arrows"))
+    with pytest.raises(pa.ArrowInvalid):
+        ds.dataset(str(golden / "metrics"), format="parquet", partitioning="hive").to_table()
+    sql = block_with("sql", "AS best").replace("ROOT", str(golden))
+    assert {run for run, _, _ in duckdb.sql(sql).fetchall()} == {"done"}
 
 
 def test_the_segment_example_reads_every_batch_before_a_torn_tail(store: Path,
@@ -75,7 +77,7 @@ def test_the_segment_example_reads_every_batch_before_a_torn_tail(store: Path,
     torn.write_bytes(segment.read_bytes()[:-30])
     with pytest.raises((OSError, pa.ArrowInvalid)):  # as the doc says
         pa.ipc.open_stream(torn.read_bytes()).read_all()
-    code = _blocks("python")[1].replace("SEGMENT", str(torn))
+    code = block_with("python", "open_stream").replace("SEGMENT", str(torn))
     scope: dict[str, Any] = {}
     exec(code, scope)  # the documented example, as written
     expected = pa.Table.from_batches(whole.batches[:-1])
@@ -85,9 +87,14 @@ def test_the_segment_example_reads_every_batch_before_a_torn_tail(store: Path,
 
 def test_the_reference_supersession_sql_gives_the_metrics_view(store: Path) -> None:
     tracklake.compact(root=store)  # the reference reads the parts only
-    sql = _blocks("sql")[1].replace("ROOT", str(store))
-    reference = sorted(duckdb.sql(f"SELECT run, attempt, step, key, value FROM ({sql})"
-                                  ).fetchall())
+    con = duckdb.connect()
+    con.execute(block_with("sql", "CREATE VIEW KIND_parts").replace("KIND", "metrics")
+                .replace("ROOT", str(store)))
+    for name, sql in reference_views():
+        if name in ("cutoffs", "metrics"):
+            con.execute(f"CREATE VIEW {name} AS {sql}")
+    reference = sorted(con.sql("SELECT run, attempt, step, key, value FROM metrics"
+                               ).fetchall())
     view = sorted(tuple(r.values()) for r in tracklake.query(
         "SELECT run, attempt, step, key, value FROM metrics", root=store).to_pylist())
     assert reference == view

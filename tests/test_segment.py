@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tracklake import FormatError, NewerFormatError, StreamId
-from tracklake._format import SCHEMAS
+from tracklake._format import FORMAT_VERSION, SCHEMAS
 from tracklake._format.segment import EOS, SegmentWriter, read_segment, stream_schema
 
 METRICS = SCHEMAS["metrics"]
@@ -122,7 +122,7 @@ def test_appended_batches_read_back_exactly(batches_rows: list[list[tuple[int, s
     assert _same_batches(contents.batches, batches)
     assert contents.sealed is seal
     assert contents.damaged is None and contents.torn_bytes == 0
-    assert contents.schema_metadata["tracklake.format"] == "1.0"
+    assert contents.schema_metadata["tracklake.format"] == FORMAT_VERSION
     assert contents.schema_metadata["tracklake.run"] == "run-1"
     assert contents.schema_metadata["tracklake.kind"] == "metrics"
     assert _same_batches(plain_batches, batches)
@@ -371,7 +371,7 @@ def test_segments_written_by_a_run_are_plain_arrow_streams(root: Path) -> None:
     run.log({"a": 3.0}, step=1)
     run.log_text("t", "hello")
     run.finish()
-    segs = sorted(root.glob("*/project=p/run=r/rank=0/attempt=1/seg-*.arrows"))
+    segs = sorted(root.glob("*/project=p/run=r/rank=0/attempt=1/*seg-*.arrows"))
     assert {p.parts[-6] for p in segs} == {"metrics", "texts"}
     for seg in segs:
         with pa.ipc.open_stream(seg.read_bytes()) as reader:

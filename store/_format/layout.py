@@ -10,8 +10,14 @@ from tracklake._format.schema import StreamId
 
 SEGMENT_SUFFIX = ".arrows"
 PART_SUFFIX = ".parquet"
-_SEGMENT_RE = re.compile(r"^seg-(\d{6})-(\d{12})\.arrows$")
-_PART_RE = re.compile(r"^part-(\d{12})-(\d{12})-(\d{6})\.parquet$")
+#: Live segments are named ``_seg-…`` (format 1.1): Hive discovery in pyarrow, Spark and
+#: pandas skips names starting with ``_``, so a Parquet dataset over a kind directory
+#: never trips on a segment being written. Format 1.0 wrote ``seg-…``; both are read.
+SEGMENT_PREFIX = "_seg-"
+#: Numbers are zero-padded to a minimum width, and wider when they outgrow it (segment
+#: 1,000,000 of a writer that kept failing and starting new segments stays readable).
+_SEGMENT_RE = re.compile(r"^_?seg-(\d{6,})-(\d{12,})\.arrows$")
+_PART_RE = re.compile(r"^part-(\d{12,})-(\d{12,})-(\d{6,})\.parquet$")
 
 
 def stream_dir(root: Path, s: StreamId) -> Path:
@@ -32,7 +38,8 @@ def blob_path(root: Path, digest: str) -> Path:
 
 
 def segment_name(number: int, first_seq: int) -> str:
-    return f"seg-{number:06d}-{first_seq:012d}{SEGMENT_SUFFIX}"
+    """The file name of segment `number` of a stream, starting at `first_seq`."""
+    return f"{SEGMENT_PREFIX}{number:06d}-{first_seq:012d}{SEGMENT_SUFFIX}"
 
 
 def part_name(first_seq: int, last_seq: int, last_segment: int) -> str:
@@ -41,7 +48,8 @@ def part_name(first_seq: int, last_seq: int, last_segment: int) -> str:
 
 
 def parse_segment_name(name: str) -> tuple[int, int] | None:
-    """(segment number, first seq) of a segment file name, or None if it is not one."""
+    """(segment number, first seq) of a segment file name (``_seg-…`` or format 1.0's
+    ``seg-…``), or None if it is not one."""
     m = _SEGMENT_RE.match(name)
     return (int(m.group(1)), int(m.group(2))) if m else None
 

@@ -9,6 +9,7 @@ written over them afterwards, as segments do for their batches. See docs/format.
 
 from __future__ import annotations
 
+import json
 import os
 import zlib
 from pathlib import Path
@@ -18,11 +19,18 @@ import pyarrow as pa
 
 from tracklake._errors import FormatError
 from tracklake._format.files import fsync_file
-from tracklake._format.schema import check_version
+from tracklake._format.schema import PART_ORDER, check_version
 
+#: Key-value metadata key holding a metric part's summary (a JSON list, one object per key).
+SUMMARY_KEY = "tracklake.summary"
 #: Key-value metadata key holding the footer's CRC-32 (10 decimal digits).
 FOOTER_CRC_KEY = "tracklake.footer_crc32"
 _PLACEHOLDER = b"##########"
+#: The placeholder as the footer encodes it in its key-value entry (thrift compact protocol:
+#: the key, field 2 of type binary, length 10, the value), so that the same ten characters
+#: elsewhere in the footer (a metric key ``##########`` in the summary or in the key
+#: column's statistics) are never taken for it.
+_STAMPED_ENTRY = FOOTER_CRC_KEY.encode() + b"\x18\x0a" + _PLACEHOLDER
 _MAGIC = b"PAR1"
 #: What pyarrow raises for bytes that do not decode as Parquet.
 _DECODE_ERRORS = (pa.ArrowException, OSError, ValueError, EOFError)
@@ -48,9 +56,10 @@ def stamp_footer_crc(path: Path) -> None:
         offset, length = _footer_span(f, os.fstat(f.fileno()).st_size)
         f.seek(offset)
         footer = bytearray(f.read(length))
-        at = footer.find(_PLACEHOLDER)
-        if at < 0 or footer.find(_PLACEHOLDER, at + 1) >= 0:
+        at = footer.find(_STAMPED_ENTRY)
+        if at < 0 or footer.find(_STAMPED_ENTRY, at + 1) >= 0:
             raise FormatError(f"{path}: expected one footer checksum placeholder")
+        at += len(_STAMPED_ENTRY) - len(_PLACEHOLDER)
         f.seek(offset + at)
         f.write(b"%010d" % zlib.crc32(footer))
 
@@ -61,26 +70,45 @@ ROW_GROUP_ROWS = 1 << 17
 
 
 def write_part_file(path: Path, table: pa.Table, kind: str) -> None:
-    """Write a part's records (`table`, with its schema metadata) to `path` as every part
-    is written: zstd, delta-encoded seq/time/step, byte-stream-split values, dictionary
-    strings, statistics, page checksums and the footer's CRC-32; fsynced, not renamed."""
+    """Write a part's records (`table`, sorted by `PART_ORDER[kind]`, with its schema
+    metadata) to `path` as every part is written: zstd, delta-encoded seq/time/step,
+    byte-stream-split values, dictionary strings, statistics, a page index, the declared
+    sort order, page checksums and the footer's CRC-32; fsynced, not renamed.
+
+    The schema metadata (with the metric summary) is stored once, as the footer's
+    key-value metadata: no ``ARROW:schema`` copy, whose base64 would hold it a second
+    time. The Parquet types alone read back as `SCHEMAS` (UTC microsecond timestamps,
+    int32, lists), and pyarrow exposes the key-value metadata as the schema's metadata.
+    """
     import pyarrow.parquet as pq
 
-    table = table.replace_schema_metadata({**(table.schema.metadata or {}),
-                                           **{k.encode(): v.encode()
-                                              for k, v in footer_placeholder().items()}})
+    metadata = {**{k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()},
+                **footer_placeholder()}
+    if SUMMARY_KEY in metadata:
+        metadata[SUMMARY_KEY] = _compact_summary(metadata[SUMMARY_KEY])
+    table = table.replace_schema_metadata(None)
     encodings = {"seq": "DELTA_BINARY_PACKED", "time": "DELTA_BINARY_PACKED"}
     if "step" in table.column_names:
         encodings["step"] = "DELTA_BINARY_PACKED"
     if kind == "metrics":
         encodings["value"] = "BYTE_STREAM_SPLIT"
     dictionary = [c for c in table.column_names if c not in encodings and c != "end_time"]
-    pq.write_table(table, path, compression="zstd", compression_level=3,
-                   use_dictionary=dictionary, column_encoding=encodings,
-                   row_group_size=ROW_GROUP_ROWS, write_statistics=True,
-                   write_page_checksum=True)
+    sorting = pq.SortingColumn.from_ordering(
+        table.schema, [(c, "ascending") for c in PART_ORDER[kind]], null_placement="at_end")
+    with pq.ParquetWriter(path, table.schema, compression="zstd", compression_level=3,
+                          use_dictionary=dictionary, column_encoding=encodings,
+                          write_statistics=True, write_page_checksum=True,
+                          write_page_index=True, sorting_columns=sorting,
+                          store_schema=False) as writer:
+        writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
+        writer.add_key_value_metadata(metadata)
     stamp_footer_crc(path)
     fsync_file(path)
+
+
+def _compact_summary(text: str) -> str:
+    """The summary's JSON without spaces: one object per key, it is most of a footer."""
+    return json.dumps(json.loads(text), separators=(",", ":"), allow_nan=True)
 
 
 def footer_placeholder() -> dict[str, str]:
@@ -136,9 +164,7 @@ def open_part(path: Path) -> Any:
 def summary_rows(parquet: Any, path: Path) -> list[dict[str, Any]]:
     """The metric summary a part carries (one object per key), from a part opened with
     `open_part`; `FormatError` naming the file if it is not a list of objects."""
-    import json
-
-    raw = (parquet.metadata.metadata or {}).get(b"tracklake.summary")
+    raw = (parquet.metadata.metadata or {}).get(SUMMARY_KEY.encode())
     try:
         rows = json.loads(raw) if raw else []
     except ValueError as exc:

@@ -10,8 +10,9 @@ import pyarrow as pa
 
 from tracklake._errors import FormatError, NewerFormatError
 
-#: Major.minor of the on-disk format. Readers refuse a newer major version.
-FORMAT_VERSION = "1.0"
+#: Major.minor of the on-disk format. Readers refuse a newer major version; a newer minor
+#: version only adds what older readers may ignore (docs/format.md, "Versioning").
+FORMAT_VERSION = "1.1"
 FORMAT_MAJOR = 1
 
 _TIME = pa.timestamp("us", tz="UTC")
@@ -54,8 +55,16 @@ SCHEMAS: dict[str, pa.Schema] = {
 }
 KINDS: tuple[str, ...] = tuple(SCHEMAS)
 
+#: The order of the rows in a compacted part, per kind (ascending, nulls last), declared in
+#: each part's Parquet `sorting_columns`: metrics by key then step then seq, so that one
+#: key's values are contiguous and in logging order; every other kind by seq.
+PART_ORDER: dict[str, tuple[str, ...]] = {
+    kind: ("key", "step", "seq") if kind == "metrics" else ("seq",) for kind in KINDS}
+
 #: Columns that the directory layout contributes (Hive partitions), in path order.
 PARTITIONS: tuple[str, ...] = ("project", "run", "rank", "attempt")
+#: Their types. Give this schema to Hive discovery (docs/format.md shows it for DuckDB,
+#: Polars and pyarrow): guessed, run ``0042`` would become 42 and ``2025-01-01`` a date.
 PARTITION_SCHEMA = pa.schema(
     [("project", pa.string()), ("run", pa.string()), ("rank", pa.int32()),
      ("attempt", pa.int32())]

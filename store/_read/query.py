@@ -69,6 +69,18 @@ GROUP BY a.project, a.run
 """
 
 
+#: A run's config is, per rank, its latest attempt's (docs/format.md): the attempt's last
+#: value of each key by seq.
+_RUN_CONFIGS_VIEW = """
+CREATE VIEW run_configs AS
+WITH latest AS (SELECT project, run, rank, max(attempt) AS attempt FROM configs_all
+                GROUP BY ALL)
+SELECT c.project, c.run, c.rank, c.attempt, c.key, arg_max(c.value, c.seq) AS value
+FROM configs_all c JOIN latest l USING (project, run, rank, attempt)
+GROUP BY ALL
+"""
+
+
 class _Cutoffs:
     """Per (project, run, rank, attempt): the first step a later attempt logged again."""
 
@@ -98,8 +110,8 @@ def connect(root: str | os.PathLike[str] | None = None, *,
             problems: ReadProblems | None = None) -> duckdb.DuckDBPyConnection:
     """A read-only DuckDB connection with tracklake's views over the store at `root`.
 
-    Views: runs, run_attempts, metrics, configs, texts, generations, traces, artifacts,
-    events, metric_summaries; `<kind>_all` include the steps superseded by a later
+    Views: runs, run_attempts, metrics, configs, run_configs, texts, generations, traces,
+    artifacts, events, metric_summaries; `<kind>_all` include the steps superseded by a later
     attempt. Run statements through `tracklake.query()` to keep them read-only. Files
     found damaged are left out and noted in `problems` (a `RuntimeWarning` without it).
     """
@@ -166,6 +178,7 @@ def _connect(root_path: Path, threads: int | None, problems: ReadProblems,
     for kind in KINDS:
         con.execute(f"CREATE VIEW {kind} AS SELECT * FROM {kind}_all"
                     + (where if kind in _STEP_KINDS else ""))
+    con.execute(_RUN_CONFIGS_VIEW)
     summary_cols = "key, count(*) AS count, min(value) AS min, max(value) AS max, " \
                    "min(step) AS first_step, max(step) AS last_step, " \
                    "arg_max(value, (step, seq)) AS last_value"

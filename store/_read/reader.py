@@ -1,10 +1,10 @@
 """Reading the store: runs, streams, and record batches strictly after a cursor.
 
 A stream directory holds compacted parts (``part-FIRST-LAST.parquet``) and live segments
-(``seg-NUMBER-FIRSTSEQ.arrows``). Compaction consumes segments in number order and names
-each part after the last segment number it consumed; a segment numbered at or below that
-is skipped, so a reader that lists the directory while compaction runs sees every record
-once (records are also de-duplicated by seq).
+(``_seg-NUMBER-FIRSTSEQ.arrows``; ``seg-…`` in format 1.0). Compaction consumes segments
+in number order and names each part after the last segment number it consumed; a segment
+numbered at or below that is skipped, so a reader that lists the directory while
+compaction runs sees every record once (records are also de-duplicated by seq).
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ def write(root: Path) -> None:
         for step in range(10):
             run.log({"k0": expected_value(step, 0, 1)}, step=step)
             run.flush()
-    segment = next((root / "metrics").glob("project=golden/run=torn/rank=0/attempt=1/seg-*"))
+    segment = next((root / "metrics").glob("project=golden/run=torn/rank=0/attempt=1/*seg-*"))
     data = segment.read_bytes()
     segment.write_bytes(data[: len(data) - 8 - 20])
 
