@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import zlib
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -64,21 +65,34 @@ def write_part_file(path: Path, table: pa.Table, kind: str) -> None:
     """Write a part's records (`table`, with its schema metadata) to `path` as every part
     is written: zstd, delta-encoded seq/time/step, byte-stream-split values, dictionary
     strings, statistics, page checksums and the footer's CRC-32; fsynced, not renamed."""
+    write_part_stream(path, table.schema, [table], kind)
+
+
+def write_part_stream(path: Path, schema: pa.Schema, chunks: Iterable[pa.Table], kind: str,
+                      trailing: Callable[[], dict[str, str]] | None = None) -> None:
+    """`write_part_file` for records that come in chunks (already in the part's order),
+    each written as row groups as it comes, so memory holds one chunk, not the part.
+    `trailing()`, called after the last chunk, gives metadata known only then (the
+    metric summary); it is stored in the footer's key-value metadata."""
     import pyarrow.parquet as pq
 
-    table = table.replace_schema_metadata({**(table.schema.metadata or {}),
-                                           **{k.encode(): v.encode()
-                                              for k, v in footer_placeholder().items()}})
+    schema = schema.with_metadata({**(schema.metadata or {}),
+                                   **{k.encode(): v.encode()
+                                      for k, v in footer_placeholder().items()}})
     encodings = {"seq": "DELTA_BINARY_PACKED", "time": "DELTA_BINARY_PACKED"}
-    if "step" in table.column_names:
+    if "step" in schema.names:
         encodings["step"] = "DELTA_BINARY_PACKED"
     if kind == "metrics":
         encodings["value"] = "BYTE_STREAM_SPLIT"
-    dictionary = [c for c in table.column_names if c not in encodings and c != "end_time"]
-    pq.write_table(table, path, compression="zstd", compression_level=3,
-                   use_dictionary=dictionary, column_encoding=encodings,
-                   row_group_size=ROW_GROUP_ROWS, write_statistics=True,
-                   write_page_checksum=True)
+    dictionary = [c for c in schema.names if c not in encodings and c != "end_time"]
+    with pq.ParquetWriter(path, schema, compression="zstd", compression_level=3,
+                          use_dictionary=dictionary, column_encoding=encodings,
+                          write_statistics=True, write_page_checksum=True) as writer:
+        for chunk in chunks:
+            writer.write_table(chunk.replace_schema_metadata(schema.metadata),
+                               row_group_size=ROW_GROUP_ROWS)
+        if trailing is not None:
+            writer.add_key_value_metadata(trailing())
     stamp_footer_crc(path)
     fsync_file(path)
 

@@ -39,13 +39,19 @@ from tracklake._format.naming import resolve_root
 from tracklake._format.part import write_part_file
 from tracklake._format.segment import SegmentContents, read_segment
 from tracklake._ops.claims import hold_claim
-from tracklake._read.reader import Segment, after_seq, list_stream, list_streams
+from tracklake._ops.sorted_part import part_batches, write_sorted_part
+from tracklake._read.reader import Part, Segment, after_seq, list_stream, list_streams
 
 #: A writer whose heartbeat is older than this is taken to be dead (its last segment
 #: becomes compactable). Writers heartbeat every 30 s while they live.
 STALE_AFTER_SECONDS = 3600.0
-#: Segment bytes gathered into one part at most.
-MAX_PART_SOURCE_BYTES = 256 << 20
+#: Segment bytes gathered into one part at most (memory does not depend on it: parts are
+#: written in chunks, see sorted_part.py).
+MAX_PART_SOURCE_BYTES = 1 << 30
+#: Parts smaller than this are merged again with the records compacted after them (or,
+#: when there are none, with each other): a finished stream ends with parts of at least
+#: this size, and at most one smaller one.
+SMALL_PART_BYTES = 32 << 20
 
 SUMMARY_SQL = """
 SELECT key, count(*) AS count, min(value) AS min, max(value) AS max,
@@ -62,6 +68,7 @@ class CompactionReport:
 
     parts_written: list[Path] = field(default_factory=list)
     segments_removed: list[Path] = field(default_factory=list)
+    parts_merged: list[Path] = field(default_factory=list)  # merged into a new part, removed
     records: int = 0
     bytes_before: int = 0
     bytes_after: int = 0
@@ -176,19 +183,61 @@ def _compact_stream(root: Path, s: StreamId, now: float, dry_run: bool,
 def _compact_claimed(root: Path, s: StreamId, now: float, dry_run: bool,
                      report: CompactionReport, claim: Path | None = None) -> None:
     files = list_stream(root, s)
-    _remove_consumed(files.consumed, dry_run, report)
-    last = max((p.last_seq for p in files.parts), default=-1)
+    _remove_consumed(files.consumed, files.merged, dry_run, report)
     todo = _compactable(root, s, files.segments, now, report)
-    while todo:
+    tail = small_tail(files.parts)
+    last = max((p.last_seq for p in files.parts), default=-1)
+    while todo or len(tail) > 1:
         group: list[Segment] = []
         size = 0
         while todo and (not group or size + todo[0].path.stat().st_size
                         <= MAX_PART_SOURCE_BYTES):
-            seg = todo.pop(0)
-            group.append(seg)
-            size += seg.path.stat().st_size
-        batches = []
-        for seg in group:
+            group.append(todo.pop(0))
+            size += group[-1].path.stat().st_size
+        merging, tail = tail, []
+        sources = _Sources(s, merging, group, last, report)
+        try:
+            part = _write(root, s, sources, dry_run, claim)
+        except FormatError as exc:
+            if not merging:
+                raise
+            # a merged part does not verify: keep it for `fsck`, compact the segments alone
+            report.skipped.append((merging[0].path.parent, f"not merged: {exc}"))
+            part = _write(root, s, sources.without_parts(), dry_run, claim)
+            merging = []
+        last = max(last, sources.last)
+        _account(sources, part, dry_run, report)
+        if sources.stopped:
+            return  # a damaged segment: compact nothing past it
+        if not dry_run:
+            _remove_sources(stream_dir(root, s), sources, part)
+
+
+class _Sources:
+    """The records one part is made of: small parts merged again, then segments."""
+
+    def __init__(self, s: StreamId, parts: list[Part], segments: list[Segment], last: int,
+                 report: CompactionReport) -> None:
+        self.stream = s
+        self.parts = parts
+        self.segments = segments
+        self.last = last  # records at or below this seq are held by parts already
+        self.used: list[Segment] = []  # segments read whole, in order
+        self.stopped = False  # a damaged segment ended the group
+        self.records = 0  # records taken from segments
+        self._report = report
+
+    def without_parts(self) -> _Sources:
+        return _Sources(self.stream, [], self.segments, self.last, self._report)
+
+    def last_segment(self) -> int:
+        return max([p.last_segment for p in self.parts] + [g.number for g in self.used],
+                   default=-1)
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        for part in self.parts:
+            yield from part_batches(part.path)
+        for seg in self.segments:
             try:
                 contents = read_segment(seg.path)
             except NewerFormatError:
@@ -198,50 +247,83 @@ def _compact_claimed(root: Path, s: StreamId, now: float, dry_run: bool,
                     f"{seg.path}: "))
             if contents.damaged:
                 # keep damaged data where it is for `fsck`; compact nothing past it
-                report.skipped.append((seg.path, contents.damaged))
-                group = group[: group.index(seg)]
-                todo.clear()
-                break
+                self._report.skipped.append((seg.path, contents.damaged))
+                self.stopped = True
+                return
             if contents.torn_bytes:
-                report.torn.append((seg.path, contents.torn_bytes))
+                self._report.torn.append((seg.path, contents.torn_bytes))
             for batch in contents.batches:
-                newer = after_seq(batch, last)
+                newer = after_seq(batch, self.last)
                 if newer is not None:
-                    batches.append(newer)
-                    last = newer.column(0)[-1].as_py()
-        if not group:
-            return
-        report.bytes_before += sum(seg.path.stat().st_size for seg in group)
-        report.records += sum(b.num_rows for b in batches)
-        if dry_run:
-            report.segments_removed.extend(seg.path for seg in group)
-            continue
-        if claim is not None:
-            os.utime(claim)  # still working: the claim's age stays small
-        directory = group[0].path.parent
-        if batches:
-            table = pa.Table.from_batches(batches, schema=SCHEMAS[s.kind])
-            part = write_part(directory, s, table, group[-1].number)
-            report.parts_written.append(part)
-            report.bytes_after += part.stat().st_size
-        for seg in group:
+                    self.records += newer.num_rows
+                    self.last = newer.column(0)[-1].as_py()
+                    yield newer
+            self.used.append(seg)
+
+
+def _write(root: Path, s: StreamId, sources: _Sources, dry_run: bool,
+           claim: Path | None) -> Path | None:
+    """The part made of `sources` (None if they hold no record, or in a dry run)."""
+    if dry_run:
+        for _ in sources.batches():
+            pass
+        return None
+    touch = (lambda: os.utime(claim)) if claim is not None else (lambda: None)
+    touch()  # still working: the claim's age stays small
+    return write_sorted_part(stream_dir(root, s), s, sources.batches(),
+                             sources.last_segment, touch)
+
+
+def _account(sources: _Sources, part: Path | None, dry_run: bool,
+             report: CompactionReport) -> None:
+    report.records += sources.records
+    report.bytes_before += sum(g.path.stat().st_size for g in sources.used)
+    report.bytes_before += sum(p.path.stat().st_size for p in sources.parts)
+    report.segments_removed.extend(g.path for g in sources.used)
+    report.parts_merged.extend(p.path for p in sources.parts if p.path != part)
+    if part is not None:
+        report.parts_written.append(part)
+        report.bytes_after += part.stat().st_size
+
+
+def _remove_sources(directory: Path, sources: _Sources, part: Path | None) -> None:
+    """Delete what the new part holds (it is renamed into place and its directory fsynced
+    already): the parts merged into it, then the segments."""
+    for old in [p.path for p in sources.parts] + [g.path for g in sources.used]:
+        if old != part:
             with contextlib.suppress(FileNotFoundError):
-                seg.path.unlink()
-            report.segments_removed.append(seg.path)
+                old.unlink()
+    if sources.parts or sources.used:
         fsync_dir(directory)
 
 
-def _remove_consumed(consumed: list[Segment], dry_run: bool,
+def _remove_consumed(consumed: list[Segment], merged: list[Part], dry_run: bool,
                      report: CompactionReport) -> None:
-    """Delete segments a part already holds (left by a compactor killed between writing
-    the part and deleting them); readers skip them anyway."""
+    """Delete segments and parts that a part already holds (left by a compactor killed
+    between writing the part and deleting them); readers skip them anyway."""
     for seg in consumed:
         if not dry_run:
             with contextlib.suppress(FileNotFoundError):
                 seg.path.unlink()
         report.segments_removed.append(seg.path)
-    if consumed and not dry_run:
-        fsync_dir(consumed[0].path.parent)
+    for part in merged:
+        if not dry_run:
+            with contextlib.suppress(FileNotFoundError):
+                part.path.unlink()
+        report.parts_merged.append(part.path)
+    if (consumed or merged) and not dry_run:
+        fsync_dir((consumed[0].path if consumed else merged[0].path).parent)
+
+
+def small_tail(parts: list[Part]) -> list[Part]:
+    """The stream's last parts (in seq order) that are each under SMALL_PART_BYTES: merged
+    with the next records compacted, or with each other, so few files remain."""
+    tail: list[Part] = []
+    for part in reversed(parts):
+        if part.path.stat().st_size >= SMALL_PART_BYTES:
+            break
+        tail.insert(0, part)
+    return tail
 
 
 def compact(*, root: str | os.PathLike[str] | None = None, project: str | None = None,
