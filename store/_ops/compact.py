@@ -69,6 +69,7 @@ class CompactionReport:
     parts_written: list[Path] = field(default_factory=list)
     segments_removed: list[Path] = field(default_factory=list)
     parts_merged: list[Path] = field(default_factory=list)  # merged into a new part, removed
+    busy: list[Path] = field(default_factory=list)  # streams another compactor was working on
     records: int = 0
     bytes_before: int = 0
     bytes_after: int = 0
@@ -165,6 +166,7 @@ def _claim(directory: Path, report: CompactionReport) -> Iterator[Path | None]:
     compactor holds it."""
     with hold_claim(directory) as claim:
         if claim is None:
+            report.busy.append(directory)
             report.skipped.append((directory, "another compaction is working on it (its "
                                    f"claim {directory / '.compacting'} names a live process)"))
         yield claim
@@ -331,8 +333,15 @@ def compact(*, root: str | os.PathLike[str] | None = None, project: str | None =
             dry_run: bool = False) -> CompactionReport:
     """Compact every sealed segment of the store (or of one project / run) into Parquet."""
     root_path = resolve_root(root)
+    return compact_streams(root_path, list_streams(root_path, project, run, tuple(kinds)),
+                           dry_run=dry_run)
+
+
+def compact_streams(root: Path, streams: Iterable[StreamId], *, dry_run: bool = False
+                    ) -> CompactionReport:
+    """Compact the sealed segments of `streams` (and merge their small parts)."""
     report = CompactionReport()
     now = _dt.datetime.now(_dt.timezone.utc).timestamp()
-    for s in list_streams(root_path, project, run, tuple(kinds)):
-        _compact_stream(root_path, s, now, dry_run, report)
+    for s in streams:
+        _compact_stream(root, s, now, dry_run, report)
     return report
