@@ -205,14 +205,14 @@ def _compact_claimed(root: Path, s: StreamId, now: float, dry_run: bool,
                 raise
             # a merged part does not verify: keep it for `fsck`, compact the segments alone
             report.skipped.append((merging[0].path.parent, f"not merged: {exc}"))
-            part = _write(root, s, sources.without_parts(), dry_run, claim)
-            merging = []
+            sources = sources.without_parts()
+            part = _write(root, s, sources, dry_run, claim)
         last = max(last, sources.last)
         _account(sources, part, dry_run, report)
-        if sources.stopped:
-            return  # a damaged segment: compact nothing past it
         if not dry_run:
             _remove_sources(stream_dir(root, s), sources, part)
+        if sources.stopped:
+            return  # a damaged segment: compact nothing past it
 
 
 class _Sources:

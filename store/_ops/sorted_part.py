@@ -129,12 +129,21 @@ def _sorted_metric_chunks(sources: Iterable[pa.RecordBatch], spill: Path,
     import duckdb
 
     schema = SCHEMAS["metrics"]
+    failed: list[Exception] = []  # what reading the sources raised, inside DuckDB's scan
+
+    def scanned() -> Iterator[pa.RecordBatch]:
+        try:
+            yield from sources
+        except Exception as exc:
+            failed.append(exc)
+            raise
+
     con = duckdb.connect(config={"memory_limit": SORT_MEMORY_LIMIT,
                                  "temp_directory": str(spill),
                                  "preserve_insertion_order": False})
     try:
         con.execute("SET TimeZone = 'UTC'")
-        con.register("src", pa.RecordBatchReader.from_batches(schema, iter(sources)))
+        con.register("src", pa.RecordBatchReader.from_batches(schema, scanned()))
         query = con.sql("SELECT seq, time, step, key, value FROM src ORDER BY key, step, seq")
         with query.to_arrow_reader(batch_size=CHUNK_ROWS) as result:
             for batch in result:
@@ -142,6 +151,10 @@ def _sorted_metric_chunks(sources: Iterable[pa.RecordBatch], spill: Path,
                 summary.add(chunk)
                 tick()
                 yield chunk
+    except duckdb.Error:
+        if failed:
+            raise failed[0] from None  # the source's own error (a damaged part, a full disk)
+        raise
     finally:
         con.close()
 
