@@ -19,7 +19,7 @@ import pytest
 import tracklake
 from tracklake import read
 from tracklake._format import StreamId
-from tracklake._ops import sorted_part
+from tracklake._ops import metric_sort, sorted_part
 from tracklake._ops.compact import metric_summary
 from tracklake._read.reader import list_stream, read_table
 
@@ -81,12 +81,14 @@ def _metric_batch(rows: list[tuple[int, int, str, float]]) -> pa.RecordBatch:
 
 def test_the_streaming_sort_and_summary_equal_sorting_the_whole_table(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Chunks of 7 rows: every key spans several chunks, and its summary is combined."""
-    monkeypatch.setattr(sorted_part, "CHUNK_ROWS", 7)
+    """Runs of 17 rows spilled and merged, chunks of 7: every key spans several runs and
+    chunks, its steps go back once (a merge that must sort), and its summary is combined."""
+    monkeypatch.setattr(metric_sort, "RUN_ROWS", 17)
+    monkeypatch.setattr(metric_sort, "CHUNK_ROWS", 7)
     keys = ["loss", "é/ü", "a b", "nan_then_num", "zz"]
     rows: list[tuple[int, int, str, float]] = []
     for seq in range(40):
-        step = seq // 2  # two calls per step: a key logged twice at one step
+        step = seq // 2 if seq != 30 else 3  # a key logged twice at one step; a step back
         for k in keys:
             v = {"loss": 1.0 / (seq + 1), "é/ü": -float(seq), "a b": math.inf if seq == 5
                  else (-math.inf if seq == 6 else float(seq % 3)),
