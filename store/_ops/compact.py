@@ -37,7 +37,7 @@ from tracklake._format import (
 from tracklake._format.attempt import attempt_numbers, read_attempt
 from tracklake._format.naming import resolve_root
 from tracklake._format.part import write_part_file
-from tracklake._format.segment import SegmentContents, read_segment
+from tracklake._format.segment import SegmentContents, read_segment, scan_segment
 from tracklake._ops.claims import hold_claim
 from tracklake._ops.sorted_part import part_batches, write_sorted_part
 from tracklake._read.reader import Part, Segment, after_seq, list_stream, list_streams
@@ -240,26 +240,26 @@ class _Sources:
         for part in self.parts:
             yield from part_batches(part.path)
         for seg in self.segments:
+            contents = SegmentContents(seg.path)
             try:
-                contents = read_segment(seg.path)
+                for batch in scan_segment(seg.path, contents):
+                    newer = after_seq(batch, self.last)
+                    if newer is not None:
+                        self.records += newer.num_rows
+                        self.last = newer.column(0)[-1].as_py()
+                        yield newer
             except NewerFormatError:
                 raise
             except FormatError as exc:
-                contents = SegmentContents(seg.path, damaged=str(exc).removeprefix(
-                    f"{seg.path}: "))
+                contents.damaged = str(exc).removeprefix(f"{seg.path}: ")
             if contents.damaged:
-                # keep damaged data where it is for `fsck`; compact nothing past it
+                # keep the segment for `fsck` (its good batches before the damage are in
+                # the part too; readers take each seq once); compact nothing past it
                 self._report.skipped.append((seg.path, contents.damaged))
                 self.stopped = True
                 return
             if contents.torn_bytes:
                 self._report.torn.append((seg.path, contents.torn_bytes))
-            for batch in contents.batches:
-                newer = after_seq(batch, self.last)
-                if newer is not None:
-                    self.records += newer.num_rows
-                    self.last = newer.column(0)[-1].as_py()
-                    yield newer
             self.used.append(seg)
 
 
