@@ -37,7 +37,7 @@ import pyarrow.compute as pc
 from tracklake._format import SCHEMAS
 
 #: Records per sorted run (one run is in memory at a time, about 40 bytes per record).
-RUN_ROWS = 1 << 21
+RUN_ROWS = 1 << 20
 #: Records handed to the Parquet writer at a time.
 CHUNK_ROWS = 1 << 20
 _SCHEMA = SCHEMAS["metrics"]
