@@ -93,9 +93,10 @@ def child(mode: str, root: Path) -> dict[str, float]:
     import tracklake
 
     if mode == "tracklake":
-        import tracklake._ops.compact  # noqa: F401  (imports are not compaction's cost)
-        import tracklake._ops.metric_sort  # noqa: F401
-        import pyarrow.parquet  # noqa: F401
+        import pyarrow.parquet
+
+        import tracklake._ops.compact
+        import tracklake._ops.metric_sort
 
         started = time.perf_counter()
         report = tracklake.compact(root=root)

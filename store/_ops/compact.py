@@ -270,8 +270,13 @@ def _write(root: Path, s: StreamId, sources: _Sources, dry_run: bool,
         for _ in sources.batches():
             pass
         return None
-    touch = (lambda: os.utime(claim)) if claim is not None else (lambda: None)
-    touch()  # still working: the claim's age stays small
+
+    def touch() -> None:
+        """Still working: the claim's age stays small."""
+        if claim is not None:
+            os.utime(claim)
+
+    touch()
     return write_sorted_part(stream_dir(root, s), s, sources.batches(),
                              sources.last_segment, touch)
 
