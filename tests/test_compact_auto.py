@@ -184,3 +184,32 @@ def test_sigkill_of_the_automatic_compactor_at_random_points_loses_nothing(
         assert child.returncode == -signal.SIGKILL, (target, child.stderr)
         _assert_recovers(root, expected)
         assert assert_parts(root) == 1  # the next compaction finished the merge too
+
+
+def test_readers_see_every_record_once_while_the_run_compacts_and_merges_itself(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reader between flushes (the run's own segments, parts being written and merged
+    by the detached compactor meanwhile) always sees exactly the records flushed."""
+    from tracklake._format import StreamId
+    from tracklake._read.reader import read_table
+
+    monkeypatch.setenv("TRACKLAKE_COMPACT", "1")
+    stream = StreamId("p", "busy", 0, 1, "metrics")
+    run = tracklake.init(project="p", run_id="busy", root=root, capture_identity=False,
+                         segment_bytes=2048)
+    merged_seen = parts_seen = 0
+    for step in range(600):
+        run.log({"loss": float(step)}, step=step)
+        if step % 10 == 9:
+            assert run.flush()
+            seqs = read_table(root, stream).column("seq").to_pylist()
+            assert seqs == list(range(step + 1))
+            n = tracklake.query("SELECT count(*) AS n FROM metrics", root=root).to_pylist()
+            assert n == [{"n": step + 1}]
+            parts = len(glob.glob(f"{root}/metrics/**/*.parquet", recursive=True))
+            parts_seen = max(parts_seen, parts)
+            merged_seen += parts == 1 and step > 300
+    run.finish()
+    _wait_settled(root)
+    assert parts_seen >= 1 and merged_seen >= 1  # it compacted (and merged) as we read
+    assert read_table(root, stream).column("seq").to_pylist() == list(range(600))

@@ -1,14 +1,17 @@
 """Compaction: sealed segments become zstd Parquet parts, atomically, while writers run.
 
-For each stream, the oldest segments that no writer will append to again are read,
-de-duplicated by seq, sorted (metrics by key, step, seq) and written as one part under a
-temporary name, fsynced and renamed into place; only then are the segments deleted. The
-part's name gives the seq range it covers, so a reader never counts a record twice.
+For each stream, the oldest segments that no writer will append to again are read with
+the stream's small trailing parts (the merge rule, `SMALL_PART_BYTES`), de-duplicated by
+seq, sorted (metrics by key, step, seq) in bounded memory and written as one part under
+a temporary name, fsynced and renamed into place; only then are the merged parts and the
+segments deleted. The part's name gives the seq range it covers, so a reader never counts
+a record twice (a part within another's range is skipped).
 
 One compactor works on a stream at a time: it holds the stream's `.compacting` claim, which
 names its host, boot, pid and start time, so a claim left by a killed compactor is known
-stale at once on its host. Segments a part already holds (a kill between the rename and
-the deletions) are deleted by the next compaction.
+stale at once on its host. Segments and parts a part already holds (a kill between the
+rename and the deletions) are deleted by the next compaction. Runs start compaction by
+themselves (`_ops/auto.py`); `compact()` is the same for a whole store, by hand.
 """
 
 from __future__ import annotations
@@ -37,10 +40,11 @@ from tracklake._format import (
 from tracklake._format.attempt import attempt_numbers, read_attempt
 from tracklake._format.naming import resolve_root
 from tracklake._format.part import write_part_file
-from tracklake._format.segment import SegmentContents, read_segment, scan_segment
+from tracklake._format.segment import read_segment
 from tracklake._ops.claims import hold_claim
-from tracklake._ops.sorted_part import part_batches, write_sorted_part
-from tracklake._read.reader import Part, Segment, after_seq, list_stream, list_streams
+from tracklake._ops.part_sources import PartSources
+from tracklake._ops.sorted_part import write_sorted_part
+from tracklake._read.reader import Part, Segment, list_stream, list_streams
 
 #: A writer whose heartbeat is older than this is taken to be dead (its last segment
 #: becomes compactable). Writers heartbeat every 30 s while they live.
@@ -197,7 +201,7 @@ def _compact_claimed(root: Path, s: StreamId, now: float, dry_run: bool,
             group.append(todo.pop(0))
             size += group[-1].path.stat().st_size
         merging, tail = tail, []
-        sources = _Sources(s, merging, group, last, report)
+        sources = PartSources(s, merging, group, last, report)
         try:
             part = _write(root, s, sources, dry_run, claim)
         except FormatError as exc:
@@ -215,55 +219,7 @@ def _compact_claimed(root: Path, s: StreamId, now: float, dry_run: bool,
             return  # a damaged segment: compact nothing past it
 
 
-class _Sources:
-    """The records one part is made of: small parts merged again, then segments."""
-
-    def __init__(self, s: StreamId, parts: list[Part], segments: list[Segment], last: int,
-                 report: CompactionReport) -> None:
-        self.stream = s
-        self.parts = parts
-        self.segments = segments
-        self.last = last  # records at or below this seq are held by parts already
-        self.used: list[Segment] = []  # segments read whole, in order
-        self.stopped = False  # a damaged segment ended the group
-        self.records = 0  # records taken from segments
-        self._report = report
-
-    def without_parts(self) -> _Sources:
-        return _Sources(self.stream, [], self.segments, self.last, self._report)
-
-    def last_segment(self) -> int:
-        return max([p.last_segment for p in self.parts] + [g.number for g in self.used],
-                   default=-1)
-
-    def batches(self) -> Iterator[pa.RecordBatch]:
-        for part in self.parts:
-            yield from part_batches(part.path)
-        for seg in self.segments:
-            contents = SegmentContents(seg.path)
-            try:
-                for batch in scan_segment(seg.path, contents):
-                    newer = after_seq(batch, self.last)
-                    if newer is not None:
-                        self.records += newer.num_rows
-                        self.last = newer.column(0)[-1].as_py()
-                        yield newer
-            except NewerFormatError:
-                raise
-            except FormatError as exc:
-                contents.damaged = str(exc).removeprefix(f"{seg.path}: ")
-            if contents.damaged:
-                # keep the segment for `fsck` (its good batches before the damage are in
-                # the part too; readers take each seq once); compact nothing past it
-                self._report.skipped.append((seg.path, contents.damaged))
-                self.stopped = True
-                return
-            if contents.torn_bytes:
-                self._report.torn.append((seg.path, contents.torn_bytes))
-            self.used.append(seg)
-
-
-def _write(root: Path, s: StreamId, sources: _Sources, dry_run: bool,
+def _write(root: Path, s: StreamId, sources: PartSources, dry_run: bool,
            claim: Path | None) -> Path | None:
     """The part made of `sources` (None if they hold no record, or in a dry run)."""
     if dry_run:
@@ -281,7 +237,7 @@ def _write(root: Path, s: StreamId, sources: _Sources, dry_run: bool,
                              sources.last_segment, touch)
 
 
-def _account(sources: _Sources, part: Path | None, dry_run: bool,
+def _account(sources: PartSources, part: Path | None, dry_run: bool,
              report: CompactionReport) -> None:
     report.records += sources.records
     report.bytes_before += sum(g.path.stat().st_size for g in sources.used)
@@ -293,7 +249,7 @@ def _account(sources: _Sources, part: Path | None, dry_run: bool,
         report.bytes_after += part.stat().st_size
 
 
-def _remove_sources(directory: Path, sources: _Sources, part: Path | None) -> None:
+def _remove_sources(directory: Path, sources: PartSources, part: Path | None) -> None:
     """Delete what the new part holds (it is renamed into place and its directory fsynced
     already): the parts merged into it, then the segments."""
     for old in [p.path for p in sources.parts] + [g.path for g in sources.used]:
