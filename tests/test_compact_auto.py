@@ -213,3 +213,19 @@ def test_readers_see_every_record_once_while_the_run_compacts_and_merges_itself(
     _wait_settled(root)
     assert parts_seen >= 1 and merged_seen >= 1  # it compacted (and merged) as we read
     assert read_table(root, stream).column("seq").to_pylist() == list(range(600))
+
+
+def test_a_rank_that_compacts_itself_still_imports_nothing_of_the_operations(
+        tmp_path: Path) -> None:
+    """The compactor is a separate process named by module: the training process loads
+    neither `tracklake._ops` nor DuckDB for it."""
+    import json
+
+    from test_import_boundary import FORBIDDEN, TRAINING
+
+    env = {**os.environ, "TRACKLAKE_COMPACT": "1"}
+    out = subprocess.run([sys.executable, "-c", TRAINING, str(tmp_path), ",".join(FORBIDDEN)],
+                         capture_output=True, text=True, check=True, env=env).stdout
+    assert json.loads(out) == []
+    _wait_settled(tmp_path)
+    assert glob.glob(f"{tmp_path}/metrics/**/*.parquet", recursive=True)
