@@ -20,6 +20,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     _optional.REQUIRED = bool(config.getoption("--require-extras"))
+    # also for module-scoped fixtures, which run before `clean_environment`
+    os.environ["TRACKLAKE_COMPACT"] = "0"
 
 
 @pytest.fixture(autouse=True)
