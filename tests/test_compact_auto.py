@@ -229,3 +229,22 @@ def test_a_rank_that_compacts_itself_still_imports_nothing_of_the_operations(
     assert json.loads(out) == []
     _wait_settled(tmp_path)
     assert glob.glob(f"{tmp_path}/metrics/**/*.parquet", recursive=True)
+
+
+def test_many_runs_in_one_process_leave_no_zombie_compactors(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sweep of runs in one process reaps the compactors of earlier runs as it goes."""
+    monkeypatch.setenv("TRACKLAKE_COMPACT", "1")
+    for i in range(6):
+        _log_run(root, f"sweep{i}", 20)
+        _wait_settled(root)
+    earlier = set(compactor_module._started)
+    assert earlier  # started, ended, not reaped yet (nothing waits for them)
+    for pid in earlier:  # ended: their claims are gone; wait for the exit itself
+        deadline = time.monotonic() + SETTLE_SECONDS
+        while Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z":
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+    _log_run(root, "last", 20)  # its first spawn reaps the ones before
+    assert earlier.isdisjoint(compactor_module._started)
+    _wait_settled(root)

@@ -24,6 +24,20 @@ from tracklake._write import failures as _messages
 #: The module run as the compacting process.
 AUTO_MODULE = "tracklake._ops.auto"
 _OFF = frozenset({"0", "false", "no", "off"})
+#: Compactors started by this process and not reaped yet: a process running many runs
+#: one after another (a sweep) must not collect a zombie per run.
+_started: set[int] = set()
+
+
+def _reap(pid: int) -> bool:
+    """True if compactor `pid` has ended (reaped now, or by the application before)."""
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        done = pid  # reaped by someone else (a SIGCHLD handler of the application)
+    if done == pid:
+        _started.discard(pid)
+    return done == pid
 
 
 def compaction_wanted(explicit: bool | None) -> bool:
@@ -58,19 +72,18 @@ class Compactor:
 
     def _reaped(self, pid: int) -> bool:
         """True if the process is gone (reaping it)."""
-        try:
-            done, _ = os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            return True  # reaped by someone else (a SIGCHLD handler of the application)
-        return done == pid
+        return _reap(pid)
 
     def _spawn(self) -> None:
         if not sys.executable:
             return  # an embedded interpreter: no Python to start
+        for pid in list(_started):  # compactors of earlier runs of this process
+            _reap(pid)
         devnull = [(os.POSIX_SPAWN_OPEN, fd, os.devnull, os.O_RDWR, 0) for fd in (0, 1)]
         try:
             self._pid = os.posix_spawn(sys.executable, self._argv, os.environ,
                                        file_actions=devnull, setsid=True)
+            _started.add(self._pid)
         except OSError as exc:
             self._pid = None
             if not self._warned:  # the data is safe in segments; `tracklake compact` later
