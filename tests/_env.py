@@ -19,5 +19,7 @@ def stripped(name: str) -> bool:
 
 
 def child_env(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
-    """The environment for a child process, without the stripped variables."""
-    return {k: v for k, v in environ.items() if not stripped(k)}
+    """The environment for a child process, without the stripped variables (but with
+    the tests' choice of automatic compaction, TRACKLAKE_COMPACT)."""
+    return {k: v for k, v in environ.items()
+            if not stripped(k) or k == "TRACKLAKE_COMPACT"}

@@ -20,14 +20,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     _optional.REQUIRED = bool(config.getoption("--require-extras"))
+    # also for module-scoped fixtures, which run before `clean_environment`
+    os.environ["TRACKLAKE_COMPACT"] = "0"
 
 
 @pytest.fixture(autouse=True)
 def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No test sees the developer's TRACKLAKE_/WANDB_/MLFLOW_ settings or launcher ids."""
+    """No test sees the developer's TRACKLAKE_/WANDB_/MLFLOW_ settings or launcher ids.
+
+    Runs do not compact themselves unless a test asks: a detached compactor would change
+    the files under tests that look at segments (tests/test_compact_auto.py asks)."""
     for name in list(os.environ):
         if stripped(name):
             monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TRACKLAKE_COMPACT", "0")
 
 
 @pytest.fixture

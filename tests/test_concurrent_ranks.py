@@ -502,10 +502,10 @@ def test_overlapping_compactions_neither_crash_nor_duplicate(root: Path,
         run.log({"x": float(step)}, step=step)
         step += 1
         assert run.flush()
-    real_write_part = compact_mod.write_part
+    real_write_part = compact_mod.write_sorted_part
     nested = {"done": False}
 
-    def write_part_after_another_compaction(*args: Any, **kwargs: Any) -> Path:
+    def write_part_after_another_compaction(*args: Any, **kwargs: Any) -> Path | None:
         if not nested["done"]:
             nested["done"] = True
             nonlocal step
@@ -515,7 +515,7 @@ def test_overlapping_compactions_neither_crash_nor_duplicate(root: Path,
             compact_mod.compact(root=root)  # the other compactor, start to finish
         return real_write_part(*args, **kwargs)
 
-    monkeypatch.setattr(compact_mod, "write_part", write_part_after_another_compaction)
+    monkeypatch.setattr(compact_mod, "write_sorted_part", write_part_after_another_compaction)
     problem: BaseException | None = None
     try:
         compact_mod.compact(root=root)

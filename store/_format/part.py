@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import zlib
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -80,27 +81,40 @@ def write_part_file(path: Path, table: pa.Table, kind: str) -> None:
     time. The Parquet types alone read back as `SCHEMAS` (UTC microsecond timestamps,
     int32, lists), and pyarrow exposes the key-value metadata as the schema's metadata.
     """
+    write_part_stream(path, table.schema, [table], kind)
+
+
+def write_part_stream(path: Path, schema: pa.Schema, chunks: Iterable[pa.Table], kind: str,
+                      trailing: Callable[[], dict[str, str]] | None = None) -> None:
+    """`write_part_file` for records that come in chunks (already in the part's order),
+    each written as row groups as it comes, so memory holds one chunk, not the part.
+    `trailing()`, called after the last chunk, gives metadata known only then (the
+    metric summary); it is stored in the footer's key-value metadata with the schema's."""
     import pyarrow.parquet as pq
 
-    metadata = {**{k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()},
+    metadata = {**{k.decode(): v.decode() for k, v in (schema.metadata or {}).items()},
                 **footer_placeholder()}
-    if SUMMARY_KEY in metadata:
-        metadata[SUMMARY_KEY] = _compact_summary(metadata[SUMMARY_KEY])
-    table = table.replace_schema_metadata(None)
+    schema = schema.remove_metadata()
     encodings = {"seq": "DELTA_BINARY_PACKED", "time": "DELTA_BINARY_PACKED"}
-    if "step" in table.column_names:
+    if "step" in schema.names:
         encodings["step"] = "DELTA_BINARY_PACKED"
     if kind == "metrics":
         encodings["value"] = "BYTE_STREAM_SPLIT"
-    dictionary = [c for c in table.column_names if c not in encodings and c != "end_time"]
+    dictionary = [c for c in schema.names if c not in encodings and c != "end_time"]
     sorting = pq.SortingColumn.from_ordering(
-        table.schema, [(c, "ascending") for c in PART_ORDER[kind]], null_placement="at_end")
-    with pq.ParquetWriter(path, table.schema, compression="zstd", compression_level=3,
+        schema, [(c, "ascending") for c in PART_ORDER[kind]], null_placement="at_end")
+    with pq.ParquetWriter(path, schema, compression="zstd", compression_level=3,
                           use_dictionary=dictionary, column_encoding=encodings,
                           write_statistics=True, write_page_checksum=True,
                           write_page_index=True, sorting_columns=sorting,
                           store_schema=False) as writer:
-        writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
+        for chunk in chunks:
+            writer.write_table(chunk.replace_schema_metadata(None),
+                               row_group_size=ROW_GROUP_ROWS)
+        if trailing is not None:
+            metadata.update(trailing())
+        if SUMMARY_KEY in metadata:
+            metadata[SUMMARY_KEY] = _compact_summary(metadata[SUMMARY_KEY])
         writer.add_key_value_metadata(metadata)
     stamp_footer_crc(path)
     fsync_file(path)

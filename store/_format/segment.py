@@ -13,6 +13,7 @@ import contextlib
 import os
 import time
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -194,12 +195,20 @@ def read_segment(path: Path) -> SegmentContents:
     Never raises for a torn or damaged tail: it reports it. Raises `FormatError` only for
     a file that is not a tracklake segment at all, or `NewerFormatError`.
     """
-    data = path.read_bytes()
     out = SegmentContents(path)
+    out.batches.extend(scan_segment(path, out))
+    return out
+
+
+def scan_segment(path: Path, out: SegmentContents) -> Iterator[pa.RecordBatch]:
+    """`read_segment` a batch at a time, so that a consumer holds one decoded batch, not
+    the segment's: `out` gets the header's metadata, and once the batches are exhausted,
+    how the segment ends (sealed, torn, damaged)."""
+    data = path.read_bytes()
     src = pa.BufferReader(data)
     if _header_incomplete(data):
         out.torn_bytes = len(data)  # the header is being written, or was torn at creation
-        return out
+        return
     try:
         reader = pa.ipc.open_stream(src)
         meta = _metadata(reader.schema.metadata)
@@ -217,17 +226,17 @@ def read_segment(path: Path) -> SegmentContents:
             out.sealed = data[pos:] == EOS
             if not out.sealed:
                 out.torn_bytes = len(data) - pos
-            return out
+            return
         except _DECODE_ERRORS as exc:
             out.torn_bytes = len(data) - pos
             if src.tell() < len(data):
                 # a message that is complete but does not decode: damage, not a torn tail
                 out.damaged = f"undecodable batch at byte {pos}: {exc}"
             # else an incomplete message: a batch being written right now, or a torn tail
-            return out
+            return
         expected = _metadata(md).get("crc32", "")
         if not _message_crc_matches(memoryview(data)[pos : src.tell()], expected):
             out.torn_bytes = len(data) - pos
             out.damaged = f"checksum mismatch in batch at byte {pos}"
-            return out
-        out.batches.append(batch)
+            return
+        yield batch

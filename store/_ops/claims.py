@@ -11,6 +11,7 @@ import json
 import os
 import platform
 import re
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -151,17 +152,23 @@ def _break_stale_claim(claim: Path) -> None:
     aside.unlink()
 
 
-#: Temporaries of a claim, and of a part (`.part-...-NNNNNN.parquet.PID.tmp`).
+#: Temporaries of a claim, of a compactor's sorted runs (a directory), and of a part
+#: (`.part-...-NNNNNN.parquet.PID.tmp`).
 _CLAIM_TMP = re.compile(r"^\.compacting(?:-stale)?\.(.+)\.(\d+)\.tmp$")
+_SORT_TMP = re.compile(r"^\.sort\.(.+)\.(\d+)\.tmp$")
 _PART_TMP = re.compile(r"^\.part-.*\.parquet\.(\d+)\.tmp$")
 
 
 def _remove_leftovers(directory: Path) -> None:
     """Delete temporaries left by a process killed on this host (their pid is gone): a
-    claim's, or a part's older than CLAIM_STALE_SECONDS (unpack writes parts without a
-    claim, maybe from another host sharing the file system)."""
+    claim's, a compactor's sorted runs, or a part's older than CLAIM_STALE_SECONDS (unpack
+    writes parts without a claim, maybe from another host sharing the file system)."""
     host = platform.node()
     for name in os.listdir(directory):
+        if (m := _SORT_TMP.match(name)) is not None:
+            if m.group(1) == host and not _process_alive(int(m.group(2))):
+                shutil.rmtree(directory / name, ignore_errors=True)
+            continue
         if (m := _CLAIM_TMP.match(name)) is not None:
             gone = m.group(1) == host and not _process_alive(int(m.group(2)))
         elif (m := _PART_TMP.match(name)) is not None:

@@ -1,14 +1,17 @@
 """Compaction: sealed segments become zstd Parquet parts, atomically, while writers run.
 
-For each stream, the oldest segments that no writer will append to again are read,
-de-duplicated by seq, sorted (metrics by key, step, seq) and written as one part under a
-temporary name, fsynced and renamed into place; only then are the segments deleted. The
-part's name gives the seq range it covers, so a reader never counts a record twice.
+For each stream, the oldest segments that no writer will append to again are read with
+the stream's small trailing parts (the merge rule, `SMALL_PART_BYTES`), de-duplicated by
+seq, sorted (metrics by key, step, seq) in bounded memory and written as one part under
+a temporary name, fsynced and renamed into place; only then are the merged parts and the
+segments deleted. The part's name gives the seq range it covers, so a reader never counts
+a record twice (a part within another's range is skipped).
 
 One compactor works on a stream at a time: it holds the stream's `.compacting` claim, which
 names its host, boot, pid and start time, so a claim left by a killed compactor is known
-stale at once on its host. Segments a part already holds (a kill between the rename and
-the deletions) are deleted by the next compaction.
+stale at once on its host. Segments and parts a part already holds (a kill between the
+rename and the deletions) are deleted by the next compaction. Runs start compaction by
+themselves (`_ops/auto.py`); `compact()` is the same for a whole store, by hand.
 """
 
 from __future__ import annotations
@@ -37,15 +40,22 @@ from tracklake._format import (
 from tracklake._format.attempt import attempt_numbers, read_attempt
 from tracklake._format.naming import resolve_root
 from tracklake._format.part import write_part_file
-from tracklake._format.segment import SegmentContents, read_segment
+from tracklake._format.segment import read_segment
 from tracklake._ops.claims import hold_claim
-from tracklake._read.reader import Segment, after_seq, list_stream, list_streams
+from tracklake._ops.part_sources import PartSources
+from tracklake._ops.sorted_part import write_sorted_part
+from tracklake._read.reader import Part, Segment, list_stream, list_streams
 
 #: A writer whose heartbeat is older than this is taken to be dead (its last segment
 #: becomes compactable). Writers heartbeat every 30 s while they live.
 STALE_AFTER_SECONDS = 3600.0
-#: Segment bytes gathered into one part at most.
-MAX_PART_SOURCE_BYTES = 256 << 20
+#: Segment bytes gathered into one part at most (memory does not depend on it: parts are
+#: written in chunks, see sorted_part.py).
+MAX_PART_SOURCE_BYTES = 1 << 30
+#: Parts smaller than this are merged again with the records compacted after them (or,
+#: when there are none, with each other): a finished stream ends with parts of at least
+#: this size, and at most one smaller one.
+SMALL_PART_BYTES = 32 << 20
 
 SUMMARY_SQL = """
 SELECT key, count(*) AS count, min(value) AS min, max(value) AS max,
@@ -62,6 +72,8 @@ class CompactionReport:
 
     parts_written: list[Path] = field(default_factory=list)
     segments_removed: list[Path] = field(default_factory=list)
+    parts_merged: list[Path] = field(default_factory=list)  # merged into a new part, removed
+    busy: list[Path] = field(default_factory=list)  # streams another compactor was working on
     records: int = 0
     bytes_before: int = 0
     bytes_after: int = 0
@@ -158,6 +170,7 @@ def _claim(directory: Path, report: CompactionReport) -> Iterator[Path | None]:
     compactor holds it."""
     with hold_claim(directory) as claim:
         if claim is None:
+            report.busy.append(directory)
             report.skipped.append((directory, "another compaction is working on it (its "
                                    f"claim {directory / '.compacting'} names a live process)"))
         yield claim
@@ -176,72 +189,104 @@ def _compact_stream(root: Path, s: StreamId, now: float, dry_run: bool,
 def _compact_claimed(root: Path, s: StreamId, now: float, dry_run: bool,
                      report: CompactionReport, claim: Path | None = None) -> None:
     files = list_stream(root, s)
-    _remove_consumed(files.consumed, dry_run, report)
-    last = max((p.last_seq for p in files.parts), default=-1)
+    _remove_consumed(files.consumed, files.merged, dry_run, report)
     todo = _compactable(root, s, files.segments, now, report)
-    while todo:
+    tail = small_tail(files.parts)
+    last = max((p.last_seq for p in files.parts), default=-1)
+    while todo or len(tail) > 1:
         group: list[Segment] = []
         size = 0
         while todo and (not group or size + todo[0].path.stat().st_size
                         <= MAX_PART_SOURCE_BYTES):
-            seg = todo.pop(0)
-            group.append(seg)
-            size += seg.path.stat().st_size
-        batches = []
-        for seg in group:
-            try:
-                contents = read_segment(seg.path)
-            except NewerFormatError:
+            group.append(todo.pop(0))
+            size += group[-1].path.stat().st_size
+        merging, tail = tail, []
+        sources = PartSources(s, merging, group, last, report)
+        try:
+            part = _write(root, s, sources, dry_run, claim)
+        except FormatError as exc:
+            if not merging:
                 raise
-            except FormatError as exc:
-                contents = SegmentContents(seg.path, damaged=str(exc).removeprefix(
-                    f"{seg.path}: "))
-            if contents.damaged:
-                # keep damaged data where it is for `fsck`; compact nothing past it
-                report.skipped.append((seg.path, contents.damaged))
-                group = group[: group.index(seg)]
-                todo.clear()
-                break
-            if contents.torn_bytes:
-                report.torn.append((seg.path, contents.torn_bytes))
-            for batch in contents.batches:
-                newer = after_seq(batch, last)
-                if newer is not None:
-                    batches.append(newer)
-                    last = newer.column(0)[-1].as_py()
-        if not group:
-            return
-        report.bytes_before += sum(seg.path.stat().st_size for seg in group)
-        report.records += sum(b.num_rows for b in batches)
-        if dry_run:
-            report.segments_removed.extend(seg.path for seg in group)
-            continue
+            # a merged part does not verify: keep it for `fsck`, compact the segments alone
+            report.skipped.append((merging[0].path.parent, f"not merged: {exc}"))
+            sources = sources.without_parts()
+            part = _write(root, s, sources, dry_run, claim)
+        last = max(last, sources.last)
+        _account(sources, part, dry_run, report)
+        if not dry_run:
+            _remove_sources(stream_dir(root, s), sources, part)
+        if sources.stopped:
+            return  # a damaged segment: compact nothing past it
+
+
+def _write(root: Path, s: StreamId, sources: PartSources, dry_run: bool,
+           claim: Path | None) -> Path | None:
+    """The part made of `sources` (None if they hold no record, or in a dry run)."""
+    if dry_run:
+        for _ in sources.batches():
+            pass
+        return None
+
+    def touch() -> None:
+        """Still working: the claim's age stays small."""
         if claim is not None:
-            os.utime(claim)  # still working: the claim's age stays small
-        directory = group[0].path.parent
-        if batches:
-            table = pa.Table.from_batches(batches, schema=SCHEMAS[s.kind])
-            part = write_part(directory, s, table, group[-1].number)
-            report.parts_written.append(part)
-            report.bytes_after += part.stat().st_size
-        for seg in group:
+            os.utime(claim)
+
+    touch()
+    return write_sorted_part(stream_dir(root, s), s, sources.batches(),
+                             sources.last_segment, touch)
+
+
+def _account(sources: PartSources, part: Path | None, dry_run: bool,
+             report: CompactionReport) -> None:
+    report.records += sources.records
+    report.bytes_before += sum(g.path.stat().st_size for g in sources.used)
+    report.bytes_before += sum(p.path.stat().st_size for p in sources.parts)
+    report.segments_removed.extend(g.path for g in sources.used)
+    report.parts_merged.extend(p.path for p in sources.parts if p.path != part)
+    if part is not None:
+        report.parts_written.append(part)
+        report.bytes_after += part.stat().st_size
+
+
+def _remove_sources(directory: Path, sources: PartSources, part: Path | None) -> None:
+    """Delete what the new part holds (it is renamed into place and its directory fsynced
+    already): the parts merged into it, then the segments."""
+    for old in [p.path for p in sources.parts] + [g.path for g in sources.used]:
+        if old != part:
             with contextlib.suppress(FileNotFoundError):
-                seg.path.unlink()
-            report.segments_removed.append(seg.path)
+                old.unlink()
+    if sources.parts or sources.used:
         fsync_dir(directory)
 
 
-def _remove_consumed(consumed: list[Segment], dry_run: bool,
+def _remove_consumed(consumed: list[Segment], merged: list[Part], dry_run: bool,
                      report: CompactionReport) -> None:
-    """Delete segments a part already holds (left by a compactor killed between writing
-    the part and deleting them); readers skip them anyway."""
+    """Delete segments and parts that a part already holds (left by a compactor killed
+    between writing the part and deleting them); readers skip them anyway."""
     for seg in consumed:
         if not dry_run:
             with contextlib.suppress(FileNotFoundError):
                 seg.path.unlink()
         report.segments_removed.append(seg.path)
-    if consumed and not dry_run:
-        fsync_dir(consumed[0].path.parent)
+    for part in merged:
+        if not dry_run:
+            with contextlib.suppress(FileNotFoundError):
+                part.path.unlink()
+        report.parts_merged.append(part.path)
+    if (consumed or merged) and not dry_run:
+        fsync_dir((consumed[0].path if consumed else merged[0].path).parent)
+
+
+def small_tail(parts: list[Part]) -> list[Part]:
+    """The stream's last parts (in seq order) that are each under SMALL_PART_BYTES: merged
+    with the next records compacted, or with each other, so few files remain."""
+    tail: list[Part] = []
+    for part in reversed(parts):
+        if part.path.stat().st_size >= SMALL_PART_BYTES:
+            break
+        tail.insert(0, part)
+    return tail
 
 
 def compact(*, root: str | os.PathLike[str] | None = None, project: str | None = None,
@@ -249,8 +294,15 @@ def compact(*, root: str | os.PathLike[str] | None = None, project: str | None =
             dry_run: bool = False) -> CompactionReport:
     """Compact every sealed segment of the store (or of one project / run) into Parquet."""
     root_path = resolve_root(root)
+    return compact_streams(root_path, list_streams(root_path, project, run, tuple(kinds)),
+                           dry_run=dry_run)
+
+
+def compact_streams(root: Path, streams: Iterable[StreamId], *, dry_run: bool = False
+                    ) -> CompactionReport:
+    """Compact the sealed segments of `streams` (and merge their small parts)."""
     report = CompactionReport()
     now = _dt.datetime.now(_dt.timezone.utc).timestamp()
-    for s in list_streams(root_path, project, run, tuple(kinds)):
-        _compact_stream(root_path, s, now, dry_run, report)
+    for s in streams:
+        _compact_stream(root, s, now, dry_run, report)
     return report

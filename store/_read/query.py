@@ -248,13 +248,23 @@ def with_connection(root: str | os.PathLike[str] | None, problems: ReadProblems,
     again without that part (noted in `problems`)."""
     root_path = _store_root(root)
     skip: frozenset[Path] = frozenset()
+    relisted = 0
     while True:
-        con = _connect(root_path, None, problems, skip)
+        try:
+            con = _connect(root_path, None, problems, skip)
+        except FileNotFoundError:
+            relisted += 1
+            if relisted > _RELISTS:
+                raise
+            continue  # a part was merged away since the listing: the merged part holds it
         try:
             return work(con)
         except QueryError as exc:
             if not _may_be_damage(exc):
                 raise
+            if _parts_gone(con) and relisted < _RELISTS:
+                relisted += 1
+                continue  # merged away (or pruned) while the query ran: list again
             damaged = _damaged_parts(con)
             if not damaged:
                 raise
@@ -263,6 +273,16 @@ def with_connection(root: str | os.PathLike[str] | None, problems: ReadProblems,
             skip = skip | {path for path, _ in damaged}
         finally:
             con.close()
+
+
+#: How often a query lists the store again because compaction merged parts under it.
+_RELISTS = 5
+
+
+def _parts_gone(con: duckdb.DuckDBPyConnection) -> bool:
+    """True if a part behind `con` no longer exists (compaction merged it into another)."""
+    rows = con.execute("SELECT path FROM _tracklake_parts").fetchall()
+    return any(not os.path.exists(path) for (path,) in rows)
 
 
 def _may_be_damage(exc: QueryError) -> bool:

@@ -61,6 +61,7 @@ class StreamFiles:
     segments: list[Segment] = field(default_factory=list)
     foreign: list[Path] = field(default_factory=list)  # files that are neither
     consumed: list[Segment] = field(default_factory=list)  # segments a part already holds
+    merged: list[Part] = field(default_factory=list)  # parts a larger part already holds
 
 
 def list_stream(root: Path, stream: StreamId) -> StreamFiles:
@@ -80,11 +81,28 @@ def list_stream(root: Path, stream: StreamId) -> StreamFiles:
             segments.append(Segment(seg[0], seg[1], directory / name))
         else:
             out.foreign.append(directory / name)
-    out.parts.sort(key=lambda p: p.first_seq)
+    out.parts, out.merged = _without_merged(out.parts)
     covered = max((p.last_segment for p in out.parts), default=-1)
     out.segments = sorted((s for s in segments if s.number > covered), key=lambda s: s.number)
     out.consumed = sorted((s for s in segments if s.number <= covered), key=lambda s: s.number)
     return out
+
+
+def _without_merged(parts: list[Part]) -> tuple[list[Part], list[Part]]:
+    """(parts to read in seq order, parts whose seq range lies within another part's).
+
+    Merging parts writes one part over their whole range before deleting them: until they
+    are gone (or if the merger was killed first) each is skipped, so nothing is read twice.
+    """
+    parts.sort(key=lambda p: (p.first_seq, -p.last_seq, -p.last_segment))
+    kept: list[Part] = []
+    merged: list[Part] = []
+    for p in parts:
+        if kept and p.last_seq <= kept[-1].last_seq:
+            merged.append(p)
+        else:
+            kept.append(p)
+    return kept, merged
 
 
 def _partition_values(directory: Path, start: int) -> dict[str, str]:
@@ -202,6 +220,10 @@ def read_stream(root: Path, stream: StreamId, after: int = -1,
             continue
         try:
             table = read_part(part)
+        except FileNotFoundError:
+            # merged into a larger part since the listing: read the stream again from here
+            yield from read_stream(root, stream, last, problems)
+            return
         except NewerFormatError:
             raise
         except FormatError as exc:

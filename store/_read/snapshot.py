@@ -17,6 +17,7 @@ from tracklake._read.reader import (
     Part,
     ReadProblems,
     RunRecord,
+    StreamFiles,
     add_once,
     list_runs,
     list_stream,
@@ -53,20 +54,9 @@ class Snapshot:
         live: dict[str, list[pa.Table]] = {k: [] for k in KINDS}
         summaries: list[dict[str, Any]] = []
         for s in list_streams(root):
-            files = list_stream(root, s)
-            for p in files.parts:
-                if p.path in skip:
-                    continue
-                try:
-                    parquet = open_part(p.path)
-                    if s.kind == "metrics":
-                        summaries.extend(_part_summary(parquet, p.path, s))
-                except NewerFormatError:
-                    raise
-                except FormatError as exc:
-                    add_once(problems.damaged, (p.path, part_lost(exc, p)))
-                    continue
-                self.parts[s.kind].append(p)
+            files, opened = _open_parts(root, s, skip, problems)
+            self.parts[s.kind].extend(p for p, _ in opened)
+            summaries.extend(r for _, rows in opened for r in rows)
             after = max((p.last_seq for p in files.parts), default=-1)
             if files.segments:
                 batches = list(read_stream(root, s, after, problems))
@@ -76,6 +66,31 @@ class Snapshot:
         self.live = {k: pa.concat_tables(v) if v else _empty(k) for k, v in live.items()}
         self.summaries = pa.Table.from_pylist(summaries, _SUMMARY_SCHEMA)
         self.runs = list_runs(root)
+
+
+def _open_parts(root: Path, s: StreamId, skip: frozenset[Path], problems: ReadProblems
+                ) -> tuple[StreamFiles, list[tuple[Part, list[dict[str, Any]]]]]:
+    """The stream's listing and its parts with their metric summaries (footers checked;
+    damaged ones noted in `problems` and left out). A part merged away between the listing
+    and its opening makes the stream listed again: the merged part holds its records."""
+    while True:
+        files = list_stream(root, s)
+        opened: list[tuple[Part, list[dict[str, Any]]]] = []
+        try:
+            for p in files.parts:
+                if p.path in skip:
+                    continue
+                try:
+                    parquet = open_part(p.path)
+                    rows = _part_summary(parquet, p.path, s) if s.kind == "metrics" else []
+                    opened.append((p, rows))
+                except NewerFormatError:
+                    raise
+                except FormatError as exc:
+                    add_once(problems.damaged, (p.path, part_lost(exc, p)))
+        except FileNotFoundError:
+            continue
+        return files, opened
 
 
 def part_lost(exc: Exception, part: Part) -> str:

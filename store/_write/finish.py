@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 from tracklake._errors import RunStateError
 from tracklake._format.attempt import TERMINAL_STATUSES, now_iso, write_attempt
 from tracklake._write import lifecycle as _lifecycle
+from tracklake._write.compactor import Compactor, compaction_wanted
 from tracklake._write.writer import RankWriter
 
 _Handle = TypeVar("_Handle", bound="RunHandle")
@@ -67,8 +68,12 @@ class RunHandle:
         self._finishing_thread: threading.Thread | None = None
         self._status = "running"
         self._report: FinishReport | None = None
-        self._writer = RankWriter(root, project, run_id, rank, attempt,
-                                  heartbeat=self._heartbeat, **writer_options)
+        options = dict(writer_options)
+        self._compactor = (Compactor(root, project, run_id, rank)
+                           if compaction_wanted(options.pop("compact", None)) else None)
+        self._writer = RankWriter(
+            root, project, run_id, rank, attempt, heartbeat=self._heartbeat,
+            on_sealed=self._compactor.segment_sealed if self._compactor else None, **options)
 
     def _refuse(self, what: str) -> None:
         _lifecycle.wait_if_terminating()  # after SIGTERM the process ends; do not raise first
@@ -143,6 +148,8 @@ class RunHandle:
             self._writer.record_failure(exc)
             report = self._build_report(complete=False)
         self._report = report
+        if self._compactor is not None:
+            self._compactor.run_finished()
 
     @property
     def finished(self) -> bool:

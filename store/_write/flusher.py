@@ -58,6 +58,7 @@ class Flusher:
         heartbeat: Callable[[], None] | None,
         heartbeat_interval: float,
         name: str,
+        on_sealed: Callable[[], None] | None = None,
     ) -> None:
         self._buffers = buffers
         self.root = root
@@ -69,6 +70,8 @@ class Flusher:
         self.fsync = fsync
         self._heartbeat = heartbeat
         self._heartbeat_interval = heartbeat_interval
+        self._on_sealed = on_sealed  # called after a cycle that sealed a segment (running)
+        self._sealed = False
         self._last_heartbeat = time.monotonic()
         self._io_since: float | None = None  # when the write in progress started
 
@@ -171,6 +174,9 @@ class Flusher:
         if not self._pending:
             self._buffers.caught_up()
         self._roll_old_segments()
+        if self._sealed and self._on_sealed is not None:
+            self._sealed = False
+            self._on_sealed()
         if self._heartbeat and now - self._last_heartbeat >= self._heartbeat_interval:
             self._last_heartbeat = now
             try:
@@ -280,6 +286,7 @@ class Flusher:
         self._io_since = time.monotonic()
         try:
             seg.seal()
+            self._sealed = True
         except OSError as exc:
             seg.abandon()
             self._on_failure(kind, exc)

@@ -245,8 +245,14 @@ def init(*, project: str, name: str | None = None, config: Any = None,
          rank: int | None = None, tags: Sequence[str] | None = None,
          flush_interval: float = 0.5, segment_bytes: int = 64 << 20,
          segment_seconds: float = 600.0, max_buffer_bytes: int = 256 << 20,
-         fsync: bool = True, capture_identity: bool = True) -> Run:
-    """Start (or resume, as a new attempt) a run and return this rank's `Run`."""
+         fsync: bool = True, capture_identity: bool = True,
+         compact: bool | None = None) -> Run:
+    """Start (or resume, as a new attempt) a run and return this rank's `Run`.
+
+    Sealed segments are compacted to Parquet by a detached low-priority process, started
+    when a segment is sealed and at `finish()`; `compact=False` (or TRACKLAKE_COMPACT=0
+    when `compact` is not given) leaves that to `tracklake compact`.
+    """
     root_path = resolve_root(root)
     project = safe_name(project, "project")
     run = resolve_run_id(run_id, project, name)
@@ -272,7 +278,8 @@ def init(*, project: str, name: str | None = None, config: Any = None,
             attempt=attempt, attempt_path=path, record=record,
             writer_options={"flush_interval": flush_interval, "segment_bytes": segment_bytes,
                             "segment_seconds": segment_seconds,
-                            "max_buffer_bytes": max_buffer_bytes, "fsync": fsync})
+                            "max_buffer_bytes": max_buffer_bytes, "fsync": fsync,
+                            "compact": compact})
     if config is not None:
         r.log_config(config)
     _lifecycle.track(r)

@@ -55,6 +55,7 @@ class RankWriter:
         fsync: bool = True,
         heartbeat: Callable[[], None] | None = None,
         heartbeat_interval: float = 30.0,
+        on_sealed: Callable[[], None] | None = None,
     ) -> None:
         self.root = root
         self.ids = {kind: StreamId(project, run, rank, attempt, kind) for kind in SCHEMAS}
@@ -79,7 +80,7 @@ class RankWriter:
             self, root, self.ids, flush_interval=flush_interval, batch_values=batch_values,
             segment_bytes=segment_bytes, segment_seconds=segment_seconds, fsync=fsync,
             heartbeat=heartbeat, heartbeat_interval=heartbeat_interval,
-            name=f"tracklake-writer-{run}-r{rank}")
+            name=f"tracklake-writer-{run}-r{rank}", on_sealed=on_sealed)
 
     # -- called from training threads: never waits on storage ---------------------------
 

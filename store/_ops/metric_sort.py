@@ -1,0 +1,228 @@
+"""Sorting a metrics stream by (key, step, seq) in bounded memory, with its summary.
+
+A metric part is ordered by key, then step, then seq; its sources come in seq order
+(segments) or by key within one seq range (earlier parts). Sorting them whole costs the
+whole stream in memory, so this is an external sort that uses what training logs look
+like:
+
+1. Runs. The records are cut into chunks of `RUN_ROWS`; each chunk is sorted (a stable
+   sort by key rank when steps do not go down within it, which is the usual case, else
+   a lexicographic sort of key, step, seq) and, unless it is the last one, spilled to an
+   Arrow IPC file with one record batch per key.
+2. Merge. Keys are taken in order. A key's slices, run after run, are already in
+   (step, seq) order whenever each run's last step of the key is at most the next run's
+   first (steps that never go back, again the usual case): they are handed on one by one,
+   never gathered. Otherwise that key's slices are gathered and sorted, which costs that
+   one key's records in memory.
+
+So memory is one run plus one output chunk, whatever the stream's length (for a key
+whose steps go back and forth, plus that key's records). The per-key summary the part
+carries is built from the slices as they pass, with DuckDB's `min`/`max` ordering of NaN
+(above every number), as `compact.SUMMARY_SQL` defines it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tracklake._format import SCHEMAS
+
+#: Records per sorted run (one run is in memory at a time, about 40 bytes per record).
+RUN_ROWS = 1 << 20
+#: Records handed to the Parquet writer at a time.
+CHUNK_ROWS = 1 << 20
+_SCHEMA = SCHEMAS["metrics"]
+_SPILL_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")
+
+
+@dataclass
+class _Slice:
+    """Where one key's records of one run are: batches [first, first + count) of the
+    run's spill file (or of its in-memory batches), and their first and last step."""
+
+    first: int
+    count: int
+    first_step: int
+    last_step: int
+
+
+@dataclass
+class _Run:
+    keys: dict[str, _Slice]
+    path: Path | None = None  # spilled; else `batches` holds it
+    batches: list[pa.RecordBatch] = field(default_factory=list)
+    _reader: Any = None
+
+    def slice(self, s: _Slice) -> list[pa.RecordBatch]:
+        if self.path is None:
+            return self.batches[s.first : s.first + s.count]
+        if self._reader is None:
+            self._reader = pa.ipc.open_file(pa.OSFile(str(self.path)))
+        return [self._reader.get_batch(i) for i in range(s.first, s.first + s.count)]
+
+    def close(self) -> None:
+        self._reader = None
+
+
+def _sort_run(table: pa.Table) -> tuple[pa.Table, list[tuple[str, int, int]]]:
+    """`table` sorted by (key, step, seq), and each key's (key, start, length)."""
+    encoded = pc.dictionary_encode(table.column("key").combine_chunks())
+    names = encoded.dictionary.to_pylist()
+    order = sorted(range(len(names)), key=lambda i: names[i].encode())
+    rank_of = np.empty(len(names), np.int64)
+    rank_of[order] = np.arange(len(names))
+    ranks = rank_of[encoded.indices.to_numpy(zero_copy_only=False)]
+    step = table.column("step").to_numpy()
+    seq = table.column("seq").to_numpy()
+    if len(step) < 2 or (np.all(step[1:] >= step[:-1]) and np.all(seq[1:] >= seq[:-1])):
+        idx = np.argsort(ranks, kind="stable")  # already in (step, seq) order within a key
+    else:
+        idx = np.lexsort((seq, step, ranks))
+    ranked = ranks[idx]
+    starts = np.flatnonzero(np.r_[True, ranked[1:] != ranked[:-1]])
+    lengths = np.diff(np.r_[starts, len(ranked)])
+    keys = [(names[order[ranked[a]]], int(a), int(n))
+            for a, n in zip(starts, lengths, strict=True)]
+    # numpy gathers the fixed-width columns; the keys are decoded from their dictionary
+    # indices (taking a string column directly costs several times more)
+    columns = {name: pa.array(table.column(name).to_numpy()[idx], _SCHEMA.field(name).type)
+               for name in ("seq", "step", "value")}
+    columns["time"] = pa.array(table.column("time").cast(pa.int64()).to_numpy()[idx]
+                               ).cast(_SCHEMA.field("time").type)
+    columns["key"] = pa.DictionaryArray.from_arrays(
+        pa.array(encoded.indices.to_numpy(zero_copy_only=False)[idx]),
+        encoded.dictionary).cast(pa.string())
+    return pa.table([columns[f.name] for f in _SCHEMA], schema=_SCHEMA), keys
+
+
+class MetricSorter:
+    """Takes metric batches in any order (`add`), hands them back sorted (`sorted`)."""
+
+    def __init__(self, spill: Path) -> None:
+        self._spill = spill
+        self._pending: list[pa.RecordBatch] = []
+        self._pending_rows = 0
+        self._runs: list[_Run] = []
+        self.summary = SummaryBuilder()
+
+    def add(self, batches: Iterable[pa.RecordBatch]) -> None:
+        for batch in batches:
+            self._pending.append(batch)
+            self._pending_rows += batch.num_rows
+            if self._pending_rows >= RUN_ROWS:
+                self._cut(spill=True)
+
+    def _cut(self, spill: bool) -> None:
+        table = pa.Table.from_batches(self._pending, _SCHEMA)
+        self._pending, self._pending_rows = [], 0
+        if table.num_rows == 0:
+            return
+        table, keys = _sort_run(table)
+        run = _Run({})
+        writer = None
+        if spill:
+            self._spill.mkdir(exist_ok=True)
+            run.path = self._spill / f"run-{len(self._runs):06d}.arrow"
+            writer = pa.ipc.new_file(str(run.path), _SCHEMA, options=_SPILL_OPTIONS)
+        try:
+            for key, start, length in keys:
+                part = table.slice(start, length).combine_chunks()
+                steps = part.column("step")
+                batches = part.to_batches()
+                first = len(run.batches) if writer is None else writer.stats.num_record_batches
+                for b in batches:
+                    if writer is None:
+                        run.batches.append(b)
+                    else:
+                        writer.write_batch(b)
+                run.keys[key] = _Slice(first, len(batches), steps[0].as_py(),
+                                       steps[-1].as_py())
+        finally:
+            if writer is not None:
+                writer.close()
+        self._runs.append(run)
+
+    def sorted(self) -> Iterator[pa.Table]:
+        """Every record added, in (key, step, seq) order, in chunks of about CHUNK_ROWS."""
+        if self._pending:
+            self._cut(spill=False)
+        out: list[pa.RecordBatch] = []
+        rows = 0
+        try:
+            for key in sorted({k for r in self._runs for k in r.keys}, key=str.encode):
+                for batch in self._key_batches(key):
+                    self.summary.add(batch)
+                    out.append(batch)
+                    rows += batch.num_rows
+                    if rows >= CHUNK_ROWS:
+                        yield pa.Table.from_batches(out, _SCHEMA)
+                        out, rows = [], 0
+            if out:
+                yield pa.Table.from_batches(out, _SCHEMA)
+        finally:
+            for run in self._runs:
+                run.close()
+
+    def _key_batches(self, key: str) -> Iterator[pa.RecordBatch]:
+        having = [(r, r.keys[key]) for r in self._runs if key in r.keys]
+        in_order = all(a.last_step <= b.first_step
+                       for (_, a), (_, b) in itertools.pairwise(having))
+        if in_order:
+            for run, s in having:
+                yield from run.slice(s)
+            return
+        # this key's steps go back between runs: gather its records and sort them
+        table = pa.Table.from_batches([b for run, s in having for b in run.slice(s)], _SCHEMA)
+        idx = np.lexsort((table.column("seq").to_numpy(), table.column("step").to_numpy()))
+        yield from table.take(pa.array(idx)).combine_chunks().to_batches(CHUNK_ROWS)
+
+
+def _nan_max(a: float, b: float) -> float:
+    return math.nan if math.isnan(a) or math.isnan(b) else max(a, b)
+
+
+def _nan_min(a: float, b: float) -> float:
+    if math.isnan(a) or math.isnan(b):
+        return b if math.isnan(a) else a  # NaN only if both are (no number to take)
+    return min(a, b)
+
+
+class SummaryBuilder:
+    """The per-key summary of a metric part, from its batches in (key, step, seq) order."""
+
+    def __init__(self) -> None:
+        self._rows: dict[str, dict[str, Any]] = {}
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        if batch.num_rows == 0:
+            return
+        key = batch.column(3)[0].as_py()
+        values = batch.column(4).to_numpy(zero_copy_only=False)
+        nan = np.isnan(values)
+        numbers = values[~nan]
+        lo = float(numbers.min()) if len(numbers) else math.nan
+        hi = math.nan if nan.any() else float(values.max())
+        seqs, steps = batch.column(0), batch.column(2)
+        new = {"key": key, "count": batch.num_rows, "min": lo, "max": hi,
+               "first_step": steps[0].as_py(), "last_step": steps[-1].as_py(),
+               "last_value": float(values[-1]), "last_seq": pc.max(seqs).as_py(),
+               "last_time_us": batch.column(1).cast(pa.int64())[-1].as_py()}
+        old = self._rows.get(key)
+        if old is not None:
+            new.update(count=old["count"] + new["count"], min=_nan_min(old["min"], lo),
+                       max=_nan_max(old["max"], hi), first_step=old["first_step"],
+                       last_seq=max(old["last_seq"], new["last_seq"]))
+        self._rows[key] = new
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One object per key, in key order (as `compact.metric_summary` gives them)."""
+        return [self._rows[k] for k in sorted(self._rows, key=str.encode)]

@@ -1,0 +1,250 @@
+"""Runs compact themselves: a detached compactor started by the writer thread after a
+segment is sealed and at finish() turns segments into few Parquet parts, keeps every
+record exactly once, can be turned off, and recovers from a SIGKILL at any moment."""
+
+from __future__ import annotations
+
+import glob
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+from test_compact_claims import CHILD, _assert_recovers, _contents
+
+import tracklake
+from tracklake._write import compactor as compactor_module
+
+#: Generous: the compactor is a fresh Python process on a loaded machine. Waiting is not
+#: a timed assertion: the test fails only if compaction never happens.
+SETTLE_SECONDS = 180.0
+
+
+def _settled(root: Path) -> bool:
+    """No segment left, no compactor at work."""
+    return not list(root.rglob("*.arrows")) and not list(root.rglob(".compacting"))
+
+
+def _wait_settled(root: Path) -> None:
+    deadline = time.monotonic() + SETTLE_SECONDS
+    while not _settled(root):
+        assert time.monotonic() < deadline, sorted(p.name for p in root.rglob("*"))
+        time.sleep(0.2)
+
+
+def _log_run(root: Path, run_id: str, steps: int, **options: object) -> None:
+    with tracklake.init(project="p", run_id=run_id, root=root, capture_identity=False,
+                        segment_bytes=4096, **options) as run:  # type: ignore[arg-type]
+        for step in range(steps):
+            run.log({"loss": step / 3, "acc": float(step % 7), "note": f"s{step}"}, step=step)
+            if step % 25 == 24:
+                run.flush()
+
+
+def _plain_duckdb_count(root: Path) -> int:
+    """Metric rows as plain DuckDB sees the Parquet files alone (nothing counted twice)."""
+    rows = duckdb.sql(f"SELECT count(*) FROM read_parquet('{root}/metrics/**/*.parquet')"
+                      ).fetchall()
+    return int(rows[0][0])
+
+
+def test_a_finished_run_ends_as_one_part_per_stream_without_anyone_compacting(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRACKLAKE_COMPACT", "1")
+    _log_run(root, "a", 300)
+    _wait_settled(root)
+    metric_parts = glob.glob(f"{root}/metrics/**/*.parquet", recursive=True)
+    text_parts = glob.glob(f"{root}/texts/**/*.parquet", recursive=True)
+    assert len(metric_parts) == 1 and len(text_parts) == 1  # small parts were merged
+    assert _plain_duckdb_count(root) == 600
+    rows = tracklake.query("SELECT key, count(*) AS n, count(DISTINCT step) AS steps "
+                           "FROM metrics GROUP BY key ORDER BY key", root=root).to_pylist()
+    assert rows == [{"key": "acc", "n": 300, "steps": 300},
+                    {"key": "loss", "n": 300, "steps": 300}]
+    assert tracklake.query("SELECT count(*) AS n FROM texts", root=root
+                           ).to_pylist() == [{"n": 300}]
+
+
+def test_segments_sealed_while_the_run_lives_are_compacted_before_it_ends(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRACKLAKE_COMPACT", "1")
+    run = tracklake.init(project="p", run_id="live", root=root, capture_identity=False,
+                         segment_bytes=4096)
+    step = 0
+    deadline = time.monotonic() + SETTLE_SECONDS
+    while not glob.glob(f"{root}/metrics/**/*.parquet", recursive=True):
+        assert time.monotonic() < deadline, "nothing was compacted while the run lived"
+        run.log({"loss": float(step)}, step=step)
+        step += 1
+        if step % 50 == 0:
+            run.flush()
+            time.sleep(0.05)
+    run.finish()
+    _wait_settled(root)
+    assert _plain_duckdb_count(root) == step
+    assert len(glob.glob(f"{root}/metrics/**/*.parquet", recursive=True)) == 1
+
+
+@pytest.mark.parametrize("how", ["argument", "environment"])
+def test_compaction_can_be_turned_off(root: Path, monkeypatch: pytest.MonkeyPatch,
+                                      how: str) -> None:
+    spawned: list[list[str]] = []
+
+    def record(path: str, argv: list[str], *args: object, **kwargs: object) -> int:
+        spawned.append(argv)  # an observer: the real spawn is tested above
+        return real(path, argv, *args, **kwargs)  # type: ignore[arg-type]
+
+    real = os.posix_spawn
+    monkeypatch.setattr(compactor_module.os, "posix_spawn", record)
+    monkeypatch.setenv("TRACKLAKE_COMPACT", "1" if how == "argument" else "off")
+    options = {"compact": False} if how == "argument" else {}
+    _log_run(root, "off", 200, **options)
+    assert spawned == []
+    assert list(root.rglob("*.arrows")) and not list(root.rglob("*.parquet"))
+    # and the same run with it on does start the compactor, at the seals and at finish
+    monkeypatch.setenv("TRACKLAKE_COMPACT", "1")
+    _log_run(root, "on", 200)
+    assert spawned and all(a[:3] == [sys.executable, "-m", "tracklake._ops.auto"]
+                           for a in spawned)
+    assert spawned[-1][3:] == [str(root), "p", "on", "0"]
+    _wait_settled(root / "metrics" / "project=p" / "run=on")
+
+
+def test_init_refuses_nothing_when_python_cannot_start_a_process(
+        root: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A failed spawn (no processes left) is said once; logging and finish go on."""
+    def refuse(*args: object, **kwargs: object) -> int:
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(compactor_module.os, "posix_spawn", refuse)
+    monkeypatch.setenv("TRACKLAKE_COMPACT", "1")
+    _log_run(root, "nospawn", 200)
+    assert capsys.readouterr().err.count("cannot start automatic compaction") == 1
+    assert tracklake.compact(root=root).parts_written  # the data waits, whole, in segments
+    assert _plain_duckdb_count(root) == 400
+
+
+AUTO_CHILD = CHILD.replace(
+    "report = tracklake.compact(root=sys.argv[1])\nassert not report.skipped, report.skipped",
+    "from tracklake._ops.auto import compact_rank\n"
+    "report = compact_rank(pathlib.Path(sys.argv[1]), 'p', 'a', 0)\n"
+    "assert not report.skipped, report.skipped")
+
+
+def _auto_kill_at(root: Path, target: int, where: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", AUTO_CHILD, str(root), str(target), where,
+                           "all"], capture_output=True, text=True, timeout=120, check=False)
+
+
+@pytest.fixture(scope="module")
+def merged_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished run whose streams hold several small parts and sealed segments: the
+    automatic path both merges and compacts."""
+    root = tmp_path_factory.mktemp("auto") / "store"
+    with tracklake.init(project="p", run_id="a", root=root, capture_identity=False,
+                        segment_bytes=2048, compact=False) as run:
+        for step in range(160):
+            run.log({"loss": step / 3, "acc": step / 7, "phase": f"s{step}"}, step=step)
+            if step % 20 == 19:
+                run.flush()
+            if step in (59, 119):
+                tracklake.compact(root=root)
+    assert assert_parts(root) == 2 and list(root.rglob("*.arrows"))
+    return root
+
+
+def assert_parts(root: Path) -> int:
+    return len(list(root.rglob("metrics/**/part-*.parquet")))
+
+
+def test_sigkill_of_the_automatic_compactor_at_random_points_loses_nothing(
+        merged_template: Path, tmp_path: Path) -> None:
+    import shutil
+
+    def copy(name: str) -> Path:
+        dst = tmp_path / name / "store"
+        shutil.copytree(merged_template, dst)
+        return dst
+
+    counting = subprocess.run([sys.executable, "-c", AUTO_CHILD, str(copy("count")), "0",
+                               "none", "all"], capture_output=True, text=True, check=True)
+    total = int(counting.stdout)
+    expected = _contents(copy("expected"))
+    rng = random.Random(10)
+    targets = sorted({rng.randint(1, total) for _ in range(6)} | {1, total})
+    for target in targets:
+        root = copy(f"t{target}")
+        child = _auto_kill_at(root, target, rng.choice(["before", "after"]))
+        assert child.returncode == -signal.SIGKILL, (target, child.stderr)
+        _assert_recovers(root, expected)
+        assert assert_parts(root) == 1  # the next compaction finished the merge too
+
+
+def test_readers_see_every_record_once_while_the_run_compacts_and_merges_itself(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reader between flushes (the run's own segments, parts being written and merged
+    by the detached compactor meanwhile) always sees exactly the records flushed."""
+    from tracklake._format import StreamId
+    from tracklake._read.reader import read_table
+
+    monkeypatch.setenv("TRACKLAKE_COMPACT", "1")
+    stream = StreamId("p", "busy", 0, 1, "metrics")
+    run = tracklake.init(project="p", run_id="busy", root=root, capture_identity=False,
+                         segment_bytes=2048)
+    merged_seen = parts_seen = 0
+    for step in range(600):
+        run.log({"loss": float(step)}, step=step)
+        if step % 10 == 9:
+            assert run.flush()
+            seqs = read_table(root, stream).column("seq").to_pylist()
+            assert seqs == list(range(step + 1))
+            n = tracklake.query("SELECT count(*) AS n FROM metrics", root=root).to_pylist()
+            assert n == [{"n": step + 1}]
+            parts = len(glob.glob(f"{root}/metrics/**/*.parquet", recursive=True))
+            parts_seen = max(parts_seen, parts)
+            merged_seen += parts == 1 and step > 300
+    run.finish()
+    _wait_settled(root)
+    assert parts_seen >= 1 and merged_seen >= 1  # it compacted (and merged) as we read
+    assert read_table(root, stream).column("seq").to_pylist() == list(range(600))
+
+
+def test_a_rank_that_compacts_itself_still_imports_nothing_of_the_operations(
+        tmp_path: Path) -> None:
+    """The compactor is a separate process named by module: the training process loads
+    neither `tracklake._ops` nor DuckDB for it."""
+    import json
+
+    from test_import_boundary import FORBIDDEN, TRAINING
+
+    env = {**os.environ, "TRACKLAKE_COMPACT": "1"}
+    out = subprocess.run([sys.executable, "-c", TRAINING, str(tmp_path), ",".join(FORBIDDEN)],
+                         capture_output=True, text=True, check=True, env=env).stdout
+    assert json.loads(out) == []
+    _wait_settled(tmp_path)
+    assert glob.glob(f"{tmp_path}/metrics/**/*.parquet", recursive=True)
+
+
+def test_many_runs_in_one_process_leave_no_zombie_compactors(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sweep of runs in one process reaps the compactors of earlier runs as it goes."""
+    monkeypatch.setenv("TRACKLAKE_COMPACT", "1")
+    for i in range(6):
+        _log_run(root, f"sweep{i}", 20)
+        _wait_settled(root)
+    earlier = set(compactor_module._started)
+    assert earlier  # started, ended, not reaped yet (nothing waits for them)
+    for pid in earlier:  # ended: their claims are gone; wait for the exit itself
+        deadline = time.monotonic() + SETTLE_SECONDS
+        while Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z":
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+    _log_run(root, "last", 20)  # its first spawn reaps the ones before
+    assert earlier.isdisjoint(compactor_module._started)
+    _wait_settled(root)

@@ -1,0 +1,168 @@
+"""Merging small parts: a stream compacted many times ends with one part, every record
+exactly once for tracklake's readers, cursors and plain engines; the streaming sort gives
+the same order and summary as sorting the whole table; a merge killed before removing its
+inputs, or meeting a damaged part, loses nothing."""
+
+from __future__ import annotations
+
+import glob
+import json
+import math
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+
+import tracklake
+from tracklake import read
+from tracklake._format import StreamId
+from tracklake._ops import metric_sort, sorted_part
+from tracklake._ops.compact import metric_summary
+from tracklake._read.reader import list_stream, read_table
+
+STREAM = StreamId("p", "r", 0, 1, "metrics")
+
+
+def _parts(root: Path, kind: str = "metrics") -> list[str]:
+    return sorted(glob.glob(f"{root}/{kind}/**/part-*.parquet", recursive=True))
+
+
+def _live_run(root: Path) -> tracklake.Run:
+    return tracklake.init(project="p", run_id="r", root=root, capture_identity=False,
+                          segment_bytes=1, compact=False)  # every flush seals a segment
+
+
+def test_fifty_compactions_of_a_live_run_leave_one_part_and_every_record_once(
+        root: Path) -> None:
+    run = _live_run(root)
+    cursor = read.Cursor("p", "r")
+    delivered: list[int] = []
+    before = after = 0
+    for round_ in range(50):
+        for step in range(round_ * 10, round_ * 10 + 10):
+            run.log({"loss": float(step), "acc": step / 2}, step=step)
+        run.log({"loss": -1.0}, step=round_ * 10 + 9)  # the same key twice at one step
+        run.flush()
+        report = tracklake.compact(root=root)
+        before += report.bytes_before
+        after += report.bytes_after
+        assert len(_parts(root)) == (1 if round_ else 0)  # the newest segment is live
+        if round_ % 7 == 3:  # an exporter following the run, across merges
+            for _, batch in read.read_run(root, cursor, kinds=("metrics",)):
+                delivered.extend(batch.column("seq").to_pylist())
+    run.finish()
+    tracklake.compact(root=root)
+    for _, batch in read.read_run(root, cursor, kinds=("metrics",)):
+        delivered.extend(batch.column("seq").to_pylist())
+    assert sorted(set(delivered)) == list(range(550))  # each log() call, none skipped
+    assert len(delivered) == 50 * 21  # one row per value, none twice
+    assert len(_parts(root)) == 1
+    assert after <= before
+    table = ds.dataset(_parts(root), format="parquet").to_table()
+    assert table.num_rows == 50 * 21
+    assert duckdb.sql(f"SELECT count(*), count(DISTINCT (seq, key)) FROM read_parquet("
+                      f"'{root}/metrics/**/*.parquet')").fetchall() == [(1050, 1050)]
+    last = tracklake.query("SELECT value FROM metrics WHERE key = 'loss' AND step = 499 "
+                           "ORDER BY seq DESC LIMIT 1", root=root).to_pylist()
+    assert last == [{"value": -1.0}]
+
+
+def _metric_batch(rows: list[tuple[int, int, str, float]]) -> pa.RecordBatch:
+    seq, step, key, value = zip(*rows, strict=True)
+    return pa.record_batch({"seq": pa.array(seq, pa.int64()),
+                            "time": pa.array([1_000_000 * s for s in seq],
+                                             pa.timestamp("us", tz="UTC")),
+                            "step": pa.array(step, pa.int64()), "key": pa.array(key),
+                            "value": pa.array(value, pa.float64())})
+
+
+def test_the_streaming_sort_and_summary_equal_sorting_the_whole_table(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs of 17 rows spilled and merged, chunks of 7: every key spans several runs and
+    chunks, its steps go back once (a merge that must sort), and its summary is combined."""
+    monkeypatch.setattr(metric_sort, "RUN_ROWS", 17)
+    monkeypatch.setattr(metric_sort, "CHUNK_ROWS", 7)
+    keys = ["loss", "é/ü", "a b", "nan_then_num", "zz"]
+    rows: list[tuple[int, int, str, float]] = []
+    for seq in range(40):
+        step = seq // 2 if seq != 30 else 3  # a key logged twice at one step; a step back
+        for k in keys:
+            v = {"loss": 1.0 / (seq + 1), "é/ü": -float(seq), "a b": math.inf if seq == 5
+                 else (-math.inf if seq == 6 else float(seq % 3)),
+                 "nan_then_num": math.nan if seq < 20 else float(seq), "zz": math.nan}[k]
+            rows.append((seq, step, k, v))
+    batches = [_metric_batch(rows[i:i + 13]) for i in range(0, len(rows), 13)]
+    part = sorted_part.write_sorted_part(tmp_path, STREAM, iter(batches), lambda: 3)
+    assert part is not None and part.name == "part-000000000000-000000000039-000003.parquet"
+    whole = pa.Table.from_batches(batches)
+    got = pq.read_table(part)
+    expected = whole.sort_by([("key", "ascending"), ("step", "ascending"),
+                              ("seq", "ascending")])
+    assert got.select(["seq", "step", "key"]).equals(expected.select(["seq", "step", "key"]))
+    assert list(map(repr, got.column("value").to_pylist())) == list(
+        map(repr, expected.column("value").to_pylist()))  # NaN where NaN was
+    stored = json.loads(pq.read_metadata(part).metadata[b"tracklake.summary"])
+    assert json.dumps(stored, allow_nan=True) == json.dumps(metric_summary(whole),
+                                                            allow_nan=True)
+    assert len(pq.ParquetFile(part).metadata.row_group(0).to_dict()["columns"]) == 5
+
+
+def test_a_merge_killed_before_removing_its_inputs_is_read_once_and_finished_later(
+        root: Path) -> None:
+    run = _live_run(root)
+    for round_ in range(3):
+        run.log({"loss": float(round_)}, step=round_)
+        run.flush()
+        tracklake.compact(root=root)
+    run.finish()
+    tracklake.compact(root=root)
+    # put back what a killed merge leaves: the merged part and the parts it holds
+    (merged,) = map(Path, _parts(root))
+    directory = merged.parent
+    table = pq.read_table(merged)
+    for i in range(3):
+        one = table.filter(pa.compute.equal(table.column("seq"), i))
+        pq.write_table(one, directory / f"part-{i:012d}-{i:012d}-{i:06d}.parquet")
+    files = list_stream(root, STREAM)
+    assert [p.path for p in files.parts] == [merged] and len(files.merged) == 3
+    assert read_table(root, STREAM).column("seq").to_pylist() == [0, 1, 2]
+    assert tracklake.query("SELECT count(*) AS n FROM metrics", root=root
+                           ).to_pylist() == [{"n": 3}]
+    report = tracklake.compact(root=root)
+    assert len(report.parts_merged) == 3 and _parts(root) == [str(merged)]
+
+
+def test_a_damaged_small_part_is_kept_and_the_segments_are_compacted_without_it(
+        root: Path) -> None:
+    run = _live_run(root)
+    run.log({"loss": 1.0}, step=0)
+    run.flush()
+    tracklake.compact(root=root)
+    run.log({"loss": 2.0}, step=1)
+    run.flush()
+    tracklake.compact(root=root)  # (the newest segment is live: it stays)
+    run.log({"loss": 3.0}, step=2)
+    run.finish()
+    (damaged,) = map(Path, _parts(root))
+    data = bytearray(damaged.read_bytes())
+    data[10] ^= 0xFF  # a page of values, not the footer
+    damaged.write_bytes(bytes(data))
+    report = tracklake.compact(root=root)
+    assert any("not merged" in why for _, why in report.skipped)
+    assert damaged.exists() and len(_parts(root)) == 2
+    assert not list(root.rglob("*.arrows"))
+    assert report.records == 2  # seq 1 and 2, from segments; seq 0 stays in the damaged part
+
+
+def test_compacting_a_compacted_stream_again_rewrites_nothing(root: Path) -> None:
+    run = _live_run(root)
+    run.log({"loss": 1.0}, step=0)
+    run.finish()
+    first = tracklake.compact(root=root)
+    assert first.parts_written
+    again = tracklake.compact(root=root)
+    assert again.parts_written == [] and again.parts_merged == []
+    assert again.segments_removed == []
