@@ -1,0 +1,174 @@
+"""Watching the sidecar exporters of one run from a thread of their own.
+
+`start_sidecars()` returns at once: the processes are started by the supervisor thread,
+so `init()` and `log()` never wait for a fork, an import or a destination. Each exporter
+runs in a session of its own (a Ctrl-C or a signal to the trainer's process group does
+not reach it) with its stderr in a log file under the store and its stdout on the
+trainer's console, where it writes its final summary. If one exits with an error while
+the trainer lives, it is started again after 1, 2, 4, ... s, at most `max_restarts`
+times; its cursors make the restart neither skip nor repeat anything.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tracklake._sidecar.plan import SidecarSpec
+
+#: How often the supervisor looks at its processes (s).
+POLL_INTERVAL = 0.5
+#: click's exit status for a usage error: a restart would fail the same way.
+USAGE_ERROR = 2
+
+
+def _say(message: str) -> None:
+    print(f"tracklake: {message}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class Sidecar:
+    """One destination's exporter and what happened to it."""
+
+    spec: SidecarSpec
+    process: subprocess.Popen[bytes] | None = None
+    restarts: int = 0
+    restart_at: float | None = None  # monotonic time of the next start, while waiting
+    state: str = "starting"  # starting, running, restarting, done, failed, gave up
+    pids: list[int] = field(default_factory=list)
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+
+class Sidecars:
+    """The exporter processes following one run; `run_ended()` prints the summary."""
+
+    def __init__(self, specs: list[SidecarSpec], *, run_label: str, root: Path,
+                 max_restarts: int = 5, backoff: float = 1.0,
+                 python: str = sys.executable) -> None:
+        self.sidecars = [Sidecar(spec) for spec in specs]
+        self.run_label = run_label
+        self.root = root
+        self.max_restarts = max_restarts
+        self.backoff = backoff
+        self.python = python
+        self._stop = threading.Event()
+        self._lock = threading.Lock()  # the sidecars' state, read by run_ended()
+        self._thread = threading.Thread(target=self._supervise, daemon=True,
+                                        name=f"tracklake-sidecars-{run_label}")
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop supervising (no more restarts); the exporters run on and end on their own."""
+        self._stop.set()
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+    def pids(self) -> list[int]:
+        """Every process id started so far, restarts included."""
+        with self._lock:
+            return [pid for s in self.sidecars for pid in s.pids]
+
+    # -- the supervisor thread ----------------------------------------------------------
+
+    def _supervise(self) -> None:
+        for sidecar in self.sidecars:
+            self._spawn(sidecar)
+        while not self._stop.wait(POLL_INTERVAL):
+            for sidecar in self.sidecars:
+                self._check(sidecar)
+
+    def _spawn(self, sidecar: Sidecar) -> None:
+        spec = sidecar.spec
+        try:
+            spec.log.parent.mkdir(parents=True, exist_ok=True)
+            with open(spec.log, "ab") as log:
+                process = subprocess.Popen(
+                    spec.argv(self.python), stdin=subprocess.DEVNULL, stdout=_console(),
+                    stderr=log, start_new_session=True,
+                    env=os.environ | {"PYTHONUNBUFFERED": "1"})
+        except OSError as exc:
+            with self._lock:
+                sidecar.state = "failed"
+            _say(f"sidecar {spec.destination} for run {self.run_label} could not start: {exc}; "
+                 f"run it yourself: {spec.command_line()}")
+            return
+        with self._lock:
+            sidecar.process, sidecar.state, sidecar.restart_at = process, "running", None
+            sidecar.pids.append(process.pid)
+        again = f" (restart {sidecar.restarts} of {self.max_restarts})" if sidecar.restarts else ""
+        _say(f"sidecar {spec.destination}{again} exporting run {self.run_label} to "
+             f"{spec.where}: pid {process.pid}, log {spec.log}")
+
+    def _check(self, sidecar: Sidecar) -> None:
+        if sidecar.state == "restarting":
+            if sidecar.restart_at is not None and time.monotonic() >= sidecar.restart_at:
+                self._spawn(sidecar)
+            return
+        if sidecar.state != "running" or sidecar.process is None:
+            return
+        code = sidecar.process.poll()
+        if code is None:
+            return
+        name, log = sidecar.spec.destination, sidecar.spec.log
+        if code == 0:
+            with self._lock:
+                sidecar.state = "done"
+            return
+        how = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
+        if code == USAGE_ERROR or sidecar.restarts >= self.max_restarts:
+            with self._lock:
+                sidecar.state = "gave up"
+            why = ("its options are wrong" if code == USAGE_ERROR
+                   else f"after {sidecar.restarts} restarts")
+            _say(f"sidecar {name} (pid {sidecar.pid}) {how}; not restarted: {why} (see {log}). "
+                 f"Continue later with: {sidecar.spec.command_line()}")
+            return
+        delay = self.backoff * 2 ** sidecar.restarts
+        with self._lock:
+            sidecar.restarts += 1
+            sidecar.state = "restarting"
+            sidecar.restart_at = time.monotonic() + delay
+        _say(f"sidecar {name} (pid {sidecar.pid}) {how}; restarting it in {delay:g} s "
+             f"(see {log})")
+
+    # -- the end of the run ---------------------------------------------------------------
+
+    def run_ended(self, status: str) -> None:
+        """One line on the console: what each exporter is doing now that the run ended."""
+        with self._lock:
+            parts = []
+            for s in self.sidecars:
+                restarted = f", restarted {s.restarts}×" if s.restarts else ""
+                state = {"running": "draining"}.get(s.state, s.state)
+                parts.append(f"{s.spec.destination} pid {s.pid} {state}{restarted}")
+        _say(f"run {self.run_label} {status}; sidecars export the rest and exit on their own "
+             f"({'; '.join(parts)}); `tracklake export status --root {self.root}` shows what "
+             "is left")
+
+
+def _console() -> int | Any:
+    """The trainer's stderr as the exporter's stdout (its final summary), if there is one."""
+    try:
+        os.fstat(2)
+    except OSError:
+        return subprocess.DEVNULL
+    return 2
+
+
+def start_sidecars(specs: list[SidecarSpec], *, root: Path, run_label: str) -> Sidecars:
+    """Start supervising `specs` (the processes start on the supervisor thread)."""
+    sidecars = Sidecars(specs, run_label=run_label, root=root)
+    sidecars.start()
+    return sidecars
