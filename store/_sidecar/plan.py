@@ -27,6 +27,9 @@ RESERVED = frozenset({"root", "project", "run", "runs", "tag", "tags", "all", "a
 #: (verl's default root; the exporter adds PROJECT/RUN below it).
 TENSORBOARD_DEFAULT = "tensorboard_log"
 
+#: SwanLab modes the exporter knows, as $SWANLAB_MODE may give them.
+SWANLAB_MODES = ("offline", "local", "cloud")
+
 ExportOption = Sequence[str] | Mapping[str, Mapping[str, Any] | None]
 
 
@@ -104,6 +107,8 @@ def _with_defaults(name: str, options: dict[str, Any], env: Mapping[str, str]
         directory = options.get("dir") or env.get("WANDB_DIR") or os.getcwd()
         return options, f"W&B {mode}, files under {directory}"
     if name == "swanlab":
+        if not options.get("mode") and env.get("SWANLAB_MODE") in SWANLAB_MODES:
+            options["mode"] = env["SWANLAB_MODE"]  # verl's variable; the exporter has no envvar
         mode = options.get("mode") or "offline"
         logdir = options.get("logdir") or env.get("SWANLAB_LOG_DIR") or "./swanlog"
         return options, f"SwanLab {mode}, files under {logdir}"
