@@ -1,0 +1,169 @@
+"""Sidecar exporters started by `init(..., export=[...])`: real exporter processes that
+follow the run into TensorBoard (read back with TensorBoard's own reader), survive being
+killed, drain and exit after the trainer, whether it finished or was SIGKILLed, and are
+started by global rank 0 only. No process outlives a test (`_sidecar.trainer` checks the
+pids)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from _env import child_env
+from _optional import optional
+from _sidecar import alive, processes_following, trainer, wait_for
+from test_import_boundary import FORBIDDEN
+
+import tracklake
+
+optional("tensorboard")
+from tensorboard.backend.event_processing.event_accumulator import (  # noqa: E402
+    SCALARS,
+    EventAccumulator,
+)
+
+
+def _points(logdir: Path) -> Counter[tuple[str, int, float]]:
+    """Every scalar point of run p/r1 under `logdir`, as TensorBoard reads it."""
+    if not (logdir / "p" / "r1").is_dir():
+        return Counter()  # not written yet
+    acc = EventAccumulator(str(logdir / "p" / "r1"), size_guidance={SCALARS: 0})
+    acc.Reload()
+    return Counter((tag, e.step, e.value) for tag in acc.Tags()["scalars"]
+                   for e in acc.Scalars(tag))
+
+
+def _expected(steps: int) -> Counter[tuple[str, int, float]]:
+    import numpy as np
+
+    return Counter([("loss", s, float(np.float32(1.0 / (s + 1)))) for s in range(steps)]
+                   + [("reward", s, float(s)) for s in range(steps)])
+
+
+def test_a_sidecar_follows_the_run_into_tensorboard_and_exits_after_it(
+        tmp_path: Path, root: Path) -> None:
+    logdir = tmp_path / "tb"
+    with trainer(tmp_path, root, {"tensorboard": {"logdir": str(logdir)}}) as t:
+        assert t.wait().splitlines() == ["logged", "finished True"]
+        t.wait_sidecars_exit()
+        [(destination, _, log)] = t.sidecars()
+        assert destination == "tensorboard" and log.is_file()
+        assert str(logdir) in t.text()  # the start line says where the data goes
+        assert "run p/r1 finished; sidecars export the rest" in t.text()  # the end line
+        # the exporter's own summary, on the trainer's console, after the trainer ended
+        assert "p/r1: 80 records, finished" in t.text()
+    assert _points(logdir) == _expected(40)
+    status = {s["run"]: s for s in _export_status(root)}
+    assert status["p/r1"]["behind"] == 0 and status["p/r1"]["finished"]
+
+
+def _export_status(root: Path) -> list[dict[str, object]]:
+    from tracklake.exporters import export_status
+
+    return export_status(root)
+
+
+def test_a_sidecar_killed_mid_run_is_restarted_and_the_destination_ends_exact(
+        tmp_path: Path, root: Path) -> None:
+    logdir = tmp_path / "tb"
+    with trainer(tmp_path, root, {"tensorboard": {"logdir": str(logdir)}}, mode="pause") as t:
+        t.wait_line("logged")
+        [(_, first, _)] = wait_for("the sidecar", t.sidecars)
+        wait_for("the first half in TensorBoard", lambda: _points(logdir) == _expected(40))
+        os.kill(first, signal.SIGKILL)
+        wait_for("a restarted sidecar", lambda: len(t.sidecars()) == 2)
+        assert "was killed by signal 9; restarting it in 1 s" in t.text()
+        t.proceed()  # the second half is logged while the new exporter follows
+        assert t.wait().splitlines() == ["finished True"]
+        pids = t.wait_sidecars_exit()
+        assert first in pids and len(set(pids)) == 2
+        assert "tensorboard pid" in t.text() and "restarted 1×" in t.text()
+    assert _points(logdir) == _expected(80)  # every point once: nothing lost, nothing twice
+
+
+def test_the_trainer_sigkilled_leaves_sidecars_that_drain_and_exit(
+        tmp_path: Path, root: Path) -> None:
+    logdir = tmp_path / "tb"
+    with trainer(tmp_path, root, {"tensorboard": {"logdir": str(logdir)}}, mode="hang") as t:
+        t.wait_line("logged")
+        [(_, sidecar, log)] = wait_for("the sidecar", t.sidecars)
+        t.process.kill()  # SIGKILL: no finish(), the run stays "running" in the store
+        t.process.wait()
+        t.wait_sidecars_exit()
+        assert not processes_following(t.pid)
+        text = t.text()
+        # what is not exported (the run's end) is named with the commands that continue it
+        assert "the process writing it exited without finishing it" in text
+        assert f"tracklake export status --root {root}" in text
+        assert f"tracklake export tensorboard --run r1 --root {root}" in text
+        assert str(sidecar) in text and log.is_file()
+    assert _points(logdir) == _expected(40)  # everything the trainer stored was exported
+
+
+def test_a_rank_other_than_zero_starts_no_sidecar(tmp_path: Path, root: Path) -> None:
+    logdir = tmp_path / "tb"
+    with trainer(tmp_path, root, {"tensorboard": {"logdir": str(logdir)}}, mode="hang",
+                 env={"RANK": "1", "WORLD_SIZE": "2"}) as t:
+        t.wait_line("logged")
+        assert processes_following(t.pid) == []
+        assert "sidecar" not in t.text()
+        assert not (root / "exports").exists() and not logdir.exists()
+
+
+@pytest.mark.parametrize(("export", "error", "match"), [
+    ("tensorboard", TypeError, "list of destination names"),
+    (["tensorboard", "tensorboard"], ValueError, "listed twice"),
+    (["no-such-destination"], ValueError, r"no installed exporter for \['no-such"),
+    ({"tensorboard": {"run": "other"}}, ValueError, r"\['run'\] of 'tensorboard' are set by"),
+    ({"tensorboard": "dir"}, TypeError, "options of 'tensorboard' must be a mapping"),
+    ([3], TypeError, "a destination name must be a non-empty str"),
+])
+def test_a_wrong_export_argument_is_refused_before_anything_is_written(
+        root: Path, export: object, error: type[Exception], match: str) -> None:
+    with pytest.raises(error, match=match):
+        tracklake.init(project="p", run_id="r1", root=root, export=export,  # type: ignore[arg-type]
+                       capture_identity=False)
+    assert list(root.iterdir()) == []
+
+
+def test_an_exporter_that_cannot_use_its_options_is_not_restarted(
+        tmp_path: Path, root: Path) -> None:
+    """A usage error would repeat at every restart: it is reported once, with the command."""
+    with trainer(tmp_path, root, {"tensorboard": {"logdir": str(tmp_path / "tb"),
+                                                  "no_such_option": 1}}, mode="hang") as t:
+        t.wait_line("logged")
+        wait_for("the report", lambda: "not restarted: its options are wrong" in t.text())
+        assert len(t.sidecars()) == 1
+        assert "tracklake export tensorboard --root" in t.text()
+        assert "No such option '--no-such-option'" in t.sidecars()[0][2].read_text()
+
+
+def test_with_export_the_trainer_still_imports_nothing_of_the_read_side(root: Path) -> None:
+    """The supervisor lives in the training process: it must stay off the read path."""
+    code = ("import json, sys, time, tracklake\n"
+            "run = tracklake.init(project='p', run_id='r1', root=sys.argv[1], "
+            "export={'memory': None}, capture_identity=False)\n"
+            "run.log({'loss': 1.0}, step=0)\n"
+            "time.sleep(1.5)\n"  # the supervisor thread has started its process by now
+            "run.finish()\n"
+            "forbidden = tuple(sys.argv[2].split(','))\n"
+            "print(json.dumps(sorted(m for m in sys.modules if any(m == f or "
+            "m.startswith(f + '.') for f in forbidden))))\n")
+    child = subprocess.run([sys.executable, "-c", code, str(root), ",".join(FORBIDDEN)],
+                           capture_output=True, text=True, check=True, env=child_env())
+    assert json.loads(child.stdout.splitlines()[-1]) == []
+    pids = [int(p) for p in _pids(child.stderr)]
+    assert pids
+    wait_for("the memory sidecar to exit", lambda: not any(alive(p) for p in pids))
+
+
+def _pids(text: str) -> list[str]:
+    import re
+
+    return re.findall(r"exporting run \S+ to .*: pid (\d+)", text)
