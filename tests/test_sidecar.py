@@ -69,6 +69,20 @@ def _export_status(root: Path) -> list[dict[str, object]]:
     return export_status(root)
 
 
+def test_a_run_that_ends_right_after_init_still_gets_its_sidecar(
+        tmp_path: Path, root: Path) -> None:
+    """An empty run whose process exits at once: the sidecar is started before the
+    interpreter ends (its supervisor is a daemon thread) and finishes the run."""
+    with trainer(tmp_path, root, {"tensorboard": {"logdir": str(tmp_path / "tb")}},
+                 steps=0) as t:
+        assert t.wait().splitlines() == ["logged", "finished True"]
+        t.wait_sidecars_exit()
+        assert len(t.sidecars()) == 1
+        assert "p/r1: 0 records, finished" in t.text()
+    [status] = _export_status(root)
+    assert status["run"] == "p/r1" and status["finished"] and status["behind"] == 0
+
+
 def test_a_sidecar_killed_mid_run_is_restarted_and_the_destination_ends_exact(
         tmp_path: Path, root: Path) -> None:
     logdir = tmp_path / "tb"

@@ -24,6 +24,10 @@ from tracklake._sidecar.plan import SidecarSpec
 
 #: How often the supervisor looks at its processes (s).
 POLL_INTERVAL = 0.5
+#: How long `run_ended()` waits for the first start of the processes, so that a run that
+#: ends right after `init()` (and a process that exits right after) still gets its
+#: sidecars: a daemon thread does not outlive the interpreter.
+START_TIMEOUT = 30.0
 #: click's exit status for a usage error: a restart would fail the same way.
 USAGE_ERROR = 2
 
@@ -61,6 +65,7 @@ class Sidecars:
         self.backoff = backoff
         self.python = python
         self._stop = threading.Event()
+        self._started = threading.Event()  # every process was started once (or failed to)
         self._lock = threading.Lock()  # the sidecars' state, read by run_ended()
         self._thread = threading.Thread(target=self._supervise, daemon=True,
                                         name=f"tracklake-sidecars-{run_label}")
@@ -83,8 +88,11 @@ class Sidecars:
     # -- the supervisor thread ----------------------------------------------------------
 
     def _supervise(self) -> None:
-        for sidecar in self.sidecars:
-            self._spawn(sidecar)
+        try:
+            for sidecar in self.sidecars:
+                self._spawn(sidecar)
+        finally:
+            self._started.set()
         while not self._stop.wait(POLL_INTERVAL):
             for sidecar in self.sidecars:
                 self._check(sidecar)
@@ -146,13 +154,19 @@ class Sidecars:
     # -- the end of the run ---------------------------------------------------------------
 
     def run_ended(self, status: str) -> None:
-        """One line on the console: what each exporter is doing now that the run ended."""
+        """One line on the console: what each exporter is doing now that the run ended.
+
+        Waits (at most START_TIMEOUT) for the processes to have been started once: the
+        run has ended, and this process may be about to exit.
+        """
+        self._started.wait(START_TIMEOUT)
         with self._lock:
             parts = []
             for s in self.sidecars:
                 restarted = f", restarted {s.restarts}×" if s.restarts else ""
                 state = {"running": "draining"}.get(s.state, s.state)
-                parts.append(f"{s.spec.destination} pid {s.pid} {state}{restarted}")
+                pid = f" pid {s.pid}" if s.pid is not None else ""
+                parts.append(f"{s.spec.destination}{pid} {state}{restarted}")
         _say(f"run {self.run_label} {status}; sidecars export the rest and exit on their own "
              f"({'; '.join(parts)}); `tracklake export status --root {self.root}` shows what "
              "is left")
