@@ -181,3 +181,34 @@ def _pids(text: str) -> list[str]:
     import re
 
     return re.findall(r"exporting run \S+ to .*: pid (\d+)", text)
+
+
+def _imports(path: Path, *, top_level_only: bool) -> set[str]:
+    import ast
+
+    tree = ast.parse(path.read_text())
+    nodes = tree.body if top_level_only else list(ast.walk(tree))
+    names: set[str] = set()
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return names
+
+
+def test_the_supervisor_package_stays_on_the_write_side_of_the_boundary() -> None:
+    """The boundary as written in the code: store/_sidecar imports only the standard
+    library and itself, and the write path imports it only inside `init()` (lazily), so
+    that a run without ``export=`` does not load it."""
+    store = Path(tracklake.__file__).parent
+    for path in sorted((store / "_sidecar").glob("*.py")):
+        foreign = {m for m in _imports(path, top_level_only=False)
+                   if m.split(".")[0] not in sys.stdlib_module_names | {"__future__"}
+                   and not m.startswith("tracklake._sidecar")}
+        assert not foreign, f"{path.name} imports {sorted(foreign)}"
+    for path in sorted((store / "_write").glob("*.py")):
+        eager = {m for m in _imports(path, top_level_only=True) if "_sidecar" in m}
+        assert not eager, f"{path.name} imports {sorted(eager)} at module level"
+    assert any("tracklake._sidecar" in _imports(p, top_level_only=False)
+               for p in (store / "_write").glob("*.py"))
