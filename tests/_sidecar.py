@@ -3,8 +3,10 @@
 `Trainer` runs TRAINER in a fresh interpreter: it opens run p/r1 with ``export=...``,
 logs `steps` steps of two metrics and then, by mode, finishes (``finish``), waits for a
 line on stdin before logging as many steps again and finishing (``pause``), or waits on
-stdin forever to be killed (``hang``). Its stderr (and the exporters' stdout, which is the
-trainer's stderr) goes to a file the test reads while it runs.
+stdin forever to be killed (``hang``), or finishes and then SIGKILLs its own child
+processes, as Ray's workers do when they exit (``kill-children``). Its stderr (and the
+exporters' stdout, which is the trainer's stderr) goes to a file the test reads while it
+runs.
 """
 
 from __future__ import annotations
@@ -45,6 +47,15 @@ if mode == "pause":
     train(steps)
 report = run.finish()
 print("finished", report.complete, flush=True)
+if mode == "kill-children":  # as a Ray worker does when it exits
+    import os, pathlib, signal
+    for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == os.getpid():
+            os.kill(int(stat.parent.name), signal.SIGKILL)
 """
 
 SIDECAR_LINE = re.compile(r"tracklake: sidecar (\S+)(?: \(restart \d+ of \d+\))? exporting "
@@ -126,8 +137,8 @@ class Trainer:
     def wait_sidecars_exit(self) -> list[int]:
         """Wait until every sidecar started so far has exited; their pids."""
         pids = [pid for _, pid, _ in self.sidecars()]
-        wait_for(f"sidecars {pids} to exit\n{self.text()}",
-                 lambda: not any(alive(p) for p in pids))
+        wait_for(f"sidecars {pids} (and the shells that wait for them) to exit\n{self.text()}",
+                 lambda: not any(alive(p) for p in pids) and not processes_following(self.pid))
         return pids
 
     def close(self) -> list[int]:

@@ -11,16 +11,18 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections import Counter
 from pathlib import Path
 
 import pytest
 from _env import child_env
 from _optional import optional
-from _sidecar import alive, processes_following, trainer, wait_for
+from _sidecar import PATIENCE, alive, processes_following, trainer, wait_for
 from test_import_boundary import FORBIDDEN
 
 import tracklake
+from tracklake.exporters import Exporter, ExportOptions, MemoryDestination, Selection
 
 optional("tensorboard")
 from tensorboard.backend.event_processing.event_accumulator import (  # noqa: E402
@@ -120,6 +122,19 @@ def test_the_trainer_sigkilled_leaves_sidecars_that_drain_and_exit(
     assert _points(logdir) == _expected(40)  # everything the trainer stored was exported
 
 
+def test_a_trainer_that_kills_its_children_on_exit_does_not_cut_the_export_short(
+        tmp_path: Path, root: Path) -> None:
+    """Ray kills a worker's direct children when the worker exits: the exporter is not one
+    (a shell between them waits for it), so it still delivers the run and finishes it."""
+    logdir = tmp_path / "tb"
+    with trainer(tmp_path, root, {"tensorboard": {"logdir": str(logdir)}}, steps=2000,
+                 mode="kill-children") as t:
+        assert t.wait().splitlines() == ["logged", "finished True"]
+        t.wait_sidecars_exit()
+        assert "p/r1: 4000 records, finished" in t.text()
+    assert _points(logdir) == _expected(2000)
+
+
 def test_a_rank_other_than_zero_starts_no_sidecar(tmp_path: Path, root: Path) -> None:
     logdir = tmp_path / "tb"
     with trainer(tmp_path, root, {"tensorboard": {"logdir": str(logdir)}}, mode="hang",
@@ -212,3 +227,59 @@ def test_the_supervisor_package_stays_on_the_write_side_of_the_boundary() -> Non
         assert not eager, f"{path.name} imports {sorted(eager)} at module level"
     assert any("tracklake._sidecar" in _imports(p, top_level_only=False)
                for p in (store / "_write").glob("*.py"))
+
+
+def test_a_process_watched_by_pid_is_gone_once_it_exits_even_unreaped() -> None:
+    from tracklake.exporters._loop.watched import WatchedProcess
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    watched = WatchedProcess(child.pid)
+    assert watched.alive()
+    child.kill()
+    wait_for("the child to become a zombie", lambda: not alive(child.pid))
+    assert not watched.alive()  # a zombie (not yet reaped by its parent) counts as gone
+    child.wait()
+    assert not watched.alive() and not WatchedProcess(child.pid).alive()
+    with pytest.raises(ValueError, match="--while-pid must be a process id"):
+        WatchedProcess(0)
+
+
+def test_following_for_a_process_drains_and_stops_when_it_exits(root: Path) -> None:
+    """The loop under a sidecar: the run is never finished (its writer is "killed"), the
+    process it follows for exits, and the exporter delivers everything and stops, naming
+    the run it leaves unfinished."""
+    run = tracklake.init(project="p", run_id="r1", root=root, capture_identity=False)
+    for step in range(30):
+        run.log({"loss": float(step)}, step=step)
+    assert run.flush()
+    trainer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    destination = MemoryDestination()
+    exporter = Exporter(destination, root=root, selection=Selection(runs=("r1",)),
+                        options=ExportOptions(follow=True, poll_interval=0.1,
+                                              while_pid=trainer.pid))
+    thread = threading.Thread(target=exporter.run, daemon=True)
+    thread.start()
+    wait_for("the first delivery", lambda: "p/r1" in destination.runs
+             and destination.runs["p/r1"].table("metrics") is not None)
+    for step in range(30, 60):  # written while the exporter follows
+        run.log({"loss": float(step)}, step=step)
+    assert run.flush()
+    trainer.kill()
+    trainer.wait()
+    thread.join(PATIENCE)
+    assert not thread.is_alive()
+    metrics = destination.runs["p/r1"].table("metrics")
+    assert metrics is not None and metrics.column("step").to_pylist() == list(range(60))
+    assert destination.runs["p/r1"].finished_status is None  # the run never ended
+    assert exporter.summary.abandoned == ["p/r1"]
+    run.finish()
+
+
+def test_while_pid_without_follow_is_a_usage_error(root: Path) -> None:
+    from click.testing import CliRunner
+
+    from tracklake._cli.main import main
+
+    result = CliRunner().invoke(main, ["export", "memory", "--root", str(root), "--run", "r1",
+                                      "--while-pid", str(os.getpid())])
+    assert result.exit_code == 2 and "add --follow" in result.output

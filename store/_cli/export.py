@@ -78,6 +78,8 @@ def _run_export(name: str, params: dict[str, Any]) -> None:
                           since=since.replace(tzinfo=_dt.timezone.utc) if since else None)
     if selection.is_empty():
         raise click.UsageError("choose runs: --project P, --run ID, --tag T, --since T or --all")
+    if params["while_pid"] is not None and not params["follow"]:
+        raise click.UsageError("--while-pid PID means: follow while PID lives; add --follow")
     root = resolve_root(params["root"])
     if not root.is_dir():
         raise click.ClickException(f"no tracklake store at {root}; pass --root DIR or set "
@@ -98,7 +100,7 @@ def _run_export(name: str, params: dict[str, Any]) -> None:
         click.echo("interrupted: everything committed so far is kept", err=True)
         sys.exit(130)
     report = str(summary)
-    left = [o.run for o in summary.failed] + summary.abandoned
+    left = list(dict.fromkeys([o.run for o in summary.failed] + summary.abandoned))
     if left:
         report += (f"\nnot yet exported to {name}: {', '.join(left)}; `tracklake export status "
                    f"--root {root}` shows what is left, and `tracklake export {name} "

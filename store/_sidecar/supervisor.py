@@ -7,6 +7,11 @@ not reach it) with its stderr in a log file under the store and its stdout on th
 trainer's console, where it writes its final summary. If one exits with an error while
 the trainer lives, it is started again after 1, 2, 4, ... s, at most `max_restarts`
 times; its cursors make the restart neither skip nor repeat anything.
+
+The exporter is not the trainer's child but its grandchild, under a POSIX shell that
+waits for it and reports its exit status (KEEPER). Launchers that kill a worker's
+direct children when it exits — Ray does, by default — then end only the shell, and the
+exporter still drains the run and exits on its own.
 """
 
 from __future__ import annotations
@@ -28,6 +33,10 @@ POLL_INTERVAL = 0.5
 #: ends right after `init()` (and a process that exits right after) still gets its
 #: sidecars: a daemon thread does not outlive the interpreter.
 START_TIMEOUT = 30.0
+#: The shell between trainer and exporter: starts the exporter (stdout on the console, the
+#: shell's stderr; stderr appended to the log file $1), prints its pid, waits for it and
+#: prints its exit status (128+N for signal N).
+KEEPER = 'log=$1; shift; "$@" </dev/null 1>&2 2>>"$log" & echo $!; wait $!; echo $?'
 #: click's exit status for a usage error: a restart would fail the same way.
 USAGE_ERROR = 2
 
@@ -41,15 +50,12 @@ class Sidecar:
     """One destination's exporter and what happened to it."""
 
     spec: SidecarSpec
-    process: subprocess.Popen[bytes] | None = None
+    process: subprocess.Popen[bytes] | None = None  # the shell that waits for the exporter
+    pid: int | None = None  # the exporter's
     restarts: int = 0
     restart_at: float | None = None  # monotonic time of the next start, while waiting
     state: str = "starting"  # starting, running, restarting, done, failed, gave up
     pids: list[int] = field(default_factory=list)
-
-    @property
-    def pid(self) -> int | None:
-        return self.process.pid if self.process is not None else None
 
 
 class Sidecars:
@@ -101,23 +107,25 @@ class Sidecars:
         spec = sidecar.spec
         try:
             spec.log.parent.mkdir(parents=True, exist_ok=True)
-            with open(spec.log, "ab") as log:
-                process = subprocess.Popen(
-                    spec.argv(self.python), stdin=subprocess.DEVNULL, stdout=_console(),
-                    stderr=log, start_new_session=True,
-                    env=os.environ | {"PYTHONUNBUFFERED": "1"})
-        except OSError as exc:
+            process = subprocess.Popen(
+                ["/bin/sh", "-c", KEEPER, "sh", str(spec.log), *spec.argv(self.python)],
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=_console(),
+                start_new_session=True, env=os.environ | {"PYTHONUNBUFFERED": "1"})
+            assert process.stdout is not None
+            pid = int(process.stdout.readline())
+        except (OSError, ValueError) as exc:
             with self._lock:
                 sidecar.state = "failed"
             _say(f"sidecar {spec.destination} for run {self.run_label} could not start: {exc}; "
                  f"run it yourself: {spec.command_line()}")
             return
         with self._lock:
-            sidecar.process, sidecar.state, sidecar.restart_at = process, "running", None
-            sidecar.pids.append(process.pid)
+            sidecar.process, sidecar.pid = process, pid
+            sidecar.state, sidecar.restart_at = "running", None
+            sidecar.pids.append(pid)
         again = f" (restart {sidecar.restarts} of {self.max_restarts})" if sidecar.restarts else ""
         _say(f"sidecar {spec.destination}{again} exporting run {self.run_label} to "
-             f"{spec.where}: pid {process.pid}, log {spec.log}")
+             f"{spec.where}: pid {pid}, log {spec.log}")
 
     def _check(self, sidecar: Sidecar) -> None:
         if sidecar.state == "restarting":
@@ -126,15 +134,16 @@ class Sidecars:
             return
         if sidecar.state != "running" or sidecar.process is None:
             return
-        code = sidecar.process.poll()
-        if code is None:
+        if sidecar.process.poll() is None:
             return
+        code = _exit_status(sidecar.process)
         name, log = sidecar.spec.destination, sidecar.spec.log
         if code == 0:
             with self._lock:
                 sidecar.state = "done"
             return
-        how = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
+        how = (f"was killed by signal {code - 128}" if code > 128
+               else f"exited with status {code}")
         if code == USAGE_ERROR or sidecar.restarts >= self.max_restarts:
             with self._lock:
                 sidecar.state = "gave up"
@@ -170,6 +179,18 @@ class Sidecars:
         _say(f"run {self.run_label} {status}; sidecars export the rest and exit on their own "
              f"({'; '.join(parts)}); `tracklake export status --root {self.root}` shows what "
              "is left")
+
+
+def _exit_status(keeper: subprocess.Popen[bytes]) -> int:
+    """The exporter's exit status, as its shell reported it (the shell's own if it was
+    killed before it could: a status it never prints, or 128+N)."""
+    assert keeper.stdout is not None
+    reported = keeper.stdout.read().split()
+    keeper.stdout.close()
+    if reported and reported[-1].isdigit():
+        return int(reported[-1])
+    code = keeper.returncode if keeper.returncode is not None else 1
+    return 128 - code if code < 0 else code
 
 
 def _console() -> int | Any:
