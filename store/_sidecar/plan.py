@@ -27,6 +27,9 @@ RESERVED = frozenset({"root", "project", "run", "runs", "tag", "tags", "all", "a
 #: (verl's default root; the exporter adds PROJECT/RUN below it).
 TENSORBOARD_DEFAULT = "tensorboard_log"
 
+#: How much lower than the trainer's a sidecar's CPU priority is (os.nice): where they
+#: compete for cores, training comes first and the exporters catch up afterwards.
+NICENESS = 10
 #: SwanLab modes the exporter knows, as $SWANLAB_MODE may give them.
 SWANLAB_MODES = ("offline", "local", "cloud")
 
@@ -44,7 +47,7 @@ class SidecarSpec:
 
     def argv(self, python: str) -> list[str]:
         """The command that runs it with interpreter `python` (no console script needed)."""
-        return [python, "-m", "tracklake._cli", "export", self.destination, *self.options]
+        return [python, "-m", "tracklake._sidecar", "export", self.destination, *self.options]
 
     def command_line(self) -> str:
         """The same command as a user types it."""
