@@ -5,8 +5,8 @@ One process runs, interleaved over ``--reps`` rounds, the same loop under three 
 
 1. none        no tracker: the loop computes its ~64 metrics and drops them
 2. tracklake   ``run.log(metrics, step=i)`` and validation generations every 100 steps
-3. +sidecars   the same, with ``init(export={"tensorboard": ..., "wandb": offline})``:
-               two exporter processes follow the run while it trains
+3. +sidecars   the same, with ``init(export=...)``: by default TensorBoard and W&B
+               offline (``--export``), two exporter processes following the run
 
 The loop: an MLP (512 wide, batch 64, SGD) on fixed random data, one thread for torch,
 ``--steps`` steps; its 64 metrics are loss, per-parameter gradient and weight norms and a
@@ -66,14 +66,17 @@ def metrics_of(model: torch.nn.Module, loss: torch.Tensor, logits: torch.Tensor
     return out
 
 
-def train(steps: int, setup: str, tmp: Path) -> tuple[float, dict[str, Any]]:
+def train(steps: int, setup: str, tmp: Path, destinations: list[str]
+          ) -> tuple[float, dict[str, Any]]:
     """Seconds per step of one run of the loop under `setup`, and what the sidecars cost."""
     model, x, y, opt = make_model()
     run = None
     if setup != "none":
-        export = ({"tensorboard": {"logdir": str(tmp / "tb")},
-                   "wandb": {"mode": "offline", "dir": str(tmp / "wandb")}}
-                  if setup == "+sidecars" else None)
+        options = {"tensorboard": {"logdir": str(tmp / "tb")},
+                   "wandb": {"mode": "offline", "dir": str(tmp / "wandb")},
+                   "mlflow": {"tracking_uri": f"sqlite:///{tmp}/mlflow.db"}}
+        export = ({d: options.get(d) for d in destinations} if setup == "+sidecars"
+                  else None)
         run = tracklake.init(project="bench", root=tmp / "store", export=export,
                              capture_identity=False)
     sidecars = run._sidecars if run is not None else None  # to wait for them at the end
@@ -112,6 +115,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--export", default="tensorboard,wandb",
+                        help="the sidecars' destinations (default: tensorboard,wandb)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     times: dict[str, list[float]] = {s: [] for s in SETUPS}
@@ -119,13 +124,15 @@ def main() -> None:
     for rep in range(args.reps):
         for setup in SETUPS if rep % 2 == 0 else SETUPS[::-1]:  # interleaved, alternating
             with tempfile.TemporaryDirectory() as tmp:
-                per_step, extra = train(args.steps, setup, Path(tmp))
+                per_step, extra = train(args.steps, setup, Path(tmp),
+                                        args.export.split(","))
             times[setup].append(per_step)
             if extra:
                 cpu.append(extra)
             print(f"round {rep + 1} {setup:10s} {per_step * 1e3:8.3f} ms/step", flush=True)
     base = times["none"]
-    result: dict[str, Any] = {"steps": args.steps, "reps": args.reps, "cores": os.cpu_count()}
+    result: dict[str, Any] = {"steps": args.steps, "reps": args.reps, "cores": os.cpu_count(),
+                              "export": args.export}
     print(f"\n{'setup':10s} {'ms/step':>8s}  overhead vs none (median, min..max over rounds)")
     for setup in SETUPS:
         over = [(t / b - 1) * 100 for t, b in zip(times[setup], base, strict=True)]
@@ -139,7 +146,7 @@ def main() -> None:
         result["sidecar_cpu_us_per_value"] = per_value
         result["sidecar_cpu_s"] = statistics.median(c["sidecar_cpu_s"] for c in cpu)
         print(f"sidecars: {result['sidecar_cpu_s']:.2f} CPU s per run, "
-              f"{per_value:.1f} µs CPU per exported metric value (2 destinations)")
+              f"{per_value:.1f} µs CPU per exported metric value ({args.export})")
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
 
