@@ -286,3 +286,24 @@ def test_while_pid_without_follow_is_a_usage_error(root: Path) -> None:
     result = CliRunner().invoke(main, ["export", "memory", "--root", str(root), "--run", "r1",
                                       "--while-pid", str(os.getpid())])
     assert result.exit_code == 2 and "add --follow" in result.output
+
+
+def test_tracklake_tracking_serves_tensorboard_with_a_sidecar(tmp_path: Path,
+                                                               root: Path) -> None:
+    """The drop-in `tracklake.Tracking` (no verl): ``tensorboard`` in the backends is a
+    sidecar exporter writing under $TENSORBOARD_DIR, as verl's variable says."""
+    logdir = tmp_path / "tb"
+    code = ("import sys, tracklake\n"
+            "t = tracklake.Tracking('p', 'exp', ['console', 'tensorboard'], root=sys.argv[1],\n"
+            "                       run_id='r1', capture_identity=False)\n"
+            "for s in range(40):\n"
+            "    t.log({'loss': 1.0 / (s + 1), 'reward': float(s)}, step=s)\n"
+            "t.finish(exit_code=0)\n")
+    done = subprocess.run([sys.executable, "-c", code, str(root)], capture_output=True,
+                          text=True, timeout=PATIENCE, check=False, cwd=tmp_path,
+                          env=child_env() | {"TENSORBOARD_DIR": str(logdir)})
+    assert done.returncode == 0, done.stderr
+    pids = [int(p) for p in _pids(done.stderr)]
+    assert len(pids) == 1 and str(logdir) in done.stderr
+    wait_for("the sidecar to exit", lambda: not any(alive(p) for p in pids))
+    assert _points(logdir) == _expected(40)
