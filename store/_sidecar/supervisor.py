@@ -31,8 +31,9 @@ from tracklake._sidecar.plan import SidecarSpec
 POLL_INTERVAL = 0.5
 #: How long `run_ended()` waits for the first start of the processes, so that a run that
 #: ends right after `init()` (and a process that exits right after) still gets its
-#: sidecars: a daemon thread does not outlive the interpreter.
-START_TIMEOUT = 30.0
+#: sidecars: a daemon thread does not outlive the interpreter. Well within the time a
+#: SIGTERM leaves finish() (lifecycle.SIGTERM_FINISH_SECONDS).
+START_TIMEOUT = 10.0
 #: The shell between trainer and exporter: starts the exporter (stdout on the console, the
 #: shell's stderr; stderr appended to the log file $1), prints its pid, waits for it and
 #: prints its exit status (128+N for signal N).
