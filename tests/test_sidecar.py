@@ -122,6 +122,22 @@ def test_the_trainer_sigkilled_leaves_sidecars_that_drain_and_exit(
     assert _points(logdir) == _expected(40)  # everything the trainer stored was exported
 
 
+def test_a_trainer_ended_by_sigterm_leaves_sidecars_that_finish_the_run(
+        tmp_path: Path, root: Path) -> None:
+    """SIGTERM (a scheduler's preemption) finishes the run as killed; the signal does not
+    reach the sidecars (own session), which deliver everything and finish the run."""
+    logdir = tmp_path / "tb"
+    with trainer(tmp_path, root, {"tensorboard": {"logdir": str(logdir)}}, mode="hang") as t:
+        t.wait_line("logged")
+        wait_for("the sidecar", t.sidecars)
+        t.process.send_signal(signal.SIGTERM)
+        t.process.wait(PATIENCE)
+        t.wait_sidecars_exit()
+        assert "run p/r1 killed; sidecars export the rest" in t.text()
+        assert "p/r1: 80 records, finished" in t.text()
+    assert _points(logdir) == _expected(40)
+
+
 def test_a_trainer_that_kills_its_children_on_exit_does_not_cut_the_export_short(
         tmp_path: Path, root: Path) -> None:
     """Ray kills a worker's direct children when the worker exits: the exporter is not one
