@@ -369,12 +369,13 @@ def test_tracking_console_and_tracklake_prints_and_writes(root: Path,
 
 def test_tracking_with_wandb_writes_only_to_the_store(root: Path) -> None:
     """'wandb' is not run in-process: the run goes to the store, stderr says how to export
-    it, and no wandb module is imported (checked in a fresh interpreter: in this one,
-    another test may have imported wandb already)."""
+    it (with sidecars=False; tests/test_sidecar*.py cover the sidecars), and no wandb module
+    is imported (checked in a fresh interpreter: in this one, another test may have imported
+    wandb already)."""
     assert importlib.util.find_spec("wandb") is not None, "wandb must be installed to check"
     code = ("import sys, tracklake\n"
             "tracking = tracklake.Tracking('proj', 'exp', ['wandb'], root=sys.argv[1],\n"
-            "                              capture_identity=False)\n"
+            "                              capture_identity=False, sidecars=False)\n"
             "tracking.log({'loss': 0.25}, step=1)\n"
             "tracking.finish()\n"
             "sys.stderr.write(repr(sorted(m for m in sys.modules if m.split('.')[0] == "

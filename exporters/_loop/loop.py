@@ -35,6 +35,7 @@ from tracklake.exporters._loop.ranks import (
 )
 from tracklake.exporters._loop.select import Selection, select_runs
 from tracklake.exporters._loop.state import ExportState, destination_dir, load_state, now_iso
+from tracklake.exporters._loop.watched import WatchedProcess
 from tracklake.exporters._protocol import Destination, ExportContext, RunInfo
 from tracklake.files import write_atomic
 from tracklake.read import KINDS, TERMINAL_STATUSES, StreamId, read_run, resolve_root
@@ -72,6 +73,8 @@ class Exporter:
         self.commit_interval = float(destination.commit_interval if interval is None
                                      else interval)
         self._wake = threading.Event()
+        self._writer = (WatchedProcess(self.options.while_pid)
+                        if self.options.follow and self.options.while_pid is not None else None)
         #: passes over the selected runs so far (following makes one per poll)
         self.passes = 0
         destination.start(ExportContext(root=self.root, ranks=self.options.ranks))
@@ -95,12 +98,14 @@ class Exporter:
         delivered: dict[str, float] = {}  # run key -> when it was last delivered (following)
         try:
             while True:
+                last_pass = self._writer_gone()  # nothing more will be written: drain, stop
                 runs = select_runs(self.root, self.selection)
                 self.passes += 1
                 for info in runs:
                     if done.get(info.key) == info.attempts:
                         continue  # finished and fully exported; a new attempt reopens it
-                    if (self.options.follow and info.status not in TERMINAL_STATUSES
+                    if (self.options.follow and not last_pass
+                            and info.status not in TERMINAL_STATUSES
                             and self.clock() - delivered.get(info.key, -math.inf)
                             < self.commit_interval):
                         continue  # not yet: a destination whose commits are costly
@@ -114,12 +119,20 @@ class Exporter:
                                                for i in runs) and len(runs) >= len(
                                                    set(self.selection.runs)):
                     break  # every run asked for is finished and exported
+                if last_pass:
+                    self.summary.abandoned = [i.key for i in runs
+                                              if done.get(i.key) != i.attempts]
+                    break
                 self._wake.wait(self.options.poll_interval)
                 self._wake.clear()
         finally:
             if observer is not None:
                 observer.stop()
         return self.summary
+
+    def _writer_gone(self) -> bool:
+        """True once the process given as `while_pid` has exited."""
+        return self._writer is not None and not self._writer.alive()
 
     def _watch(self) -> Any:
         """Wake the loop on file events under the root; polling covers file systems where
@@ -173,7 +186,8 @@ class Exporter:
                 self._record_error(info, exc)
                 now = self.clock()
                 waited = now - started
-                give_up = None if self.options.follow else self.options.give_up_after
+                give_up = (None if self.options.follow and not self._writer_gone()
+                           else self.options.give_up_after)
                 if not exc.retryable or (give_up is not None and waited >= give_up):
                     self.log(f"{info.key}: {exc}" + ("" if not exc.retryable else
                              f" (gave up after {waited:.0f} s of retries)"))

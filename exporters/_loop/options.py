@@ -24,6 +24,10 @@ class ExportOptions:
     #: while following, seconds at least between two deliveries to a live run (None: the
     #: destination's `commit_interval`, else 0); a finished run is delivered at once
     commit_interval: float | None = None
+    #: while following, the process the run is followed for (a trainer that started this
+    #: exporter): once it has exited, deliver what the store holds and stop, even if the
+    #: run was not finished (a SIGKILLed trainer never writes its final status)
+    while_pid: int | None = None
 
 
 @dataclass
@@ -39,6 +43,9 @@ class ExportSummary:
     destination: str
     runs: dict[str, RunOutcome] = field(default_factory=dict)
     problems: ReadProblems = field(default_factory=ReadProblems)
+    #: runs (project/run) left unfinished at the destination because the process they were
+    #: followed for (`ExportOptions.while_pid`) exited without finishing them
+    abandoned: list[str] = field(default_factory=list)
 
     @property
     def records(self) -> int:
@@ -53,6 +60,10 @@ class ExportSummary:
         for o in self.runs.values():
             state = "error: " + o.error if o.error else ("finished" if o.finished else "live")
             lines.append(f"  {o.run}: {o.records} records, {state}")
+        for key in self.abandoned:
+            lines.append(f"  {key}: the process writing it exited without finishing it; "
+                         "the run stays unfinished at the destination "
+                         "until an export sees it ended (crashed, or a new attempt)")
         for path, nbytes in self.problems.torn:
             lines.append(f"  note: {path}: a torn tail of {nbytes} bytes was skipped")
         for path, why in self.problems.damaged:

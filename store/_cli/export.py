@@ -40,6 +40,11 @@ def _common_options() -> list[click.Parameter]:
                           "every commit is a session directory; 0 for the others)."),
         click.Option(["--give-up-after"], default=600.0, show_default=True,
                      help="Seconds to keep retrying a failing destination (without --follow)."),
+        click.Option(["--while-pid"], type=click.IntRange(min=1), default=None,
+                     help="With --follow: once process PID (the trainer) has exited, export "
+                          "what the store holds and stop, even if the run was never "
+                          "finished (a killed trainer). The final summary then goes to "
+                          "stdout."),
         click.Option(["--state-dir"], type=click.Path(file_okay=False, path_type=Path),
                      help="Where the exporter keeps its cursors "
                           "(default: ROOT/exports/<destination>)."),
@@ -73,6 +78,8 @@ def _run_export(name: str, params: dict[str, Any]) -> None:
                           since=since.replace(tzinfo=_dt.timezone.utc) if since else None)
     if selection.is_empty():
         raise click.UsageError("choose runs: --project P, --run ID, --tag T, --since T or --all")
+    if params["while_pid"] is not None and not params["follow"]:
+        raise click.UsageError("--while-pid PID means: follow while PID lives; add --follow")
     root = resolve_root(params["root"])
     if not root.is_dir():
         raise click.ClickException(f"no tracklake store at {root}; pass --root DIR or set "
@@ -86,15 +93,35 @@ def _run_export(name: str, params: dict[str, Any]) -> None:
                             batch_rows=params["batch_rows"],
                             commit_interval=params["commit_interval"],
                             give_up_after=params["give_up_after"],
-                            state_dir=params["state_dir"])
+                            state_dir=params["state_dir"], while_pid=params["while_pid"])
     try:
         summary = export(destination, root=root, selection=selection, options=options)
     except KeyboardInterrupt:
         click.echo("interrupted: everything committed so far is kept", err=True)
         sys.exit(130)
-    click.echo(str(summary), err=True)
+    report = str(summary)
+    left = list(dict.fromkeys([o.run for o in summary.failed] + summary.abandoned))
+    if left:
+        report += (f"\nnot yet exported to {name}: {', '.join(left)}; `tracklake export status "
+                   f"--root {root}` shows what is left, and `tracklake export {name} "
+                   + " ".join(f"--run {r.split('/', 1)[1]}" for r in left)
+                   + f" --root {root}` continues")
+    if params["while_pid"] is not None:
+        report = "tracklake export (sidecar) " + report
+    _final_report(report, to_stdout=params["while_pid"] is not None)
     if summary.failed:
         sys.exit(1)
+
+
+def _final_report(text: str, *, to_stdout: bool) -> None:
+    """The export's summary, on stderr, or on stdout for a sidecar (whose stdout is the
+    trainer's console while its stderr is a log file). A console that is gone (the
+    trainer's terminal closed with it) does not fail the export that already succeeded."""
+    try:
+        click.echo(text, err=not to_stdout)
+    except OSError:
+        if to_stdout:
+            click.echo(text, err=True)
 
 
 class ExportGroup(click.Group):

@@ -27,7 +27,7 @@ from tracklake._write.coerce import (
     flatten_config,
     jsonable,
 )
-from tracklake._write.finish import Lifecycle, RunHandle
+from tracklake._write.finish import FinishReport, Lifecycle, RunHandle
 from tracklake._write.identity import capture, redact_config
 from tracklake._write.trace import Span
 
@@ -53,6 +53,7 @@ class Run(RunHandle):
         self._step = -1  # last step used; log() without a step uses the next one
         self._known_keys: set[tuple[str, ...]] = set()
         self._last_keys: tuple[str, ...] = ()
+        self._sidecars: Any = None  # tracklake._sidecar.Sidecars, with init(export=...)
 
     # -- metrics: the hot path ---------------------------------------------------------
 
@@ -103,6 +104,15 @@ class Run(RunHandle):
         if not INT64[0] <= step <= INT64[1]:
             raise ValueError(f"step {step} is outside the int64 range of the step column")
         return step
+
+    def finish(self, status: str = "finished", *, timeout: float = 30.0) -> FinishReport:
+        report = super().finish(status, timeout=timeout)
+        sidecars, self._sidecars = self._sidecars, None
+        if sidecars is not None:  # they drain and exit on their own; say so, do not wait
+            sidecars.run_ended(report.status)
+        return report
+
+    finish.__doc__ = RunHandle.finish.__doc__
 
     # -- other records -----------------------------------------------------------------
 
@@ -246,17 +256,28 @@ def init(*, project: str, name: str | None = None, config: Any = None,
          flush_interval: float = 0.5, segment_bytes: int = 64 << 20,
          segment_seconds: float = 600.0, max_buffer_bytes: int = 256 << 20,
          fsync: bool = True, capture_identity: bool = True,
-         compact: bool | None = None) -> Run:
+         compact: bool | None = None,
+         export: Sequence[str] | Mapping[str, Mapping[str, Any] | None] | None = None) -> Run:
     """Start (or resume, as a new attempt) a run and return this rank's `Run`.
 
     Sealed segments are compacted to Parquet by a detached low-priority process, started
     when a segment is sealed and at `finish()`; `compact=False` (or TRACKLAKE_COMPACT=0
     when `compact` is not given) leaves that to `tracklake compact`.
+
+    `export` names destinations (``["wandb", "mlflow"]``, or a mapping of names to their
+    `tracklake export` options): global rank 0 starts one exporter process per destination
+    that follows this run and ends on its own after it (docs/exporters.md, "Sidecars").
     """
     root_path = resolve_root(root)
     project = safe_name(project, "project")
     run = resolve_run_id(run_id, project, name)
     rank_n = resolve_rank(rank)
+    sidecar_specs = None
+    if export is not None:  # checked on every rank, before anything is written
+        from tracklake._sidecar import plan_sidecars
+
+        sidecar_specs = plan_sidecars(export, root=root_path.absolute(), project=project,
+                                      run_id=run, pid=os.getpid())
     flat_config = redact_config(flatten_config(config)) if config is not None else {}
     root_path.mkdir(parents=True, exist_ok=True)
     attempt, path = claim_attempt(root_path, project, run, rank_n)
@@ -283,6 +304,11 @@ def init(*, project: str, name: str | None = None, config: Any = None,
     if config is not None:
         r.log_config(config)
     _lifecycle.track(r)
+    if sidecar_specs and rank_n == 0:
+        from tracklake._sidecar import start_sidecars
+
+        r._sidecars = start_sidecars(sidecar_specs, root=root_path.absolute(),
+                                     run_label=f"{project}/{run}")
     return r
 
 

@@ -33,14 +33,16 @@ class Tracking:
     ``"tracklake"`` writes the run to the local store. ``"console"`` prints each step
     like verl's console logger, ``"file"`` appends verl's JSONL lines. wandb, mlflow, swanlab
     and tensorboard are not run in the training process: the run is written to the store
-    (as if ``"tracklake"`` were listed) and ``tracklake export <dest>`` replays it, now or
-    later. Values that are not metrics (None, lists, DataFrames) are skipped and counted
-    per key in `skipped`, as verl's console skips them.
+    (as if ``"tracklake"`` were listed) and, from global rank 0, one sidecar exporter process
+    per destination follows it live (``sidecars=False``: none; ``tracklake export <dest>``
+    replays it later). Values that are not metrics (None, lists, DataFrames) are skipped and
+    counted per key in `skipped`, as verl's console skips them.
     """
 
     def __init__(self, project_name: str, experiment_name: str,
                  default_backend: str | Sequence[str] = "console", config: Any = None,
-                 *, root: str | os.PathLike[str] | None = None, **init_options: Any) -> None:
+                 *, root: str | os.PathLike[str] | None = None, sidecars: bool = True,
+                 **init_options: Any) -> None:
         backends = [default_backend] if isinstance(default_backend, str) else [
             str(b) for b in default_backend]
         unknown = [b for b in backends if b not in SUPPORTED_BACKENDS | UNSERVED_BACKENDS]
@@ -69,11 +71,12 @@ class Tracking:
         self.store: StoreBackend | None = None
         self.file: JsonlFile | None = None
         if any(b in EXPORTED_BACKENDS or b == "tracklake" for b in self.backends):
+            exported = list(dict.fromkeys(b for b in self.backends if b in EXPORTED_BACKENDS))
             self.run = init(project=project_name, name=experiment_name, config=config,
-                            root=root, **init_options)
+                            root=root, export=exported if exported and sidecars else None,
+                            **init_options)
             self.store = StoreBackend(self.run)
-            exported = [b for b in self.backends if b in EXPORTED_BACKENDS]
-            if exported:
+            if exported and not sidecars:
                 print(f"tracklake: {', '.join(exported)} not run in this process; run "
                       f"{self.run.id!r} is in the store {str(self.run.root)!r}: replay it with "
                       f"`tracklake export DEST --run {self.run.id} --root {self.run.root}`",

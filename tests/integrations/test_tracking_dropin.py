@@ -95,7 +95,7 @@ def test_tracking_alias_means_wandb_with_verls_warning(root: Path,
                                                        capsys: pytest.CaptureFixture[str]
                                                        ) -> None:
     with pytest.warns(DeprecationWarning, match="`tracking` logger is deprecated"):
-        tracking = _tracking(root, ["tracking"])
+        tracking = _tracking(root, ["tracking"], sidecars=False)
     assert tracking.backends == ["wandb"]
     tracking.log({"x": 1.0}, step=0)
     tracking.finish()

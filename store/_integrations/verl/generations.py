@@ -8,7 +8,8 @@ from typing import Any
 
 from verl.utils import tracking as _verl
 
-from tracklake._integrations.verl.tracking import BACKEND, active_run
+from tracklake._integrations.verl.tracking import BACKEND, active_run, exported_backends
+from tracklake._write.tracking import ALIASES
 
 #: verl's keys, as its W&B/SwanLab/TensorBoard backends name them.
 VAL_GENERATIONS_KEY = "val/generations"
@@ -27,12 +28,22 @@ def _run_or_warn(project_name: Any, experiment_name: Any, what: str) -> Any:
     return run
 
 
+def _in_process(loggers: Any) -> Any:
+    """The backends verl serves itself: with ``tracklake`` listed, the exported ones
+    (wandb, ...) are sidecar exporters reading the store, not objects in this process."""
+    if BACKEND not in loggers:
+        return loggers
+    exported = exported_backends([str(b) for b in loggers])
+    return [b for b in loggers if ALIASES.get(str(b), str(b)) not in exported]
+
+
 class ValidationGenerationsLogger(_verl.ValidationGenerationsLogger):
     """verl's logger; with ``"tracklake"`` in `loggers` the samples (verl's (input, output,
     score) tuples) are also stored as generations under ``val/generations``."""
 
     def log(self, loggers: Any, samples: Any, step: int) -> None:
-        super().log(loggers, samples, step)  # type: ignore[no-untyped-call, unused-ignore]
+        super().log(_in_process(loggers), samples,  # type: ignore[no-untyped-call, unused-ignore]
+                    step)
         if BACKEND in loggers:
             run = _run_or_warn(self.project_name, self.experiment_name, "validation generations")
             if run is not None:
@@ -44,7 +55,7 @@ class DapoFilteredRewardTableLogger(_verl.DapoFilteredRewardTableLogger):
     (verl's ``reward:count, ...`` text) is also stored as a text under verl's key."""
 
     def log(self, loggers: Any, reward_counts: dict[Any, Any], step: int) -> None:
-        super().log(loggers, reward_counts, step)
+        super().log(_in_process(loggers), reward_counts, step)
         if BACKEND in loggers:
             run = _run_or_warn(self.project_name, self.experiment_name, "DAPO reward counts")
             if run is not None:

@@ -12,7 +12,12 @@ from typing import Any
 from verl.utils import tracking as _verl
 
 from tracklake._write.run import Run, init
-from tracklake._write.tracking import StoreBackend, status_for_exit_code
+from tracklake._write.tracking import (
+    ALIASES,
+    EXPORTED_BACKENDS,
+    StoreBackend,
+    status_for_exit_code,
+)
 
 #: The name to put in verl's ``trainer.logger``.
 BACKEND = "tracklake"
@@ -35,6 +40,13 @@ def run_id_for(project_name: str, experiment_name: str,
     return f"verl-{slug}-{digest}" if slug else f"verl-{digest}"
 
 
+def exported_backends(backends: list[str]) -> list[str]:
+    """The backends that sidecar exporters serve instead of verl (``tracking`` is verl's
+    alias of ``wandb``), once each, in the order given."""
+    return list(dict.fromkeys(
+        ALIASES.get(b, b) for b in backends if ALIASES.get(b, b) in EXPORTED_BACKENDS))
+
+
 def active_run(project_name: str, experiment_name: str) -> Run | None:
     """The unfinished run this process's `Tracking` opened for these names, if any."""
     run = _active.get((project_name, experiment_name))
@@ -44,7 +56,9 @@ def active_run(project_name: str, experiment_name: str) -> Run | None:
 class Tracking(_verl.Tracking):
     """verl's `Tracking`; with ``"tracklake"`` among the backends it also writes to the store.
 
-    Every other backend is verl's, untouched. `finish(exit_code=...)` finishes the run as
+    wandb, mlflow, swanlab and tensorboard are then served by sidecar exporters that
+    global rank 0 starts (they follow the run in the store), not in this process; every
+    other backend is verl's, untouched. `finish(exit_code=...)` finishes the run as
     ``finished`` (0) or ``failed``; skipped non-metric values are counted in `skipped`.
     """
 
@@ -59,11 +73,13 @@ class Tracking(_verl.Tracking):
         if BACKEND not in backends:
             super().__init__(project_name, experiment_name, default_backend, config)
             return
+        exported = exported_backends(backends)
         super().__init__(project_name, experiment_name,
-                         [b for b in backends if b != BACKEND], config)
+                         [b for b in backends
+                          if b != BACKEND and ALIASES.get(b, b) not in exported], config)
         project, experiment = str(project_name), str(experiment_name)
         run = init(project=project, name=experiment, config=config,
-                   run_id=run_id_for(project, experiment))
+                   run_id=run_id_for(project, experiment), export=exported or None)
         print(f"tracklake: verl run {run.id!r} attempt {run.attempt} (rank {run.rank}) is "
               f"written to {str(run.root)!r}", file=sys.stderr, flush=True)
         self.tracklake = StoreBackend(run)
