@@ -146,15 +146,22 @@ def _auto_kill_at(root: Path, target: int, where: str) -> subprocess.CompletedPr
 def merged_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A finished run whose streams hold several small parts and sealed segments: the
     automatic path both merges and compacts."""
+    from tracklake._ops import compact as compact_module
+
     root = tmp_path_factory.mktemp("auto") / "store"
-    with tracklake.init(project="p", run_id="a", root=root, capture_identity=False,
-                        segment_bytes=2048, compact=False) as run:
-        for step in range(160):
-            run.log({"loss": step / 3, "acc": step / 7, "phase": f"s{step}"}, step=step)
-            if step % 20 == 19:
-                run.flush()
-            if step in (59, 119):
-                tracklake.compact(root=root)
+    small = compact_module.SMALL_PART_BYTES
+    compact_module.SMALL_PART_BYTES = 0  # no merging yet: leave two small parts
+    try:
+        with tracklake.init(project="p", run_id="a", root=root, capture_identity=False,
+                            segment_bytes=2048, compact=False) as run:
+            for step in range(160):
+                run.log({"loss": step / 3, "acc": step / 7, "phase": f"s{step}"}, step=step)
+                if step % 20 == 19:
+                    run.flush()
+                if step in (59, 119):
+                    tracklake.compact(root=root)
+    finally:
+        compact_module.SMALL_PART_BYTES = small
     assert assert_parts(root) == 2 and list(root.rglob("*.arrows"))
     return root
 

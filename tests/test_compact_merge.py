@@ -166,3 +166,17 @@ def test_compacting_a_compacted_stream_again_rewrites_nothing(root: Path) -> Non
     again = tracklake.compact(root=root)
     assert again.parts_written == [] and again.parts_merged == []
     assert again.segments_removed == []
+
+
+def test_a_dry_run_names_the_parts_it_would_merge_and_touches_nothing(root: Path) -> None:
+    run = _live_run(root)
+    for step in range(3):
+        run.log({"loss": float(step)}, step=step)
+        run.flush()
+        tracklake.compact(root=root)
+    run.finish()
+    files_before = sorted(p.name for p in root.rglob("*") if p.is_file())
+    plan = tracklake.compact(root=root, dry_run=True)
+    assert plan.parts_merged == [Path(p) for p in _parts(root)]  # the one small part
+    assert plan.segments_removed and plan.parts_written == []
+    assert sorted(p.name for p in root.rglob("*") if p.is_file()) == files_before
