@@ -29,9 +29,9 @@ from tracklake._format import (
 )
 from tracklake._format.attempt import read_attempt
 from tracklake._format.cursor import Cursor
-from tracklake._format.naming import resolve_root
 from tracklake._format.part import read_part_table
 from tracklake._format.segment import SegmentContents, read_segment
+from tracklake._read.location import listdir, read_root
 
 #: Rows per batch handed out from a compacted part (cut at record-group boundaries).
 PART_BATCH_ROWS = 65536
@@ -67,7 +67,7 @@ def list_stream(root: Path, stream: StreamId) -> StreamFiles:
     directory = stream_dir(root, stream)
     out = StreamFiles(stream)
     try:
-        names = os.listdir(directory)
+        names = listdir(directory)
     except FileNotFoundError:
         return out
     segments: list[Segment] = []
@@ -87,8 +87,33 @@ def list_stream(root: Path, stream: StreamId) -> StreamFiles:
     return out
 
 
-def _partition_values(directory: Path, start: int) -> dict[str, str]:
-    return dict(part.split("=", 1) for part in directory.parts[start:] if "=" in part)
+def _names(directory: Path) -> list[str]:
+    """The names in `directory`; none if it is gone (pruned since it was listed) or is
+    not a directory."""
+    try:
+        return listdir(directory)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def _subdirs(directory: Path, name: str, value: str | None) -> list[tuple[str, Path]]:
+    """(value, path) of the `name=value` directories in `directory` (only `value` if
+    given); none if `directory` does not exist."""
+    if value is not None:
+        return [(value, directory / f"{name}={value}")]
+    prefix = f"{name}="
+    names = _names(directory)
+    return [(n[len(prefix):], directory / n) for n in names if n.startswith(prefix)]
+
+
+def _rank_dirs(base: Path, project: str | None, run: str | None
+               ) -> Iterator[tuple[str, str, int, Path]]:
+    """(project, run, rank, directory) of each `project=/run=/rank=` directory under `base`."""
+    for p, pdir in _subdirs(base, "project", project):
+        for r, rdir in _subdirs(pdir, "run", run):
+            for rank, rankdir in _subdirs(rdir, "rank", None):
+                if rank.isdigit():
+                    yield p, r, int(rank), rankdir
 
 
 def list_streams(root: Path, project: str | None = None, run: str | None = None,
@@ -96,15 +121,10 @@ def list_streams(root: Path, project: str | None = None, run: str | None = None,
     """Every stream in the store (optionally of one project / run)."""
     found: list[StreamId] = []
     for kind in kinds:
-        base = root / kind
-        if not base.is_dir():
-            continue
-        pattern = f"project={project or '*'}/run={run or '*'}/rank=*/attempt=*"
-        for d in base.glob(pattern):
-            v = _partition_values(d, len(base.parts))
-            if v.get("rank", "").isdigit() and v.get("attempt", "").isdigit():
-                found.append(StreamId(v["project"], v["run"], int(v["rank"]),
-                                      int(v["attempt"]), kind))
+        for p, r, rank, rankdir in _rank_dirs(root / kind, project, run):
+            for attempt, _ in _subdirs(rankdir, "attempt", None):
+                if attempt.isdigit():
+                    found.append(StreamId(p, r, rank, int(attempt), kind))
     return sorted(found, key=lambda s: (s.project, s.run, s.rank, s.attempt, s.kind))
 
 
@@ -125,14 +145,21 @@ class RunRecord:
         return sorted({a["attempt"] for a in self.attempts})
 
 
-def list_runs(root: str | os.PathLike[str] | None = None, project: str | None = None
-              ) -> list[RunRecord]:
-    """Runs in the store (default root: $TRACKLAKE_ROOT, else ./tracklake), from their
-    attempt files."""
-    base = resolve_root(root) / "runs"
+def list_runs(root: str | os.PathLike[str] | None = None, project: str | None = None,
+              run: str | None = None) -> list[RunRecord]:
+    """Runs in the store (default root: $TRACKLAKE_ROOT, else ./tracklake-store; a
+    directory or a pyarrow file system URL), from their attempt files; only the files of
+    `project` / `run` are read when they are given."""
+    base = read_root(root) / "runs"
     by_run: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for path in sorted(base.glob(f"project={project or '*'}/run=*/rank=*/attempt=*.json")):
-        record = read_attempt(path)
+    files = [rankdir / name for _, _, _, rankdir in _rank_dirs(base, project, run)
+             for name in _names(rankdir)
+             if name.startswith("attempt=") and name.endswith(".json")]
+    for path in sorted(files):
+        try:
+            record = read_attempt(path)
+        except FileNotFoundError:
+            continue  # removed by retention since it was listed
         if record is None:
             continue
         by_run.setdefault((record["project"], record["run"]), []).append(record)
@@ -143,8 +170,8 @@ def list_runs(root: str | os.PathLike[str] | None = None, project: str | None = 
 def find_run(root: str | os.PathLike[str] | None, run: str, project: str | None = None
              ) -> RunRecord:
     """The run with id `run` (in `project` if given); RunNotFoundError otherwise."""
-    root = resolve_root(root)
-    matches = [r for r in list_runs(root, project) if r.run == run]
+    root = read_root(root)
+    matches = [r for r in list_runs(root, project, run) if r.run == run]
     if not matches:
         raise RunNotFoundError(f"no run {run!r} in {root}" + (f" project {project!r}"
                                                                if project else "")
@@ -278,7 +305,7 @@ def read_run(root: str | os.PathLike[str] | None, cursor: Cursor, *,
     each batch as it is handed out, so a consumer that stops after any batch resumes right
     after it; persist `cursor.to_json()` only once the destination holds every batch
     handed out so far."""
-    root = resolve_root(root)
+    root = read_root(root)
     for stream in list_streams(root, cursor.project, cursor.run, kinds):
         if ranks is not None and stream.rank not in ranks:
             continue

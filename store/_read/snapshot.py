@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from tracklake._errors import FormatError, NewerFormatError
@@ -23,6 +24,11 @@ from tracklake._read.reader import (
     list_streams,
     read_stream,
 )
+from tracklake._read.scope import EVERYTHING, Scope
+
+#: Kinds whose records have a step, hidden from the default views once a later attempt
+#: logged that step again.
+STEP_KINDS = frozenset({"metrics", "texts", "generations"})
 
 _SUMMARY_SCHEMA = pa.schema(
     [("project", pa.string()), ("run", pa.string()), ("rank", pa.int32()),
@@ -33,26 +39,51 @@ _SUMMARY_SCHEMA = pa.schema(
 )
 
 
-def _with_partitions(table: pa.Table, s: StreamId) -> pa.Table:
-    n = table.num_rows
-    for name, value in zip(("project", "run", "rank", "attempt"),
-                           (s.project, s.run, s.rank, s.attempt), strict=True):
-        table = table.append_column(
-            PARTITION_SCHEMA.field(name), pa.array([value] * n, PARTITION_SCHEMA.field(name).type))
+def _with_partitions(tables: list[tuple[pa.Table, StreamId]], kind: str) -> pa.Table:
+    """The live tables of many streams as one, with their partition columns: `project` and
+    `run` as dictionaries (one string per stream, not per row), `rank` and `attempt`
+    repeated by NumPy, so building them costs per stream, not per value in Python."""
+    if not tables:
+        return _empty(kind)
+    lengths = np.array([t.num_rows for t, _ in tables], dtype=np.int64)
+    index = pa.array(np.repeat(np.arange(len(tables), dtype=np.int32), lengths))
+    table = pa.concat_tables([t for t, _ in tables])
+    for name in ("project", "run"):
+        names = pa.array([getattr(s, name) for _, s in tables], pa.string())
+        table = table.append_column(name, pa.DictionaryArray.from_arrays(index, names))
+    for name in ("rank", "attempt"):
+        values = np.array([getattr(s, name) for _, s in tables], dtype=np.int32)
+        table = table.append_column(PARTITION_SCHEMA.field(name),
+                                    pa.array(np.repeat(values, lengths)))
     return table
 
 
 class Snapshot:
-    """The files of the store at one moment: parts per kind (their footers checked), live
-    tail tables, summaries. Damaged files are left out and noted in `problems`."""
+    """The files of the store at one moment, as far as `scope` reaches: parts per kind
+    (their footers checked), live tail tables, metric summaries, attempts. Damaged files
+    are left out and noted in `problems`."""
 
     def __init__(self, root: Path, problems: ReadProblems | None = None,
-                 skip: frozenset[Path] = frozenset()) -> None:
+                 skip: frozenset[Path] = frozenset(), scope: Scope = EVERYTHING) -> None:
         problems = ReadProblems() if problems is None else problems
         self.parts: dict[str, list[Part]] = {k: [] for k in KINDS}
-        live: dict[str, list[pa.Table]] = {k: [] for k in KINDS}
+        live: dict[str, list[tuple[pa.Table, StreamId]]] = {k: [] for k in KINDS}
         summaries: list[dict[str, Any]] = []
-        for s in list_streams(root):
+        streams = list_streams(root, scope.project, scope.run,
+                               tuple(k for k in KINDS if k in scope.kinds))
+        if scope.kinds & STEP_KINDS and "metrics" not in scope.kinds and any(
+                s.attempt > 0 for s in list_streams(root, scope.project, scope.run,
+                                                    ("metrics",))):
+            # a resumed run: the steps its later attempts logged again hide the earlier
+            # attempts' (docs/format.md), and those cutoffs come from the metrics
+            streams = list_streams(root, scope.project, scope.run,
+                                   tuple(k for k in KINDS if k in scope.kinds | {"metrics"}))
+        #: the kinds read, in KINDS order (those of `scope`, and metrics for cutoffs)
+        self.kinds = tuple(k for k in KINDS if k in {s.kind for s in streams} | scope.kinds)
+        #: the runs whose metrics have more than one attempt (only those have cutoffs)
+        self.resumed = sorted({(s.project, s.run) for s in streams
+                               if s.kind == "metrics" and s.attempt > 0})
+        for s in streams:
             files = list_stream(root, s)
             for p in files.parts:
                 if p.path in skip:
@@ -71,11 +102,10 @@ class Snapshot:
             if files.segments:
                 batches = list(read_stream(root, s, after, problems))
                 if batches:
-                    live[s.kind].append(_with_partitions(
-                        pa.Table.from_batches(batches, SCHEMAS[s.kind]), s))
-        self.live = {k: pa.concat_tables(v) if v else _empty(k) for k, v in live.items()}
+                    live[s.kind].append((pa.Table.from_batches(batches, SCHEMAS[s.kind]), s))
+        self.live = {k: _with_partitions(v, k) for k, v in live.items()}
         self.summaries = pa.Table.from_pylist(summaries, _SUMMARY_SCHEMA)
-        self.runs = list_runs(root)
+        self.runs = list_runs(root, scope.project, scope.run) if scope.attempts else []
 
 
 def part_lost(exc: Exception, part: Part) -> str:
@@ -117,9 +147,13 @@ def parts_dataset(root: Path, kind: str, parts: list[Part]) -> Any:
             page_checksum_verification=True))
     for f in PARTITION_SCHEMA:
         schema = schema.append(f)
-    return ds.dataset([str(p.path) for p in parts], schema=schema, format=fmt,
+    base = root / kind
+    # a store in an object store: its paths and file system (a local one: plain paths)
+    return ds.dataset([getattr(p.path, "fs_path", str(p.path)) for p in parts],
+                      schema=schema, format=fmt,
+                      filesystem=getattr(base, "filesystem", None),
                       partitioning=ds.partitioning(PARTITION_SCHEMA, flavor="hive"),
-                      partition_base_dir=str(root / kind))
+                      partition_base_dir=getattr(base, "fs_path", str(base)))
 
 
 def attempt_rows(runs: list[RunRecord], now: float) -> list[dict[str, Any]]:
