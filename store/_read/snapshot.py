@@ -58,6 +58,15 @@ def _with_partitions(tables: list[tuple[pa.Table, StreamId]], kind: str) -> pa.T
     return table
 
 
+def _resumed(streams: list[StreamId]) -> list[tuple[str, str]]:
+    """(project, run) of the runs with metrics from more than one attempt."""
+    attempts: dict[tuple[str, str], set[int]] = {}
+    for s in streams:
+        if s.kind == "metrics":
+            attempts.setdefault((s.project, s.run), set()).add(s.attempt)
+    return sorted(run for run, seen in attempts.items() if len(seen) > 1)
+
+
 class Snapshot:
     """The files of the store at one moment, as far as `scope` reaches: parts per kind
     (their footers checked), live tail tables, metric summaries, attempts. Damaged files
@@ -71,9 +80,8 @@ class Snapshot:
         summaries: list[dict[str, Any]] = []
         streams = list_streams(root, scope.project, scope.run,
                                tuple(k for k in KINDS if k in scope.kinds))
-        if scope.kinds & STEP_KINDS and "metrics" not in scope.kinds and any(
-                s.attempt > 0 for s in list_streams(root, scope.project, scope.run,
-                                                    ("metrics",))):
+        if scope.kinds & STEP_KINDS and "metrics" not in scope.kinds and _resumed(
+                list_streams(root, scope.project, scope.run, ("metrics",))):
             # a resumed run: the steps its later attempts logged again hide the earlier
             # attempts' (docs/format.md), and those cutoffs come from the metrics
             streams = list_streams(root, scope.project, scope.run,
@@ -81,8 +89,7 @@ class Snapshot:
         #: the kinds read, in KINDS order (those of `scope`, and metrics for cutoffs)
         self.kinds = tuple(k for k in KINDS if k in {s.kind for s in streams} | scope.kinds)
         #: the runs whose metrics have more than one attempt (only those have cutoffs)
-        self.resumed = sorted({(s.project, s.run) for s in streams
-                               if s.kind == "metrics" and s.attempt > 0})
+        self.resumed = _resumed(streams)
         for s in streams:
             files = list_stream(root, s)
             for p in files.parts:
