@@ -54,4 +54,7 @@ def scope_of_sql(sql: str) -> Scope:
             names |= {n.lower() for n in duckdb.get_table_names(statement.query)}
     except duckdb.Error:
         return EVERYTHING  # the statement fails to bind here: let the real run report it
-    return scope_of_views(names)
+    scope = scope_of_views(names)
+    if not scope.kinds and not scope.attempts:
+        return EVERYTHING  # none of the views: it may be looking at the catalog itself
+    return scope
