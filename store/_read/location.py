@@ -130,3 +130,11 @@ def existing_root(root: str | os.PathLike[str] | None) -> Path:
         raise StoreError(f"no tracklake store at {path}: pass root= (or --root) the store's "
                          "directory or URL, or set TRACKLAKE_ROOT")
     return path
+
+
+def listdir_at(root: Path, rel: str) -> list[str]:
+    """Names in directory `rel` (a relative POSIX path string) of `root`, without making
+    a path object per directory walked (FileNotFoundError if there is none)."""
+    if isinstance(root, ObjectPath):
+        return (root / rel).listdir()
+    return os.listdir(os.path.join(root, rel))

@@ -10,7 +10,7 @@ once (records are also de-duplicated by seq).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,7 @@ from tracklake._format.attempt import read_attempt
 from tracklake._format.cursor import Cursor
 from tracklake._format.part import read_part_table
 from tracklake._format.segment import SegmentContents, read_segment
-from tracklake._read.location import listdir, read_root
+from tracklake._read.location import listdir, listdir_at, read_root
 
 #: Rows per batch handed out from a compacted part (cut at record-group boundaries).
 PART_BATCH_ROWS = 65536
@@ -87,31 +87,32 @@ def list_stream(root: Path, stream: StreamId) -> StreamFiles:
     return out
 
 
-def _names(directory: Path) -> list[str]:
-    """The names in `directory`; none if it is gone (pruned since it was listed) or is
-    not a directory."""
+def _names(root: Path, rel: str) -> list[str]:
+    """The names in directory `rel` of `root`; none if it is gone (pruned since it was
+    listed) or is not a directory."""
     try:
-        return listdir(directory)
+        return listdir_at(root, rel)
     except (FileNotFoundError, NotADirectoryError):
         return []
 
 
-def _subdirs(directory: Path, name: str, value: str | None) -> list[tuple[str, Path]]:
-    """(value, path) of the `name=value` directories in `directory` (only `value` if
-    given); none if `directory` does not exist."""
+def _subdirs(root: Path, rel: str, name: str, value: str | None) -> list[tuple[str, str]]:
+    """(value, relative path) of the `name=value` directories in `rel` (only `value` if
+    given); none if `rel` does not exist. Paths stay strings while walking: a `Path` per
+    directory would cost more than listing it."""
     if value is not None:
-        return [(value, directory / f"{name}={value}")]
+        return [(value, f"{rel}/{name}={value}")]
     prefix = f"{name}="
-    names = _names(directory)
-    return [(n[len(prefix):], directory / n) for n in names if n.startswith(prefix)]
+    return [(n[len(prefix):], f"{rel}/{n}") for n in _names(root, rel) if n.startswith(prefix)]
 
 
-def _rank_dirs(base: Path, project: str | None, run: str | None
-               ) -> Iterator[tuple[str, str, int, Path]]:
-    """(project, run, rank, directory) of each `project=/run=/rank=` directory under `base`."""
-    for p, pdir in _subdirs(base, "project", project):
-        for r, rdir in _subdirs(pdir, "run", run):
-            for rank, rankdir in _subdirs(rdir, "rank", None):
+def _rank_dirs(root: Path, base: str, project: str | None, run: str | None
+               ) -> Iterator[tuple[str, str, int, str]]:
+    """(project, run, rank, relative path) of each `project=/run=/rank=` directory under
+    directory `base` of `root`."""
+    for p, pdir in _subdirs(root, base, "project", project):
+        for r, rdir in _subdirs(root, pdir, "run", run):
+            for rank, rankdir in _subdirs(root, rdir, "rank", None):
                 if rank.isdigit():
                     yield p, r, int(rank), rankdir
 
@@ -121,8 +122,8 @@ def list_streams(root: Path, project: str | None = None, run: str | None = None,
     """Every stream in the store (optionally of one project / run)."""
     found: list[StreamId] = []
     for kind in kinds:
-        for p, r, rank, rankdir in _rank_dirs(root / kind, project, run):
-            for attempt, _ in _subdirs(rankdir, "attempt", None):
+        for p, r, rank, rankdir in _rank_dirs(root, kind, project, run):
+            for attempt, _ in _subdirs(root, rankdir, "attempt", None):
                 if attempt.isdigit():
                     found.append(StreamId(p, r, rank, int(attempt), kind))
     return sorted(found, key=lambda s: (s.project, s.run, s.rank, s.attempt, s.kind))
@@ -150,14 +151,20 @@ def list_runs(root: str | os.PathLike[str] | None = None, project: str | None = 
     """Runs in the store (default root: $TRACKLAKE_ROOT, else ./tracklake-store; a
     directory or a pyarrow file system URL), from their attempt files; only the files of
     `project` / `run` are read when they are given."""
-    base = read_root(root) / "runs"
+    return runs_from(read_root(root), project, run, read_attempt)
+
+
+def runs_from(root: Path, project: str | None, run: str | None,
+              read: Callable[[Path], dict[str, Any] | None]) -> list[RunRecord]:
+    """`list_runs`, reading each attempt file with `read` (`read_attempt`, or a cache)."""
     by_run: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    files = [rankdir / name for _, _, _, rankdir in _rank_dirs(base, project, run)
-             for name in _names(rankdir)
+    files = [f"{rankdir}/{name}" for _, _, _, rankdir in _rank_dirs(root, "runs", project, run)
+             for name in _names(root, rankdir)
              if name.startswith("attempt=") and name.endswith(".json")]
-    for path in sorted(files):
+    for rel in sorted(files):
+        path = root / rel
         try:
-            record = read_attempt(path)
+            record = read(path)
         except FileNotFoundError:
             continue  # removed by retention since it was listed
         if record is None:

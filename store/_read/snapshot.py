@@ -10,22 +10,26 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from tracklake._errors import FormatError, NewerFormatError
-from tracklake._format import KINDS, PARTITION_SCHEMA, SCHEMAS, StreamId
-from tracklake._format.attempt import effective_status
+from tracklake._errors import FormatError, NewerFormatError, StoreError
+from tracklake._format import KINDS, PARTITION_SCHEMA, SCHEMAS, StreamId, stream_dir
+from tracklake._format.attempt import effective_status, read_attempt
 from tracklake._format.part import open_part, summary_rows
+from tracklake._read.decoded import DecodedCache
 from tracklake._read.reader import (
     Part,
     ReadProblems,
     RunRecord,
+    StreamFiles,
     add_once,
-    list_runs,
     list_stream,
     list_streams,
     read_stream,
+    runs_from,
 )
 from tracklake._read.scope import EVERYTHING, Scope
 
+#: Listings of a stream whose parts change under the reader before giving up.
+_RELISTS = 5
 #: Kinds whose records have a step, hidden from the default views once a later attempt
 #: logged that step again.
 STEP_KINDS = frozenset({"metrics", "texts", "generations"})
@@ -90,21 +94,9 @@ class Snapshot:
         self.kinds = tuple(k for k in KINDS if k in {s.kind for s in streams} | scope.kinds)
         #: the runs whose metrics have more than one attempt (only those have cutoffs)
         self.resumed = _resumed(streams)
+        cache = DecodedCache(root)
         for s in streams:
-            files = list_stream(root, s)
-            for p in files.parts:
-                if p.path in skip:
-                    continue
-                try:
-                    parquet = open_part(p.path)
-                    if s.kind == "metrics":
-                        summaries.extend(_part_summary(parquet, p.path, s))
-                except NewerFormatError:
-                    raise
-                except FormatError as exc:
-                    add_once(problems.damaged, (p.path, part_lost(exc, p)))
-                    continue
-                self.parts[s.kind].append(p)
+            files = self._add_parts(root, s, skip, problems, cache, summaries)
             after = max((p.last_seq for p in files.parts), default=-1)
             if files.segments:
                 batches = list(read_stream(root, s, after, problems))
@@ -112,7 +104,40 @@ class Snapshot:
                     live[s.kind].append((pa.Table.from_batches(batches, SCHEMAS[s.kind]), s))
         self.live = {k: _with_partitions(v, k) for k, v in live.items()}
         self.summaries = pa.Table.from_pylist(summaries, _SUMMARY_SCHEMA)
-        self.runs = list_runs(root, scope.project, scope.run) if scope.attempts else []
+        self.runs = runs_from(root, scope.project, scope.run,
+                              lambda path: cache.get(path, read_attempt)
+                              ) if scope.attempts else []
+        cache.save(complete=scope.everything)
+
+    def _add_parts(self, root: Path, s: StreamId, skip: frozenset[Path],
+                   problems: ReadProblems, cache: DecodedCache,
+                   summaries: list[dict[str, Any]]) -> StreamFiles:
+        """The parts of stream `s` whose footers verify (and their metric summaries); the
+        stream is listed again if a part went (merged or pruned) after it was listed."""
+        for _ in range(_RELISTS):
+            files = list_stream(root, s)
+            found: list[Part] = []
+            rows: list[dict[str, Any]] = []
+            try:
+                for p in files.parts:
+                    if p.path in skip:
+                        continue
+                    try:
+                        rows.extend(_part_summary(cache.get(p.path, _verified_summary), s))
+                    except NewerFormatError:
+                        raise
+                    except FormatError as exc:
+                        add_once(problems.damaged, (p.path, part_lost(exc, p)))
+                        continue
+                    found.append(p)
+            except FileNotFoundError:
+                continue
+            self.parts[s.kind].extend(found)
+            if s.kind == "metrics":
+                summaries.extend(rows)
+            return files
+        raise StoreError(f"{stream_dir(root, s)}: its parts kept changing while being read "
+                         f"({_RELISTS} listings); try again")
 
 
 def part_lost(exc: Exception, part: Part) -> str:
@@ -128,9 +153,14 @@ def _empty(kind: str) -> pa.Table:
     return schema.empty_table()
 
 
-def _part_summary(parquet: Any, path: Path, s: StreamId) -> list[dict[str, Any]]:
+def _verified_summary(path: Path) -> list[dict[str, Any]]:
+    """The metric summary a part carries (none for other kinds), its footer verified."""
+    return summary_rows(open_part(path), path)
+
+
+def _part_summary(rows: list[dict[str, Any]], s: StreamId) -> list[dict[str, Any]]:
     return [{"project": s.project, "run": s.run, "rank": s.rank, "attempt": s.attempt, **r}
-            for r in summary_rows(parquet, path)]
+            for r in rows]
 
 
 def parts_dataset(root: Path, kind: str, parts: list[Part]) -> Any:
