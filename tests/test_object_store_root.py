@@ -161,3 +161,20 @@ def test_writing_to_an_object_store_root_is_refused_naming_it(stores: tuple[str,
         tracklake.compact(root=remote)
     code, _, err = _cli("compact", "--root", remote)
     assert code == 1 and remote in err and "read-only" in err
+
+
+def test_a_trailing_slash_and_a_file_url_name_the_same_stores(stores: tuple[str, str]) -> None:
+    local, remote = stores
+    sql = QUESTIONS[0]
+    expected = tracklake.query(sql, root=local)
+    assert tracklake.query(sql, root=remote + "/").equals(expected)
+    assert tracklake.query(sql, root=f"file://{local}").equals(expected)
+
+
+def test_blobs_of_a_store_in_s3_open_through_its_file_system(stores: tuple[str, str]) -> None:
+    from tracklake.read import open_blob
+
+    _, remote = stores
+    digest = tracklake.query("SELECT digest FROM artifacts", root=remote).to_pylist()[0]
+    with open_blob(remote, digest["digest"]) as f:
+        assert f.read() == b"weights"
