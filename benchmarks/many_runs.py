@@ -153,7 +153,17 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--skip-live", action="store_true",
                         help="Do not time the store before compaction (slow at 10,000 runs).")
+    parser.add_argument("--root", type=Path,
+                        help="Only time this existing store as it is (no build, no compaction);"
+                             " with PYTHONPATH pointing at another checkout, that code's times.")
     args = parser.parse_args()
+    if args.root is not None:
+        compacted = not any(args.root.rglob("*.arrows"))
+        rows = measure(args.root, args.repeat, compacted)
+        _print(f"{args.root} ({'compacted' if compacted else 'with live segments'})", rows)
+        if args.json:
+            args.json.write_text(json.dumps(rows, indent=2))
+        return
     root = build(args.data_dir, args.runs, args.steps, args.jobs, args.rebuild)
     values = args.runs * args.steps * len(KEYS)
     print(f"{args.runs:,} runs x {args.steps} steps x {len(KEYS)} keys = {values:,} values")
