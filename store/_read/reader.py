@@ -31,7 +31,9 @@ from tracklake._format.attempt import read_attempt
 from tracklake._format.cursor import Cursor
 from tracklake._format.part import read_part_table
 from tracklake._format.segment import SegmentContents, read_segment
-from tracklake._read.location import listdir, listdir_at, read_root
+from tracklake._read.listing import list_streams as list_streams  # re-exported for _ops
+from tracklake._read.listing import names_in, rank_dirs
+from tracklake._read.location import listdir, read_root
 
 #: Rows per batch handed out from a compacted part (cut at record-group boundaries).
 PART_BATCH_ROWS = 65536
@@ -87,48 +89,6 @@ def list_stream(root: Path, stream: StreamId) -> StreamFiles:
     return out
 
 
-def _names(root: Path, rel: str) -> list[str]:
-    """The names in directory `rel` of `root`; none if it is gone (pruned since it was
-    listed) or is not a directory."""
-    try:
-        return listdir_at(root, rel)
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-
-
-def _subdirs(root: Path, rel: str, name: str, value: str | None) -> list[tuple[str, str]]:
-    """(value, relative path) of the `name=value` directories in `rel` (only `value` if
-    given); none if `rel` does not exist. Paths stay strings while walking: a `Path` per
-    directory would cost more than listing it."""
-    if value is not None:
-        return [(value, f"{rel}/{name}={value}")]
-    prefix = f"{name}="
-    return [(n[len(prefix):], f"{rel}/{n}") for n in _names(root, rel) if n.startswith(prefix)]
-
-
-def _rank_dirs(root: Path, base: str, project: str | None, run: str | None
-               ) -> Iterator[tuple[str, str, int, str]]:
-    """(project, run, rank, relative path) of each `project=/run=/rank=` directory under
-    directory `base` of `root`."""
-    for p, pdir in _subdirs(root, base, "project", project):
-        for r, rdir in _subdirs(root, pdir, "run", run):
-            for rank, rankdir in _subdirs(root, rdir, "rank", None):
-                if rank.isdigit():
-                    yield p, r, int(rank), rankdir
-
-
-def list_streams(root: Path, project: str | None = None, run: str | None = None,
-                 kinds: tuple[str, ...] = KINDS) -> list[StreamId]:
-    """Every stream in the store (optionally of one project / run)."""
-    found: list[StreamId] = []
-    for kind in kinds:
-        for p, r, rank, rankdir in _rank_dirs(root, kind, project, run):
-            for attempt, _ in _subdirs(root, rankdir, "attempt", None):
-                if attempt.isdigit():
-                    found.append(StreamId(p, r, rank, int(attempt), kind))
-    return sorted(found, key=lambda s: (s.project, s.run, s.rank, s.attempt, s.kind))
-
-
 @dataclass(frozen=True)
 class RunRecord:
     """A run as recorded by its ranks' attempt files."""
@@ -158,8 +118,8 @@ def runs_from(root: Path, project: str | None, run: str | None,
               read: Callable[[Path], dict[str, Any] | None]) -> list[RunRecord]:
     """`list_runs`, reading each attempt file with `read` (`read_attempt`, or a cache)."""
     by_run: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    files = [f"{rankdir}/{name}" for _, _, _, rankdir in _rank_dirs(root, "runs", project, run)
-             for name in _names(root, rankdir)
+    files = [f"{rankdir}/{name}" for _, _, _, rankdir in rank_dirs(root, "runs", project, run)
+             for name in names_in(root, rankdir)
              if name.startswith("attempt=") and name.endswith(".json")]
     for rel in sorted(files):
         path = root / rel
