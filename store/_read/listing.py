@@ -47,10 +47,18 @@ def rank_dirs(root: Path, base: str, project: str | None, run: str | None
 def list_streams(root: Path, project: str | None = None, run: str | None = None,
                  kinds: tuple[str, ...] = KINDS) -> list[StreamId]:
     """Every stream in the store (optionally of one project / run)."""
-    found: list[StreamId] = []
+    return list(stream_dirs(root, project, run, kinds))
+
+
+def stream_dirs(root: Path, project: str | None = None, run: str | None = None,
+                kinds: tuple[str, ...] = KINDS) -> dict[StreamId, str]:
+    """Every stream in the store (optionally of one project / run), sorted, with its
+    directory relative to `root` as walked (so that nobody joins it again)."""
+    found: list[tuple[StreamId, str]] = []
     for kind in kinds:
         for p, r, rank, rankdir in rank_dirs(root, kind, project, run):
-            for attempt, _ in _subdirs(root, rankdir, "attempt", None):
+            for attempt, directory in _subdirs(root, rankdir, "attempt", None):
                 if attempt.isdigit():
-                    found.append(StreamId(p, r, rank, int(attempt), kind))
-    return sorted(found, key=lambda s: (s.project, s.run, s.rank, s.attempt, s.kind))
+                    found.append((StreamId(p, r, rank, int(attempt), kind), directory))
+    found.sort(key=lambda f: (f[0].project, f[0].run, f[0].rank, f[0].attempt, f[0].kind))
+    return dict(found)

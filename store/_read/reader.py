@@ -65,8 +65,10 @@ class StreamFiles:
     consumed: list[Segment] = field(default_factory=list)  # segments a part already holds
 
 
-def list_stream(root: Path, stream: StreamId) -> StreamFiles:
-    directory = stream_dir(root, stream)
+def list_stream(root: Path, stream: StreamId, directory: Path | None = None) -> StreamFiles:
+    """The parts and segments in the directory of `stream` (`directory`, if the caller
+    has it already)."""
+    directory = stream_dir(root, stream) if directory is None else directory
     out = StreamFiles(stream)
     try:
         names = listdir(directory)

@@ -4,6 +4,7 @@ footers checked), the live tail as tables, metric summaries and the runs' attemp
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -11,10 +12,11 @@ import numpy as np
 import pyarrow as pa
 
 from tracklake._errors import FormatError, NewerFormatError, StoreError
-from tracklake._format import KINDS, PARTITION_SCHEMA, SCHEMAS, StreamId, stream_dir
+from tracklake._format import KINDS, PARTITION_SCHEMA, SCHEMAS, StreamId
 from tracklake._format.attempt import effective_status, read_attempt
 from tracklake._format.part import open_part, summary_rows
 from tracklake._read.decoded import DecodedCache
+from tracklake._read.listing import stream_dirs
 from tracklake._read.reader import (
     Part,
     ReadProblems,
@@ -62,7 +64,7 @@ def _with_partitions(tables: list[tuple[pa.Table, StreamId]], kind: str) -> pa.T
     return table
 
 
-def _resumed(streams: list[StreamId]) -> list[tuple[str, str]]:
+def _resumed(streams: Iterable[StreamId]) -> list[tuple[str, str]]:
     """(project, run) of the runs with metrics from more than one attempt."""
     attempts: dict[tuple[str, str], set[int]] = {}
     for s in streams:
@@ -82,21 +84,22 @@ class Snapshot:
         self.parts: dict[str, list[Part]] = {k: [] for k in KINDS}
         live: dict[str, list[tuple[pa.Table, StreamId]]] = {k: [] for k in KINDS}
         summaries: list[dict[str, Any]] = []
-        streams = list_streams(root, scope.project, scope.run,
-                               tuple(k for k in KINDS if k in scope.kinds))
+        streams = stream_dirs(root, scope.project, scope.run,
+                              tuple(k for k in KINDS if k in scope.kinds))
         if scope.kinds & STEP_KINDS and "metrics" not in scope.kinds and _resumed(
                 list_streams(root, scope.project, scope.run, ("metrics",))):
             # a resumed run: the steps its later attempts logged again hide the earlier
             # attempts' (docs/format.md), and those cutoffs come from the metrics
-            streams = list_streams(root, scope.project, scope.run,
-                                   tuple(k for k in KINDS if k in scope.kinds | {"metrics"}))
+            streams = stream_dirs(root, scope.project, scope.run,
+                                  tuple(k for k in KINDS if k in scope.kinds | {"metrics"}))
         #: the kinds read, in KINDS order (those of `scope`, and metrics for cutoffs)
         self.kinds = tuple(k for k in KINDS if k in {s.kind for s in streams} | scope.kinds)
         #: the runs whose metrics have more than one attempt (only those have cutoffs)
         self.resumed = _resumed(streams)
         cache = DecodedCache(root)
-        for s in streams:
-            files = self._add_parts(root, s, skip, problems, cache, summaries)
+        for s, directory in streams.items():
+            files = self._add_parts(root, s, root / directory, skip, problems, cache,
+                                    summaries)
             after = max((p.last_seq for p in files.parts), default=-1)
             if files.segments:
                 batches = list(read_stream(root, s, after, problems))
@@ -109,13 +112,13 @@ class Snapshot:
                               ) if scope.attempts else []
         cache.save(complete=scope.everything)
 
-    def _add_parts(self, root: Path, s: StreamId, skip: frozenset[Path],
+    def _add_parts(self, root: Path, s: StreamId, directory: Path, skip: frozenset[Path],
                    problems: ReadProblems, cache: DecodedCache,
                    summaries: list[dict[str, Any]]) -> StreamFiles:
         """The parts of stream `s` whose footers verify (and their metric summaries); the
         stream is listed again if a part went (merged or pruned) after it was listed."""
         for _ in range(_RELISTS):
-            files = list_stream(root, s)
+            files = list_stream(root, s, directory)
             found: list[Part] = []
             rows: list[dict[str, Any]] = []
             try:
@@ -136,7 +139,7 @@ class Snapshot:
             if s.kind == "metrics":
                 summaries.extend(rows)
             return files
-        raise StoreError(f"{stream_dir(root, s)}: its parts kept changing while being read "
+        raise StoreError(f"{directory}: its parts kept changing while being read "
                          f"({_RELISTS} listings); try again")
 
 
