@@ -109,3 +109,29 @@ def test_views_the_parser_cannot_see_are_built_on_a_second_try(root: Path) -> No
                                                        connection=con).to_pylist(),
                            Scope(frozenset({"metrics"}), attempts=False))
     assert rows == [{"n": 9}]  # 5 of attempt 1 + 3 of attempt 2 + 1 of run 0042
+
+
+def test_a_part_gone_between_listing_and_reading_makes_the_stream_be_listed_again(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As when compaction merges parts while a reader lists them: nothing is left out."""
+    from tracklake._read import decoded
+
+    with tracklake.init(project="p", run_id="a", root=root, capture_identity=False) as run:
+        for step in range(10):
+            run.log({"loss": float(step)}, step=step)
+    tracklake.compact(root=root)
+    real = decoded.DecodedCache.get
+    failures = {"left": 2}
+
+    def flaky(self: decoded.DecodedCache, path: Path, decode: object) -> object:
+        if path.suffix == ".parquet" and failures["left"]:
+            failures["left"] -= 1
+            raise FileNotFoundError(2, "merged away", str(path))
+        return real(self, path, decode)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(decoded.DecodedCache, "get", flaky)
+    rows = tracklake.query("SELECT count(*) AS n FROM metrics", root=root).to_pylist()
+    assert rows == [{"n": 10}] and failures["left"] == 0
+    failures["left"] = 100  # a stream that never holds still is an error naming it
+    with pytest.raises(tracklake.StoreError, match="attempt=1: its parts kept changing"):
+        tracklake.query("SELECT count(*) AS n FROM metrics", root=root)
