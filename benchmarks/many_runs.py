@@ -14,9 +14,12 @@ waits for at the shell), median of ``--repeat`` runs:
 
 and, where plain DuckDB answers the same question correctly over the same files (only the
 compacted store: DuckDB cannot read live Arrow IPC segments), the same SQL in a fresh
-``python -c "import duckdb; ..."`` over ``read_parquet(ROOT/metrics/**/*.parquet)``. The
-ratios tracklake / DuckDB are printed. A store under ``--data-dir`` built with the same
-parameters is reused (``--rebuild`` builds it again).
+``python -c "import duckdb; ..."`` over ``read_parquet(ROOT/metrics/**/*.parquet)``. Wall
+and CPU (user + system of the child) seconds are printed, and the ratios tracklake /
+DuckDB of both: on a shared machine the CPU time is the steadier one. A store under
+``--data-dir`` built with the same parameters is reused (``--rebuild`` builds it again);
+``--root STORE`` only times an existing store as it is (run it with ``PYTHONPATH``
+pointing at another checkout to time that code on the same files).
 
 Usage (from the repository root)::
 
