@@ -14,9 +14,12 @@ waits for at the shell), median of ``--repeat`` runs:
 
 and, where plain DuckDB answers the same question correctly over the same files (only the
 compacted store: DuckDB cannot read live Arrow IPC segments), the same SQL in a fresh
-``python -c "import duckdb; ..."`` over ``read_parquet(ROOT/metrics/**/*.parquet)``. The
-ratios tracklake / DuckDB are printed. A store under ``--data-dir`` built with the same
-parameters is reused (``--rebuild`` builds it again).
+``python -c "import duckdb; ..."`` over ``read_parquet(ROOT/metrics/**/*.parquet)``. Wall
+and CPU (user + system of the child) seconds are printed, and the ratios tracklake /
+DuckDB of both: on a shared machine the CPU time is the steadier one. A store under
+``--data-dir`` built with the same parameters is reused (``--rebuild`` builds it again);
+``--root STORE`` only times an existing store as it is (run it with ``PYTHONPATH``
+pointing at another checkout to time that code on the same files).
 
 Usage (from the repository root)::
 
@@ -30,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import resource
 import shutil
 import statistics
 import subprocess
@@ -81,14 +85,22 @@ def build(base: Path, runs: int, steps: int, jobs: int, rebuild: bool) -> Path:
     return root
 
 
-def _timed(argv: list[str], repeat: int) -> tuple[float, str]:
-    times, out = [], ""
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _timed(argv: list[str], repeat: int) -> tuple[float, float, str]:
+    """Median wall and CPU (user + system) seconds of `argv` in a fresh process: on a
+    shared machine the wall time carries other jobs' load, the CPU time much less."""
+    times, cpus, out = [], [], ""
     for _ in range(repeat):
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), _cpu()
         done = subprocess.run(argv, capture_output=True, text=True, check=True)
         times.append(time.perf_counter() - started)
+        cpus.append(_cpu() - cpu)
         out = done.stdout
-    return statistics.median(times), out
+    return statistics.median(times), statistics.median(cpus), out
 
 
 def _tracklake(root: Path, *args: str) -> list[str]:
@@ -112,22 +124,24 @@ def measure(root: Path, repeat: int, compacted: bool) -> list[dict[str, Any]]:
          f"SELECT count(*) FROM {parquet}"),
         ("last k0 per run", ["sql", last.format(src="metrics")], last.format(src=parquet)),
     ]:
-        seconds, _ = _timed(_tracklake(root, *args), repeat)
-        row: dict[str, Any] = {"question": name, "tracklake_s": seconds}
+        seconds, cpu, _ = _timed(_tracklake(root, *args), repeat)
+        row: dict[str, Any] = {"question": name, "tracklake_s": seconds, "tracklake_cpu": cpu}
         if compacted and direct_sql is not None:
-            row["duckdb_s"], _ = _timed(_duckdb(direct_sql), repeat)
+            row["duckdb_s"], row["duckdb_cpu"], _ = _timed(_duckdb(direct_sql), repeat)
             row["ratio"] = seconds / row["duckdb_s"]
+            row["cpu_ratio"] = cpu / row["duckdb_cpu"]
         rows.append(row)
     return rows
 
 
 def _print(title: str, rows: list[dict[str, Any]]) -> None:
-    print(f"\n{title}")
-    print(f"  {'question':<22} {'tracklake':>10} {'duckdb':>10} {'ratio':>7}")
+    print(f"\n{title}  (wall / CPU seconds, fresh process each)")
+    print(f"  {'question':<22} {'tracklake':>14} {'duckdb':>14} {'ratio':>11}")
     for r in rows:
-        duck = f"{r['duckdb_s']:.2f} s" if "duckdb_s" in r else "-"
-        ratio = f"{r['ratio']:.2f}" if "ratio" in r else "-"
-        print(f"  {r['question']:<22} {r['tracklake_s']:>8.2f} s {duck:>10} {ratio:>7}")
+        ours = f"{r['tracklake_s']:.2f} / {r['tracklake_cpu']:.2f}"
+        duck = f"{r['duckdb_s']:.2f} / {r['duckdb_cpu']:.2f}" if "duckdb_s" in r else "-"
+        ratio = f"{r['ratio']:.2f} / {r['cpu_ratio']:.2f}" if "ratio" in r else "-"
+        print(f"  {r['question']:<22} {ours:>14} {duck:>14} {ratio:>11}")
 
 
 def main() -> None:
@@ -140,14 +154,27 @@ def main() -> None:
     parser.add_argument("--data-dir", type=Path, default=Path("/tmp/tracklake-many-runs"))
     parser.add_argument("--rebuild", action="store_true")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--skip-live", action="store_true",
+                        help="Do not time the store before compaction (slow at 10,000 runs).")
+    parser.add_argument("--root", type=Path,
+                        help="Only time this existing store as it is (no build, no compaction);"
+                             " with PYTHONPATH pointing at another checkout, that code's times.")
     args = parser.parse_args()
+    if args.root is not None:
+        compacted = not any(args.root.rglob("*.arrows"))
+        rows = measure(args.root, args.repeat, compacted)
+        _print(f"{args.root} ({'compacted' if compacted else 'with live segments'})", rows)
+        if args.json:
+            args.json.write_text(json.dumps(rows, indent=2))
+        return
     root = build(args.data_dir, args.runs, args.steps, args.jobs, args.rebuild)
     values = args.runs * args.steps * len(KEYS)
     print(f"{args.runs:,} runs x {args.steps} steps x {len(KEYS)} keys = {values:,} values")
     result: dict[str, Any] = {"runs": args.runs, "steps": args.steps, "values": values}
     if any(root.rglob("*.arrows")):
-        result["live"] = measure(root, args.repeat, compacted=False)
-        _print("as the writers left it (live segments, never compacted)", result["live"])
+        if not args.skip_live:
+            result["live"] = measure(root, args.repeat, compacted=False)
+            _print("as the writers left it (segments not yet in Parquet)", result["live"])
         import tracklake
 
         started = time.perf_counter()

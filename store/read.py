@@ -4,7 +4,9 @@ A store is a directory (docs/format.md). This module is the whole of what a read
 tracklake needs, and the built-in exporters use nothing else of the store:
 
 - the store root rule: `resolve_root(root)` (explicit argument, else ``$TRACKLAKE_ROOT``,
-  else the default directory);
+  else the default directory); a pyarrow file system URL (``s3://bucket/store``,
+  ``gs://…``) gives a read-only path in that file system, which every function here
+  accepts as a root;
 - runs: `list_runs(root, project)`, `find_run(root, run, project)` → `RunRecord`, and
   `effective_status(record, latest_attempt, now)` / `TERMINAL_STATUSES` to tell a live run
   from an ended one;
@@ -41,7 +43,7 @@ from tracklake._format import (
 from tracklake._format import blob_path as _blob_path
 from tracklake._format.attempt import TERMINAL_STATUSES, effective_status
 from tracklake._format.cursor import Cursor
-from tracklake._format.naming import resolve_root
+from tracklake._read.location import read_root as resolve_root
 from tracklake._read.reader import ReadProblems, RunRecord, find_run, list_runs, read_run
 
 _DIGEST = re.compile(r"[0-9a-f]{64}")
@@ -55,13 +57,13 @@ def blob_path(root: str | os.PathLike[str], digest: str) -> Path:
     """
     if not isinstance(digest, str) or not _DIGEST.fullmatch(digest):
         raise FormatError(f"not an artifact digest (64 hex digits): {digest!r}")
-    return _blob_path(Path(root), digest)
+    return _blob_path(resolve_root(root), digest)
 
 
 def open_blob(root: str | os.PathLike[str], digest: str) -> BinaryIO:
     """The bytes of an artifact, opened for reading (`FileNotFoundError` if the store
     does not hold them, as after a pack made without blobs)."""
-    return open(blob_path(root, digest), "rb")
+    return blob_path(root, digest).open("rb")
 
 
 __all__ = [

@@ -16,8 +16,10 @@ from tracklake._errors import TracklakeError
 
 def _common_options() -> list[click.Parameter]:
     return [
-        click.Option(["--root"], type=click.Path(file_okay=False, path_type=Path),
-                     help="Store directory (default: $TRACKLAKE_ROOT, else ./tracklake-store)."),
+        click.Option(["--root"], type=click.Path(file_okay=False),
+                     help="Store directory, or a pyarrow file system URL (s3://bucket/store; "
+                          "then --state-dir too) (default: $TRACKLAKE_ROOT, else "
+                          "./tracklake-store)."),
         click.Option(["--project"], help="Export the runs of this project."),
         click.Option(["--run", "runs"], multiple=True, help="Export this run id (repeatable)."),
         click.Option(["--tag", "tags"], multiple=True, help="Only runs with this tag."),
@@ -66,7 +68,7 @@ def make_destination(cls: Any, options: Mapping[str, Any]) -> Any:
 
 
 def _run_export(name: str, params: dict[str, Any]) -> None:
-    from tracklake._format.naming import resolve_root
+    from tracklake._read.location import existing_root, is_url
     from tracklake.exporters import ExportOptions, Selection, export, load
 
     cls = load(name)
@@ -80,10 +82,10 @@ def _run_export(name: str, params: dict[str, Any]) -> None:
         raise click.UsageError("choose runs: --project P, --run ID, --tag T, --since T or --all")
     if params["while_pid"] is not None and not params["follow"]:
         raise click.UsageError("--while-pid PID means: follow while PID lives; add --follow")
-    root = resolve_root(params["root"])
-    if not root.is_dir():
-        raise click.ClickException(f"no tracklake store at {root}; pass --root DIR or set "
-                                   "TRACKLAKE_ROOT")
+    root = existing_root(params["root"])  # an error naming it if there is no store
+    if is_url(root) and params["state_dir"] is None:
+        raise click.UsageError(f"{root} is read-only: pass --state-dir DIR, a directory "
+                               "where the exporter keeps its cursors")
     unmatched = None if params["follow"] else selection.unmatched(root)
     if unmatched is not None:  # while following, the loop waits for runs to appear
         raise click.ClickException(f"{unmatched} in the store at {root}; `tracklake runs "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import json
+import os
 import time
 from collections.abc import Callable, Iterator
 from functools import wraps
@@ -23,8 +24,9 @@ if TYPE_CHECKING:
 F = TypeVar("F", bound=Callable[..., Any])
 
 root_option = click.option(
-    "--root", type=click.Path(file_okay=False, path_type=Path), default=None,
-    help="Store directory (default: $TRACKLAKE_ROOT, else ./tracklake-store).")
+    "--root", type=click.Path(file_okay=False), default=None,
+    help="Store directory, or a pyarrow file system URL to read (s3://bucket/store) "
+         "(default: $TRACKLAKE_ROOT, else ./tracklake-store).")
 
 
 #: How every error of the command line starts (the exit code says which kind it was).
@@ -86,13 +88,14 @@ def _friendly(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def _store(root: Path | None) -> Path:
-    path = resolve_root(root)
-    if not path.is_dir():
-        raise CliError(
-            f"no tracklake store at {path}; pass --root DIR or set TRACKLAKE_ROOT "
-            "(`tracklake demo` creates one)")
-    return path
+def _store(root: str | os.PathLike[str] | None) -> Path:
+    """The store to read: a directory, or a pyarrow file system URL (read-only)."""
+    from tracklake._read.location import existing_root
+
+    try:
+        return existing_root(root)
+    except TracklakeError as exc:
+        raise CliError(f"{exc} (`tracklake demo` creates one)") from exc
 
 
 def warn_problems(problems: ReadProblems) -> None:
@@ -172,7 +175,7 @@ def sql(statement: str, root: Path | None, fmt: str, output: Path | None, max_ro
     table = query(statement, root=_store(root), problems=problems)
     warn_problems(problems)
     try:
-        write_table(table, fmt, output, max_rows, forbidden_dir=resolve_root(root))
+        write_table(table, fmt, output, max_rows, forbidden_dir=_store(root))
     except OSError as exc:
         raise CliError(f"cannot write {output}: {exc.strerror or exc}") from exc
 

@@ -15,8 +15,10 @@ from rich.table import Table
 
 from tracklake._cli.sparkline import UNICODE_LEVELS, trends
 from tracklake._errors import QueryError
+from tracklake._read.location import is_url
 from tracklake._read.query import query, with_connection
 from tracklake._read.reader import ReadProblems, RunRecord, find_run
+from tracklake._read.scope import EVERYTHING, scope_of_views
 
 if TYPE_CHECKING:
     import duckdb
@@ -55,7 +57,8 @@ def _duration(seconds: float | None) -> str:
 
 def print_runs(root: Path, project: str | None, metrics: tuple[str, ...],
                problems: ReadProblems) -> None:
-    runs, summaries = with_connection(root, problems, lambda con: _runs_rows(con, project))
+    runs, summaries = with_connection(root, problems, lambda con: _runs_rows(con, project),
+                                      scope_of_views({"runs", "metric_summaries"}))
     keys = sorted({s["key"] for s in summaries})
     patterns = metrics or DEFAULT_RUN_METRICS
     chosen = [k for p in patterns for k in keys if fnmatch.fnmatchcase(k, p)][:6]
@@ -119,7 +122,8 @@ def print_run(root: Path, run_id: str, project: str | None, problems: ReadProble
     unicode = _can_draw(console)
     counts, summary, curves = with_connection(root, problems, lambda con: (
         *_run_rows(con, record.project, record.run),
-        trends(con, record.project, record.run, rank, unicode)))
+        trends(con, record.project, record.run, rank, unicode)),
+        EVERYTHING.for_run(record.project, record.run))
     console.print("records: " + ", ".join(f"{c['kind']}={c['records']}" for c in counts))
     metrics = Table(title=f"metrics (all ranks; last and trend: rank {rank}'s, as in `runs`)")
     for col in ("key", "steps", "values", "min", "max", "last", "trend"):
@@ -209,7 +213,8 @@ def _show(value: Any) -> str:
 
 def write_table(table: pa.Table, fmt: str, output: Path | None, max_rows: int,
                 forbidden_dir: Path) -> None:
-    if output is not None and output.resolve().is_relative_to(forbidden_dir.resolve()):
+    if output is not None and not is_url(forbidden_dir) and \
+            output.resolve().is_relative_to(forbidden_dir.resolve()):
         raise QueryError(f"refusing to write {output} inside the store {forbidden_dir}")
     if fmt == "parquet":
         import pyarrow.parquet as pq

@@ -174,7 +174,7 @@ def check_attempt(path: Path) -> dict[str, Any] | None:
     """The attempt record at `path`, validated and checked to name the attempt its path
     names; None if it was claimed but not yet written. FormatError naming the file and
     the field if it is damaged or invalid."""
-    with open(path, "rb") as f:
+    with path.open("rb") as f:  # a Path, or a path in an object store
         data = f.read(MAX_ATTEMPT_BYTES + 1)
     record = parse_attempt(data, path)
     named = _path_fields(path)

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from tracklake._errors import InvalidNameError
+from tracklake._errors import InvalidNameError, StoreError
 
 MAX_NAME_LENGTH = 128
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+@-]+")
@@ -50,8 +50,14 @@ def safe_name(name: object, what: str) -> str:
 
 
 def resolve_root(root: str | os.PathLike[str] | None) -> Path:
-    """The store root: `root`, else $TRACKLAKE_ROOT, else ./tracklake-store (made absolute)."""
+    """The store root: `root`, else $TRACKLAKE_ROOT, else ./tracklake-store (made absolute).
+
+    A URL (``s3://…``) is refused: a store is written only in a directory; readers take
+    URLs through `tracklake.read.resolve_root`."""
     chosen = root if root is not None else os.environ.get("TRACKLAKE_ROOT") or DEFAULT_ROOT
+    if "://" in os.fspath(chosen):
+        raise StoreError(f"{os.fspath(chosen)}: a store in an object store is read-only "
+                         "(runs, show, sql, query, export read it); write to a directory")
     return Path(chosen).expanduser().absolute()
 
 

@@ -154,11 +154,14 @@ def open_part(path: Path) -> Any:
     import pyarrow.parquet as pq
 
     try:
-        with open(path, "rb") as f:
-            offset, length = _footer_span(f, os.fstat(f.fileno()).st_size)
+        with path.open("rb") as f:  # a Path, or a path in an object store
+            offset, length = _footer_span(f, f.seek(0, os.SEEK_END))
             f.seek(offset)
             footer = f.read(length)
-        parquet = pq.ParquetFile(path, page_checksum_verification=True)
+        # a path in an object store carries its pyarrow file system
+        parquet = pq.ParquetFile(getattr(path, "fs_path", path),
+                                 filesystem=getattr(path, "filesystem", None),
+                                 page_checksum_verification=True)
         raw = parquet.metadata.metadata or {}
     except FormatError as exc:
         raise FormatError(f"{path}: damaged Parquet part: {exc}") from exc

@@ -18,21 +18,23 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 
-from tracklake._errors import FormatError, NewerFormatError, QueryError, StoreError
+from tracklake._errors import FormatError, NewerFormatError, QueryError
 from tracklake._format.part import read_part_table
 
 if TYPE_CHECKING:
     import duckdb
 from tracklake._format import KINDS, PARTITION_SCHEMA, SCHEMAS
-from tracklake._format.naming import resolve_root
+from tracklake._read.location import existing_root, is_url, read_root
 from tracklake._read.reader import (
     Part,
     ReadProblems,
     add_once,
 )
 from tracklake._read.readonly import check_read_only, lock_down
+from tracklake._read.scope import EVERYTHING, Scope, scope_of_sql
 from tracklake._read.snapshot import (
     ATTEMPTS_SCHEMA,
+    STEP_KINDS,
     Snapshot,
     attempt_rows,
     part_lost,
@@ -40,7 +42,6 @@ from tracklake._read.snapshot import (
 )
 
 T = TypeVar("T")
-_STEP_KINDS = ("metrics", "texts", "generations")
 
 def _sql_str(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
@@ -85,15 +86,24 @@ class _Cutoffs:
     """Per (project, run, rank, attempt): the first step a later attempt logged again."""
 
     @staticmethod
-    def compute(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str, int, int, int]]:
+    def compute(con: duckdb.DuckDBPyConnection, resumed: list[tuple[str, str]]
+                ) -> list[tuple[str, str, int, int, int]]:
+        """Only the `resumed` runs (those with a metrics stream of a later attempt) can
+        have cutoffs: the others cost nothing here."""
+        if not resumed:
+            return []
+        con.register("_resumed", pa.table({"project": [p for p, _ in resumed],
+                                           "run": [r for _, r in resumed]}))
         rows = con.execute("""
             WITH firsts AS (
               SELECT project, run, rank, attempt, min(first_step) AS first_step
-              FROM metric_summaries_all GROUP BY ALL)
+              FROM metric_summaries_all SEMI JOIN _resumed USING (project, run)
+              GROUP BY ALL)
             SELECT a.project, a.run, a.rank, a.attempt, min(b.first_step)
             FROM firsts a JOIN firsts b ON a.project = b.project AND a.run = b.run
                  AND a.rank = b.rank AND b.attempt > a.attempt
             GROUP BY ALL""").fetchall()
+        con.unregister("_resumed")
         return [tuple(r) for r in rows]
 
 
@@ -108,7 +118,8 @@ def _superseded_filter(cutoffs: Iterable[tuple[str, str, int, int, int]]) -> str
 def connect(root: str | os.PathLike[str] | None = None, *,
             threads: int | None = None,
             problems: ReadProblems | None = None) -> duckdb.DuckDBPyConnection:
-    """A read-only DuckDB connection with tracklake's views over the store at `root`.
+    """A read-only DuckDB connection with tracklake's views over the store at `root` (a
+    directory, or a pyarrow file system URL such as ``s3://bucket/store``).
 
     Views: runs, run_attempts, metrics, configs, run_configs, texts, generations, traces,
     artifacts, events, metric_summaries; `<kind>_all` include the steps superseded by a later
@@ -116,24 +127,10 @@ def connect(root: str | os.PathLike[str] | None = None, *,
     found damaged are left out and noted in `problems` (a `RuntimeWarning` without it).
     """
     found = ReadProblems() if problems is None else problems
-    con = _connect(_store_root(root), threads, found, frozenset())
+    con = _connect(existing_root(root), threads, found, frozenset(), EVERYTHING)
     if problems is None:
         _warn(found)
     return con
-
-
-def _store_root(root: str | os.PathLike[str] | None) -> Path:
-    """The store root to query: an error naming it, never an empty answer, if it is not a
-    directory here (a typo, an unmounted file system, an object-store URL)."""
-    path = resolve_root(root)
-    if path.is_dir():
-        return path
-    text = os.fspath(root) if root is not None else str(path)
-    if "://" in text:
-        raise StoreError(f"{text}: a store in an object store cannot be queried yet; copy it "
-                         "to a directory (`tracklake restore`) and query that")
-    raise StoreError(f"no tracklake store at {path}: pass root= (or --root) the store's "
-                     "directory, or set TRACKLAKE_ROOT")
 
 
 def _warn(problems: ReadProblems) -> None:
@@ -144,10 +141,11 @@ def _warn(problems: ReadProblems) -> None:
 
 
 def _connect(root_path: Path, threads: int | None, problems: ReadProblems,
-             skip: frozenset[Path]) -> duckdb.DuckDBPyConnection:
+             skip: frozenset[Path], scope: Scope) -> duckdb.DuckDBPyConnection:
+    """The views of `scope` (those of the kinds it does not reach are not created)."""
     import duckdb  # imported on use: `import tracklake` stays light for training processes
 
-    snap = Snapshot(root_path, problems, skip)
+    snap = Snapshot(root_path, problems, skip, scope)
     con = duckdb.connect(":memory:")
     if threads:
         con.execute(f"SET threads = {int(threads)}")
@@ -155,7 +153,7 @@ def _connect(root_path: Path, threads: int | None, problems: ReadProblems,
         {"path": [str(p.path) for k in KINDS for p in snap.parts[k]],
          "first_seq": [p.first_seq for k in KINDS for p in snap.parts[k]],
          "last_seq": [p.last_seq for k in KINDS for p in snap.parts[k]]}))
-    for kind in KINDS:
+    for kind in snap.kinds:
         con.register(f"_live_{kind}", snap.live[kind])
         cols = ", ".join(f'"{n}"' for n in [*SCHEMAS[kind].names, *PARTITION_SCHEMA.names])
         sources = [f"SELECT {cols} FROM _live_{kind}"] if snap.live[kind].num_rows or not \
@@ -164,6 +162,29 @@ def _connect(root_path: Path, threads: int | None, problems: ReadProblems,
             con.register(f"_parts_{kind}", parts_dataset(root_path, kind, snap.parts[kind]))
             sources.insert(0, f"SELECT {cols} FROM _parts_{kind}")
         con.execute(f"CREATE VIEW {kind}_all AS {' UNION ALL '.join(sources)}")
+    if "metrics" in snap.kinds:
+        _summary_views(con, snap)
+    else:
+        _step_views(con, snap.kinds, "")
+    if scope.attempts:
+        now = _dt.datetime.now(_dt.timezone.utc).timestamp()
+        con.register("_attempts", pa.Table.from_pylist(attempt_rows(snap.runs, now),
+                                                       ATTEMPTS_SCHEMA))
+        con.execute("CREATE VIEW run_attempts AS SELECT * FROM _attempts")
+        con.execute(_RUNS_VIEW)
+    lock_down(con)
+    return con
+
+
+def _step_views(con: duckdb.DuckDBPyConnection, kinds: tuple[str, ...], where: str) -> None:
+    for kind in kinds:
+        con.execute(f"CREATE VIEW {kind} AS SELECT * FROM {kind}_all"
+                    + (where if kind in STEP_KINDS else ""))
+
+
+def _summary_views(con: duckdb.DuckDBPyConnection, snap: Snapshot) -> None:
+    """metric_summaries(_all), and the default views of `snap`'s kinds without the steps
+    a later attempt logged again."""
     con.register("_summaries_parts", snap.summaries)
     con.execute("""
         CREATE VIEW metric_summaries_all AS
@@ -173,12 +194,10 @@ def _connect(root_path: Path, threads: int | None, problems: ReadProblems,
                max(step), arg_max(value, (step, seq)), max(seq),
                epoch_us(arg_max(time, (step, seq)))
         FROM _live_metrics GROUP BY ALL""")
-    cutoffs = _Cutoffs.compute(con)
-    where = _superseded_filter(cutoffs)
-    for kind in KINDS:
-        con.execute(f"CREATE VIEW {kind} AS SELECT * FROM {kind}_all"
-                    + (where if kind in _STEP_KINDS else ""))
-    con.execute(_RUN_CONFIGS_VIEW)
+    cutoffs = _Cutoffs.compute(con, snap.resumed)
+    _step_views(con, snap.kinds, _superseded_filter(cutoffs))
+    if "configs" in snap.kinds:
+        con.execute(_RUN_CONFIGS_VIEW)
     summary_cols = "key, count(*) AS count, min(value) AS min, max(value) AS max, " \
                    "min(step) AS first_step, max(step) AS last_step, " \
                    "arg_max(value, (step, seq)) AS last_value"
@@ -204,13 +223,6 @@ def _connect(root_path: Path, threads: int | None, problems: ReadProblems,
                    max(last_step) AS last_step,
                    arg_max(last_value, (last_step, attempt, last_seq)) AS last_value
             FROM metric_summaries_all GROUP BY ALL""")
-    now = _dt.datetime.now(_dt.timezone.utc).timestamp()
-    con.register("_attempts", pa.Table.from_pylist(attempt_rows(snap.runs, now),
-                                                   ATTEMPTS_SCHEMA))
-    con.execute("CREATE VIEW run_attempts AS SELECT * FROM _attempts")
-    con.execute(_RUNS_VIEW)
-    lock_down(con)
-    return con
 
 
 def query(sql: str, *, root: str | os.PathLike[str] | None = None,
@@ -236,22 +248,27 @@ def query(sql: str, *, root: str | os.PathLike[str] | None = None,
             names = "; ".join(f"{path}: {why}" for path, why in damaged)
             raise QueryError(f"{exc}; damaged: {names}") from exc
     found = ReadProblems() if problems is None else problems
-    table = with_connection(root, found, lambda con: _execute(con, sql, params))
+    table = with_connection(root, found, lambda con: _execute(con, sql, params),
+                            scope_of_sql(sql))
     if problems is None:
         _warn(found)
     return table
 
 
 def with_connection(root: str | os.PathLike[str] | None, problems: ReadProblems,
-                    work: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
-    """`work(connection)` over the store; if it fails on a part whose pages are damaged,
+                    work: Callable[[duckdb.DuckDBPyConnection], T],
+                    scope: Scope = EVERYTHING) -> T:
+    """`work(connection)` over what `scope` reaches of the store; if it names a view
+    outside `scope`, again over everything; if it fails on a part whose pages are damaged,
     again without that part (noted in `problems`)."""
-    root_path = _store_root(root)
+    import duckdb
+
+    root_path = existing_root(root)
     skip: frozenset[Path] = frozenset()
     relisted = 0
     while True:
         try:
-            con = _connect(root_path, None, problems, skip)
+            con = _connect(root_path, None, problems, skip, scope)
         except FileNotFoundError:
             relisted += 1
             if relisted > _RELISTS:
@@ -260,6 +277,9 @@ def with_connection(root: str | os.PathLike[str] | None, problems: ReadProblems,
         try:
             return work(con)
         except QueryError as exc:
+            if isinstance(exc.__cause__, duckdb.CatalogException) and not scope.everything:
+                scope = EVERYTHING  # a view the SQL's table names did not show
+                continue
             if not _may_be_damage(exc):
                 raise
             if _parts_gone(con) and relisted < _RELISTS:
@@ -304,7 +324,7 @@ def _damaged_parts(con: duckdb.DuckDBPyConnection) -> list[tuple[Path, str]]:
         return []  # not a tracklake connection
     damaged = []
     for path, first, last in rows:
-        part = Part(first, last, -1, Path(path))
+        part = Part(first, last, -1, read_root(path) if is_url(path) else Path(path))
         try:
             read_part_table(part.path)
         except NewerFormatError:

@@ -10,7 +10,7 @@ compaction runs sees every record once (records are also de-duplicated by seq).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,9 +29,11 @@ from tracklake._format import (
 )
 from tracklake._format.attempt import read_attempt
 from tracklake._format.cursor import Cursor
-from tracklake._format.naming import resolve_root
 from tracklake._format.part import read_part_table
 from tracklake._format.segment import SegmentContents, read_segment
+from tracklake._read.listing import list_streams as list_streams  # re-exported for _ops
+from tracklake._read.listing import names_in, rank_dirs
+from tracklake._read.location import listdir, read_root
 
 #: Rows per batch handed out from a compacted part (cut at record-group boundaries).
 PART_BATCH_ROWS = 65536
@@ -64,11 +66,13 @@ class StreamFiles:
     merged: list[Part] = field(default_factory=list)  # parts a larger part already holds
 
 
-def list_stream(root: Path, stream: StreamId) -> StreamFiles:
-    directory = stream_dir(root, stream)
+def list_stream(root: Path, stream: StreamId, directory: Path | None = None) -> StreamFiles:
+    """The parts and segments in the directory of `stream` (`directory`, if the caller
+    has it already)."""
+    directory = stream_dir(root, stream) if directory is None else directory
     out = StreamFiles(stream)
     try:
-        names = os.listdir(directory)
+        names = listdir(directory)
     except FileNotFoundError:
         return out
     segments: list[Segment] = []
@@ -105,27 +109,6 @@ def _without_merged(parts: list[Part]) -> tuple[list[Part], list[Part]]:
     return kept, merged
 
 
-def _partition_values(directory: Path, start: int) -> dict[str, str]:
-    return dict(part.split("=", 1) for part in directory.parts[start:] if "=" in part)
-
-
-def list_streams(root: Path, project: str | None = None, run: str | None = None,
-                 kinds: tuple[str, ...] = KINDS) -> list[StreamId]:
-    """Every stream in the store (optionally of one project / run)."""
-    found: list[StreamId] = []
-    for kind in kinds:
-        base = root / kind
-        if not base.is_dir():
-            continue
-        pattern = f"project={project or '*'}/run={run or '*'}/rank=*/attempt=*"
-        for d in base.glob(pattern):
-            v = _partition_values(d, len(base.parts))
-            if v.get("rank", "").isdigit() and v.get("attempt", "").isdigit():
-                found.append(StreamId(v["project"], v["run"], int(v["rank"]),
-                                      int(v["attempt"]), kind))
-    return sorted(found, key=lambda s: (s.project, s.run, s.rank, s.attempt, s.kind))
-
-
 @dataclass(frozen=True)
 class RunRecord:
     """A run as recorded by its ranks' attempt files."""
@@ -143,14 +126,27 @@ class RunRecord:
         return sorted({a["attempt"] for a in self.attempts})
 
 
-def list_runs(root: str | os.PathLike[str] | None = None, project: str | None = None
-              ) -> list[RunRecord]:
-    """Runs in the store (default root: $TRACKLAKE_ROOT, else ./tracklake), from their
-    attempt files."""
-    base = resolve_root(root) / "runs"
+def list_runs(root: str | os.PathLike[str] | None = None, project: str | None = None,
+              run: str | None = None) -> list[RunRecord]:
+    """Runs in the store (default root: $TRACKLAKE_ROOT, else ./tracklake-store; a
+    directory or a pyarrow file system URL), from their attempt files; only the files of
+    `project` / `run` are read when they are given."""
+    return runs_from(read_root(root), project, run, read_attempt)
+
+
+def runs_from(root: Path, project: str | None, run: str | None,
+              read: Callable[[Path], dict[str, Any] | None]) -> list[RunRecord]:
+    """`list_runs`, reading each attempt file with `read` (`read_attempt`, or a cache)."""
     by_run: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for path in sorted(base.glob(f"project={project or '*'}/run=*/rank=*/attempt=*.json")):
-        record = read_attempt(path)
+    files = [f"{rankdir}/{name}" for _, _, _, rankdir in rank_dirs(root, "runs", project, run)
+             for name in names_in(root, rankdir)
+             if name.startswith("attempt=") and name.endswith(".json")]
+    for rel in sorted(files):
+        path = root / rel
+        try:
+            record = read(path)
+        except FileNotFoundError:
+            continue  # removed by retention since it was listed
         if record is None:
             continue
         by_run.setdefault((record["project"], record["run"]), []).append(record)
@@ -161,8 +157,8 @@ def list_runs(root: str | os.PathLike[str] | None = None, project: str | None = 
 def find_run(root: str | os.PathLike[str] | None, run: str, project: str | None = None
              ) -> RunRecord:
     """The run with id `run` (in `project` if given); RunNotFoundError otherwise."""
-    root = resolve_root(root)
-    matches = [r for r in list_runs(root, project) if r.run == run]
+    root = read_root(root)
+    matches = [r for r in list_runs(root, project, run) if r.run == run]
     if not matches:
         raise RunNotFoundError(f"no run {run!r} in {root}" + (f" project {project!r}"
                                                                if project else "")
@@ -300,7 +296,7 @@ def read_run(root: str | os.PathLike[str] | None, cursor: Cursor, *,
     each batch as it is handed out, so a consumer that stops after any batch resumes right
     after it; persist `cursor.to_json()` only once the destination holds every batch
     handed out so far."""
-    root = resolve_root(root)
+    root = read_root(root)
     for stream in list_streams(root, cursor.project, cursor.run, kinds):
         if ranks is not None and stream.rank not in ranks:
             continue

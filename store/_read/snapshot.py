@@ -4,26 +4,37 @@ footers checked), the live tail as tables, metric summaries and the runs' attemp
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
-from tracklake._errors import FormatError, NewerFormatError
+from tracklake._errors import FormatError, NewerFormatError, StoreError
 from tracklake._format import KINDS, PARTITION_SCHEMA, SCHEMAS, StreamId
-from tracklake._format.attempt import effective_status
+from tracklake._format.attempt import effective_status, read_attempt
 from tracklake._format.part import open_part, summary_rows
+from tracklake._read.decoded import DecodedCache
+from tracklake._read.listing import stream_dirs
 from tracklake._read.reader import (
     Part,
     ReadProblems,
     RunRecord,
     StreamFiles,
     add_once,
-    list_runs,
     list_stream,
     list_streams,
     read_stream,
+    runs_from,
 )
+from tracklake._read.scope import EVERYTHING, Scope
+
+#: Listings of a stream whose parts change under the reader before giving up.
+_RELISTS = 5
+#: Kinds whose records have a step, hidden from the default views once a later attempt
+#: logged that step again.
+STEP_KINDS = frozenset({"metrics", "texts", "generations"})
 
 _SUMMARY_SCHEMA = pa.schema(
     [("project", pa.string()), ("run", pa.string()), ("rank", pa.int32()),
@@ -34,63 +45,102 @@ _SUMMARY_SCHEMA = pa.schema(
 )
 
 
-def _with_partitions(table: pa.Table, s: StreamId) -> pa.Table:
-    n = table.num_rows
-    for name, value in zip(("project", "run", "rank", "attempt"),
-                           (s.project, s.run, s.rank, s.attempt), strict=True):
-        table = table.append_column(
-            PARTITION_SCHEMA.field(name), pa.array([value] * n, PARTITION_SCHEMA.field(name).type))
+def _with_partitions(tables: list[tuple[pa.Table, StreamId]], kind: str) -> pa.Table:
+    """The live tables of many streams as one, with their partition columns: `project` and
+    `run` as dictionaries (one string per stream, not per row), `rank` and `attempt`
+    repeated by NumPy, so building them costs per stream, not per value in Python."""
+    if not tables:
+        return _empty(kind)
+    lengths = np.array([t.num_rows for t, _ in tables], dtype=np.int64)
+    index = pa.array(np.repeat(np.arange(len(tables), dtype=np.int32), lengths))
+    table = pa.concat_tables([t for t, _ in tables])
+    for name in ("project", "run"):
+        names = pa.array([getattr(s, name) for _, s in tables], pa.string())
+        table = table.append_column(name, pa.DictionaryArray.from_arrays(index, names))
+    for name in ("rank", "attempt"):
+        values = np.array([getattr(s, name) for _, s in tables], dtype=np.int32)
+        table = table.append_column(PARTITION_SCHEMA.field(name),
+                                    pa.array(np.repeat(values, lengths)))
     return table
 
 
+def _resumed(streams: Iterable[StreamId]) -> list[tuple[str, str]]:
+    """(project, run) of the runs with metrics from more than one attempt."""
+    attempts: dict[tuple[str, str], set[int]] = {}
+    for s in streams:
+        if s.kind == "metrics":
+            attempts.setdefault((s.project, s.run), set()).add(s.attempt)
+    return sorted(run for run, seen in attempts.items() if len(seen) > 1)
+
+
 class Snapshot:
-    """The files of the store at one moment: parts per kind (their footers checked), live
-    tail tables, summaries. Damaged files are left out and noted in `problems`."""
+    """The files of the store at one moment, as far as `scope` reaches: parts per kind
+    (their footers checked), live tail tables, metric summaries, attempts. Damaged files
+    are left out and noted in `problems`."""
 
     def __init__(self, root: Path, problems: ReadProblems | None = None,
-                 skip: frozenset[Path] = frozenset()) -> None:
+                 skip: frozenset[Path] = frozenset(), scope: Scope = EVERYTHING) -> None:
         problems = ReadProblems() if problems is None else problems
         self.parts: dict[str, list[Part]] = {k: [] for k in KINDS}
-        live: dict[str, list[pa.Table]] = {k: [] for k in KINDS}
+        live: dict[str, list[tuple[pa.Table, StreamId]]] = {k: [] for k in KINDS}
         summaries: list[dict[str, Any]] = []
-        for s in list_streams(root):
-            files, opened = _open_parts(root, s, skip, problems)
-            self.parts[s.kind].extend(p for p, _ in opened)
-            summaries.extend(r for _, rows in opened for r in rows)
+        streams = stream_dirs(root, scope.project, scope.run,
+                              tuple(k for k in KINDS if k in scope.kinds))
+        if scope.kinds & STEP_KINDS and "metrics" not in scope.kinds and _resumed(
+                list_streams(root, scope.project, scope.run, ("metrics",))):
+            # a resumed run: the steps its later attempts logged again hide the earlier
+            # attempts' (docs/format.md), and those cutoffs come from the metrics
+            streams = stream_dirs(root, scope.project, scope.run,
+                                  tuple(k for k in KINDS if k in scope.kinds | {"metrics"}))
+        #: the kinds read, in KINDS order (those of `scope`, and metrics for cutoffs)
+        self.kinds = tuple(k for k in KINDS if k in {s.kind for s in streams} | scope.kinds)
+        #: the runs whose metrics have more than one attempt (only those have cutoffs)
+        self.resumed = _resumed(streams)
+        cache = DecodedCache(root)
+        for s, directory in streams.items():
+            files = self._add_parts(root, s, root / directory, skip, problems, cache,
+                                    summaries)
             after = max((p.last_seq for p in files.parts), default=-1)
             if files.segments:
                 batches = list(read_stream(root, s, after, problems))
                 if batches:
-                    live[s.kind].append(_with_partitions(
-                        pa.Table.from_batches(batches, SCHEMAS[s.kind]), s))
-        self.live = {k: pa.concat_tables(v) if v else _empty(k) for k, v in live.items()}
+                    live[s.kind].append((pa.Table.from_batches(batches, SCHEMAS[s.kind]), s))
+        self.live = {k: _with_partitions(v, k) for k, v in live.items()}
         self.summaries = pa.Table.from_pylist(summaries, _SUMMARY_SCHEMA)
-        self.runs = list_runs(root)
+        self.runs = runs_from(root, scope.project, scope.run,
+                              lambda path: cache.get(path, read_attempt)
+                              ) if scope.attempts else []
+        cache.save(complete=scope.everything)
 
-
-def _open_parts(root: Path, s: StreamId, skip: frozenset[Path], problems: ReadProblems
-                ) -> tuple[StreamFiles, list[tuple[Part, list[dict[str, Any]]]]]:
-    """The stream's listing and its parts with their metric summaries (footers checked;
-    damaged ones noted in `problems` and left out). A part merged away between the listing
-    and its opening makes the stream listed again: the merged part holds its records."""
-    while True:
-        files = list_stream(root, s)
-        opened: list[tuple[Part, list[dict[str, Any]]]] = []
-        try:
-            for p in files.parts:
-                if p.path in skip:
-                    continue
-                try:
-                    parquet = open_part(p.path)
-                    rows = _part_summary(parquet, p.path, s) if s.kind == "metrics" else []
-                    opened.append((p, rows))
-                except NewerFormatError:
-                    raise
-                except FormatError as exc:
-                    add_once(problems.damaged, (p.path, part_lost(exc, p)))
-        except FileNotFoundError:
-            continue
-        return files, opened
+    def _add_parts(self, root: Path, s: StreamId, directory: Path, skip: frozenset[Path],
+                   problems: ReadProblems, cache: DecodedCache,
+                   summaries: list[dict[str, Any]]) -> StreamFiles:
+        """The parts of stream `s` whose footers verify (and their metric summaries); the
+        stream is listed again if a part went (merged or pruned) after it was listed."""
+        for _ in range(_RELISTS):
+            files = list_stream(root, s, directory)
+            found: list[Part] = []
+            rows: list[dict[str, Any]] = []
+            try:
+                for p in files.parts:
+                    if p.path in skip:
+                        continue
+                    try:
+                        rows.extend(_part_summary(cache.get(p.path, _verified_summary), s))
+                    except NewerFormatError:
+                        raise
+                    except FormatError as exc:
+                        add_once(problems.damaged, (p.path, part_lost(exc, p)))
+                        continue
+                    found.append(p)
+            except FileNotFoundError:
+                continue
+            self.parts[s.kind].extend(found)
+            if s.kind == "metrics":
+                summaries.extend(rows)
+            return files
+        raise StoreError(f"{directory}: its parts kept changing while being read "
+                         f"({_RELISTS} listings); try again")
 
 
 def part_lost(exc: Exception, part: Part) -> str:
@@ -106,9 +156,14 @@ def _empty(kind: str) -> pa.Table:
     return schema.empty_table()
 
 
-def _part_summary(parquet: Any, path: Path, s: StreamId) -> list[dict[str, Any]]:
+def _verified_summary(path: Path) -> list[dict[str, Any]]:
+    """The metric summary a part carries (none for other kinds), its footer verified."""
+    return summary_rows(open_part(path), path)
+
+
+def _part_summary(rows: list[dict[str, Any]], s: StreamId) -> list[dict[str, Any]]:
     return [{"project": s.project, "run": s.run, "rank": s.rank, "attempt": s.attempt, **r}
-            for r in summary_rows(parquet, path)]
+            for r in rows]
 
 
 def parts_dataset(root: Path, kind: str, parts: list[Part]) -> Any:
@@ -132,9 +187,13 @@ def parts_dataset(root: Path, kind: str, parts: list[Part]) -> Any:
             page_checksum_verification=True))
     for f in PARTITION_SCHEMA:
         schema = schema.append(f)
-    return ds.dataset([str(p.path) for p in parts], schema=schema, format=fmt,
+    base = root / kind
+    # a store in an object store: its paths and file system (a local one: plain paths)
+    return ds.dataset([getattr(p.path, "fs_path", str(p.path)) for p in parts],
+                      schema=schema, format=fmt,
+                      filesystem=getattr(base, "filesystem", None),
                       partitioning=ds.partitioning(PARTITION_SCHEMA, flavor="hive"),
-                      partition_base_dir=str(root / kind))
+                      partition_base_dir=getattr(base, "fs_path", str(base)))
 
 
 def attempt_rows(runs: list[RunRecord], now: float) -> list[dict[str, Any]]:

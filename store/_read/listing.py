@@ -1,0 +1,64 @@
+"""Walking a store's `name=value` directories: streams per kind, rank directories of runs.
+
+Paths stay relative POSIX strings while walking and are joined to the root only to list
+a directory, because a `Path` per directory walked costs more than listing it; the same
+walk serves a local directory and a store in an object store (`location.listdir_at`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+from tracklake._format import KINDS, StreamId
+from tracklake._read.location import listdir_at
+
+
+def names_in(root: Path, rel: str) -> list[str]:
+    """The names in directory `rel` of `root`; none if it is gone (pruned since it was
+    listed) or is not a directory."""
+    try:
+        return listdir_at(root, rel)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def _subdirs(root: Path, rel: str, name: str, value: str | None) -> list[tuple[str, str]]:
+    """(value, relative path) of the `name=value` directories in `rel` (only `value` if
+    given); none if `rel` does not exist. Paths stay strings while walking: a `Path` per
+    directory would cost more than listing it."""
+    if value is not None:
+        return [(value, f"{rel}/{name}={value}")]
+    prefix = f"{name}="
+    return [(n[len(prefix):], f"{rel}/{n}") for n in names_in(root, rel) if n.startswith(prefix)]
+
+
+def rank_dirs(root: Path, base: str, project: str | None, run: str | None
+               ) -> Iterator[tuple[str, str, int, str]]:
+    """(project, run, rank, relative path) of each `project=/run=/rank=` directory under
+    directory `base` of `root`."""
+    for p, pdir in _subdirs(root, base, "project", project):
+        for r, rdir in _subdirs(root, pdir, "run", run):
+            for rank, rankdir in _subdirs(root, rdir, "rank", None):
+                if rank.isdigit():
+                    yield p, r, int(rank), rankdir
+
+
+def list_streams(root: Path, project: str | None = None, run: str | None = None,
+                 kinds: tuple[str, ...] = KINDS) -> list[StreamId]:
+    """Every stream in the store (optionally of one project / run)."""
+    return list(stream_dirs(root, project, run, kinds))
+
+
+def stream_dirs(root: Path, project: str | None = None, run: str | None = None,
+                kinds: tuple[str, ...] = KINDS) -> dict[StreamId, str]:
+    """Every stream in the store (optionally of one project / run), sorted, with its
+    directory relative to `root` as walked (so that nobody joins it again)."""
+    found: list[tuple[StreamId, str]] = []
+    for kind in kinds:
+        for p, r, rank, rankdir in rank_dirs(root, kind, project, run):
+            for attempt, directory in _subdirs(root, rankdir, "attempt", None):
+                if attempt.isdigit():
+                    found.append((StreamId(p, r, rank, int(attempt), kind), directory))
+    found.sort(key=lambda f: (f[0].project, f[0].run, f[0].rank, f[0].attempt, f[0].kind))
+    return dict(found)

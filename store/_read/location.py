@@ -1,0 +1,140 @@
+"""Where a store is read from: a local directory, or any pyarrow file system URL
+(``s3://bucket/prefix``, ``gs://…``, ``file:///…``), read-only.
+
+A store in an object store is addressed by an `ObjectPath`: a pure POSIX path inside its
+file system that carries that file system, so that the reader joins, lists and opens its
+files with the same code as local ones (`listdir`, `read_bytes`, `open`). The file system
+comes from ``pyarrow.fs.FileSystem.from_uri``: credentials and endpoint from the standard
+environment (``AWS_*``, ``GOOGLE_*``), nothing downloaded, nothing written.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any, BinaryIO, ClassVar, cast
+
+from tracklake._errors import StoreError
+from tracklake._format.naming import resolve_root
+
+if TYPE_CHECKING:
+    _PathBase = Path  # typed as a Path so the layers pass it on unchanged
+else:
+    _PathBase = PurePosixPath
+
+
+class ObjectPath(_PathBase):
+    """A file or directory in a pyarrow file system (`filesystem`, shared by every path
+    derived from the root). `str()` is the URL, `fs_path` the path pyarrow takes.
+
+    Only what reading needs is there (joining, `is_dir`, `exists`, `read_bytes`,
+    `open("rb")`, `listdir`): anything else (writing, `os` calls through `__fspath__`)
+    fails loudly rather than being tried on a local path of the same name."""
+
+    filesystem: ClassVar[Any]
+    scheme: ClassVar[str]
+
+    @property
+    def fs_path(self) -> str:
+        return PurePosixPath.__str__(self)
+
+    def __str__(self) -> str:
+        return f"{self.scheme}://{self.fs_path}"
+
+    def __repr__(self) -> str:
+        return f"ObjectPath({str(self)!r})"
+
+    def __fspath__(self) -> str:
+        raise StoreError(f"{self}: a store in an object store is read-only: tracklake "
+                         "reads it (runs, show, sql, query, export) and writes only to "
+                         "a directory")
+
+    def _info(self) -> Any:
+        from pyarrow import fs
+
+        info = self.filesystem.get_file_info(self.fs_path)
+        return info.type, fs.FileType
+
+    def is_dir(self) -> bool:
+        kind, types = self._info()
+        return bool(kind == types.Directory)
+
+    def exists(self) -> bool:
+        kind, types = self._info()
+        return bool(kind != types.NotFound)
+
+    def read_bytes(self) -> bytes:
+        with self.open("rb") as f:
+            return f.read()
+
+    def open(self, mode: str = "rb") -> BinaryIO:  # type: ignore[override]  # read-only
+        """The file, for reading only (a store in an object store is never written)."""
+        if mode != "rb":
+            raise StoreError(f"{self}: a store in an object store is read-only")
+        return cast(BinaryIO, self.filesystem.open_input_file(self.fs_path))
+
+    def listdir(self) -> list[str]:
+        from pyarrow import fs
+
+        selector = fs.FileSelector(self.fs_path, allow_not_found=False)
+        return [info.base_name for info in self.filesystem.get_file_info(selector)]
+
+
+def is_url(root: object) -> bool:
+    """Whether `root` names a file system by URL (``scheme://…``) rather than a directory."""
+    if isinstance(root, ObjectPath):
+        return True
+    return "://" in os.fspath(root) if isinstance(root, str | os.PathLike) else False
+
+
+def read_root(root: str | os.PathLike[str] | None) -> Path:
+    """The store root to read: `root`, else $TRACKLAKE_ROOT, else the default directory;
+    a pyarrow file system URL gives an `ObjectPath` (`StoreError` naming the URL if no
+    file system serves it)."""
+    if isinstance(root, ObjectPath):
+        return root
+    chosen = root if root is not None else os.environ.get("TRACKLAKE_ROOT")
+    if chosen is None or not is_url(chosen):
+        return resolve_root(chosen)
+    url = os.fspath(chosen)
+    from pyarrow import fs
+
+    try:
+        filesystem, path = fs.FileSystem.from_uri(url)
+    except (OSError, ValueError, TypeError) as exc:  # pyarrow: unknown scheme, bad URL
+        raise StoreError(f"{url}: cannot open this object store with pyarrow ({exc})") from exc
+    if isinstance(filesystem, fs.LocalFileSystem):
+        return Path(path)
+    scheme = url.split("://", 1)[0].lower()
+    cls = type("ObjectPath", (ObjectPath,), {"filesystem": filesystem, "scheme": scheme})
+    return cast(ObjectPath, cls(path.rstrip("/")))
+
+
+def listdir(directory: Path) -> list[str]:
+    """Names in `directory` (FileNotFoundError if there is none)."""
+    if isinstance(directory, ObjectPath):
+        return directory.listdir()
+    return os.listdir(directory)
+
+
+def existing_root(root: str | os.PathLike[str] | None) -> Path:
+    """The store root to read, checked to exist: an error naming it, never an empty
+    answer, if it is not a directory (a typo, an unmounted file system, a bucket that is
+    not there or cannot be read with the credentials of the environment)."""
+    path = read_root(root)
+    try:
+        found = path.is_dir()
+    except OSError as exc:  # pyarrow: access denied, no such bucket, endpoint down
+        raise StoreError(f"cannot read the store at {path}: {exc}") from exc
+    if not found:
+        raise StoreError(f"no tracklake store at {path}: pass root= (or --root) the store's "
+                         "directory or URL, or set TRACKLAKE_ROOT")
+    return path
+
+
+def listdir_at(root: Path, rel: str) -> list[str]:
+    """Names in directory `rel` (a relative POSIX path string) of `root`, without making
+    a path object per directory walked (FileNotFoundError if there is none)."""
+    if isinstance(root, ObjectPath):
+        return (root / rel).listdir()
+    return os.listdir(os.path.join(root, rel))

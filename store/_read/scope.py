@@ -1,0 +1,62 @@
+"""What a question touches: the record kinds, the attempt files and the runs a connection
+has to read, so that answering it costs what it reads and not what the store holds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tracklake._format import KINDS
+
+#: Views over the attempt files only.
+_ATTEMPT_VIEWS = frozenset({"runs", "run_attempts"})
+#: Views over the metric summaries (part footers and the live metrics).
+_SUMMARY_VIEWS = frozenset({"metric_summaries", "metric_summaries_all"})
+
+
+@dataclass(frozen=True)
+class Scope:
+    """The part of the store a connection reads: `kinds` (their parts and live tails),
+    the attempt files if `attempts`, and only run `run` of `project` if given. Views
+    outside the scope are not created, so a question that needs one fails loudly (and is
+    asked again with everything) instead of getting an empty answer."""
+
+    kinds: frozenset[str] = frozenset(KINDS)
+    attempts: bool = True
+    project: str | None = None
+    run: str | None = None
+
+    @property
+    def everything(self) -> bool:
+        return self.kinds == frozenset(KINDS) and self.attempts and self.run is None
+
+    def for_run(self, project: str, run: str) -> Scope:
+        return Scope(self.kinds, self.attempts, project, run)
+
+
+EVERYTHING = Scope()
+
+
+def scope_of_views(names: set[str]) -> Scope:
+    """The scope that holds the views named (lower case)."""
+    kinds = {k for k in KINDS if k in names or f"{k}_all" in names}
+    if "run_configs" in names:
+        kinds.add("configs")
+    if names & _SUMMARY_VIEWS:
+        kinds.add("metrics")
+    return Scope(frozenset(kinds), bool(names & _ATTEMPT_VIEWS))
+
+
+def scope_of_sql(sql: str) -> Scope:
+    """The views `sql` names, by DuckDB's own parser; everything when it cannot tell."""
+    import duckdb
+
+    names: set[str] = set()
+    try:
+        for statement in duckdb.extract_statements(sql):
+            names |= {n.lower() for n in duckdb.get_table_names(statement.query)}
+    except duckdb.Error:
+        return EVERYTHING  # the statement fails to bind here: let the real run report it
+    scope = scope_of_views(names)
+    if not scope.kinds and not scope.attempts:
+        return EVERYTHING  # none of the views: it may be looking at the catalog itself
+    return scope

@@ -1,0 +1,132 @@
+"""The cache of decoded attempt records and part summaries is derived: answers with it
+equal answers without it, a changed, damaged or recent file is read again, and a store
+the reader cannot write is read all the same."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+import tracklake
+from tracklake._read import decoded
+from tracklake._read.decoded import CACHE_FILE
+
+RUNS_SQL = "SELECT run, status, attempts, ranks FROM runs ORDER BY run"
+SUMMARY_SQL = ("SELECT run, key, count, min, max, last_value FROM metric_summaries "
+               "ORDER BY ALL")
+
+
+def _age(root: Path, seconds: float = 60.0) -> None:
+    """Make every file look written `seconds` ago (older than the racy window)."""
+    past = time.time() - seconds
+    for dirpath, _, names in os.walk(root):
+        for name in names:
+            os.utime(os.path.join(dirpath, name), (past, past))
+
+
+def _store(root: Path, runs: int = 3) -> None:
+    for i in range(runs):
+        with tracklake.init(project="p", run_id=f"r{i}", root=root,
+                            capture_identity=False) as run:
+            for step in range(5):
+                run.log({"loss": float(step * (i + 1))}, step=step)
+    tracklake.compact(root=root)
+    _age(root)
+
+
+def _entries(root: Path) -> dict[str, list[object]]:
+    header, _, body = (root / CACHE_FILE).read_bytes().partition(b"\n")
+    assert json.loads(header)["version"] == 1
+    files: dict[str, list[object]] = json.loads(body)
+    return files
+
+
+def test_answers_with_the_cache_equal_answers_read_from_the_files(root: Path) -> None:
+    _store(root)
+    first = [tracklake.query(sql, root=root) for sql in (RUNS_SQL, SUMMARY_SQL)]
+    cached = _entries(root)
+    assert sum(k.startswith("runs/") for k in cached) == 3
+    assert sum(k.startswith("metrics/") for k in cached) == 3
+    again = [tracklake.query(sql, root=root) for sql in (RUNS_SQL, SUMMARY_SQL)]
+    (root / CACHE_FILE).unlink()
+    fresh = [tracklake.query(sql, root=root) for sql in (RUNS_SQL, SUMMARY_SQL)]
+    for a, b, c in zip(first, again, fresh, strict=True):
+        assert a.equals(b) and a.equals(c)
+    assert first[0].num_rows == 3 and first[1].num_rows == 3
+
+
+def test_a_rewritten_attempt_file_is_read_again(root: Path) -> None:
+    _store(root, runs=1)
+    assert tracklake.query(RUNS_SQL, root=root).to_pylist()[0]["status"] == "finished"
+    attempt = next((root / "runs").rglob("attempt=*.json"))
+    data = attempt.read_bytes()
+    same_size = data.replace(b'"finished"', b'"killed"  ')  # only the mtime tells
+    assert len(same_size) == len(data) and same_size != data
+    attempt.write_bytes(same_size)
+    _age(root, 30.0)
+    assert tracklake.query(RUNS_SQL, root=root).to_pylist()[0]["status"] == "killed"
+
+
+def test_files_written_just_now_are_not_cached(root: Path) -> None:
+    with tracklake.init(project="p", run_id="live", root=root, capture_identity=False) as run:
+        run.log({"x": 1.0}, step=0)
+    tracklake.compact(root=root)
+    tracklake.query(RUNS_SQL, root=root)
+    assert not (root / CACHE_FILE).exists() or _entries(root) == {}
+
+
+@pytest.mark.parametrize("damage", ["garbage", "flipped", "wrong crc", "other version"])
+def test_a_damaged_cache_is_ignored_and_rebuilt(root: Path, damage: str) -> None:
+    _store(root)
+    expected = tracklake.query(RUNS_SQL, root=root)
+    path = root / CACHE_FILE
+    header, _, body = path.read_bytes().partition(b"\n")
+    forged = body.replace(b'"finished"', b'"crashed!"')
+    assert forged != body
+    path.write_bytes({
+        "garbage": b"\x00not json",
+        "flipped": header + b"\n" + forged,
+        "wrong crc": json.dumps({"version": 1, "crc32": 1}).encode() + b"\n" + body,
+        "other version": header.replace(b'"version": 1', b'"version": 99') + b"\n" + body,
+    }[damage])
+    assert tracklake.query(RUNS_SQL, root=root).equals(expected)
+    assert _entries(root)  # written again, whole
+
+
+def test_a_store_the_reader_cannot_write_is_read_without_a_cache(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _store(root)
+
+    def refuse(path: Path, data: bytes) -> None:
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(decoded, "write_atomic", refuse)  # a read-only mount
+    rows = tracklake.query(RUNS_SQL, root=root).to_pylist()
+    assert [r["run"] for r in rows] == ["r0", "r1", "r2"]
+    assert not (root / CACHE_FILE).exists()
+
+
+def test_entries_of_removed_files_go_when_everything_is_read(root: Path) -> None:
+    _store(root)
+    with tracklake.connect(root):
+        pass
+    removed = next(k for k in _entries(root) if "run=r1" in k and k.startswith("metrics/"))
+    (root / removed).unlink()
+    with tracklake.connect(root):
+        pass
+    assert removed not in _entries(root)
+    assert any("run=r0" in k for k in _entries(root))
+
+
+def test_the_cache_is_not_in_the_way_of_plain_engines(root: Path) -> None:
+    import pyarrow.dataset as ds
+
+    _store(root)
+    tracklake.query(RUNS_SQL, root=root)
+    assert (root / CACHE_FILE).exists()
+    table = ds.dataset(root / "metrics", format="parquet", partitioning="hive").to_table()
+    assert table.num_rows == 3 * 5

@@ -1,0 +1,137 @@
+"""A question reads what it names: a query builds only the views its SQL names, `show`
+reads one run, and the answers are those of a connection over everything (superseded
+steps of a resumed run stay hidden even when only texts are asked for)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import tracklake
+from tracklake._read.scope import EVERYTHING, scope_of_sql
+
+
+def _resumed_run(root: Path) -> None:
+    """Run `r` (numeric-looking id `0042` beside it): attempt 1 logs steps 0..9 with a text
+    at every step, attempt 2 logs steps 5..7 again, metrics and texts."""
+    for attempt_steps in (range(10), range(5, 8)):
+        with tracklake.init(project="p", run_id="r", root=root, capture_identity=False) as run:
+            for step in attempt_steps:
+                run.log({"loss": float(step)}, step=step)
+                run.log_text("note", f"step {step}", step=step)
+    with tracklake.init(project="p", run_id="0042", root=root, capture_identity=False) as run:
+        run.log_text("note", "other run", step=0)
+
+
+def _damage_metrics(root: Path) -> Path:
+    """Compact, then make every metrics part unreadable; returns one of them."""
+    tracklake.compact(root=root)
+    parts = sorted((root / "metrics").rglob("*.parquet"))
+    assert parts
+    for part in parts:
+        part.write_bytes(b"not parquet")
+    return parts[0]
+
+
+def test_a_query_on_texts_does_not_read_the_metrics(root: Path) -> None:
+    with tracklake.init(project="p", run_id="a", root=root, capture_identity=False) as run:
+        run.log({"loss": 1.0}, step=0)
+        run.log_text("note", "hello", step=0)
+    damaged = _damage_metrics(root)
+    problems = tracklake.ReadProblems()
+    texts = tracklake.query("SELECT text FROM texts", root=root, problems=problems)
+    assert texts.to_pylist() == [{"text": "hello"}]
+    assert problems.damaged == []  # the metrics were not opened
+    tracklake.query("SELECT count(*) AS n FROM metrics", root=root, problems=problems)
+    assert [path for path, _ in problems.damaged] == [damaged]
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT run, attempt, step, text FROM texts ORDER BY ALL",
+    "SELECT run, attempt, step, value FROM metrics ORDER BY ALL",
+    "SELECT run, key, count, last_value FROM metric_summaries ORDER BY ALL",
+    "SELECT run, status, attempts FROM runs ORDER BY ALL",
+    "SELECT t.run, t.step, m.value FROM texts t JOIN metrics m USING (run, rank, attempt, step) "
+    "ORDER BY ALL",
+])
+@pytest.mark.parametrize("compacted", [False, True])
+def test_scoped_answers_equal_the_answers_over_everything(root: Path, sql: str,
+                                                          compacted: bool) -> None:
+    _resumed_run(root)
+    if compacted:
+        tracklake.compact(root=root)
+    with tracklake.connect(root) as con:
+        everything = con.sql(sql).to_arrow_table()
+    assert tracklake.query(sql, root=root).equals(everything)
+    assert everything.num_rows > 0
+
+
+def test_texts_alone_still_hide_the_steps_a_later_attempt_logged_again(root: Path) -> None:
+    _resumed_run(root)
+    rows = tracklake.query("SELECT attempt, step FROM texts WHERE run = 'r' ORDER BY step",
+                           root=root).to_pylist()
+    assert [(r["attempt"], r["step"]) for r in rows] == [
+        (1, 0), (1, 1), (1, 2), (1, 3), (1, 4), (2, 5), (2, 6), (2, 7)]
+
+
+def test_live_partition_columns_hold_each_streams_values(root: Path) -> None:
+    for run_id in ("0042", "b", "0007"):
+        for rank in (0, 3):
+            with tracklake.init(project="p", run_id=run_id, root=root, rank=rank,
+                                capture_identity=False) as run:
+                for step in range(rank + 2):
+                    run.log({"x": 1.0}, step=step)
+    rows = tracklake.query("SELECT project, run, rank, attempt, count(*) AS n FROM metrics "
+                           "GROUP BY ALL ORDER BY ALL", root=root).to_pylist()
+    assert rows == [{"project": "p", "run": r, "rank": k, "attempt": 1, "n": k + 2}
+                    for r in ("0007", "0042", "b") for k in (0, 3)]
+    types = tracklake.query("SELECT typeof(run) AS t, typeof(rank) AS k FROM metrics LIMIT 1",
+                            root=root).to_pylist()
+    assert types == [{"t": "VARCHAR", "k": "INTEGER"}]
+
+
+def test_a_question_naming_no_view_sees_every_view(root: Path) -> None:
+    _resumed_run(root)
+    assert scope_of_sql("SELECT 1") == EVERYTHING
+    names = {r["view_name"] for r in tracklake.query(
+        "SELECT view_name FROM duckdb_views() WHERE NOT internal", root=root).to_pylist()}
+    assert {"runs", "metrics", "texts", "metric_summaries", "generations_all"} <= names
+
+
+def test_views_the_parser_cannot_see_are_built_on_a_second_try(root: Path) -> None:
+    _resumed_run(root)
+    from tracklake._read.query import with_connection
+    from tracklake._read.scope import Scope
+
+    rows = with_connection(root, tracklake.ReadProblems(),
+                           lambda con: tracklake.query("SELECT count(*) AS n FROM texts",
+                                                       connection=con).to_pylist(),
+                           Scope(frozenset({"metrics"}), attempts=False))
+    assert rows == [{"n": 9}]  # 5 of attempt 1 + 3 of attempt 2 + 1 of run 0042
+
+
+def test_a_part_gone_between_listing_and_reading_makes_the_stream_be_listed_again(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As when compaction merges parts while a reader lists them: nothing is left out."""
+    from tracklake._read import decoded
+
+    with tracklake.init(project="p", run_id="a", root=root, capture_identity=False) as run:
+        for step in range(10):
+            run.log({"loss": float(step)}, step=step)
+    tracklake.compact(root=root)
+    real = decoded.DecodedCache.get
+    failures = {"left": 2}
+
+    def flaky(self: decoded.DecodedCache, path: Path, decode: object) -> object:
+        if path.suffix == ".parquet" and failures["left"]:
+            failures["left"] -= 1
+            raise FileNotFoundError(2, "merged away", str(path))
+        return real(self, path, decode)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(decoded.DecodedCache, "get", flaky)
+    rows = tracklake.query("SELECT count(*) AS n FROM metrics", root=root).to_pylist()
+    assert rows == [{"n": 10}] and failures["left"] == 0
+    failures["left"] = 100  # a stream that never holds still is an error naming it
+    with pytest.raises(tracklake.StoreError, match="attempt=1: its parts kept changing"):
+        tracklake.query("SELECT count(*) AS n FROM metrics", root=root)
