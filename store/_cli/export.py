@@ -43,6 +43,9 @@ def _common_options() -> list[click.Parameter]:
         click.Option(["--state-dir"], type=click.Path(file_okay=False, path_type=Path),
                      help="Where the exporter keeps its cursors "
                           "(default: ROOT/exports/<destination>)."),
+        click.Option(["-q", "--quiet"], is_flag=True,
+                     help="Print nothing but errors and warnings (no progress, no "
+                          "summary)."),
     ]
 
 
@@ -87,12 +90,21 @@ def _run_export(name: str, params: dict[str, Any]) -> None:
                             commit_interval=params["commit_interval"],
                             give_up_after=params["give_up_after"],
                             state_dir=params["state_dir"])
+    from tracklake._cli.export_progress import ExportDisplay
+
+    quiet = params["quiet"]
     try:
-        summary = export(destination, root=root, selection=selection, options=options)
+        with ExportDisplay(name, follow=options.follow, quiet=quiet) as display:
+            summary = export(destination, root=root, selection=selection, options=options,
+                             progress=display)
     except KeyboardInterrupt:
         click.echo("interrupted: everything committed so far is kept", err=True)
         sys.exit(130)
-    click.echo(str(summary), err=True)
+    if summary.failed or not quiet:
+        click.echo(str(summary), err=True)
+    else:  # damage is still told
+        for path, why in summary.problems.damaged:
+            click.echo(f"tracklake: warning: {path}: {why}", err=True)
     if summary.failed:
         sys.exit(1)
 

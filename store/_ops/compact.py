@@ -17,7 +17,7 @@ import contextlib
 import datetime as _dt
 import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -246,11 +246,19 @@ def _remove_consumed(consumed: list[Segment], dry_run: bool,
 
 def compact(*, root: str | os.PathLike[str] | None = None, project: str | None = None,
             run: str | None = None, kinds: Iterable[str] = tuple(SCHEMAS),
-            dry_run: bool = False) -> CompactionReport:
-    """Compact every sealed segment of the store (or of one project / run) into Parquet."""
+            dry_run: bool = False,
+            progress: Callable[[int, int | None, str], None] | None = None
+            ) -> CompactionReport:
+    """Compact every sealed segment of the store (or of one project / run) into Parquet.
+
+    `progress(done, total, note)` is called after each stream (done and total count
+    streams; note names the stream)."""
     root_path = resolve_root(root)
     report = CompactionReport()
     now = _dt.datetime.now(_dt.timezone.utc).timestamp()
-    for s in list_streams(root_path, project, run, tuple(kinds)):
+    streams = list_streams(root_path, project, run, tuple(kinds))
+    for done, s in enumerate(streams, 1):
         _compact_stream(root_path, s, now, dry_run, report)
+        if progress is not None:
+            progress(done, len(streams), f"{s.project}/{s.run} {s.key()}")
     return report
