@@ -24,7 +24,7 @@ from tracklake._format.segment import SegmentContents, read_segment_from
 #: Segments remembered at most (the least recently read are forgotten first).
 MAX_REMEMBERED = 4096
 #: Bytes of a segment read (and so decompressed and held) at a time.
-READ_BYTES = 2 << 20
+READ_BYTES = 1 << 20
 
 
 class _Mark(NamedTuple):
