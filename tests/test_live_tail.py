@@ -134,3 +134,24 @@ def test_a_replaced_file_is_read_from_its_start(tmp_path: Path) -> None:
     other.seal()
     os.replace(replacement, path)
     assert _seqs(tmp_path, 11) == list(range(12, 20))
+
+
+def test_readers_at_different_places_each_get_their_own_records(tmp_path: Path) -> None:
+    """Two followers of one segment in one process (say two exporters), one far behind
+    the other: the one behind never skips what the one ahead has read."""
+    _path, writer = _segment(tmp_path)
+    ahead = behind = -1
+    got_ahead: list[int] = []
+    got_behind: list[int] = []
+    for n in range(10):
+        writer.append(_batch(n * 5, 5))
+        new = _seqs(tmp_path, ahead)
+        got_ahead += new
+        ahead = new[-1]
+        if n % 3 == 2:  # the other one polls less often
+            new = _seqs(tmp_path, behind)
+            got_behind += new
+            behind = new[-1]
+    got_behind += _seqs(tmp_path, behind)
+    writer.seal()
+    assert got_ahead == got_behind == list(range(50))

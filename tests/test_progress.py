@@ -291,3 +291,22 @@ def test_a_followed_export_on_a_terminal_draws_a_lag_table() -> None:
     assert "behind (records)" in plain and "behind (s)" in plain
     assert re.search(r"p/a\s*│\s*1,234\s*│\s*34\s*│\s*2\.0\s*│\s*live", plain)
     assert re.search(r"p/b\s*│\s*1,234\s*│\s*34\s*│\s*2\.0\s*│\s*live", plain)
+
+
+def test_names_with_brackets_are_shown_as_they_are() -> None:
+    """A run named like rich markup is printed literally, on a terminal and in a log."""
+    for terminal in (True, False):
+        console, out = _console(terminal=terminal)
+        with OperationProgress("compact", "streams", console=console,
+                               interval=0.0) as progress:
+            progress(1, 1, "p/[bold]run[/bold]")
+        plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())
+        assert "p/[bold]run[/bold]" in plain
+
+
+def test_an_empty_store_says_it_did_nothing(root: Path) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    code, out, err = _invoke("compact", "--root", str(root))
+    assert code == 0
+    assert out.startswith("compacted 0 segments")
+    assert re.fullmatch(r"tracklake compact: 0 streams done in [\d.]+ s\n", err)
