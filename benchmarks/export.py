@@ -230,6 +230,7 @@ def follow_memory(tmp: Path, seconds: float, rate: int) -> dict[str, Any]:
         if rss is not None:
             samples.append((time.monotonic() - started, rss))
         time.sleep(1.0)
+    exporter_s = time.monotonic() - started
     written = int(writer.communicate()[0].strip() or 0)
     windows: dict[int, float] = {}
     for at, rss in samples:
@@ -243,7 +244,7 @@ def follow_memory(tmp: Path, seconds: float, rate: int) -> dict[str, Any]:
     peak = max(rss for _, rss in samples)
     after_first = [rss for at, rss in samples if at >= 10]
     return {"seconds": seconds, "rate": rate, "values_written": written,
-            "values_exported": exported, "exporter_s": time.monotonic() - started,
+            "values_exported": exported, "exporter_s": exporter_s,
             "peak_rss_mib": peak, "window_peaks_mib": windows,
             "growth_after_10s_mib": (max(after_first) - after_first[0]) if after_first
             else 0.0}
