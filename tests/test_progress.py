@@ -310,3 +310,17 @@ def test_an_empty_store_says_it_did_nothing(root: Path) -> None:
     assert code == 0
     assert out.startswith("compacted 0 segments")
     assert re.fullmatch(r"tracklake compact: 0 streams done in [\d.]+ s\n", err)
+
+
+def test_export_follow_on_the_command_line_prints_lag_lines_not_a_bar(
+        root: Path, tmp_path: Path) -> None:
+    _store(root, runs=1, steps=30)
+    code, _, err = _invoke("export", "tensorboard", "--root", str(root), "--run", "run-0",
+                           "--follow", "--poll-interval", "0.1", "--logdir",
+                           str(tmp_path / "tb"))
+    assert code == 0, err
+    assert ESCAPE not in err
+    assert re.search(r"^tracklake export tensorboard --follow: p/run-0: [\d,]+ records "
+                     r"exported, \d+ behind at the last poll, [\d.]+ s behind, finished$",
+                     err, re.MULTILINE), err
+    assert " done in " not in err  # no bar's end line: following has no total
