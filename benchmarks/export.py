@@ -15,6 +15,12 @@ Latency: a writer process logs a step of 32 values every 20 ms with default sett
 an exporter in this process follows it into TensorBoard (file events on); for every
 step, the time from log() (the record's timestamp) to the end of the destination's
 write() is recorded; median and p99 are printed (target < 1 s).
+
+Memory while following: a writer process logs 100,000 values/s (32 keys per step) for
+60 s (--follow-seconds, --follow-rate) while `tracklake export tensorboard --follow`
+runs as its own process; its resident memory (VmRSS) is sampled every second and the
+peak of each 10 s window is printed, with the values exported (goal: peak <= 250 MiB,
+flat after the first seconds). Linux only (/proc).
 """
 
 from __future__ import annotations
@@ -175,6 +181,75 @@ def latency(tmp: Path, steps: int) -> dict[str, float]:
             "p99_s": lags[int(len(lags) * 0.99) - 1], "max_s": lags[-1]}
 
 
+PACED_WRITER = textwrap.dedent("""
+    import sys, time, tracklake
+    root, seconds, rate = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+    keys = [f"group{i // 8}/metric_{i}" for i in range(32)]
+    run = tracklake.init(project="bench", run_id="live", root=root, capture_identity=False)
+    start, step = time.monotonic(), 0
+    while time.monotonic() - start < seconds:
+        due = int((time.monotonic() - start) * rate / len(keys))
+        while step < due:
+            run.log({k: float(step) for k in keys}, step=step)
+            step += 1
+        time.sleep(0.01)
+    run.finish()
+    print(step * len(keys))
+""")
+
+
+def _rss_mib(pid: int) -> float | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def follow_memory(tmp: Path, seconds: float, rate: int) -> dict[str, Any]:
+    """Peak RSS of a followed TensorBoard export, per 10 s window, while a run is written
+    at `rate` values/s for `seconds`."""
+    root = tmp / "follow-store"
+    script = tmp / "paced_writer.py"
+    script.write_text(PACED_WRITER)
+    writer = subprocess.Popen([sys.executable, str(script), str(root), str(seconds),
+                               str(rate)], stdout=subprocess.PIPE, text=True)
+    while not list(root.glob("runs/**/attempt=1.json")):
+        time.sleep(0.01)
+    tracklake_cli = Path(sys.executable).with_name("tracklake")
+    exporter = subprocess.Popen([str(tracklake_cli), "export", "tensorboard", "--root",
+                                 str(root), "--run", "live", "--follow", "--quiet",
+                                 "--logdir", str(tmp / "tb-follow")])
+    started = time.monotonic()
+    samples: list[tuple[float, float]] = []
+    while exporter.poll() is None:
+        rss = _rss_mib(exporter.pid)
+        if rss is not None:
+            samples.append((time.monotonic() - started, rss))
+        time.sleep(1.0)
+    exporter_s = time.monotonic() - started
+    written = int(writer.communicate()[0].strip() or 0)
+    windows: dict[int, float] = {}
+    for at, rss in samples:
+        windows[int(at // 10) * 10] = max(windows.get(int(at // 10) * 10, 0.0), rss)
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(tmp / "tb-follow" / "bench" / "live"), size_guidance={
+        "scalars": 0})
+    acc.Reload()
+    exported = sum(len(acc.Scalars(tag)) for tag in acc.Tags()["scalars"])
+    peak = max(rss for _, rss in samples)
+    after_first = [rss for at, rss in samples if at >= 10]
+    return {"seconds": seconds, "rate": rate, "values_written": written,
+            "values_exported": exported, "exporter_s": exporter_s,
+            "peak_rss_mib": peak, "window_peaks_mib": windows,
+            "growth_after_10s_mib": (max(after_first) - after_first[0]) if after_first
+            else 0.0}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -185,6 +260,9 @@ def main() -> None:
                         help="values for W&B and SwanLab (their SDKs are slow)")
     parser.add_argument("--destinations", default="tensorboard,mlflow,wandb,swanlab")
     parser.add_argument("--no-latency", action="store_true")
+    parser.add_argument("--follow-seconds", type=float, default=60.0)
+    parser.add_argument("--follow-rate", type=int, default=100_000, help="values/s written")
+    parser.add_argument("--no-follow-memory", action="store_true")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     results: dict[str, Any] = {}
@@ -223,6 +301,17 @@ def main() -> None:
             results["latency"] = lat = latency(tmp, args.latency_steps)
             print(f"latency log() -> TensorBoard with --follow: {lat['steps']} steps, median "
                   f"{lat['median_s']:.3f} s, p99 {lat['p99_s']:.3f} s, max {lat['max_s']:.3f} s")
+        if not args.no_follow_memory:
+            results["follow_memory"] = mem = follow_memory(tmp, args.follow_seconds,
+                                                           args.follow_rate)
+            print(f"export tensorboard --follow of a {mem['seconds']:.0f} s run at "
+                  f"{mem['rate']:,} values/s: {mem['values_exported']:,} of "
+                  f"{mem['values_written']:,} values exported in {mem['exporter_s']:.0f} s; "
+                  f"peak RSS {mem['peak_rss_mib']:.0f} MiB ({mem['peak_rss_mib'] / 250:.2f}"
+                  f" of the 250 MiB goal), growth after the first 10 s "
+                  f"{mem['growth_after_10s_mib']:+.0f} MiB")
+            print("  peak RSS per 10 s window (MiB): " + ", ".join(
+                f"{at}s {rss:.0f}" for at, rss in sorted(mem["window_peaks_mib"].items())))
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
 

@@ -6,7 +6,12 @@ destination implements the small `Destination` protocol and registers itself in 
 """
 
 from tracklake.exporters._loop.loop import Exporter, export
-from tracklake.exporters._loop.options import ExportOptions, ExportSummary, RunOutcome
+from tracklake.exporters._loop.options import (
+    ExportOptions,
+    ExportProgress,
+    ExportSummary,
+    RunOutcome,
+)
 from tracklake.exporters._loop.select import Selection
 from tracklake.exporters._loop.status import export_status
 from tracklake.exporters._protocol import Destination, ExportContext, RunInfo
@@ -17,6 +22,7 @@ __all__ = [
     "Destination",
     "ExportContext",
     "ExportOptions",
+    "ExportProgress",
     "ExportSummary",
     "Exporter",
     "MemoryDestination",

@@ -52,7 +52,8 @@ def test_import_loads_neither_duckdb_nor_torch_nor_destination_sdks() -> None:
 
 
 EXPORTERS_EXPECTED = {
-    "Destination", "ExportContext", "ExportOptions", "ExportSummary", "Exporter",
+    "Destination", "ExportContext", "ExportOptions", "ExportProgress", "ExportSummary",
+    "Exporter",
     "MemoryDestination", "RunInfo", "RunOutcome", "Selection", "available", "export",
     "export_status", "load",
 }

@@ -25,7 +25,12 @@ from typing import Any
 import pyarrow as pa
 
 from tracklake import ExportError
-from tracklake.exporters._loop.options import ExportOptions, ExportSummary, RunOutcome
+from tracklake.exporters._loop.options import (
+    ExportOptions,
+    ExportProgress,
+    ExportSummary,
+    RunOutcome,
+)
 from tracklake.exporters._loop.ranks import (
     AGGREGATES,
     Aggregator,
@@ -56,8 +61,11 @@ class Exporter:
                  selection: Selection, options: ExportOptions | None = None,
                  log: Callable[[str], None] = _stderr,
                  sleep: Callable[[float], None] = time.sleep,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 progress: Callable[[ExportProgress], None] | None = None) -> None:
         self.destination = destination
+        self.progress = progress
+        self._place = (0, 0)  # the run being exported: its place in the pass, and of how many
         self.root = resolve_root(root)
         self.selection = selection
         self.options = options or ExportOptions()
@@ -101,7 +109,8 @@ class Exporter:
                 last_pass = self._writer_gone()  # nothing more will be written: drain, stop
                 runs = select_runs(self.root, self.selection)
                 self.passes += 1
-                for info in runs:
+                for place, info in enumerate(runs, 1):
+                    self._place = (place, len(runs))
                     if done.get(info.key) == info.attempts:
                         continue  # finished and fully exported; a new attempt reopens it
                     if (self.options.follow and not last_pass
@@ -228,6 +237,7 @@ class Exporter:
                 self.destination.finish_run(info)
                 state.finished = True
                 state.save()
+            self._report(info, state, 0, delivered=True)
             return 0
         self.destination.open_run(info, state.destination)
         pending: dict[str, list[pa.Table]] = {}
@@ -254,6 +264,7 @@ class Exporter:
             state.last_error = None
             state.save()
             rows = 0
+            self._report(info, state, sent, delivered=False)
 
         pending_batches = [first] if first is not None else []
         for stream, batch in _chain(pending_batches, batches):
@@ -280,10 +291,20 @@ class Exporter:
             self.destination.finish_run(info)
             state.finished = True
             state.save()
-        if sent:
+        self._report(info, state, sent, delivered=True)
+        if sent and self.progress is None:  # else the progress display says it
             self.log(f"{info.key}: {sent} records to {self.description}"
                      + (" (run finished)" if terminal else ""))
         return sent
+
+    def _report(self, info: RunInfo, state: ExportState, sent: int, *,
+                delivered: bool) -> None:
+        if self.progress is not None:
+            self.progress(ExportProgress(
+                run=info.key, index=self._place[0], runs=self._place[1],
+                records=state.records, sent=sent, delivered=delivered,
+                newest_us=state.last_time_us, finished=state.finished,
+                following=self.options.follow))
 
 
 def _retry_plan(attempt: int, pause: float, waited: float, give_up: float | None) -> str:
@@ -303,10 +324,12 @@ def _chain(first: list[tuple[StreamId, pa.RecordBatch]],
 
 def export(destination: Destination, *, root: str | Path | None = None,
            selection: Selection, options: ExportOptions | None = None,
-           log: Callable[[str], None] = _stderr) -> ExportSummary:
-    """Export the selected runs of the store at `root` to `destination`."""
+           log: Callable[[str], None] = _stderr,
+           progress: Callable[[ExportProgress], None] | None = None) -> ExportSummary:
+    """Export the selected runs of the store at `root` to `destination`; `progress` is
+    told where the export is after every commit (see `ExportProgress`)."""
     try:
         return Exporter(destination, root=root, selection=selection, options=options,
-                        log=log).run()
+                        log=log, progress=progress).run()
     finally:
         destination.close()

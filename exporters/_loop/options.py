@@ -30,6 +30,22 @@ class ExportOptions:
     while_pid: int | None = None
 
 
+@dataclass(frozen=True)
+class ExportProgress:
+    """Where an export is, handed to the `progress` callback after every commit and at
+    the end of every delivery of a run (also when nothing was new)."""
+
+    run: str  # project/run
+    index: int  # this run's place in the current pass over the selected runs (from 1)
+    runs: int  # runs selected in the current pass
+    records: int  # records of this run delivered and committed so far, all exports
+    sent: int  # records delivered by the current delivery so far: what was waiting
+    delivered: bool  # the current delivery is over (everything read is committed)
+    newest_us: int | None  # time of the newest record delivered (µs since the epoch)
+    finished: bool  # the run ended and its end was delivered
+    following: bool
+
+
 @dataclass
 class RunOutcome:
     run: str  # project/run

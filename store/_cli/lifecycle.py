@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from tracklake._cli.progress import OperationProgress, quiet_option
 from tracklake._errors import TracklakeError
 from tracklake._format.naming import resolve_root
 
@@ -55,11 +56,12 @@ def _mb(n: int) -> str:
 @click.option("--downsample-after", help="Thin the metrics of runs that ended longer ago.")
 @click.option("--downsample-every", type=int, help="Keep every K-th step (default 10).")
 @click.option("--log", "show_log", is_flag=True, help="Print the audit log and stop.")
+@quiet_option
 def retain(root: Path | None, policy_file: Path | None, do_apply: bool, force: tuple[str, ...],
            keep_last: int | None, max_age: str | None, max_size: str | None,
            best: str | None, drop_after: str | None, drop_kinds: str | None,
            downsample_after: str | None, downsample_every: int | None,
-           show_log: bool) -> None:
+           show_log: bool, quiet: bool) -> None:
     """Apply the retention policy: print the plan (a dry run), or carry it out with
     --apply. Live runs, pinned runs and data not yet exported are never removed."""
     from tracklake._ops import retention as rt
@@ -90,19 +92,22 @@ def retain(root: Path | None, policy_file: Path | None, do_apply: bool, force: t
                 "pass --policy FILE, or give rules as flags (see --help)")
         now = _dt.datetime.now(_dt.timezone.utc).timestamp()
         plan = rt.make_plan(store, policy, now, force)
-        _print_plan(plan, do_apply)
+        if not (quiet and do_apply):  # a dry run's plan is what was asked for
+            _print_plan(plan, do_apply)
         unfinished = len(pending_journals(store))
         if unfinished and not do_apply:
             click.echo(f"note: {unfinished} action(s) of a killed earlier `retain --apply` are "
                        "unfinished; --apply finishes them first")
         if do_apply:
-            report = rt.apply_plan(store, plan, now)
+            with OperationProgress("retain", "actions", quiet=quiet) as progress:
+                report = rt.apply_plan(store, plan, now, progress=progress)
             for key, why in report.skipped:
-                click.echo(f"skipped {key}: {why}")
-            if report.resumed:
+                click.echo(f"skipped {key}: {why}", err=quiet)
+            if report.resumed and not quiet:
                 click.echo(f"finished {report.resumed} action(s) a killed earlier run left")
-            click.echo(f"applied {len(report.done)} action(s); the audit log "
-                       "(`tracklake retain --log`) records each")
+            if not quiet:
+                click.echo(f"applied {len(report.done)} action(s); the audit log "
+                           "(`tracklake retain --log`) records each")
     except TracklakeError as exc:
         _fail(exc)
 
@@ -174,23 +179,27 @@ def unpin(run: str, root: Path | None, project: str | None) -> None:
 @click.option("--repair", is_flag=True,
               help="Quarantine damaged files into ROOT/quarantine/ (never deletes) and "
                    "salvage the readable batches of damaged or torn segments.")
-def fsck(root: Path | None, repair: bool) -> None:
+@quiet_option
+def fsck(root: Path | None, repair: bool, quiet: bool) -> None:
     """Check every segment, part, blob, attempt file and exporter state; exit 0 only when
     the store is clean."""
     from tracklake._ops.fsck import fsck as do_fsck
 
     try:
         store = _store(root)
-        report = do_fsck(store, repair=repair)
+        with OperationProgress("fsck", "streams", quiet=quiet) as progress:
+            report = do_fsck(store, repair=repair, progress=progress)
     except TracklakeError as exc:
         _fail(exc)
         return
     checked = ", ".join(f"{n} {what}" for what, n in sorted(report.checked.items()))
-    click.echo(f"checked {checked or 'nothing'} ({_mb(report.bytes)})")
+    if not quiet:
+        click.echo(f"checked {checked or 'nothing'} ({_mb(report.bytes)})")
     for problem in report.problems:
         click.echo(problem.line(store))
     if report.clean:
-        click.echo("clean")
+        if not quiet:
+            click.echo("clean")
         return
     click.echo(f"{len(report.problems)} problem(s)" + (
         "" if repair else "; `tracklake fsck --repair` quarantines and salvages"))
@@ -202,7 +211,8 @@ def fsck(root: Path | None, repair: bool) -> None:
 @_root_option
 @click.option("--list", "list_only", is_flag=True,
               help="Show what the backup at DEST holds instead of backing up.")
-def backup(dest: Path, root: Path | None, list_only: bool) -> None:
+@quiet_option
+def backup(dest: Path, root: Path | None, list_only: bool, quiet: bool) -> None:
     """Back the store up to the directory DEST: only files DEST does not hold yet are
     copied (by sha256), each verified; a killed backup resumes. DEST is itself a store."""
     from tracklake._ops.backup import backup as do_backup
@@ -221,31 +231,37 @@ def backup(dest: Path, root: Path | None, list_only: bool) -> None:
                 click.echo(f"  {run.project}/{run.run}  attempts {len(run.attempt_numbers)}  "
                            f"ranks {len(run.ranks)}  {','.join(statuses)}")
             return
-        report = do_backup(_store(root), dest)
+        store = _store(root)
+        with OperationProgress("backup", "files", quiet=quiet) as progress:
+            report = do_backup(store, dest, progress=progress)
     except TracklakeError as exc:
         _fail(exc)
         return
-    click.echo(f"backed up {len(report.copied)} new or changed files "
-               f"({_mb(report.bytes_copied)}); {report.unchanged} already there; the store "
-               f"holds {_mb(report.bytes_total)}")
+    if not quiet:
+        click.echo(f"backed up {len(report.copied)} new or changed files "
+                   f"({_mb(report.bytes_copied)}); {report.unchanged} already there; the "
+                   f"store holds {_mb(report.bytes_total)}")
 
 
 @click.command()
 @click.argument("src", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--root", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Store directory to restore into (created if missing).")
-def restore(src: Path, root: Path) -> None:
+@quiet_option
+def restore(src: Path, root: Path, quiet: bool) -> None:
     """Restore the backup at SRC into --root: every file is verified first, files that
     are there already are skipped, other content at the same path is refused."""
     from tracklake._ops.backup import restore as do_restore
 
     try:
-        report = do_restore(src, root)
+        with OperationProgress("restore", "files", quiet=quiet) as progress:
+            report = do_restore(src, root, progress=progress)
     except TracklakeError as exc:
         _fail(exc)
         return
-    click.echo(f"restored {len(report.copied)} files ({_mb(report.bytes_copied)}); "
-               f"{report.unchanged} were there already")
+    if not quiet:
+        click.echo(f"restored {len(report.copied)} files ({_mb(report.bytes_copied)}); "
+                   f"{report.unchanged} were there already")
 
 
 lifecycle_commands = (retain, pin, unpin, fsck, backup, restore)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from tracklake._cli.progress import quiet_option
 from tracklake._errors import TracklakeError
 from tracklake._format.naming import resolve_root
 
@@ -185,20 +186,27 @@ def sql(statement: str, root: Path | None, fmt: str, output: Path | None, max_ro
 @click.option("--project")
 @click.option("--run")
 @click.option("--dry-run", is_flag=True, help="Only list what would be compacted.")
+@quiet_option
 @_friendly
-def compact(root: Path | None, project: str | None, run: str | None, dry_run: bool) -> None:
+def compact(root: Path | None, project: str | None, run: str | None, dry_run: bool,
+            quiet: bool) -> None:
     """Compact sealed segments into zstd Parquet (safe while runs are being written)."""
+    from tracklake._cli.progress import OperationProgress
     from tracklake._ops.compact import compact as do_compact
 
-    report = do_compact(root=_store(root), project=project, run=run, dry_run=dry_run)
+    store = _store(root)
+    with OperationProgress("compact", "streams", quiet=quiet) as progress:
+        report = do_compact(root=store, project=project, run=run, dry_run=dry_run,
+                            progress=progress)
     verb = "would compact" if dry_run else "compacted"
-    click.echo(f"{verb} {len(report.segments_removed)} segments, {report.records} records: "
-               f"{report.bytes_before:,} bytes" +
-               ("" if dry_run else f" -> {report.bytes_after:,} bytes in "
-                f"{len(report.parts_written)} parts"))
-    for path, nbytes in report.torn:
-        click.echo(f"note: {path}: dropped a torn tail of {nbytes} bytes (a writer stopped "
-                   "mid-batch)", err=True)
+    if not quiet:
+        click.echo(f"{verb} {len(report.segments_removed)} segments, {report.records} "
+                   f"records: {report.bytes_before:,} bytes" +
+                   ("" if dry_run else f" -> {report.bytes_after:,} bytes in "
+                    f"{len(report.parts_written)} parts"))
+        for path, nbytes in report.torn:
+            click.echo(f"note: {path}: dropped a torn tail of {nbytes} bytes (a writer "
+                       "stopped mid-batch)", err=True)
     for path, why in report.skipped:
         click.echo(f"warning: {path}: {why}; left in place (not compacted)", err=True)
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from tracklake._cli.progress import OperationProgress, quiet_option
 from tracklake._errors import TracklakeError
 
 
@@ -30,20 +31,23 @@ def _fail(exc: TracklakeError) -> None:
 @click.option("--since", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="An earlier pack: include only what it (and the packs it was made "
                    "--since) did not hold.")
+@quiet_option
 def pack(root: Path | None, project: str | None, runs: tuple[str, ...], all_runs: bool,
-         output: Path, since: Path | None) -> None:
+         output: Path, since: Path | None, quiet: bool) -> None:
     """Pack runs (records, attempt files, artifact blobs) into one file."""
     from tracklake._ops.pack.pack import pack as do_pack
 
     if not (project or runs or all_runs):
         raise click.UsageError("choose runs: --project P, --run ID or --all")
     try:
-        report = do_pack(root=root, project=project, runs=runs, all_runs=all_runs,
-                         output=output, since=since)
+        with OperationProgress("pack", "runs", quiet=quiet) as progress:
+            report = do_pack(root=root, project=project, runs=runs, all_runs=all_runs,
+                             output=output, since=since, progress=progress)
     except TracklakeError as exc:
         _fail(exc)
         return
-    click.echo(str(report), err=True)
+    if not quiet or report.missing_blobs or report.bad_attempts or report.problems.damaged:
+        click.echo(str(report), err=True)
 
 
 @click.command()
@@ -54,14 +58,19 @@ def pack(root: Path | None, project: str | None, runs: tuple[str, ...], all_runs
 @click.option("--max-part-bytes", type=click.IntRange(min=1), default=None,
               help="Refuse a packed part whose records decode to more bytes than this "
                    "(they are held in memory while merged; default 4 GiB).")
-def unpack(path: Path, root: Path | None, max_part_bytes: int | None) -> None:
+@quiet_option
+def unpack(path: Path, root: Path | None, max_part_bytes: int | None, quiet: bool) -> None:
     """Verify a pack and merge it into the store; unpacking it again adds nothing."""
     from tracklake._ops.pack.pack import unpack as do_unpack
     from tracklake._ops.pack.parts import MAX_PART_BYTES
 
     try:
-        report = do_unpack(path, root=root, max_part_bytes=max_part_bytes or MAX_PART_BYTES)
+        with OperationProgress("unpack", "entries", quiet=quiet) as progress:
+            report = do_unpack(path, root=root,
+                               max_part_bytes=max_part_bytes or MAX_PART_BYTES,
+                               progress=progress)
     except TracklakeError as exc:
         _fail(exc)
         return
-    click.echo(str(report), err=True)
+    if not quiet:
+        click.echo(str(report), err=True)

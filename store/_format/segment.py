@@ -158,6 +158,9 @@ class SegmentContents:
     sealed: bool = False  # ends with the end-of-stream marker
     torn_bytes: int = 0  # bytes after the last complete batch that do not form one
     damaged: str | None = None  # why reading stopped early (checksum, undecodable bytes)
+    ends: list[int] = field(default_factory=list)  # file offset just past each batch read
+    inode: int | None = None  # of the file read (set by `read_segment_from`)
+    more: bool = False  # `read_segment_from` stopped at its byte limit: batches follow
 
 
 def _metadata(md: pa.KeyValueMetadata | None) -> dict[str, str]:
@@ -204,7 +207,60 @@ def scan_segment(path: Path, out: SegmentContents) -> Iterator[pa.RecordBatch]:
     """`read_segment` a batch at a time, so that a consumer holds one decoded batch, not
     the segment's: `out` gets the header's metadata, and once the batches are exhausted,
     how the segment ends (sealed, torn, damaged)."""
-    data = path.read_bytes()
+    yield from _scan(path, path.read_bytes(), 0, out)
+
+
+def read_segment_from(path: Path, inode: int | None = None, offset: int = 0,
+                      max_bytes: int | None = None) -> SegmentContents:
+    """Like `read_segment`, but only the batches stored from byte `offset` on, when the
+    file is still the one (`inode`) whose batches before `offset` the caller has read,
+    and only the complete batches within about `max_bytes` (`more` says if it stopped
+    there; at least one batch is read, however large).
+
+    A follower polls a live segment that grows for minutes: reading (and decompressing)
+    it whole on every poll costs time and memory in proportion to the segment, not to
+    what was appended. The schema header is read again and put in front of the tail,
+    which makes a valid IPC stream of its own. Any other file (replaced, or shorter
+    than `offset`) is read from its start.
+    """
+    with open(path, "rb") as f:
+        st = os.fstat(f.fileno())
+        head = f.read(8)
+        header_len = _body_offset(head) if len(head) == 8 else -1
+        resume = (offset > 0 and st.st_ino == inode and head[:4] == CONTINUATION
+                  and 0 < header_len <= offset <= st.st_size)
+        start = offset if resume else 0
+        limit = st.st_size - start if max_bytes is None else max_bytes
+        while True:
+            f.seek(start)
+            tail = f.read(limit)
+            cut = start + len(tail) < st.st_size
+            if resume:
+                f.seek(0)
+                out = _decode(path, f.read(header_len) + tail, start - header_len)
+            else:
+                out = _decode(path, tail, 0)
+            if out.batches or not cut or out.damaged:
+                break
+            limit = st.st_size - start  # one batch larger than the limit: read it whole
+    if cut and not out.damaged:
+        out.more, out.torn_bytes, out.sealed = True, 0, False  # the rest is read next
+    out.inode = st.st_ino
+    return out
+
+
+def _decode(path: Path, data: bytes, shift: int) -> SegmentContents:
+    """The batches of `data`, a whole segment or its header followed by a tail that
+    starts `shift` bytes later in the file (offsets reported are the file's)."""
+    out = SegmentContents(path)
+    out.batches.extend(_scan(path, data, shift, out))
+    return out
+
+
+def _scan(path: Path, data: bytes, shift: int, out: SegmentContents
+          ) -> Iterator[pa.RecordBatch]:
+    """The verified batches of `data` (see `_decode`), one at a time; `out` gets the
+    header's metadata, each batch's end offset, and how the data ends."""
     src = pa.BufferReader(data)
     if _header_incomplete(data):
         out.torn_bytes = len(data)  # the header is being written, or was torn at creation
@@ -231,12 +287,13 @@ def scan_segment(path: Path, out: SegmentContents) -> Iterator[pa.RecordBatch]:
             out.torn_bytes = len(data) - pos
             if src.tell() < len(data):
                 # a message that is complete but does not decode: damage, not a torn tail
-                out.damaged = f"undecodable batch at byte {pos}: {exc}"
+                out.damaged = f"undecodable batch at byte {pos + shift}: {exc}"
             # else an incomplete message: a batch being written right now, or a torn tail
             return
         expected = _metadata(md).get("crc32", "")
         if not _message_crc_matches(memoryview(data)[pos : src.tell()], expected):
             out.torn_bytes = len(data) - pos
-            out.damaged = f"checksum mismatch in batch at byte {pos}"
+            out.damaged = f"checksum mismatch in batch at byte {pos + shift}"
             return
+        out.ends.append(src.tell() + shift)
         yield batch

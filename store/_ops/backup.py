@@ -8,7 +8,7 @@ import datetime as _dt
 import hashlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -117,10 +117,12 @@ def _save(dest: Path, manifest: dict[str, Any]) -> None:
     write_atomic(dest / MANIFEST, json.dumps(manifest, sort_keys=True).encode())
 
 
-def backup(root: Path, dest: Path) -> BackupReport:
+def backup(root: Path, dest: Path,
+           progress: Callable[[int, int | None, str], None] | None = None) -> BackupReport:
     """Copy to `dest` every file of the store it does not hold yet (by sha256); files
     whose size and modification time have not changed since the last backup are not
-    read again. Nothing is ever removed from `dest`."""
+    read again. Nothing is ever removed from `dest`. `progress(done, total, note)` is
+    called before each file (files)."""
     if root.resolve() == dest.resolve() or dest.resolve().is_relative_to(root.resolve()):
         raise BackupError(f"back up {root} to a directory outside it, not {dest}")
     dest.mkdir(parents=True, exist_ok=True)
@@ -129,7 +131,10 @@ def backup(root: Path, dest: Path) -> BackupReport:
     report = BackupReport()
     kill_at = os.environ.get(KILL_AT_ENV, "")
     since_save = 0
-    for rel, st in _files(root):
+    listing = list(_files(root))
+    for done, (rel, st) in enumerate(listing):
+        if progress is not None:
+            progress(done, len(listing), rel)
         report.bytes_total += st.st_size
         entry = files.get(rel)
         stat_key = [st.st_size, st.st_mtime_ns]
@@ -159,6 +164,8 @@ def backup(root: Path, dest: Path) -> BackupReport:
     manifest["last_backup"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     manifest["source"] = str(root)
     _save(dest, manifest)
+    if progress is not None:
+        progress(len(listing), len(listing), "")
     return report
 
 
@@ -174,10 +181,12 @@ def verify_backup(src: Path) -> list[str]:
     return bad
 
 
-def restore(src: Path, root: Path) -> BackupReport:
+def restore(src: Path, root: Path,
+            progress: Callable[[int, int | None, str], None] | None = None) -> BackupReport:
     """Copy the backup at `src` into the store at `root`: every file is verified against
     the manifest first; a file that exists in `root` with other content is a conflict and
-    nothing is written. Restoring twice copies nothing the second time."""
+    nothing is written. Restoring twice copies nothing the second time.
+    `progress(done, total, note)` is called after each file copied (files)."""
     manifest = read_manifest(src)
     if not manifest["files"]:
         raise BackupError(f"{src} holds no tracklake backup ({MANIFEST} is missing or empty)")
@@ -203,10 +212,12 @@ def restore(src: Path, root: Path) -> BackupReport:
             f"{root} already holds other content at {len(conflicts)} path(s) of the backup, "
             f"e.g. {', '.join(conflicts[:5])}; nothing was restored. Restore into an empty "
             "directory, or move those files away")
-    for rel in todo:
+    for done, rel in enumerate(todo, 1):
         digest, size = _copy(src / rel, root / rel)
         if digest != manifest["files"][rel]["sha256"]:
             raise BackupError(f"{src / rel} changed while it was restored; run restore again")
         report.copied.append(rel)
         report.bytes_copied += size
+        if progress is not None:
+            progress(done, len(todo), rel)
     return report

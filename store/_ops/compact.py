@@ -20,7 +20,7 @@ import contextlib
 import datetime as _dt
 import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -291,18 +291,28 @@ def small_tail(parts: list[Part]) -> list[Part]:
 
 def compact(*, root: str | os.PathLike[str] | None = None, project: str | None = None,
             run: str | None = None, kinds: Iterable[str] = tuple(SCHEMAS),
-            dry_run: bool = False) -> CompactionReport:
-    """Compact every sealed segment of the store (or of one project / run) into Parquet."""
+            dry_run: bool = False,
+            progress: Callable[[int, int | None, str], None] | None = None
+            ) -> CompactionReport:
+    """Compact every sealed segment of the store (or of one project / run) into Parquet.
+
+    `progress(done, total, note)` is called after each stream (done and total count
+    streams; note names the stream)."""
     root_path = resolve_root(root)
     return compact_streams(root_path, list_streams(root_path, project, run, tuple(kinds)),
-                           dry_run=dry_run)
+                           dry_run=dry_run, progress=progress)
 
 
-def compact_streams(root: Path, streams: Iterable[StreamId], *, dry_run: bool = False
+def compact_streams(root: Path, streams: Iterable[StreamId], *, dry_run: bool = False,
+                    progress: Callable[[int, int | None, str], None] | None = None
                     ) -> CompactionReport:
-    """Compact the sealed segments of `streams` (and merge their small parts)."""
+    """Compact the sealed segments of `streams` (and merge their small parts);
+    `progress` as in `compact`."""
     report = CompactionReport()
     now = _dt.datetime.now(_dt.timezone.utc).timestamp()
-    for s in streams:
+    streams = list(streams)
+    for done, s in enumerate(streams, 1):
         _compact_stream(root, s, now, dry_run, report)
+        if progress is not None:
+            progress(done, len(streams), f"{s.project}/{s.run} {s.key()}")
     return report

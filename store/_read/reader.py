@@ -30,10 +30,11 @@ from tracklake._format import (
 from tracklake._format.attempt import read_attempt
 from tracklake._format.cursor import Cursor
 from tracklake._format.part import read_part_table
-from tracklake._format.segment import SegmentContents, read_segment
+from tracklake._format.segment import SegmentContents
 from tracklake._read.listing import list_streams as list_streams  # re-exported for _ops
 from tracklake._read.listing import names_in, rank_dirs
 from tracklake._read.location import listdir, read_root
+from tracklake._read.tails import read_live_segment
 
 #: Rows per batch handed out from a compacted part (cut at record-group boundaries).
 PART_BATCH_ROWS = 65536
@@ -236,26 +237,29 @@ def read_stream(root: Path, stream: StreamId, after: int = -1,
     for i, seg in enumerate(live):
         if i + 1 < len(live) and live[i + 1].first_seq - 1 <= last:
             continue  # the next segment starts at or before the first seq still wanted
-        try:
-            contents = read_segment(seg.path)
-        except FileNotFoundError:
-            # compacted away between listing and opening: read the stream again from here
-            yield from read_stream(root, stream, last, problems)
-            return
-        except NewerFormatError:
-            raise
-        except FormatError as exc:
-            if problems is None:
+        more = True
+        while more:  # a live segment is read a bounded slice at a time
+            try:
+                contents = read_live_segment(seg.path, last)
+            except FileNotFoundError:
+                # compacted away between listing and opening: read the stream again from here
+                yield from read_stream(root, stream, last, problems)
+                return
+            except NewerFormatError:
                 raise
-            lost = "every record of this segment is not read"
-            add_once(problems.damaged, (seg.path, f"{_why(exc, seg.path)}; {lost}"))
-            continue
-        _note_problems(contents, problems, i + 1 < len(live))
-        for batch in contents.batches:
-            newer = after_seq(batch, last)
-            if newer is not None:
-                yield newer
-                last = newer.column(0)[-1].as_py()
+            except FormatError as exc:
+                if problems is None:
+                    raise
+                lost = "every record of this segment is not read"
+                add_once(problems.damaged, (seg.path, f"{_why(exc, seg.path)}; {lost}"))
+                break
+            more = contents.more
+            _note_problems(contents, problems, i + 1 < len(live))
+            for batch in contents.batches:
+                newer = after_seq(batch, last)
+                if newer is not None:
+                    yield newer
+                    last = newer.column(0)[-1].as_py()
 
 
 def _why(exc: Exception, path: Path) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -105,14 +106,19 @@ def _check_stream(root: Path, s: StreamId, now: float, report: FsckReport,
                                        "move it out of the store (--repair)"))
 
 
-def fsck(root: Path, *, repair: bool = False) -> FsckReport:
-    """Check the store at `root`; with `repair`, quarantine and salvage what is damaged."""
+def fsck(root: Path, *, repair: bool = False,
+         progress: Callable[[int, int | None, str], None] | None = None) -> FsckReport:
+    """Check the store at `root`; with `repair`, quarantine and salvage what is damaged.
+    `progress(done, total, note)` is called after each stream checked (streams)."""
     report = FsckReport()
     now = _dt.datetime.now(_dt.timezone.utc).timestamp()
     summaries = Summaries()
     try:
-        for s in list_streams(root):
+        streams = list_streams(root)
+        for done, s in enumerate(streams, 1):
             _check_stream(root, s, now, report, summaries)
+            if progress is not None:
+                progress(done, len(streams), f"{s.project}/{s.run} {s.key()}")
     finally:
         summaries.close()
     check_blobs(root, report)

@@ -18,7 +18,7 @@ import os
 import platform
 import stat
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -140,8 +140,10 @@ def _output_errors(out: Path) -> Iterator[None]:
 
 def pack(*, root: str | os.PathLike[str] | None = None, project: str | None = None,
          runs: Sequence[str] = (), all_runs: bool = False, output: str | os.PathLike[str],
-         since: str | os.PathLike[str] | None = None) -> PackReport:
-    """Write the selected runs (a project, run ids, or all) to one tar file at `output`.
+         since: str | os.PathLike[str] | None = None,
+         progress: Callable[[int, int | None, str], None] | None = None) -> PackReport:
+    """Write the selected runs (a project, run ids, or all) to one tar file at `output`;
+    `progress(done, total, note)` is called after each run is gathered (runs).
 
     With `since` (an earlier pack), only what that pack and its own predecessors did not
     hold goes in: records after their last seq per stream, changed attempt files, new
@@ -168,7 +170,7 @@ def pack(*, root: str | os.PathLike[str] | None = None, project: str | None = No
         streams: list[tuple[StreamEntry, Path]] = []
         attempts: list[tuple[AttemptEntry, bytes]] = []
         digests: set[str] = set()
-        for record in selected:
+        for done, record in enumerate(selected, 1):
             held = len(streams) + len(attempts)
             for a in record.attempts:
                 path = attempt_file(root_path, record.project, record.run, a["rank"],
@@ -206,6 +208,8 @@ def pack(*, root: str | os.PathLike[str] | None = None, project: str | None = No
                 report.runs += 1
             else:
                 report.runs_unchanged += 1
+            if progress is not None:
+                progress(done, len(selected), f"{record.project}/{record.run}")
         blobs: list[BlobEntry] = []
         for digest in sorted(digests - covered.blobs):
             path = blob_path(root_path, digest)

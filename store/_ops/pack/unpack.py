@@ -9,6 +9,7 @@ import datetime as _dt
 import hashlib
 import os
 import tarfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -218,9 +219,27 @@ def _copy_blob(root: Path, path: Path, tar: tarfile.TarFile, entry: BlobEntry) -
     fsync_dir(final.parent)
 
 
+def _merge(root: Path, pack_path: Path, tar: tarfile.TarFile, plan: _StreamPlan,
+           max_part_bytes: int, written: list[Path]) -> int:
+    """Write the new seq ranges of one packed stream as parts; returns the records."""
+    table = load_part(pack_path, tar, plan.entry, max_part_bytes)
+    seqs = table.column("seq")
+    directory = _inside(root, stream_dir(root, plan.entry.stream))
+    directory.mkdir(parents=True, exist_ok=True)
+    records = 0
+    for lo, hi in plan.ranges:
+        chunk = table.filter(pc.and_(pc.greater_equal(seqs, lo), pc.less_equal(seqs, hi)))
+        chunk = chunk.take(pc.sort_indices(chunk, sort_keys=[("seq", "ascending")]))
+        written.append(write_part(directory, plan.entry.stream, chunk, plan.last_segment))
+        records += chunk.num_rows
+    return records
+
+
 def unpack(path: str | os.PathLike[str], *, root: str | os.PathLike[str] | None = None,
-           max_part_bytes: int = MAX_PART_BYTES) -> UnpackReport:
-    """Verify the pack at `path`, then merge it into the store at `root`.
+           max_part_bytes: int = MAX_PART_BYTES,
+           progress: Callable[[int, int | None, str], None] | None = None) -> UnpackReport:
+    """Verify the pack at `path`, then merge it into the store at `root`;
+    `progress(done, total, note)` is called after each blob and stream merged (entries).
 
     Nothing is written unless the whole pack checks out and merges without conflict:
     records already present (same seqs, same content) are skipped, records that differ
@@ -239,24 +258,23 @@ def unpack(path: str | os.PathLike[str], *, root: str | os.PathLike[str] | None 
         report.blobs_skipped = len(manifest.blobs) - len(blobs)
         # write: blobs first, so no artifact record points at a missing blob; the attempt
         # files last, so a run shows up once its records are in place
+        todo, done = len(blobs) + len(plans), 0
         for b in blobs:
             _copy_blob(root_path, pack_path, tar, b)
             report.blobs_written += 1
+            done += 1
+            if progress is not None:
+                progress(done, todo, f"blob {b.sha256[:12]}")
         for plan in plans:
-            if not plan.ranges:
+            if plan.ranges:
+                report.records += _merge(root_path, pack_path, tar, plan, max_part_bytes,
+                                         report.parts_written)
+            else:
                 report.streams_skipped += 1
-                continue
-            table = load_part(pack_path, tar, plan.entry, max_part_bytes)
-            seqs = table.column("seq")
-            directory = _inside(root_path, stream_dir(root_path, plan.entry.stream))
-            directory.mkdir(parents=True, exist_ok=True)
-            for lo, hi in plan.ranges:
-                chunk = table.filter(pc.and_(pc.greater_equal(seqs, lo),
-                                             pc.less_equal(seqs, hi)))
-                chunk = chunk.take(pc.sort_indices(chunk, sort_keys=[("seq", "ascending")]))
-                report.parts_written.append(write_part(directory, plan.entry.stream, chunk,
-                                                       plan.last_segment))
-                report.records += chunk.num_rows
+            done += 1
+            if progress is not None:
+                s = plan.entry.stream
+                progress(done, todo, f"{s.project}/{s.run} {s.key()}")
         for a, data in attempts:
             if data is None:
                 report.attempts_skipped += 1

@@ -19,7 +19,7 @@ import os
 import shutil
 import socket
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -277,8 +277,11 @@ def pending_journals(root: Path) -> list[Path]:
     return sorted(trash_dir(root).glob("*/action.json"))
 
 
-def apply_plan(root: Path, plan: Plan, now: float) -> ApplyReport:
-    """Finish what a killed earlier apply left, then carry out `plan` action by action."""
+def apply_plan(root: Path, plan: Plan, now: float,
+               progress: Callable[[int, int | None, str], None] | None = None
+               ) -> ApplyReport:
+    """Finish what a killed earlier apply left, then carry out `plan` action by action;
+    `progress(done, total, note)` is called before each action (actions)."""
     report = ApplyReport()
     step = _Steps()
     with _claim(root):
@@ -293,7 +296,9 @@ def apply_plan(root: Path, plan: Plan, now: float) -> ApplyReport:
             else:  # killed before its journal was written, or while removing it
                 _remove_trash(trash)
         refs = _blob_refs(root) if any(a.verb != "downsample" for a in plan.actions) else {}
-        for action in plan.actions:
+        for done, action in enumerate(plan.actions):
+            if progress is not None:
+                progress(done, len(plan.actions), f"{action.verb} {action.key}")
             if (why := _recheck(root, action, now)) is not None:
                 report.skipped.append((action.key, why))
                 continue
@@ -317,4 +322,6 @@ def apply_plan(root: Path, plan: Plan, now: float) -> ApplyReport:
             if action.verb == "delete" or "artifacts" in action.kinds:
                 for users in refs.values():
                     users.discard(action.key)
+    if progress is not None:
+        progress(len(plan.actions), len(plan.actions), "")
     return report
