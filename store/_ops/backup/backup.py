@@ -141,6 +141,15 @@ def backup(root: Path, dest: str | Path, *, selection: Selection = EVERYTHING,
     as copies finish."""
     target = open_target(dest)
     _check_places(root, target)
+    try:
+        return _backup(root, target, selection, sealed_only, workers, progress)
+    except OSError as exc:
+        raise BackupError(f"backup of {root} to {target.url} stopped: {exc}; what was "
+                          "copied is kept, run the backup again to resume") from exc
+
+
+def _backup(root: Path, target: Target, selection: Selection, sealed_only: bool,
+            workers: int | None, progress: Callable[[int, int], None] | None) -> BackupReport:
     manifest = read_manifest(target)
     files: dict[str, dict[str, Any]] = manifest["files"]
     report = BackupReport()

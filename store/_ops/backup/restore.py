@@ -68,6 +68,14 @@ def restore(src: str | Path, root: Path, *, selection: Selection = EVERYTHING) -
     store holds already with the same content is skipped; other content at a path of the
     backup is a conflict, and then, as for any damage, nothing is written."""
     target = open_target(src)
+    try:
+        return _restore(target, root, selection)
+    except OSError as exc:
+        raise BackupError(f"restore of {target.url} into {root} stopped: {exc}; every file "
+                          "in place is whole and verified, run the restore again") from exc
+
+
+def _restore(target: Target, root: Path, selection: Selection) -> BackupReport:
     manifest = read_manifest(target)
     if not manifest["files"]:
         raise BackupError(f"{target.url} holds no tracklake backup ({MANIFEST} is missing "
@@ -94,11 +102,15 @@ def restore(src: str | Path, root: Path, *, selection: Selection = EVERYTHING) -
             "directory, or move those files away")
     if not todo:
         return report
+    created = not root.exists()
     root.mkdir(parents=True, exist_ok=True)
     staging = root / f".restore-{uuid.uuid4().hex[:12]}"
     try:
         bad = _stage(target, todo, staging)
         if bad:
+            shutil.rmtree(staging)
+            if created:
+                root.rmdir()  # leave no trace of a restore that did not happen
             raise BackupError(f"backup {target.url} is damaged; nothing was restored: "
                               + _listed(bad))
         for rel, entry in todo.items():
@@ -116,5 +128,6 @@ def restore(src: str | Path, root: Path, *, selection: Selection = EVERYTHING) -
         for directory in sorted({(root / rel).parent for rel in todo}):
             fsync_dir(directory)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        if staging.exists():
+            shutil.rmtree(staging)
     return report
