@@ -222,7 +222,7 @@ def _public_url(url: str) -> str:
     return urlunsplit((parts.scheme, parts.hostname or "", parts.path, "", ""))
 
 
-def open_target(dest: str | Path) -> Target:
+def open_target(dest: str | os.PathLike[str]) -> Target:
     """The backup destination `dest` names: a path, ``file://``, ``s3://``, ``gs://``, or
     any URL pyarrow's ``FileSystem.from_uri`` understands."""
     text = os.fspath(dest)
