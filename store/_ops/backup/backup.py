@@ -6,13 +6,13 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tracklake._ops.backup.ledger import record_backup
-from tracklake._ops.backup.manifest import read_manifest, run_of, save_manifest
+from tracklake._ops.backup.manifest import read_manifest, save_manifest
 from tracklake._ops.backup.select import EVERYTHING, Selection, is_unsealed_segment, store_files
 from tracklake._ops.backup.target import BackupError, LocalTarget, Target, local_digest, open_target
 from tracklake._read.reader import list_streams, read_stream
@@ -21,6 +21,8 @@ from tracklake._read.reader import list_streams, read_stream
 #: backup resumes near where it stopped without paying a sync per file.
 SAVE_EVERY_SECONDS = 5.0
 SAVE_EVERY_FILES = 4096
+#: Copies handed to the thread pool at a time (the manifest is saved between batches).
+_BATCH = 256
 #: Fault injection for the crash tests: SIGKILL this process after the N-th copied file.
 KILL_AT_ENV = "TRACKLAKE_BACKUP_KILL_AT"
 
@@ -155,27 +157,20 @@ def _backup(root: Path, target: Target, selection: Selection, sealed_only: bool,
     report = BackupReport()
     jobs = list(_plan(root, target, manifest, selection, sealed_only, report))
     kill_at = os.environ.get(KILL_AT_ENV, "")
-    last_save, since_save = time.monotonic(), 0
-    threads = workers or _workers(target)
-    with ThreadPoolExecutor(threads) as pool:
-        pending: dict[Future[tuple[dict[str, Any], bool] | None], str] = {}
-        done = 0
-        for job in jobs:  # keep a bounded window of copies in flight
-            pending[pool.submit(job)] = job.rel
-            if len(pending) < 4 * threads:
-                continue
-            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for fut in finished:
-                done += _collect(fut, pending.pop(fut), files, report, kill_at)
+    last_save, since_save, done = time.monotonic(), 0, 0
+    with ThreadPoolExecutor(workers or _workers(target)) as pool:
+        for start in range(0, len(jobs), _BATCH):
+            batch = jobs[start:start + _BATCH]
+            for job, result in zip(batch, pool.map(_Job.__call__, batch), strict=True):
+                _collect(result, job.rel, files, report, kill_at)
+            done += len(batch)
+            since_save += len(batch)
             if progress is not None:
                 progress(done, len(jobs))
-            since_save += len(finished)
             if (since_save >= SAVE_EVERY_FILES
                     or time.monotonic() - last_save > SAVE_EVERY_SECONDS):
                 save_manifest(target, manifest, str(root))
                 last_save, since_save = time.monotonic(), 0
-        for fut in list(pending):
-            done += _collect(fut, pending.pop(fut), files, report, kill_at)
     if progress is not None:
         progress(done, len(jobs))
     save_manifest(target, manifest, str(root))
@@ -183,11 +178,10 @@ def _backup(root: Path, target: Target, selection: Selection, sealed_only: bool,
     return report
 
 
-def _collect(fut: Future[tuple[dict[str, Any], bool] | None], rel: str,
-             files: dict[str, dict[str, Any]], report: BackupReport, kill_at: str) -> int:
-    result = fut.result()
+def _collect(result: tuple[dict[str, Any], bool] | None, rel: str,
+             files: dict[str, dict[str, Any]], report: BackupReport, kill_at: str) -> None:
     if result is None:
-        return 1
+        return
     entry, copied = result
     files[rel] = entry
     if copied:
@@ -197,7 +191,5 @@ def _collect(fut: Future[tuple[dict[str, Any], bool] | None], rel: str,
             os.kill(os.getpid(), 9)
     else:
         report.unchanged += 1
-    return 1
 
 
-__all__ = ["KILL_AT_ENV", "BackupReport", "backup", "blob_runs", "run_of"]

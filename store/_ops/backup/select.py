@@ -53,18 +53,20 @@ class Selection:
 
 def store_files(root: Path) -> Iterator[tuple[str, os.stat_result]]:
     """(relative path, stat) of every file of the store worth keeping, in path order."""
-    for dirpath, dirnames, names in os.walk(root):
-        rel_dir = Path(dirpath).relative_to(root)
-        top = rel_dir == Path(".")
+    base = os.fspath(root)
+    for dirpath, dirnames, names in os.walk(base):
+        rel_dir = dirpath[len(base) + 1:]
+        top = not rel_dir
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".")
                              and not (top and d in SKIPPED_DIRS))
         for name in sorted(names):
             if name.startswith(".") or (top and name == MANIFEST):
                 continue  # temporaries and claims of writers, compaction, retention
             try:
-                yield (rel_dir / name).as_posix(), os.stat(os.path.join(dirpath, name))
+                st = os.stat(os.path.join(dirpath, name))
             except FileNotFoundError:
                 continue  # compacted or removed since the listing
+            yield (f"{rel_dir}/{name}" if rel_dir else name), st
 
 
 def is_unsealed_segment(path: Path, size: int) -> bool:

@@ -79,13 +79,41 @@ def _hash_copy(fin: object, fout: object) -> tuple[str, int]:
         size += len(chunk)
 
 
-def local_digest(path: Path) -> tuple[str, int]:
+def _copy_fd(src: Path, dst: Path) -> tuple[str, int]:
+    """Copy with plain system calls (most store files fit one read); (sha256, size)."""
     digest, size = hashlib.sha256(), 0
-    with open(path, "rb") as f:
-        while chunk := f.read(CHUNK):
+    fin = os.open(src, os.O_RDONLY)
+    try:
+        fout = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            while chunk := os.read(fin, CHUNK):
+                digest.update(chunk)
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(fout, view):]
+                size += len(chunk)
+        finally:
+            os.close(fout)
+    finally:
+        os.close(fin)
+    return digest.hexdigest(), size
+
+
+def _fd_digest(path: Path) -> tuple[str, int]:
+    digest, size = hashlib.sha256(), 0
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        while chunk := os.read(fd, CHUNK):
             digest.update(chunk)
             size += len(chunk)
+    finally:
+        os.close(fd)
     return digest.hexdigest(), size
+
+
+def local_digest(path: Path) -> tuple[str, int]:
+    """(sha256, size) of a local file."""
+    return _fd_digest(path)
 
 
 def _fetch_to(stream: object, dst: Path) -> tuple[str, int]:
@@ -110,34 +138,38 @@ class LocalTarget:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.url = str(path)
+        self._made: set[Path] = set()
 
     def listing(self) -> dict[str, int]:
         out: dict[str, int] = {}
-        for dirpath, dirnames, names in os.walk(self.path):
+        base = os.fspath(self.path)
+        for dirpath, dirnames, names in os.walk(base):
             dirnames[:] = [d for d in dirnames if not d.startswith(".")]
-            rel_dir = Path(dirpath).relative_to(self.path)
+            rel_dir = dirpath[len(base) + 1:]
             for name in names:
                 if not name.startswith("."):
                     try:
                         size = os.stat(os.path.join(dirpath, name)).st_size
                     except FileNotFoundError:
                         continue
-                    out[(rel_dir / name).as_posix()] = size
+                    out[f"{rel_dir}/{name}" if rel_dir else name] = size
         return out
 
     def put(self, src: Path, rel: str) -> tuple[str, int]:
         dst = self.path / rel
-        dst.parent.mkdir(parents=True, exist_ok=True)
+        if dst.parent not in self._made:  # one mkdir per directory, not per file
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            self._made.add(dst.parent)
         tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
         try:
-            with open(src, "rb") as fin, open(tmp, "wb") as fout:
-                digest, size = _hash_copy(fin, fout)
-            if local_digest(tmp) != (digest, size):
+            digest, size = _copy_fd(src, tmp)
+            if _fd_digest(tmp) != (digest, size):
                 raise BackupError(f"{dst}: the copy does not read back as written (the "
                                   "backup's storage is failing)")
-            os.replace(tmp, dst)
-        finally:
+            os.rename(tmp, dst)
+        except BaseException:
             tmp.unlink(missing_ok=True)
+            raise
         return digest, size
 
     def fetch(self, rel: str, dst: Path) -> tuple[str, int]:
