@@ -27,6 +27,7 @@ Usage (from the repository root)::
     python benchmarks/lifecycle.py                  # 1,000 runs
     python benchmarks/lifecycle.py --runs 100 --steps 200    # a quick look
     python benchmarks/lifecycle.py --skip-retention --blob-mb 1000    # backup, 1 GB class
+    python benchmarks/lifecycle.py --skip-retention --store /tmp/s   # build once, reuse
 """
 
 from __future__ import annotations
@@ -99,14 +100,18 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=500)
     parser.add_argument("--blob-mb", type=int, default=0)
     parser.add_argument("--skip-retention", action="store_true")
+    parser.add_argument("--store", type=Path, help="Build the store here once and reuse it "
+                        "in later runs with the same flags (only its record of backups changes).")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
-        root = base / "store"
-        timed(f"build {args.runs} runs x {args.steps} steps", lambda: build(
-            root, args.runs, args.steps))
-        if args.blob_mb:
-            timed(f"add {args.blob_mb} MB of artifacts", lambda: add_blobs(root, args.blob_mb))
+        root = args.store or base / "store"
+        if not (root / "runs").is_dir():
+            timed(f"build {args.runs} runs x {args.steps} steps", lambda: build(
+                root, args.runs, args.steps))
+            if args.blob_mb:
+                timed(f"add {args.blob_mb} MB of artifacts", lambda: add_blobs(
+                    root, args.blob_mb))
         size = du(root)
         print(f"store: {size / 1e6:.1f} MB in {sum(1 for _ in root.rglob('*'))} paths")
 

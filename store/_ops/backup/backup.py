@@ -173,7 +173,7 @@ def _backup(root: Path, target: Target, selection: Selection, sealed_only: bool,
                 last_save, since_save = time.monotonic(), 0
     if progress is not None:
         progress(done, len(jobs))
-    save_manifest(target, manifest, str(root))
+    save_manifest(target, manifest, str(root), copied=bool(report.copied))
     report.unrecorded = record_backup(root, target.url, files)
     return report
 

@@ -50,10 +50,12 @@ def read_manifest(target: Target | str | os.PathLike[str]) -> dict[str, Any]:
     return data
 
 
-def save_manifest(target: Target, manifest: dict[str, Any], source: str) -> None:
-    """Make every copy so far durable, then record it: the manifest never names a file a
-    crash could lose."""
-    target.make_durable()
+def save_manifest(target: Target, manifest: dict[str, Any], source: str, *,
+                  copied: bool = True) -> None:
+    """Make every copy so far durable (unless nothing was `copied`), then record it: the
+    manifest never names a file a crash could lose."""
+    if copied:
+        target.make_durable()
     manifest["last_backup"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     manifest["source"] = source
     target.write(MANIFEST, json.dumps(manifest, sort_keys=True).encode())

@@ -8,6 +8,8 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import stat
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlsplit, urlunsplit
@@ -45,8 +47,8 @@ class Target(Protocol):
 
     url: str  # where it is, for messages and the store's record (no credentials)
 
-    def listing(self) -> dict[str, int]:
-        """Size of every file the destination holds, by relative path (one listing)."""
+    def listing(self) -> Mapping[str, int]:
+        """Size of every file the destination holds, by relative path."""
 
     def put(self, src: Path, rel: str) -> tuple[str, int]:
         """Copy a local file to `rel`, verified by reading the copy back; (sha256, size)
@@ -131,6 +133,36 @@ def _fetch_to(stream: object, dst: Path) -> tuple[str, int]:
     return digest, size
 
 
+class _StatSizes(Mapping[str, int]):
+    """Sizes of a directory's files, each looked up with one stat when asked: an
+    incremental backup asks only about files whose manifest entry is unchanged, which
+    costs less than walking every directory of the backup."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __getitem__(self, rel: str) -> int:
+        try:
+            st = os.stat(self.path / rel)
+        except (FileNotFoundError, NotADirectoryError):
+            raise KeyError(rel) from None
+        if not stat.S_ISREG(st.st_mode):
+            raise KeyError(rel)
+        return st.st_size
+
+    def __iter__(self) -> Iterator[str]:
+        base = os.fspath(self.path)
+        for dirpath, dirnames, names in os.walk(base):
+            dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+            rel_dir = dirpath[len(base) + 1:]
+            for name in names:
+                if not name.startswith("."):
+                    yield f"{rel_dir}/{name}" if rel_dir else name
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
 class LocalTarget:
     """A backup in a local directory: plain file copies, no per-file fsync; the owner
     calls `make_durable` (one syncfs) before it records what was copied."""
@@ -140,20 +172,8 @@ class LocalTarget:
         self.url = str(path)
         self._made: set[Path] = set()
 
-    def listing(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        base = os.fspath(self.path)
-        for dirpath, dirnames, names in os.walk(base):
-            dirnames[:] = [d for d in dirnames if not d.startswith(".")]
-            rel_dir = dirpath[len(base) + 1:]
-            for name in names:
-                if not name.startswith("."):
-                    try:
-                        size = os.stat(os.path.join(dirpath, name)).st_size
-                    except FileNotFoundError:
-                        continue
-                    out[f"{rel_dir}/{name}" if rel_dir else name] = size
-        return out
+    def listing(self) -> Mapping[str, int]:
+        return _StatSizes(self.path)
 
     def put(self, src: Path, rel: str) -> tuple[str, int]:
         dst = self.path / rel
