@@ -130,3 +130,29 @@ def test_trash_quarantine_and_temporaries_are_not_backed_up(store: Path,
     assert not [f for f in files if f.startswith(("trash/", "quarantine/")) or "/." in f]
     blob = next(f for f in files if f.startswith("blobs/"))
     assert files[blob]["sha256"] == hashlib.sha256((store / blob).read_bytes()).hexdigest()
+
+
+def test_an_empty_store_backs_up_to_an_empty_manifest(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    report = backup(empty, tmp_path / "b")
+    assert report.copied == [] and read_manifest(tmp_path / "b")["files"] == {}
+    with pytest.raises(BackupError, match="holds no tracklake backup"):
+        restore(tmp_path / "b", tmp_path / "r")
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("manifest", [
+    b"{not json", b"[]", b'{"format": 1, "files": {"../../etc/x": {"sha256": "' + b"0" * 64
+    + b'", "size": 1}}}', b'{"format": 99, "files": {}}',
+    b'{"format": 1, "files": {"metrics/a": {"sha256": "short", "size": 1}}}'])
+def test_a_damaged_or_hostile_manifest_is_refused_by_name(store: Path, tmp_path: Path,
+                                                          manifest: bytes) -> None:
+    dest = tmp_path / "b"
+    dest.mkdir()
+    (dest / MANIFEST).write_bytes(manifest)
+    with pytest.raises(BackupError, match=MANIFEST):
+        restore(dest, tmp_path / "r")
+    with pytest.raises(BackupError, match=MANIFEST):
+        backup(store, dest)
+    assert not (tmp_path / "r").exists() and not (tmp_path / "etc").exists()

@@ -182,6 +182,10 @@ def test_retention_requiring_a_backup_removes_only_what_a_backup_holds(
     forced = make_plan(store, policy, now, force=["bk/one"])
     assert [a.key for a in forced.actions] == ["bk/one"] and forced.actions[0].forced
 
+    cli = CliRunner().invoke(main, ["retain", "--root", str(store), "--keep-last", "0",
+                                    "--require-backup"])
+    assert cli.exit_code == 0, cli.output
+    assert "no backup holds" in cli.output and "\n0 action(s)" in cli.output
     (store / "tracklake.toml").write_text("[retention]\nmax_age = \"1d\"\n"
                                           "require_backup = \"yes\"\n")
     bad = CliRunner().invoke(main, ["retain", "--root", str(store)])
