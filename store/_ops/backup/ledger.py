@@ -36,17 +36,34 @@ def record_backup(root: Path, url: str, files: dict[str, dict[str, Any]]) -> str
     return None
 
 
+def load_record(path: Path) -> dict[str, Any]:
+    """One backup record of the store; ValueError saying what is wrong with it."""
+    data = json.loads(path.read_bytes())
+    if not isinstance(data, dict) or data.get("format") != 1:
+        raise ValueError("not a tracklake backup record of format 1")
+    if not isinstance(data.get("destination"), str) or not isinstance(data.get("at"), str):
+        raise ValueError("destination and at must be strings")
+    files = data.get("files")
+    if not isinstance(files, dict) or not all(
+            isinstance(v, list) and len(v) == 2 and all(type(x) is int for x in v)
+            for v in files.values()):
+        raise ValueError("files must map paths to [size, mtime_ns]")
+    return data
+
+
+def record_paths(root: Path) -> list[Path]:
+    return sorted((root / LEDGER_DIR).glob("*.json"))
+
+
 def backups(root: Path) -> list[dict[str, Any]]:
-    """Every backup the store recorded (damaged records are left out: they protect
-    nothing, so retention errs on the side of keeping data)."""
+    """Every backup the store recorded. A damaged record is left out (fsck reports it):
+    it protects nothing, so retention that requires a backup keeps more, never less."""
     out = []
-    for path in sorted((root / LEDGER_DIR).glob("*.json")):
+    for path in record_paths(root):
         try:
-            data = json.loads(path.read_bytes())
+            out.append(load_record(path))
         except (OSError, ValueError):
             continue
-        if isinstance(data, dict) and isinstance(data.get("files"), dict):
-            out.append(data)
     return out
 
 
@@ -56,8 +73,7 @@ def unbacked_files(root: Path, dirs: Iterable[Path]) -> list[str]:
     held: dict[str, set[tuple[int, int]]] = {}
     for record in backups(root):
         for rel, key in record["files"].items():
-            if isinstance(key, list) and len(key) == 2:
-                held.setdefault(rel, set()).add((int(key[0]), int(key[1])))
+            held.setdefault(rel, set()).add((key[0], key[1]))
     missing = []
     for directory in dirs:
         for dirpath, dirnames, names in os.walk(directory):

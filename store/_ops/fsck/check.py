@@ -24,7 +24,12 @@ from tracklake._format.attempt import read_attempt
 from tracklake._format.layout import parse_part_name
 from tracklake._format.segment import SegmentWriter, read_segment, stream_schema
 from tracklake._ops.compact import STALE_AFTER_SECONDS
-from tracklake._ops.fsck.files import check_attempts, check_blobs, check_exports
+from tracklake._ops.fsck.files import (
+    check_attempts,
+    check_backup_records,
+    check_blobs,
+    check_exports,
+)
 from tracklake._ops.fsck.parts import REBUILD, Summaries, check_part, meta_mismatch
 from tracklake._ops.fsck.rebuild import rebuild_part, salvageable
 from tracklake._ops.fsck.report import FsckReport, Problem
@@ -120,6 +125,7 @@ def fsck(root: Path, *, repair: bool = False) -> FsckReport:
     check_blobs(root, report)
     check_attempts(root, report)
     check_exports(root, report)
+    check_backup_records(root, report)
     if repair:
         for problem in report.problems:
             if problem.repairable:
