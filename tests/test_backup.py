@@ -156,3 +156,22 @@ def test_a_damaged_or_hostile_manifest_is_refused_by_name(store: Path, tmp_path:
     with pytest.raises(BackupError, match=MANIFEST):
         backup(store, dest)
     assert not (tmp_path / "r").exists() and not (tmp_path / "etc").exists()
+
+
+def test_a_restore_killed_midway_leaves_nothing_half_restored_and_is_run_again(
+        store: Path, tmp_path: Path) -> None:
+    import socket
+
+    dest = tmp_path / "backup"
+    backup(store, dest)
+    target = tmp_path / "restored"
+    # what a restore killed while downloading leaves: its staging folder, nothing in place
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    staging = target / f".restore-{dead}-0123456789ab-{socket.gethostname()}"
+    (staging / "metrics").mkdir(parents=True)
+    (staging / "metrics" / "half").write_bytes(b"x")
+    report = restore(dest, target)
+    assert report.copied and not staging.exists()
+    assert not [p for p in target.iterdir() if p.name.startswith(".restore-")]
+    assert answers(target) == answers(store)

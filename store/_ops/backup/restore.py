@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -63,6 +64,25 @@ def _stage(target: Target, files: dict[str, dict[str, Any]], staging: Path) -> l
         return [p for p in pool.map(fetch, files.items()) if p is not None]
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True
+
+
+def _remove_dead_staging(root: Path) -> None:
+    """Remove the staging folders of restores killed on this machine (never moved into
+    place, so nothing of them is in the store)."""
+    for path in root.glob(".restore-*-*-*"):
+        _, pid, _, host = path.name.split("-", 3)
+        if host == socket.gethostname() and pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(path)
+
+
 def restore(src: str | Path, root: Path, *, selection: Selection = EVERYTHING) -> BackupReport:
     """Copy the backup at `src` (a directory or URL) into the store at `root`. A file the
     store holds already with the same content is skipped; other content at a path of the
@@ -104,7 +124,8 @@ def _restore(target: Target, root: Path, selection: Selection) -> BackupReport:
         return report
     created = not root.exists()
     root.mkdir(parents=True, exist_ok=True)
-    staging = root / f".restore-{uuid.uuid4().hex[:12]}"
+    _remove_dead_staging(root)
+    staging = root / f".restore-{os.getpid()}-{uuid.uuid4().hex[:12]}-{socket.gethostname()}"
     try:
         bad = _stage(target, todo, staging)
         if bad:
