@@ -19,9 +19,11 @@ import tracklake
 from tracklake._cli.main import main
 from tracklake._ops.backup import (
     MANIFEST,
+    BackupError,
     Selection,
     backup,
     backups,
+    follow,
     read_manifest,
 )
 from tracklake._ops.retention import Policy, make_plan
@@ -161,6 +163,20 @@ def test_follow_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
         assert "backed up" in out
         assert read_manifest(dest)["files"]  # the manifest of the last pass is whole
         _finish(writer)
+
+
+def test_follow_carries_on_when_a_pass_fails(store: Path, tmp_path: Path) -> None:
+    blocked = tmp_path / "not-a-directory"
+    blocked.write_bytes(b"")  # the destination cannot be written: each pass fails
+    errors: list[BackupError] = []
+    live = tmp_path / "live"
+    with tracklake.init(project="live", run_id="r", root=live, capture_identity=False) as run:
+        run.log({"loss": 1.0}, step=0)
+        assert run.flush()
+        report = follow(live, blocked / "b", interval=0.0, on_error=errors.append,
+                        should_stop=lambda: len(errors) >= 2)
+    assert len(errors) == 2 and "run the backup again" in str(errors[0])
+    assert report.copied == []
 
 
 def test_retention_requiring_a_backup_removes_only_what_a_backup_holds(

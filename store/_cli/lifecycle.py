@@ -272,7 +272,8 @@ def backup(dest: str, root: Path | None, projects: tuple[str, ...], runs: tuple[
             signal.signal(signal.SIGINT, on_signal)
             signal.signal(signal.SIGTERM, on_signal)
             report = do_follow(store, dest, selection=selection, interval=interval,
-                               should_stop=lambda: bool(stop), on_pass=_print_pass)
+                               should_stop=lambda: bool(stop), on_pass=_print_pass,
+                               on_error=_print_retry)
         else:
             report = do_backup(store, dest, selection=selection)
     except TracklakeError as exc:
@@ -283,6 +284,10 @@ def backup(dest: str, root: Path | None, projects: tuple[str, ...], runs: tuple[
                f"selection holds {_mb(report.bytes_total)}")
     if report.unrecorded:
         click.echo(f"warning: {report.unrecorded}", err=True)
+
+
+def _print_retry(exc: TracklakeError) -> None:
+    click.echo(f"tracklake: {exc} (trying again)", err=True)
 
 
 def _print_pass(report: Any) -> None:

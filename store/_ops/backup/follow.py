@@ -10,6 +10,7 @@ from pathlib import Path
 
 from tracklake._ops.backup.backup import BackupReport, backup
 from tracklake._ops.backup.select import EVERYTHING, Selection
+from tracklake._ops.backup.target import BackupError
 from tracklake._ops.retention.inventory import live_reason
 from tracklake._read.reader import list_runs
 
@@ -33,16 +34,25 @@ def live_runs(root: Path, selection: Selection) -> tuple[int, list[str]]:
 
 def follow(root: Path, dest: str | Path, *, selection: Selection = EVERYTHING,
            interval: float = 10.0, should_stop: Callable[[], bool] = lambda: False,
-           on_pass: Callable[[BackupReport], None] | None = None) -> BackupReport:
+           on_pass: Callable[[BackupReport], None] | None = None,
+           on_error: Callable[[BackupError], None] | None = None) -> BackupReport:
     """Back up the sealed files of the selected runs every `interval` seconds; once a run
     exists and none is live, one last pass takes everything (the torn tails of killed
     writers too) and returns. `should_stop()` true ends after the pass under way; the
-    manifest then names every file copied so far."""
+    manifest then names every file copied so far. A pass that fails (the destination is
+    down) is reported to `on_error` and tried again after `interval`; a failing last pass
+    raises."""
     total = BackupReport()
     while True:
         found, live = live_runs(root, selection)
         final = found > 0 and not live
-        report = backup(root, dest, selection=selection, sealed_only=not final)
+        try:
+            report = backup(root, dest, selection=selection, sealed_only=not final)
+        except BackupError as exc:
+            if final or on_error is None:
+                raise
+            on_error(exc)
+            report = BackupReport()
         total.copied += report.copied
         total.bytes_copied += report.bytes_copied
         total.unchanged, total.bytes_total = report.unchanged, report.bytes_total
