@@ -207,3 +207,14 @@ def test_retention_requiring_a_backup_removes_only_what_a_backup_holds(
     bad = CliRunner().invoke(main, ["retain", "--root", str(store)])
     assert bad.exit_code == 1 and "require_backup must be true or false" in bad.output
     os.remove(store / "tracklake.toml")
+
+
+def test_a_damaged_artifacts_segment_does_not_stop_a_backup(store: Path,
+                                                            tmp_path: Path) -> None:
+    segment = next(p for p in (store / "artifacts").rglob("*.arrows") if "run=other" in str(p))
+    data = bytearray(segment.read_bytes())
+    data[0] ^= 0xFF  # a damaged header, which readers refuse: fsck's business
+    segment.write_bytes(bytes(data))
+    report = backup(store, tmp_path / "b")
+    assert segment.relative_to(store).as_posix() in report.copied
+    assert (tmp_path / "b" / segment.relative_to(store)).read_bytes() == bytes(data)

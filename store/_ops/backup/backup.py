@@ -15,7 +15,7 @@ from tracklake._ops.backup.ledger import record_backup
 from tracklake._ops.backup.manifest import read_manifest, save_manifest
 from tracklake._ops.backup.select import EVERYTHING, Selection, is_unsealed_segment, store_files
 from tracklake._ops.backup.target import BackupError, LocalTarget, Target, local_digest, open_target
-from tracklake._read.reader import list_streams, read_stream
+from tracklake._read.reader import ReadProblems, list_streams, read_stream
 
 #: Save the manifest (after making the copies durable) at least this often, so a killed
 #: backup resumes near where it stopped without paying a sync per file.
@@ -44,13 +44,14 @@ def _workers(target: Target) -> int:
 
 
 def blob_runs(root: Path, selection: Selection) -> dict[str, list[str]]:
-    """``blobs/...`` path -> the selected runs whose artifact records name that blob."""
+    """``blobs/...`` path -> the selected runs whose artifact records name that blob
+    (records in damaged files are skipped: fsck reports those, a backup goes on)."""
     refs: dict[str, set[str]] = {}
     for s in list_streams(root, kinds=("artifacts",)):
         key = f"{s.project}/{s.run}"
         if not selection.takes_run(key):
             continue
-        for batch in read_stream(root, s):
+        for batch in read_stream(root, s, problems=ReadProblems()):
             for digest in batch.column("digest").to_pylist():
                 if digest:
                     refs.setdefault(f"blobs/sha256/{digest[:2]}/{digest}", set()).add(key)
