@@ -6,9 +6,11 @@ written into the store or the backup."""
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,6 +29,14 @@ from tracklake._ops.backup import (
     restore,
     verify_backup,
 )
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_s3_client_outlives_the_module() -> Iterator[None]:
+    """Free every pyarrow S3 client before the interpreter shuts down: one destroyed after
+    pyarrow finalized S3 can crash the process at exit (apache/arrow#38352, #41087)."""
+    yield
+    gc.collect()
 
 
 @pytest.fixture
