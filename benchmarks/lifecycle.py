@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Lifecycle benchmark: retention on a many-run store, fsck throughput, and backup
-throughput against ``cp -r`` of the same files.
+throughput against ``cp -r`` and ``rsync -a`` of the same files.
 
 A store of ``--runs`` runs (default 1,000) is built through tracklake's real write path:
 per run ``tracklake.init`` (fsync off, no identity capture), ``--steps`` ``run.log``
@@ -12,19 +12,29 @@ their attempt files' times. Then, each timed once:
    max_age 90 d, best 3 by max ``reward``, drop_after 30 d, downsample_after 30 d), and
    ``apply_plan`` of it (on a copy of the store);
 2. ``fsck`` of the store (MB/s over the bytes it checked);
-3. ``backup`` to an empty directory (MB/s) against ``cp -r`` of the same store, and a
-   second, incremental ``backup`` of the unchanged store.
+3. ``backup`` to an empty directory (MB/s) against ``cp -r`` and ``rsync -a`` (when
+   installed) of the same store, each into a fresh directory on the same file system,
+   then ``sync`` (so the copies are durable as the backup's are: the backup syncs its
+   destination before its manifest names a file); and a second, incremental ``backup``
+   of the unchanged store (which reads no file's data, only lists and stats).
+
+``--blob-mb N`` adds N MB of artifacts (10 MB blobs, one run each, random bytes) to make
+a store of big files as well as many small ones: ``--blob-mb 1000`` gives the 1 GB-class
+store of the incremental figure. ``--skip-retention`` leaves step 1 out.
 
 Usage (from the repository root)::
 
     python benchmarks/lifecycle.py                  # 1,000 runs
     python benchmarks/lifecycle.py --runs 100 --steps 200    # a quick look
+    python benchmarks/lifecycle.py --skip-retention --blob-mb 1000    # backup, 1 GB class
+    python benchmarks/lifecycle.py --skip-retention --store /tmp/s   # build once, reuse
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import os
 import shutil
 import subprocess
 import tempfile
@@ -63,6 +73,14 @@ def build(root: Path, runs: int, steps: int) -> None:
     tracklake.compact(root=root)
 
 
+def add_blobs(root: Path, megabytes: int) -> None:
+    """Artifacts of `megabytes` MB in all, 10 MB each, each logged by a run of its own."""
+    for i in range(-(-megabytes // 10)):
+        with tracklake.init(project="blobs", run_id=f"b{i:04d}", root=root,
+                            capture_identity=False, fsync=False) as run:
+            run.log_artifact(os.urandom(10 << 20), name="weights.bin")
+
+
 def du(root: Path) -> int:
     return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
 
@@ -80,36 +98,64 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--steps", type=int, default=500)
+    parser.add_argument("--blob-mb", type=int, default=0)
+    parser.add_argument("--skip-retention", action="store_true")
+    parser.add_argument("--store", type=Path, help="Build the store here once and reuse it "
+                        "in later runs with the same flags (only its record of backups changes).")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
-        root = base / "store"
-        timed(f"build {args.runs} runs x {args.steps} steps", lambda: build(
-            root, args.runs, args.steps))
+        root = args.store or base / "store"
+        if not (root / "runs").is_dir():
+            timed(f"build {args.runs} runs x {args.steps} steps", lambda: build(
+                root, args.runs, args.steps))
+            if args.blob_mb:
+                timed(f"add {args.blob_mb} MB of artifacts", lambda: add_blobs(
+                    root, args.blob_mb))
         size = du(root)
         print(f"store: {size / 1e6:.1f} MB in {sum(1 for _ in root.rglob('*'))} paths")
 
-        policy = Policy(keep_last=400, max_age=90 * 86400.0, best=BestRule("reward", "max", 3),
-                        drop_after=30 * 86400.0, downsample_after=30 * 86400.0)
-        now = _dt.datetime.now(_dt.timezone.utc).timestamp()
-        plans = []
-        timed("retention plan (every rule)", lambda: plans.append(make_plan(root, policy, now)))
-        print(f"  {len(plans[0].actions)} actions, {len(plans[0].kept)} kept")
-        work = base / "retain"
-        shutil.copytree(root, work)
-        timed("retention apply (on a copy)", lambda: apply_plan(
-            work, make_plan(work, policy, now), now))
+        if not args.skip_retention and args.runs:
+            retention(root, base, args.runs)
+        backups(root, base, size)
 
-        reports = []
-        took = timed("fsck", lambda: reports.append(fsck(root)))
-        print(f"  {reports[0].bytes / 1e6 / took:.1f} MB/s, clean: {reports[0].clean}")
 
-        took_cp = timed("cp -r", lambda: subprocess.run(["cp", "-r", str(root),
-                                                         str(base / "cp")], check=True))
-        took_bk = timed("backup (full)", lambda: backup(root, base / "backup"))
-        print(f"  cp -r {size / 1e6 / took_cp:.1f} MB/s, backup {size / 1e6 / took_bk:.1f} "
-              f"MB/s ({took_cp / took_bk:.2f}x of cp)")
-        timed("backup (incremental, unchanged store)", lambda: backup(root, base / "backup"))
+def retention(root: Path, base: Path, runs: int) -> None:
+    policy = Policy(keep_last=400, max_age=90 * 86400.0, best=BestRule("reward", "max", 3),
+                    drop_after=30 * 86400.0, downsample_after=30 * 86400.0)
+    now = _dt.datetime.now(_dt.timezone.utc).timestamp()
+    plans = []
+    timed("retention plan (every rule)", lambda: plans.append(make_plan(root, policy, now)))
+    print(f"  {len(plans[0].actions)} actions, {len(plans[0].kept)} kept")
+    work = base / "retain"
+    shutil.copytree(root, work)
+    timed("retention apply (on a copy)", lambda: apply_plan(
+        work, make_plan(work, policy, now), now))
+
+    reports = []
+    took = timed("fsck", lambda: reports.append(fsck(root)))
+    print(f"  {reports[0].bytes / 1e6 / took:.1f} MB/s, clean: {reports[0].clean}")
+
+
+def backups(root: Path, base: Path, size: int) -> None:
+    """Each copy into a fresh directory, then a timed sync(2): `cp` and `rsync` leave
+    their copies in the page cache, while a backup makes its copies durable before its
+    manifest names them; both figures are printed."""
+    os.sync()  # nothing of the build left for the first copy to flush
+    copies = [("cp -r", ["cp", "-r", str(root), str(base / "cp")])]
+    if shutil.which("rsync"):
+        copies.append(("rsync -a", ["rsync", "-a", f"{root}/", str(base / "rsync")]))
+    else:
+        print("rsync is not installed: no rsync figure (apt-get install rsync)")
+    took_bk = timed("backup (full, synced)", lambda: backup(root, base / "backup"))
+    mbs = size / 1e6
+    print(f"  backup {mbs / took_bk:.1f} MB/s")
+    for label, command in copies:
+        took = timed(label, lambda c=command: subprocess.run(c, check=True))  # type: ignore[misc]
+        took_sync = timed("  then sync", os.sync)
+        print(f"  {label} {mbs / took:.1f} MB/s: backup is {took / took_bk:.2f}x of {label}, "
+              f"{(took + took_sync) / took_bk:.2f}x of {label} + sync")
+    timed("backup (incremental, unchanged store)", lambda: backup(root, base / "backup"))
 
 
 if __name__ == "__main__":

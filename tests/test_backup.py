@@ -1,6 +1,7 @@
 """Backup and restore to a directory: a full then an incremental backup copy only what
 is new, a killed backup resumes, a backup is a store SQL reads directly, restore gives
-identical answers, is idempotent, refuses damage and conflicts."""
+identical answers (every view and the five questions of benchmarks/sql_scale.py), is
+idempotent, refuses damage and conflicts."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _backup_store import answers, log_run, make_store
 from _views import views
 from click.testing import CliRunner
 
@@ -26,25 +28,10 @@ from tracklake._ops.backup import (
     restore,
 )
 
-GOLDEN = Path(__file__).parent / "golden" / tracklake.FORMAT_VERSION
-
-def log_run(root: Path, run_id: str, steps: int = 50) -> None:
-    with tracklake.init(project="bk", run_id=run_id, root=root, config={"lr": 0.1},
-                        capture_identity=False) as run:
-        for step in range(steps):
-            run.log({"loss": 1 / (step + 1)}, step=step)
-        run.log_artifact(run_id.encode() * 100, name="ckpt.bin")
-
 
 @pytest.fixture
 def store(tmp_path: Path) -> Path:
-    """The golden corpus (finished, resumed and torn runs, every kind) plus a run of ours,
-    partly compacted."""
-    root = tmp_path / "store"
-    shutil.copytree(GOLDEN, root)
-    log_run(root, "one")
-    tracklake.compact(root=root, run="done")
-    return root
+    return make_store(tmp_path / "store")
 
 
 def test_a_backup_is_a_store_and_a_restore_answers_like_the_source(store: Path,
@@ -52,12 +39,14 @@ def test_a_backup_is_a_store_and_a_restore_answers_like_the_source(store: Path,
     dest = tmp_path / "backup"
     result = CliRunner().invoke(main, ["backup", str(dest), "--root", str(store)])
     assert result.exit_code == 0, result.output
-    expected = views(store)
-    assert views(dest) == expected  # the backup is queried directly
+    expected = answers(store)
+    assert all(expected[f"q{i}"] for i in range(1, 6))
+    assert answers(dest) == expected  # the backup is queried directly
+    shutil.rmtree(store)  # the store is lost
     restored = tmp_path / "restored"
     result = CliRunner().invoke(main, ["restore", str(dest), "--root", str(restored)])
     assert result.exit_code == 0, result.output
-    assert views(restored) == expected
+    assert answers(restored) == expected
     again = restore(dest, restored)
     assert again.copied == [] and again.unchanged == len(read_manifest(dest)["files"])
     listing = CliRunner().invoke(main, ["backup", "--list", str(dest)])
@@ -92,8 +81,12 @@ def test_a_killed_backup_resumes_without_copying_twice(store: Path, tmp_path: Pa
          "Path(sys.argv[2]))", str(store), str(dest)], env=env, check=False).returncode
     assert code == -9
     assert not (dest / MANIFEST).exists()  # killed before its first save
+    there = {p.relative_to(dest).as_posix() for p in dest.rglob("*")
+             if p.is_file() and not p.name.startswith(".")}
+    assert len(there) >= 5
     report = backup(store, dest)
-    assert report.unchanged == 5  # checked by content, not copied again
+    assert report.unchanged == len(there)  # checked by content, not copied again
+    assert not there & set(report.copied)
     assert views(dest) == views(store)
 
 
@@ -137,3 +130,48 @@ def test_trash_quarantine_and_temporaries_are_not_backed_up(store: Path,
     assert not [f for f in files if f.startswith(("trash/", "quarantine/")) or "/." in f]
     blob = next(f for f in files if f.startswith("blobs/"))
     assert files[blob]["sha256"] == hashlib.sha256((store / blob).read_bytes()).hexdigest()
+
+
+def test_an_empty_store_backs_up_to_an_empty_manifest(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    report = backup(empty, tmp_path / "b")
+    assert report.copied == [] and read_manifest(tmp_path / "b")["files"] == {}
+    with pytest.raises(BackupError, match="holds no tracklake backup"):
+        restore(tmp_path / "b", tmp_path / "r")
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("manifest", [
+    b"{not json", b"[]", b'{"format": 1, "files": {"../../etc/x": {"sha256": "' + b"0" * 64
+    + b'", "size": 1}}}', b'{"format": 99, "files": {}}',
+    b'{"format": 1, "files": {"metrics/a": {"sha256": "short", "size": 1}}}'])
+def test_a_damaged_or_hostile_manifest_is_refused_by_name(store: Path, tmp_path: Path,
+                                                          manifest: bytes) -> None:
+    dest = tmp_path / "b"
+    dest.mkdir()
+    (dest / MANIFEST).write_bytes(manifest)
+    with pytest.raises(BackupError, match=MANIFEST):
+        restore(dest, tmp_path / "r")
+    with pytest.raises(BackupError, match=MANIFEST):
+        backup(store, dest)
+    assert not (tmp_path / "r").exists() and not (tmp_path / "etc").exists()
+
+
+def test_a_restore_killed_midway_leaves_nothing_half_restored_and_is_run_again(
+        store: Path, tmp_path: Path) -> None:
+    import socket
+
+    dest = tmp_path / "backup"
+    backup(store, dest)
+    target = tmp_path / "restored"
+    # what a restore killed while downloading leaves: its staging folder, nothing in place
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    staging = target / f".restore-{dead}-0123456789ab-{socket.gethostname()}"
+    (staging / "metrics").mkdir(parents=True)
+    (staging / "metrics" / "half").write_bytes(b"x")
+    report = restore(dest, target)
+    assert report.copied and not staging.exists()
+    assert not [p for p in target.iterdir() if p.name.startswith(".restore-")]
+    assert answers(target) == answers(store)

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 import tracklake
 from tracklake._cli.main import main
 from tracklake._format.attempt import read_attempt
+from tracklake._ops.backup import backup
 from tracklake._ops.fsck import fsck
 from tracklake._read.reader import ReadProblems, list_streams, read_stream
 
@@ -47,7 +48,7 @@ def _attempts(root: Path) -> dict[str, Any]:
 
 def _files(root: Path, kind: str) -> list[Path]:
     pattern = {"segment": "*.arrows", "part": "*.parquet", "blob": "blobs/sha256/*/*",
-               "attempt": "runs/**/*.json"}[kind]
+               "attempt": "runs/**/*.json", "backup record": "backups/*.json"}[kind]
     found = root.glob(pattern) if "/" in pattern else root.rglob(pattern)
     return sorted(p for p in found if "exports" not in p.parts)
 
@@ -70,6 +71,7 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
             if step % 10 == 9:
                 run.flush()  # several batches in the segment
         run.log_artifact(b"other" * 50, name="b.bin")
+    backup(root, root.parent / "backup")  # the store records what the backup holds
     return root
 
 
@@ -78,7 +80,8 @@ def test_a_clean_store_is_clean(template: Path, tmp_path: Path) -> None:
     shutil.copytree(template, root)
     report = fsck(root)
     assert report.clean, [p.line(root) for p in report.problems]
-    assert set(report.checked) == {"segments", "parts", "blobs", "attempt files"}
+    assert set(report.checked) == {"segments", "parts", "blobs", "attempt files",
+                                   "backup records"}
     result = CliRunner().invoke(main, ["fsck", "--root", str(root)])
     assert result.exit_code == 0 and "clean" in result.output
 
@@ -87,7 +90,8 @@ def _inject_and_check(template: Path, kind: str, which: int, where: float, flip:
                       truncate: bool) -> None:
     """Damage one file; fsck must report it by path or the store must read as before;
     repair must quarantine it, keep only records the store held, and be idempotent."""
-    if kind == "attempt" or (kind == "part" and not PARTS_HAVE_PAGE_CHECKSUMS):
+    if kind in ("attempt", "backup record") or (kind == "part"
+                                                and not PARTS_HAVE_PAGE_CHECKSUMS):
         # JSON has no checksum, so a flipped digit can still parse; parts written without
         # page checksums cannot tell a flipped bit in a data page from a value (see
         # test_a_flipped_bit_in_a_part_data_page_is_found)
@@ -126,7 +130,7 @@ def _inject_and_check(template: Path, kind: str, which: int, where: float, flip:
         assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == once
 
 
-@pytest.mark.parametrize("kind", ["segment", "part", "blob", "attempt"])
+@pytest.mark.parametrize("kind", ["segment", "part", "blob", "attempt", "backup record"])
 @pytest.mark.parametrize(("where", "truncate"), [(0.5, False), (0.6, True), (0.0, True)])
 def test_a_damaged_file_of_each_kind_is_found_and_repaired(template: Path, kind: str,
                                                            where: float,
@@ -136,7 +140,8 @@ def test_a_damaged_file_of_each_kind_is_found_and_repaired(template: Path, kind:
 
 @pytest.mark.slow
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(kind=st.sampled_from(["segment", "part", "blob", "attempt"]), which=st.integers(0, 99),
+@given(kind=st.sampled_from(["segment", "part", "blob", "attempt", "backup record"]),
+       which=st.integers(0, 99),
        where=st.floats(0, 1, exclude_max=True), flip=st.integers(1, 255),
        truncate=st.booleans())
 def test_every_fault_is_found_or_harmless_and_repair_keeps_only_what_was_there(

@@ -43,8 +43,8 @@ def _mb(n: int) -> str:
 @click.option("--apply", "do_apply", is_flag=True,
               help="Carry the plan out (without it, only print it).")
 @click.option("--force", "force", multiple=True, metavar="RUN",
-              help="Drop this run's data even if an exporter has not exported it yet "
-                   "(RUN or PROJECT/RUN; repeatable).")
+              help="Drop this run's data even if an exporter has not exported it yet or "
+                   "no backup holds it (RUN or PROJECT/RUN; repeatable).")
 @click.option("--keep-last", type=int, help="Keep the N newest runs of each project.")
 @click.option("--max-age", help="Delete runs that ended longer ago than this (e.g. 90d).")
 @click.option("--max-size", help="Delete the oldest runs while the store is bigger (500GB).")
@@ -55,13 +55,15 @@ def _mb(n: int) -> str:
 @click.option("--drop-kinds", help="Comma-separated kinds --drop-after drops.")
 @click.option("--downsample-after", help="Thin the metrics of runs that ended longer ago.")
 @click.option("--downsample-every", type=int, help="Keep every K-th step (default 10).")
+@click.option("--require-backup", is_flag=True, default=None,
+              help="Remove only data a recorded `tracklake backup` holds as it is now.")
 @click.option("--log", "show_log", is_flag=True, help="Print the audit log and stop.")
 @quiet_option
 def retain(root: Path | None, policy_file: Path | None, do_apply: bool, force: tuple[str, ...],
            keep_last: int | None, max_age: str | None, max_size: str | None,
            best: str | None, drop_after: str | None, drop_kinds: str | None,
            downsample_after: str | None, downsample_every: int | None,
-           show_log: bool, quiet: bool) -> None:
+           require_backup: bool | None, show_log: bool, quiet: bool) -> None:
     """Apply the retention policy: print the plan (a dry run), or carry it out with
     --apply. Live runs, pinned runs and data not yet exported are never removed."""
     from tracklake._ops import retention as rt
@@ -77,6 +79,7 @@ def retain(root: Path | None, policy_file: Path | None, do_apply: bool, force: t
             return
         flags: dict[str, Any] = {
             "keep_last": keep_last, "downsample_every": downsample_every,
+            "require_backup": require_backup or None,
             "max_age": max_age and rt.parse_duration(max_age, "--max-age"),
             "max_size": max_size and rt.parse_size(max_size, "--max-size"),
             "best": best and rt.best_rule(best, "--best"),
@@ -206,56 +209,124 @@ def fsck(root: Path | None, repair: bool, quiet: bool) -> None:
     sys.exit(1)
 
 
+_select_options = [
+    click.option("--project", "projects", multiple=True,
+                 help="Only the runs of this project (repeatable)."),
+    click.option("--run", "runs", multiple=True, metavar="RUN",
+                 help="Only this run, RUN or PROJECT/RUN (repeatable)."),
+]
+
+
+def _selected(f: Any) -> Any:
+    for option in reversed(_select_options):
+        f = option(f)
+    return f
+
+
+def _print_listing(dest: str) -> None:
+    from tracklake._ops.backup import read_manifest
+    from tracklake._ops.backup.manifest import run_of
+
+    manifest = read_manifest(dest)
+    files = manifest["files"]
+    click.echo(f"backup {dest}: {len(files)} files, "
+               f"{_mb(sum(e['size'] for e in files.values()))}, last backup "
+               f"{manifest.get('last_backup', 'never')} from {manifest.get('source')}")
+    runs: dict[str, list[int]] = {}
+    for rel, entry in files.items():
+        key = run_of(rel)
+        if key is not None and not rel.startswith(("pins/", "exports/")):
+            counts = runs.setdefault(key, [0, 0])
+            counts[0] += 1
+            counts[1] += entry["size"]
+    for key, (n, size) in sorted(runs.items()):
+        click.echo(f"  {key}  {n} files  {_mb(size)}")
+
+
 @click.command()
-@click.argument("dest", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("dest")
 @_root_option
+@_selected
 @click.option("--list", "list_only", is_flag=True,
               help="Show what the backup at DEST holds instead of backing up.")
+@click.option("--follow", is_flag=True,
+              help="Keep backing up sealed data as it is written until the selected runs "
+                   "end (or SIGINT/SIGTERM).")
+@click.option("--interval", type=float, default=10.0, show_default=True,
+              help="Seconds between passes with --follow.")
 @quiet_option
-def backup(dest: Path, root: Path | None, list_only: bool, quiet: bool) -> None:
-    """Back the store up to the directory DEST: only files DEST does not hold yet are
-    copied (by sha256), each verified; a killed backup resumes. DEST is itself a store."""
+def backup(dest: str, root: Path | None, projects: tuple[str, ...], runs: tuple[str, ...],
+           list_only: bool, follow: bool, interval: float, quiet: bool) -> None:
+    """Back the store up to DEST, a directory or a URL (s3://BUCKET/PATH, gs://...,
+    file://...; S3 endpoint, region and credentials from the AWS_* variables or ~/.aws):
+    only files DEST does not hold yet are copied (by sha256), each verified; a killed
+    backup resumes. DEST keeps a store's layout."""
+    import signal
+
+    from tracklake._ops.backup import Selection
     from tracklake._ops.backup import backup as do_backup
-    from tracklake._ops.backup import read_manifest
-    from tracklake._read.reader import list_runs
+    from tracklake._ops.backup import follow as do_follow
 
     try:
         if list_only:
-            manifest = read_manifest(dest)
-            files = manifest["files"]
-            click.echo(f"backup {dest}: {len(files)} files, "
-                       f"{_mb(sum(e['size'] for e in files.values()))}, last backup "
-                       f"{manifest.get('last_backup', 'never')} from {manifest.get('source')}")
-            for run in list_runs(dest):
-                statuses = sorted({str(a.get('status')) for a in run.attempts})
-                click.echo(f"  {run.project}/{run.run}  attempts {len(run.attempt_numbers)}  "
-                           f"ranks {len(run.ranks)}  {','.join(statuses)}")
+            _print_listing(dest)
             return
         store = _store(root)
-        with OperationProgress("backup", "files", quiet=quiet) as progress:
-            report = do_backup(store, dest, progress=progress)
+        selection = Selection.of(projects, runs)
+        if follow:
+            stop: list[int] = []
+
+            def on_signal(signum: int, frame: object) -> None:
+                stop.append(signum)  # the pass under way finishes and saves its manifest
+
+            signal.signal(signal.SIGINT, on_signal)
+            signal.signal(signal.SIGTERM, on_signal)
+            report = do_follow(store, dest, selection=selection, interval=interval,
+                               should_stop=lambda: bool(stop),
+                               on_pass=(lambda r: None) if quiet else _print_pass,
+                               on_error=_print_retry)
+        else:
+            with OperationProgress("backup", "files", quiet=quiet) as progress:
+                report = do_backup(store, dest, selection=selection, progress=progress)
     except TracklakeError as exc:
         _fail(exc)
         return
     if not quiet:
         click.echo(f"backed up {len(report.copied)} new or changed files "
                    f"({_mb(report.bytes_copied)}); {report.unchanged} already there; the "
-                   f"store holds {_mb(report.bytes_total)}")
+                   f"selection holds {_mb(report.bytes_total)}")
+    if report.unrecorded:
+        click.echo(f"warning: {report.unrecorded}", err=True)
+
+
+def _print_retry(exc: TracklakeError) -> None:
+    click.echo(f"tracklake: {exc} (trying again)", err=True)
+
+
+def _print_pass(report: Any) -> None:
+    if report.copied:
+        click.echo(f"copied {len(report.copied)} files ({_mb(report.bytes_copied)}); "
+                   f"{report.skipped_live} live segment(s) wait until sealed")
 
 
 @click.command()
-@click.argument("src", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("src")
 @click.option("--root", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Store directory to restore into (created if missing).")
+@_selected
 @quiet_option
-def restore(src: Path, root: Path, quiet: bool) -> None:
-    """Restore the backup at SRC into --root: every file is verified first, files that
-    are there already are skipped, other content at the same path is refused."""
+def restore(src: str, root: Path, projects: tuple[str, ...], runs: tuple[str, ...],
+            quiet: bool) -> None:
+    """Restore the backup at SRC (a directory or URL) into --root: every file is
+    verified before any is moved into place, files that are there already are skipped,
+    other content at the same path is refused."""
+    from tracklake._ops.backup import Selection
     from tracklake._ops.backup import restore as do_restore
 
     try:
         with OperationProgress("restore", "files", quiet=quiet) as progress:
-            report = do_restore(src, root, progress=progress)
+            report = do_restore(src, root, selection=Selection.of(projects, runs),
+                                progress=progress)
     except TracklakeError as exc:
         _fail(exc)
         return

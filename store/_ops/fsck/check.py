@@ -22,10 +22,17 @@ import pyarrow as pa
 from tracklake._errors import FormatError
 from tracklake._format import SCHEMAS, StreamId, fsync_dir, fsync_file
 from tracklake._format.attempt import read_attempt
+from tracklake._format.layout import parse_part_name
 from tracklake._format.segment import SegmentWriter, read_segment, stream_schema
 from tracklake._ops.compact import STALE_AFTER_SECONDS
-from tracklake._ops.fsck.files import check_attempts, check_blobs, check_exports
-from tracklake._ops.fsck.parts import Summaries, check_part, meta_mismatch
+from tracklake._ops.fsck.files import (
+    check_attempts,
+    check_backup_records,
+    check_blobs,
+    check_exports,
+)
+from tracklake._ops.fsck.parts import REBUILD, Summaries, check_part, meta_mismatch
+from tracklake._ops.fsck.rebuild import rebuild_part, salvageable
 from tracklake._ops.fsck.report import FsckReport, Problem
 from tracklake._read.reader import list_stream, list_streams
 
@@ -124,6 +131,7 @@ def fsck(root: Path, *, repair: bool = False,
     check_blobs(root, report)
     check_attempts(root, report)
     check_exports(root, report)
+    check_backup_records(root, report)
     if repair:
         for problem in report.problems:
             if problem.repairable:
@@ -141,8 +149,31 @@ def _quarantine_path(root: Path, path: Path) -> Path:
     return target
 
 
+def _rebuild(root: Path, problem: Problem) -> str | None:
+    """Rebuild a part whose records all read, keeping the original in quarantine; None
+    if its records no longer all read (then it is quarantined like any damage)."""
+    s, path = problem.stream, problem.path
+    named = parse_part_name(path.name)
+    if s is None or named is None:
+        return None
+    table = salvageable(s, path, named[0], named[1])
+    if table is None:
+        return None
+    target = _quarantine_path(root, path)
+    shutil.copy2(path, target)
+    fsync_file(target)
+    fsync_dir(target.parent)
+    rebuild_part(s, path, table)
+    return (f"rebuilt from its {table.num_rows} records (every page verified); the original "
+            f"is in {target.relative_to(root)}")
+
+
 def _repair(root: Path, problem: Problem) -> str:
     path = problem.path
+    if problem.todo == REBUILD:
+        done = _rebuild(root, problem)
+        if done is not None:
+            return done
     salvage = path.suffix == ".arrows" and ("salvage" in problem.todo or "seal" in problem.todo)
     target = _quarantine_path(root, path)
     if not salvage:

@@ -1,4 +1,5 @@
-"""fsck of the files beside the streams: blobs, attempt files and exporter states."""
+"""fsck of the files beside the streams: blobs, attempt files, exporter states and the
+store's records of its backups."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 from tracklake._errors import FormatError
 from tracklake._format import SCHEMAS, StreamId, check_version
 from tracklake._format.attempt import CRASHED_AFTER_SECONDS, check_attempt
+from tracklake._ops.backup.ledger import load_record, record_paths
 from tracklake._ops.fsck.report import FsckReport, Problem
 from tracklake._read.reader import list_stream
 
@@ -82,3 +84,16 @@ def check_exports(root: Path, report: FsckReport) -> None:
                 "run", "restore the file from a backup, or move it away to export the run "
                 "again from the start (the destination may then get records twice)",
                 repairable=False))
+
+
+def check_backup_records(root: Path, report: FsckReport) -> None:
+    for path in record_paths(root):
+        report.count("backup records", path)
+        try:
+            load_record(path)
+        except ValueError as exc:
+            report.problems.append(Problem(
+                path, f"damaged record of a backup ({exc})", "what that backup holds, as "
+                "retention's require_backup counts it (the backup itself is untouched)",
+                "quarantine it (--repair); the next `tracklake backup` to that destination "
+                "writes it again"))

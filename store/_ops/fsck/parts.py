@@ -3,9 +3,7 @@ metadata, row groups' statistics and metric summary."""
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
-import math
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +15,11 @@ from tracklake._errors import FormatError
 from tracklake._format import SCHEMAS, StreamId, check_version
 from tracklake._format.part import open_part
 from tracklake._ops.compact import SUMMARY_SQL
+from tracklake._ops.fsck.rebuild import differs, lost_detail, salvageable, stats_mismatch
 from tracklake._ops.fsck.report import FsckReport, Problem
+
+#: What fsck says to do with a part whose records all read: only derived data is lost.
+REBUILD = "rebuild its footer, statistics and summary from its records (--repair)"
 
 
 def _expected_meta(s: StreamId) -> dict[str, str]:
@@ -36,7 +38,6 @@ def meta_mismatch(meta: dict[str, str], s: StreamId) -> str | None:
 def check_part(s: StreamId, path: Path, first: int, last: int, report: FsckReport,
                 summaries: Summaries) -> None:
     report.count("parts", path)
-    lost = f"records seq {first}..{last}"
     try:
         f = open_part(path)  # the footer's checksum, and pages verified as read
         table = f.read()
@@ -47,8 +48,15 @@ def check_part(s: StreamId, path: Path, first: int, last: int, report: FsckRepor
     except (OSError, pa.ArrowException, ValueError, KeyError, TypeError, FormatError,
             UnicodeDecodeError) as exc:
         why = f"unreadable Parquet ({type(exc).__name__}: {exc})"
-    if why is not None:
-        report.problems.append(Problem(path, f"damaged part: {why}", lost,
+    if why is None:
+        return
+    if salvageable(s, path, first, last) is not None:
+        report.problems.append(Problem(
+            path, f"damaged part: {why}", f"nothing yet: every record of seq {first}..{last} "
+            "reads with verified page checksums", REBUILD, stream=s))
+    else:
+        report.problems.append(Problem(path, f"damaged part: {why}",
+                                       lost_detail(path, first, last),
                                        "quarantine it (--repair); restore it from a backup"))
 
 
@@ -64,36 +72,12 @@ def _part_contents(s: StreamId, f: pq.ParquetFile, table: pa.Table, meta: dict[s
         low, high = pc.min(seq).as_py(), pc.max(seq).as_py()
         if low < first or high > last:
             return f"seq {low}..{high} outside the name's range {first}..{last}"
-    for i in range(f.metadata.num_row_groups):
-        rg = f.metadata.row_group(i)
-        group = f.read_row_group(i)
-        if group.num_rows != rg.num_rows:
-            return f"row group {i} has {group.num_rows} rows, its header says {rg.num_rows}"
-        for j in range(rg.num_columns):
-            col = rg.column(j)
-            stats = col.statistics
-            name = col.path_in_schema
-            if stats is None or not stats.has_min_max or name not in group.column_names:
-                continue
-            values = group.column(name)
-            if pa.types.is_floating(values.type):
-                values = pc.filter(values, pc.invert(pc.is_nan(values)))
-            mm = pc.min_max(values)
-            if _differs(mm["min"].as_py(), stats.min) or _differs(mm["max"].as_py(), stats.max):
-                return f"row group {i} column {name}: statistics do not match the values"
+    why = stats_mismatch(f)
+    if why is not None:
+        return why
     if s.kind == "metrics" and "tracklake.summary" in meta:
         return _summary_mismatch(table, json.loads(meta["tracklake.summary"]), summaries)
     return None
-
-
-def _differs(actual: Any, recorded: Any) -> bool:
-    if actual is None:
-        return False
-    if isinstance(actual, _dt.datetime) and isinstance(recorded, _dt.datetime):
-        return actual.replace(tzinfo=None) != recorded.replace(tzinfo=None)
-    if isinstance(actual, float) and isinstance(recorded, float):
-        return not (actual == recorded or (math.isnan(actual) and math.isnan(recorded)))
-    return bool(actual != recorded)
 
 
 class Summaries:
@@ -129,6 +113,6 @@ def _summary_mismatch(table: pa.Table, summary: list[dict[str, Any]],
         return "the metric summary names other keys than the values"
     for key, row in recorded.items():
         for field_ in ("count", "min", "max", "first_step", "last_step", "last_seq"):
-            if _differs(actual[key][field_], row[field_]):
+            if differs(actual[key][field_], row[field_]):
                 return f"the metric summary's {field_} of {key!r} does not match the values"
     return None

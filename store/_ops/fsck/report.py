@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tracklake._format import StreamId
+
 
 @dataclass
 class Problem:
@@ -14,6 +16,7 @@ class Problem:
     todo: str  # what to do
     repairable: bool = True
     repaired: str | None = None  # what --repair did
+    stream: StreamId | None = None  # the stream of a part repair can rebuild
 
     def line(self, root: Path) -> str:
         rel = self.path.relative_to(root) if self.path.is_relative_to(root) else self.path

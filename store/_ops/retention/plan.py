@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from tracklake._ops.backup.ledger import unbacked_files
 from tracklake._ops.retention.inventory import (
     RunInfo,
     blobs_bytes,
@@ -110,9 +111,12 @@ def make_plan(root: Path, policy: Policy, now: float, force: Iterable[str] = ())
     gone: set[str] = set()
 
     def blocked(r: RunInfo, kinds: tuple[str, ...], rule: str) -> bool:
-        """True (and a Skip noted) if an exporter still has to export some of `kinds`."""
+        """True (and a Skip noted) if an exporter still has to export some of `kinds`, or
+        the policy requires a backup and none holds them yet."""
         if r.key in forced or r.run in forced:
             return False
+        if policy.require_backup and not_backed_up(r, kinds, rule):
+            return True
         waiting = [(d, what) for d, what in pending.get((r.project, r.run), [])
                    if what.startswith("its state") or what.split(" ")[0].split("/")[2] in kinds]
         if not waiting:
@@ -120,6 +124,18 @@ def make_plan(root: Path, policy: Policy, now: float, force: Iterable[str] = ())
         detail = "; ".join(f"exporter {d}: {what}" for d, what in waiting[:3])
         plan.skipped.append(Skip(r.project, r.run, rule, f"not exported yet ({detail}); "
                                  f"`--force {r.key}` drops it anyway"))
+        return True
+
+    def not_backed_up(r: RunInfo, kinds: tuple[str, ...], rule: str) -> bool:
+        dirs = [root / k / f"project={r.project}" / f"run={r.run}" for k in kinds]
+        if rule != "downsample_after" and rule != "drop_after":
+            dirs.append(root / "runs" / f"project={r.project}" / f"run={r.run}")
+        missing = unbacked_files(root, dirs)
+        if not missing:
+            return False
+        plan.skipped.append(Skip(r.project, r.run, rule, (
+            f"no backup holds {len(missing)} of its files yet (e.g. {missing[0]}); run "
+            f"`tracklake backup DEST` first, or `--force {r.key}` removes it anyway")))
         return True
 
     def delete(r: RunInfo, rule: str, why: str) -> bool:

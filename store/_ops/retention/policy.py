@@ -76,6 +76,7 @@ class Policy:
     drop_kinds: tuple[str, ...] = DROPPABLE_KINDS
     downsample_after: float | None = None  # seconds since a run ended
     downsample_every: int = 10
+    require_backup: bool = False  # refuse to remove data no recorded backup holds
 
     def is_empty(self) -> bool:
         return all(getattr(self, f) is None for f in (
@@ -113,6 +114,11 @@ def policy_from_mapping(section: dict[str, Any], where: str) -> Policy:
                                        f"{where}: downsample_every", 2)
     if "drop_kinds" in section:
         out["drop_kinds"] = check_drop_kinds(section["drop_kinds"], f"{where}: drop_kinds")
+    if "require_backup" in section:
+        if not isinstance(section["require_backup"], bool):
+            raise PolicyError(f"{where}: require_backup must be true or false, not "
+                              f"{section['require_backup']!r}")
+        out["require_backup"] = section["require_backup"]
     if "best" in section:
         out["best"] = best_rule(section["best"], f"{where}: best")
     return Policy(**out)

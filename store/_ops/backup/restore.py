@@ -1,0 +1,166 @@
+"""Restoring a backup into a store: every file is downloaded into a hidden staging folder
+and checked against the manifest before any of them is moved into place, so a damaged
+backup or a conflict leaves the store as it was."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from tracklake._format import fsync_dir
+from tracklake._ops.backup.backup import BackupReport, Progress
+from tracklake._ops.backup.manifest import MANIFEST, read_manifest
+from tracklake._ops.backup.select import EVERYTHING, Selection
+from tracklake._ops.backup.target import BackupError, Target, local_digest, open_target
+
+
+def _listed(problems: list[str]) -> str:
+    more = f" (and {len(problems) - 10} more)" if len(problems) > 10 else ""
+    return "; ".join(problems[:10]) + more
+
+
+def selected_files(manifest: dict[str, Any], selection: Selection) -> dict[str, dict[str, Any]]:
+    return {rel: e for rel, e in sorted(manifest["files"].items())
+            if selection.takes(rel, e.get("runs"))}
+
+
+def verify_backup(src: str | Path, selection: Selection = EVERYTHING) -> list[str]:
+    """Files of the backup at `src` whose bytes no longer match the manifest."""
+    target = open_target(src)
+    files = selected_files(read_manifest(target), selection)
+    held = target.listing()
+
+    def check(item: tuple[str, dict[str, Any]]) -> str | None:
+        rel, entry = item
+        if rel not in held:
+            return f"{rel}: missing"
+        if held[rel] != entry["size"] or target.digest(rel)[0] != entry["sha256"]:
+            return f"{rel}: content does not match its checksum"
+        return None
+
+    with ThreadPoolExecutor(8) as pool:
+        return [p for p in pool.map(check, files.items()) if p is not None]
+
+
+def _stage(target: Target, files: dict[str, dict[str, Any]], staging: Path,
+           progress: Progress | None = None) -> list[str]:
+    """Download every file into `staging` and verify it; the problems found (nothing is
+    moved). `progress(done, total, note)` is called as each file is verified."""
+    held = target.listing()
+
+    def fetch(item: tuple[str, dict[str, Any]]) -> str | None:
+        rel, entry = item
+        if rel not in held:
+            return f"{rel}: missing"
+        digest, size = target.fetch(rel, staging / rel)
+        if (digest, size) != (entry["sha256"], entry["size"]):
+            return f"{rel}: content does not match its checksum"
+        return None
+
+    problems: list[str] = []
+    with ThreadPoolExecutor(8) as pool:
+        for done, (problem, rel) in enumerate(zip(pool.map(fetch, files.items()), files,
+                                                  strict=True), 1):
+            if problem is not None:
+                problems.append(problem)
+            if progress is not None:
+                progress(done, len(files), rel)
+    return problems
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True
+
+
+def _remove_dead_staging(root: Path) -> None:
+    """Remove the staging folders of restores killed on this machine (never moved into
+    place, so nothing of them is in the store)."""
+    for path in root.glob(".restore-*-*-*"):
+        _, pid, _, host = path.name.split("-", 3)
+        if host == socket.gethostname() and pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(path)
+
+
+def restore(src: str | Path, root: Path, *, selection: Selection = EVERYTHING,
+            progress: Progress | None = None) -> BackupReport:
+    """Copy the backup at `src` (a directory or URL) into the store at `root`. A file the
+    store holds already with the same content is skipped; other content at a path of the
+    backup is a conflict, and then, as for any damage, nothing is written.
+    `progress(done, total, note)` is called as each file is fetched and verified."""
+    target = open_target(src)
+    try:
+        return _restore(target, root, selection, progress)
+    except OSError as exc:
+        raise BackupError(f"restore of {target.url} into {root} stopped: {exc}; every file "
+                          "in place is whole and verified, run the restore again") from exc
+
+
+def _restore(target: Target, root: Path, selection: Selection,
+             progress: Progress | None) -> BackupReport:
+    manifest = read_manifest(target)
+    if not manifest["files"]:
+        raise BackupError(f"{target.url} holds no tracklake backup ({MANIFEST} is missing "
+                          "or empty)")
+    files = selected_files(manifest, selection)
+    if not files:
+        raise BackupError(f"backup {target.url} holds nothing of the selected runs")
+    report = BackupReport()
+    todo: dict[str, dict[str, Any]] = {}
+    conflicts = []
+    for rel, entry in files.items():
+        report.bytes_total += entry["size"]
+        path = root / rel
+        if path.exists():
+            if local_digest(path) == (entry["sha256"], entry["size"]):
+                report.unchanged += 1
+                continue
+            conflicts.append(rel)
+        todo[rel] = entry
+    if conflicts:
+        raise BackupError(
+            f"{root} already holds other content at {len(conflicts)} path(s) of the backup, "
+            f"e.g. {', '.join(conflicts[:5])}; nothing was restored. Restore into an empty "
+            "directory, or move those files away")
+    if not todo:
+        return report
+    created = not root.exists()
+    root.mkdir(parents=True, exist_ok=True)
+    _remove_dead_staging(root)
+    staging = root / f".restore-{os.getpid()}-{uuid.uuid4().hex[:12]}-{socket.gethostname()}"
+    try:
+        bad = _stage(target, todo, staging, progress)
+        if bad:
+            shutil.rmtree(staging)
+            if created:
+                root.rmdir()  # leave no trace of a restore that did not happen
+            raise BackupError(f"backup {target.url} is damaged; nothing was restored: "
+                              + _listed(bad))
+        for rel, entry in todo.items():
+            dst = root / rel
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            if dst.exists():  # written meanwhile: same rule as above
+                if local_digest(dst) != (entry["sha256"], entry["size"]):
+                    raise BackupError(f"{dst} was written while the restore ran; run restore "
+                                      "again")
+                report.unchanged += 1
+                continue
+            os.replace(staging / rel, dst)
+            report.copied.append(rel)
+            report.bytes_copied += entry["size"]
+        for directory in sorted({(root / rel).parent for rel in todo}):
+            fsync_dir(directory)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)
+    return report
