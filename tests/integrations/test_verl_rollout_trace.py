@@ -353,3 +353,61 @@ def test_agent_loop_actor_ranks_are_stable_and_apart_from_trainer_ranks() -> Non
     assert all(rollout_rank.OTHER_ACTOR_RANK_BASE <= r < 2**31 for r in hashed)
     assert rollout_rank.rank_for(None, None, {"RANK": "2"}) == 2
     assert rollout_rank.rank_for(None, None, {}) == 0
+
+
+KILLED_WORKER = """
+import asyncio, sys
+import verl  # the plugin installs tracklake's names, as in a Ray worker
+from verl.utils.rollout_trace import RolloutTraceConfig, rollout_trace_attr, rollout_trace_op
+
+class Loop:
+    @rollout_trace_op
+    async def run(self, i):
+        await asyncio.sleep(0)
+        return {"i": i}
+
+    @rollout_trace_op
+    async def hang(self):
+        print("hanging", flush=True)
+        await asyncio.sleep(600)
+
+async def main():
+    for i in range(20):
+        with rollout_trace_attr(step=1, sample_index=i, rollout_n=0, name="agent_loop"):
+            await Loop().run(i)
+    assert RolloutTraceConfig.get_client().flush()
+    with rollout_trace_attr(step=2, sample_index=99, rollout_n=0, name="agent_loop"):
+        await Loop().hang()
+
+RolloutTraceConfig.init("proj", "exp", "tracklake")
+asyncio.run(main())
+"""
+
+
+def test_a_worker_killed_mid_rollout_keeps_every_finished_span(root: Path) -> None:
+    """SIGKILL while a rollout hangs inside its spans: the 20 finished rollouts read back
+    whole; the open spans are not in the store (a span is written when it ends), and
+    nothing is reported damaged."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from _env import child_env
+
+    env = child_env() | {"TRACKLAKE_ROOT": str(root)}
+    with subprocess.Popen([sys.executable, "-c", KILLED_WORKER], env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True) as proc:
+        try:
+            assert proc.stdout is not None
+            assert proc.stdout.readline().strip() == "hanging"
+        finally:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+    problems = tracklake.ReadProblems()
+    rows = tracklake.query("SELECT name, step, status FROM traces", root=root,
+                           problems=problems).to_pylist()
+    assert problems.damaged == [] and problems.foreign == [], problems
+    assert sorted((r["name"], r["step"]) for r in rows) == sorted(
+        [("agent_loop", 1)] * 20 + [("Loop.run", 1)] * 20)
+    assert {r["status"] for r in rows} == {"ok"}
