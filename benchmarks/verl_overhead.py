@@ -28,9 +28,11 @@ contender's loop time is compared with the ``none`` run of the same rep: overhea
 loop / none - 1, reported as the median over reps with the lowest and highest. The loop
 time is the training loop only (init and finish are reported apart). On a shared or
 2-core machine the noise is large: read the spread, not only the median. The time spent
-inside the logging calls themselves (``log ms/step``, and as % of the untracked step) is
-measured too; it does not see work a tracker's threads or processes do meanwhile, which
-the loop time does.
+inside the logging calls themselves is measured too: ``log ms/step`` (their total over
+the steps, which includes the generation steps and any preemption) and ``log us median``
+(the median step's calls, robust to a loaded machine), with the mean as % of the
+untracked step. It does not see work a tracker's threads or processes do meanwhile,
+which the loop time does.
 
 Usage (from the repository root)::
 
@@ -107,7 +109,8 @@ def child(contender: str, steps: int, work: Path) -> dict[str, Any]:
     sidecars = _start_sidecars(work) if contender == "tracklake+2" else []
     init_s = time.perf_counter() - t0
     prompt, answer = "Q: " + "how many apples? " * 18, "A: " + "let me think. " * 60
-    loop_s = log_s = 0.0
+    loop_s = 0.0
+    log_us: list[float] = []
     for step in range(1, steps + 1):
         t = time.perf_counter()
         loss = torch.nn.functional.mse_loss(model(x), y)
@@ -124,14 +127,16 @@ def child(contender: str, steps: int, work: Path) -> dict[str, Any]:
                            for i in range(SAMPLES_PER_VAL)]
                 val_logger.log([backend], samples, step)  # type: ignore[union-attr]
         done = time.perf_counter()
-        log_s += done - t_log
+        log_us.append((done - t_log) * 1e6)
         loop_s += done - t
     t = time.perf_counter()
     if tracking is not None:
         tracking.finish(exit_code=0)
     finish_s = time.perf_counter() - t
     result: dict[str, Any] = {"contender": contender, "steps": steps, "init_s": init_s,
-                              "loop_s": loop_s, "log_s": log_s, "finish_s": finish_s}
+                              "loop_s": loop_s, "log_s": sum(log_us) / 1e6,
+                              "log_us_median": statistics.median(log_us),
+                              "finish_s": finish_s}
     if sidecars:
         result.update(_wait_sidecars(sidecars, steps))
     return result
@@ -219,7 +224,8 @@ def report(results: list[dict[str, Any]], contenders: list[str], steps: int) -> 
     print(f"\n{steps} steps x 64 verl metrics, generations every {VAL_EVERY} steps; "
           f"median step without a tracker: {step_ms:.2f} ms\n")
     print(f"{'contender':13s} {'overhead %':>11s} {'(min .. max)':>18s} "
-          f"{'log ms/step':>12s} {'log %':>7s} {'init s':>8s} {'finish s':>9s}  "
+          f"{'log ms/step':>12s} {'log %':>7s} {'log us median':>14s} {'init s':>8s} "
+          f"{'finish s':>9s}  "
           "sidecar CPU us/value")
     for contender in contenders:
         rows = [r for r in results if r["contender"] == contender and "loop_s" in r
@@ -234,6 +240,7 @@ def report(results: list[dict[str, Any]], contenders: list[str], steps: int) -> 
         print(f"{contender:13s} {statistics.median(over):11.2f} "
               f"{f'({min(over):.2f} .. {max(over):.2f})':>18s} "
               f"{log_ms:12.3f} {log_ms / step_ms * 100:7.2f} "
+              f"{statistics.median(r['log_us_median'] for r in rows):14.1f} "
               f"{statistics.median(r['init_s'] for r in rows):8.2f} "
               f"{statistics.median(r['finish_s'] for r in rows):9.2f}  "
               + (f"{statistics.median(side):.1f}" if side else "-"))
