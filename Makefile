@@ -32,6 +32,9 @@ $(VENV)/.test: pyproject.toml | $(BIN)/python
 		hydra-core==1.3.8 antlr4-python3-runtime==4.9.3 msgpack==1.2.4 jsonschema==4.26.0 \
 		jsonschema-specifications==2025.9.1 referencing==0.37.0 rpds-py==2026.9.1 attrs==26.1.0 \
 		regex==2026.11.19 tqdm==4.70.1 orjson==3.13.0
+	# ... and what verl's agent-loop worker module imports (the rollout-trace tests run it)
+	$(BIN)/python -m pip install --quiet --no-deps codetiming==1.4.0 datasets==5.2.0 \
+		dill==0.4.1 multiprocess==0.70.19 xxhash==4.1.0
 	# the report's tests open it in headless Chromium, the plot's run it in tmux (Debian's)
 	command -v chromium >/dev/null && command -v tmux >/dev/null \
 		|| (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \

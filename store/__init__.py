@@ -28,6 +28,7 @@ from tracklake._format import FORMAT_VERSION, KINDS, StreamId
 from tracklake._write.finish import FinishReport
 from tracklake._write.run import Run, init
 from tracklake._write.trace import Span
+from tracklake._write.traced import trace
 from tracklake._write.tracking import Tracking
 
 if TYPE_CHECKING:
@@ -90,4 +91,5 @@ __all__ = [
     "list_runs",
     "query",
     "read_run",
+    "trace",
 ]

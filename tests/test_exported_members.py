@@ -18,7 +18,7 @@ EXPECTED = {
     "FormatError", "InvalidNameError", "NewerFormatError", "QueryError", "ReadProblems", "Run",
     "RunNotFoundError", "RunRecord", "RunStateError", "Span", "StoreError", "StreamId",
     "Tracking", "TracklakeError", "compact", "connect", "find_run", "init", "list_runs",
-    "query", "read_run",
+    "query", "read_run", "trace",
 }
 
 

@@ -24,6 +24,12 @@ def distinct_name(key: str, clean: Callable[[str], str], *, limit: int, sep: str
     cleaned = clean(key)
     if cleaned == key and len(key) <= limit:
         return key
+    return hashed_name(key, cleaned, clean, limit=limit, sep=sep)
+
+
+def hashed_name(key: str, cleaned: str, clean: Callable[[str], str], *, limit: int,
+                sep: str) -> str:
+    """`cleaned` (a legal form of `key`), cut to fit `limit` with `sep` and a hash of `key`."""
     digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:DIGITS]
     keep = limit - len(sep) - DIGITS
     return f"{clean(cleaned[:keep])}{sep}{digest}"

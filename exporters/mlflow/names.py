@@ -9,7 +9,7 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from typing import TypeVar
 
-from tracklake.exporters._shared.keys import distinct_name
+from tracklake.exporters._shared.keys import distinct_name, hashed_name
 
 #: Limits from mlflow.utils.validation (copied so that importing this module does not
 #: import mlflow; test_mlflow.py checks they still match).
@@ -31,11 +31,25 @@ _BAD_KEY_CHARS = re.compile(r"[^\w/.\- :]")
 _T = TypeVar("_T")
 
 
+#: verl's MLflow logger writes ``@`` (pass@k metrics) as this (verl.utils.tracking).
+AT = "_at_"
+
+
 def mlflow_key(key: str) -> str:
-    """The MLflow metric/param/tag name for a tracklake key: the key itself if MLflow
-    takes it unchanged, else its cleaned form with ``-`` and a hash of the key
-    (`distinct_name`), so that two keys never share a name."""
-    return distinct_name(key, _clean, limit=MAX_ENTITY_KEY_LENGTH, sep="-")
+    """The MLflow metric/param/tag name for a tracklake key, never shared by two keys.
+
+    As verl names it, ``@`` written ``_at_``, where that name is legal and reads back as
+    the key alone (``_at_`` replaced by ``@``): ``val-core/acc/best@5`` is
+    ``val-core/acc/best_at_5``; a key MLflow takes unchanged is such a name unless it
+    holds ``_at_`` itself. Any other key (``time_at_peak`` too, whose plain name belongs
+    to ``time@peak``) gets its cleaned form, ``@`` as ``_at_``, with ``-`` and a hash
+    of the key (`hashed_name`).
+    """
+    name = key.replace("@", AT)
+    if name.replace(AT, "@") == key and len(name) <= MAX_ENTITY_KEY_LENGTH and (
+            _clean(name) == name):
+        return name
+    return hashed_name(key, _clean(name), _clean, limit=MAX_ENTITY_KEY_LENGTH, sep="-")
 
 
 def _clean(key: str) -> str:

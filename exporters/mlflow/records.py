@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from tracklake import ExportError
 from tracklake.exporters._protocol import ExportContext, RunInfo
+from tracklake.exporters._shared import verl
 from tracklake.exporters.mlflow.names import (
     MAX_METRICS_PER_BATCH,
     MAX_PARAMS_TAGS_PER_BATCH,
@@ -110,11 +111,14 @@ def write_texts(run: RunInfo, target: MlflowTarget, table: pa.Table) -> None:
 
 def write_generations(run: RunInfo, target: MlflowTarget, table: pa.Table) -> None:
     groups: dict[str, list[list[Any]]] = {}
+    verl_steps: dict[str, int] = {}  # table path -> step, for verl's val_step{N}.json
     for row in table.select(["key", "step", *TABLE_COLUMNS]).to_pylist():
         path = f"generations/{artifact_part(row['key'])}/{step_name(row['step'])}.json"
         score = row["score"]
         row["score"] = None if score is None or not math.isfinite(score) else score
         groups.setdefault(path, []).append([row[c] for c in TABLE_COLUMNS])
+        if row["key"] == verl.VAL_GENERATIONS and row["step"] is not None:
+            verl_steps[path] = row["step"]
     for path, rows in groups.items():
         old = target.get_text(path)
         if old is not None:
@@ -123,7 +127,19 @@ def write_generations(run: RunInfo, target: MlflowTarget, table: pa.Table) -> No
             rows = _merge_rows([], rows)
         target.put_text(path, json.dumps({"columns": list(TABLE_COLUMNS), "data": rows},
                                          ensure_ascii=False))
+        if path in verl_steps:
+            _put_verl_samples(target, verl_steps[path], rows)
     _register_tables(target, groups)
+
+
+def _put_verl_samples(target: MlflowTarget, step: int, rows: list[list[Any]]) -> None:
+    """verl's own artifact of one step's validation samples, ``val_step{N}.json`` at the
+    run's artifact root: a list of ``{input, output, score}``, rewritten from the merged
+    table so that a re-sent batch leaves it exact."""
+    columns = [TABLE_COLUMNS.index(c) for c in ("input", "output", "score")]
+    samples = [dict(zip(("input", "output", "score"), (r[i] for i in columns), strict=True))
+               for r in rows]
+    target.put_text(verl.mlflow_file(step), json.dumps(samples, ensure_ascii=False))
 
 
 def _merge_rows(old: list[list[Any]], new: list[list[Any]]) -> list[list[Any]]:

@@ -28,6 +28,7 @@ from tensorboard.plugins.text import (  # type: ignore[import-untyped, unused-ig
 )
 
 from tracklake.exporters._protocol import RunInfo
+from tracklake.exporters._shared import verl
 
 #: Child spans held until their root arrives (kept in the commit state, so bounded).
 MAX_HELD_SPANS = 200
@@ -125,7 +126,13 @@ def _groups(records: pa.Table, *names: str) -> dict[tuple[Any, ...], list[dict[s
 
 
 def generation_events(records: pa.Table) -> Iterator[Any]:
+    """A markdown table per key and step; verl's ``val/generations`` as verl writes it."""
     for (key, step), rows in _groups(records, "key", "step").items():
+        if key == verl.VAL_GENERATIONS:
+            ordered = sorted(rows, key=lambda r: (r.get("rank") or 0, r["sample"]))
+            yield text_event(key, verl.markdown(step, ordered), _step(step),
+                             rows[0]["wall_time"])
+            continue
         by_rank = _several(r.get("rank") for r in rows)
         extra = any(r.get("extra") for r in rows)
         headers = [*(["rank"] if by_rank else []), "sample", "input", "output", "score",

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import wandb
 
+from tracklake.exporters._shared import verl
 from tracklake.exporters._shared.keys import distinct_name
 
 GENERATION_COLUMNS = ["step", "sample", "input", "output", "score", "extra", "rank", "attempt"]
@@ -48,14 +49,25 @@ class WandbPending:
             self.metrics.setdefault(step, {}).update(values)
         for at, cells in later.tables.items():
             self.tables.setdefault(at, []).extend(cells)
-        self.columns.update(later.columns)
+        for key, columns in later.columns.items():
+            self._widen(key, columns)
         self.config.update(later.config)
         self.alerts.extend(later.alerts)
         self.artifacts.extend(later.artifacts)
 
+    def _widen(self, key: str, columns: list[str]) -> None:
+        """Keep the widest column list of a key (verl's wide rows grow with the samples)."""
+        if len(columns) >= len(self.columns.get(key, ())):
+            self.columns[key] = columns
+
+    def add_row(self, key: str, columns: list[str], step: int | None, row: list[Any]) -> None:
+        key = table_key(key)
+        self._widen(key, columns)
+        self.tables.setdefault((_step(step), key), []).append(row)
+
     def add_rows(self, key: str, columns: list[str], rows: Iterable[dict[str, Any]]) -> None:
         key = table_key(key)
-        self.columns[key] = columns
+        self._widen(key, columns)
         for row in rows:
             step = _step(row.get("step"))
             self.tables.setdefault((step, key), []).append([row.get(c) for c in columns])
@@ -99,7 +111,22 @@ def add_texts(pending: WandbPending, records: pa.Table) -> None:
 def add_generations(pending: WandbPending, records: pa.Table) -> None:
     for key in dict.fromkeys(_column(records, "key")):
         rows = records.filter(pc.equal(records.column("key"), key)).to_pylist()
-        pending.add_rows(f"generations/{key}", GENERATION_COLUMNS, rows)
+        if key == verl.VAL_GENERATIONS:
+            _add_verl_rows(pending, rows)
+        else:
+            pending.add_rows(f"generations/{key}", GENERATION_COLUMNS, rows)
+
+
+def _add_verl_rows(pending: WandbPending, rows: list[dict[str, Any]]) -> None:
+    """verl's validation samples as verl logs them: table ``val/generations``, one wide row
+    per step (``step, input_1, output_1, score_1, ...``)."""
+    by_step: dict[int | None, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_step.setdefault(row.get("step"), []).append(row)
+    for step, samples in by_step.items():
+        samples.sort(key=lambda r: (r.get("rank") or 0, r.get("seq") or 0, r["sample"]))
+        pending.add_row(verl.VAL_GENERATIONS, verl.wide_columns(len(samples)), step,
+                        verl.wide_row(step, samples))
 
 
 def add_alerts(pending: WandbPending, records: pa.Table) -> None:
@@ -168,7 +195,8 @@ def rows_by_step(pending: WandbPending, last_step: int | None
         tables.setdefault((at, key), []).extend(cells)
     for (at, key), cells in tables.items():
         columns: list[str | int] = list(pending.columns[key])
-        table = wandb.Table(columns=columns,
-                            data=[[_cell(c) for c in row] for row in cells])
+        table = wandb.Table(columns=columns,  # (rows narrower than the widest are padded)
+                            data=[[_cell(c) for c in row] + [None] * (len(columns) - len(row))
+                                  for row in cells])
         rows.setdefault(at, {})[key] = table
     return sorted(rows.items()), dropped_steps, dropped_records

@@ -48,6 +48,11 @@ def track(run: RunHandle) -> None:
         _install_sigterm()
 
 
+def live_runs() -> list[RunHandle]:
+    """The runs of this process that are not finished."""
+    return [run for run in _live if not run.finished]
+
+
 def forget(run: RunHandle) -> None:
     _live.discard(run)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import json
 import operator
 import secrets
@@ -16,6 +17,8 @@ from tracklake._write.coerce import jsonable
 _current: contextvars.ContextVar[Span | None] = contextvars.ContextVar(
     "tracklake_span", default=None)
 _INT64 = (-(1 << 63), (1 << 63) - 1)
+#: Nesting deeper than this (or a cycle) is stored as the object's str().
+_MAX_DEPTH = 64
 
 
 def check_token_ids(span: str, token_ids: Iterable[Any] | None) -> list[int] | None:
@@ -117,7 +120,24 @@ class Span:
 def _json(value: Any, max_length: int | None) -> str | None:
     if value is None:
         return None
-    text = json.dumps(jsonable(value), ensure_ascii=False)
+    text = json.dumps(plain(value), ensure_ascii=False)
     if max_length is not None and len(text) > max_length:
         text = json.dumps({"truncated": text[:max_length], "length": len(text)})
     return text
+
+
+def plain(value: Any, depth: int = 0) -> Any:
+    """`value` as JSON-ready data: pydantic models (verl's rollout outputs) and dataclass
+    instances become their fields, so that SQL can reach into them instead of a str()."""
+    if depth > _MAX_DEPTH:
+        return str(value)
+    dump = getattr(value, "model_dump", None)
+    if callable(dump) and not isinstance(value, type):
+        value = dump()
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {str(k): plain(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v, depth + 1) for v in value]
+    return jsonable(value)

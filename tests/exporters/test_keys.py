@@ -46,7 +46,8 @@ def test_odd_keys_get_distinct_legal_names(name: str) -> None:
     names = [mapping(k) for k in ODD_KEYS]
     assert len(set(names)) == len(ODD_KEYS), name
     for key, mapped in zip(ODD_KEYS, names, strict=True):
-        assert mapping(mapped) == mapped, (key, mapped)  # a name is taken as it is
+        if not _verl_at(name, mapped):
+            assert mapping(mapped) == mapped, (key, mapped)  # a name is taken as it is
     assert mapping("actor/pg_loss") == "actor/pg_loss"  # an ordinary key is untouched
 
 
@@ -58,8 +59,15 @@ def test_distinct_keys_never_share_a_name(name: str, keys: set[str]) -> None:
     names = {mapping(k) for k in keys}
     assert len(names) == len(keys)
     for mapped in names:
-        assert mapping(mapped) == mapped
+        if not _verl_at(name, mapped):
+            assert mapping(mapped) == mapped
         assert len(mapped) <= 600
+
+
+def _verl_at(mapping: str, mapped: str) -> bool:
+    """MLflow names holding verl's ``_at_`` belong to the ``@`` key (`mlflow_key`), so
+    such a name given as a key gets a hash instead of being taken as it is."""
+    return mapping == "mlflow" and "_at_" in mapped
 
 
 def _log_odd_keys(root: Path) -> None:

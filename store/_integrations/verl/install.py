@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from verl.utils import tracking as _verl
 
+from tracklake._integrations.verl import rollout_trace
 from tracklake._integrations.verl.generations import (
     DapoFilteredRewardTableLogger,
     ValidationGenerationsLogger,
@@ -27,8 +28,10 @@ def install() -> None:
     """
     for name, cls in _REPLACEMENTS.items():
         setattr(_verl, name, cls)
+    rollout_trace.install()
 
 
 def installed() -> bool:
     """True if verl's loggers in this process are tracklake's subclasses."""
-    return all(getattr(_verl, name) is cls for name, cls in _REPLACEMENTS.items())
+    return rollout_trace.installed() and all(
+        getattr(_verl, name) is cls for name, cls in _REPLACEMENTS.items())
