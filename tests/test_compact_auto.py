@@ -109,9 +109,12 @@ def test_compaction_can_be_turned_off(root: Path, monkeypatch: pytest.MonkeyPatc
     # and the same run with it on does start the compactor, at the seals and at finish
     monkeypatch.setenv("TRACKLAKE_COMPACT", "1")
     _log_run(root, "on", 200)
-    assert spawned and all(a[:3] == [sys.executable, "-m", "tracklake._ops.auto"]
-                           for a in spawned)
-    assert spawned[-1][3:] == [str(root), "p", "on", "0"]
+    # at finish, or a moment later when compactors of earlier tests still run (the queue)
+    deadline = time.monotonic() + SETTLE_SECONDS
+    while not spawned or spawned[-1][3:] != [str(root), "p", "on", "0"]:
+        assert time.monotonic() < deadline, spawned
+        time.sleep(0.1)
+    assert all(a[:3] == [sys.executable, "-m", "tracklake._ops.auto"] for a in spawned)
     _wait_settled(root / "metrics" / "project=p" / "run=on")
 
 
@@ -255,3 +258,42 @@ def test_many_runs_in_one_process_leave_no_zombie_compactors(
     _log_run(root, "last", 20)  # its first spawn reaps the ones before
     assert earlier.isdisjoint(compactor_module._started)
     _wait_settled(root)
+
+
+def _running(pid: int) -> bool:
+    """The process exists and is not a zombie (it may still be compacting)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_a_sweep_of_many_runs_never_runs_more_compactors_than_allowed(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Finishing runs one after another in one process queues their compaction instead of
+    starting a process per run at once; the queue is drained while the process lives, and
+    every run ends compacted, each rank by exactly one compactor's command line."""
+    monkeypatch.setenv("TRACKLAKE_COMPACT", "1")
+    monkeypatch.setattr(compactor_module, "MAX_RUNNING", 1)
+    spawned: list[tuple[int, list[str]]] = []
+    overlaps: list[list[int]] = []
+    real_spawn = os.posix_spawn
+
+    def observed(path: str, argv: list[str], env: object, **kwargs: object) -> int:
+        alive = [pid for pid, _ in spawned if _running(pid)]
+        if alive:
+            overlaps.append(alive)
+        pid = real_spawn(path, argv, env, **kwargs)  # type: ignore[arg-type]
+        spawned.append((pid, list(argv)))
+        return pid
+
+    monkeypatch.setattr(compactor_module.os, "posix_spawn", observed)
+    runs = [f"sweep{i}" for i in range(8)]
+    for run_id in runs:
+        _log_run(root, run_id, 30)
+    _wait_settled(root)  # drained while this process lives on, not at its exit
+    assert not overlaps, overlaps
+    named = [argv[i + 1] for _, argv in spawned for i in range(4, len(argv), 3)]
+    assert sorted(named) == runs  # each finished rank handed to exactly one compactor
+    assert len(spawned) < len(runs)  # ranks that waited shared a compactor
+    assert _plain_duckdb_count(root) == 2 * 30 * len(runs)

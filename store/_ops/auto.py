@@ -1,5 +1,5 @@
 """The compacting process a rank's writer starts by itself (store/_write/compactor.py):
-``python -m tracklake._ops.auto ROOT PROJECT RUN RANK``.
+``python -m tracklake._ops.auto ROOT PROJECT RUN RANK [PROJECT RUN RANK ...]``.
 
 It lowers its own priority, compacts every attempt of that rank of the run (sealed
 segments only while a writer lives; everything once it finished) and merges small parts.
@@ -48,17 +48,25 @@ def compact_rank(root: Path, project: str, run: str, rank: int) -> CompactionRep
 
 
 def main(argv: list[str]) -> int:
-    """Entry point; the exit status is 0 unless compaction failed (reported on stderr)."""
-    root, project, run, rank = Path(argv[0]), argv[1], argv[2], int(argv[3])
+    """Entry point: ROOT, then one (PROJECT, RUN, RANK) triple per rank to compact, in
+    turn. The exit status is 0 unless a compaction failed (each reported on stderr)."""
+    root, rest = Path(argv[0]), argv[1:]
+    if not rest or len(rest) % 3:
+        print("usage: python -m tracklake._ops.auto ROOT PROJECT RUN RANK "
+              "[PROJECT RUN RANK ...]", file=sys.stderr)
+        return 2
     os.nice(19)  # CPU (and, with the default I/O scheduler classes, disk) after training's
-    try:
-        compact_rank(root, project, run, rank)
-    except Exception as exc:  # reported, never raised into anyone: the segments stay
-        print(f"tracklake: automatic compaction of run {run!r} rank {rank} under {root} "
-              f"failed: {exc.__class__.__name__}: {exc}; its data stays in segments, "
-              "readable; `tracklake compact` retries", file=sys.stderr, flush=True)
-        return 1
-    return 0
+    status = 0
+    for at in range(0, len(rest), 3):
+        project, run, rank = rest[at], rest[at + 1], int(rest[at + 2])
+        try:
+            compact_rank(root, project, run, rank)
+        except Exception as exc:  # reported, never raised into anyone: the segments stay
+            print(f"tracklake: automatic compaction of run {run!r} rank {rank} under {root} "
+                  f"failed: {exc.__class__.__name__}: {exc}; its data stays in segments, "
+                  "readable; `tracklake compact` retries", file=sys.stderr, flush=True)
+            status = 1
+    return status
 
 
 if __name__ == "__main__":
