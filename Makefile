@@ -35,6 +35,10 @@ $(VENV)/.test: pyproject.toml | $(BIN)/python
 	# ... and what verl's agent-loop worker module imports (the rollout-trace tests run it)
 	$(BIN)/python -m pip install --quiet --no-deps codetiming==1.4.0 datasets==5.2.0 \
 		dill==0.4.1 multiprocess==0.70.19 xxhash==4.1.0
+	# ... and what verl's PPO trainer module imports (its validation-generations path is
+	# tested): 12 MB of pure-Python wheels, no compiled code
+	$(BIN)/python -m pip install --quiet --no-deps torchdata==0.11.0 peft==0.21.2 \
+		accelerate==1.15.0
 	# the report's tests open it in headless Chromium, the plot's run it in tmux (Debian's)
 	command -v chromium >/dev/null && command -v tmux >/dev/null \
 		|| (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \

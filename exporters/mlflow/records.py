@@ -25,9 +25,9 @@ from tracklake.exporters.mlflow.names import (
     chunks,
     json_size,
     mlflow_key,
-    param_value,
     step_name,
 )
+from tracklake.exporters.mlflow.params import config_params, is_verl_run
 from tracklake.exporters.mlflow.target import MlflowTarget
 from tracklake.read import blob_path
 
@@ -65,19 +65,21 @@ def write_configs(run: RunInfo, target: MlflowTarget, table: pa.Table) -> None:
     new: dict[str, str] = {}
     changed: dict[str, str] = {}
     latest: dict[str, Any] = {}
+    verl_names = is_verl_run(run.tags)
     for row in rows:
-        name, value = mlflow_key(row["key"]), param_value(row["value"])
-        first = target.params.get(name, new.get(name))
-        if first is None:
-            new[name] = value
+        leaf_params = config_params(row["key"], row["value"], verl=verl_names)
+        firsts = {name: target.params.get(name, new.get(name)) for name in leaf_params}
+        new.update({name: v for name, v in leaf_params.items() if firsts[name] is None})
         if row["attempt"] < applied:
             continue  # an older attempt than one already applied: not the latest value
         applied = row["attempt"]
         latest[row["key"]] = json.loads(row["value"])
-        change_tag = mlflow_key(f"tracklake.param_changed.{name}")
-        if first is not None and (value != first or change_tag in target.tags
-                                  or change_tag in changed):
-            changed[change_tag] = value
+        for name, value in leaf_params.items():
+            first = firsts[name]
+            change_tag = mlflow_key(f"tracklake.param_changed.{name}")
+            if first is not None and (value != first or change_tag in target.tags
+                                      or change_tag in changed):
+                changed[change_tag] = value
     params = [Param(k, v) for k, v in new.items()]
     for chunk in chunks(params, MAX_PARAMS_TAGS_PER_BATCH,
                         lambda p: json_size(p.key, p.value)):

@@ -34,7 +34,7 @@ from typing import Any
 from verl.utils import rollout_trace as _verl
 
 from tracklake._integrations.verl.rollout_rank import rollout_rank
-from tracklake._integrations.verl.tracking import BACKEND, active_run, run_id_for
+from tracklake._integrations.verl.tracking import BACKEND, RUN_TAG, active_run, run_id_for
 from tracklake._write.run import Run, init
 from tracklake._write.trace import Span, plain
 from tracklake._write.traced import call_inputs
@@ -81,7 +81,7 @@ def _open_run(project_name: Any, experiment_name: Any) -> Run:
     run = active_run(project, experiment)
     if run is None:
         run = init(project=project, name=experiment, run_id=run_id_for(project, experiment),
-                   rank=rollout_rank())
+                   rank=rollout_rank(), tags=[RUN_TAG])
         print(f"tracklake: rollout traces of verl run {run.id!r} attempt {run.attempt} "
               f"(rank {run.rank}) are written to {str(run.root)!r}", file=sys.stderr,
               flush=True)

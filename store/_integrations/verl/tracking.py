@@ -22,6 +22,10 @@ from tracklake._write.tracking import (
 #: The name to put in verl's ``trainer.logger``.
 BACKEND = "tracklake"
 
+#: The tag of every run verl's `Tracking` opens: exporters give such a run verl's names
+#: where verl's own backends name things differently (MLflow params, docs/verl.md).
+RUN_TAG = "tracklake.integration=verl"
+
 #: This process's live tracklake runs, by (project_name, experiment_name): verl's generation
 #: loggers are separate objects that know only those two names.
 _active: dict[tuple[str, str], Run] = {}
@@ -79,7 +83,8 @@ class Tracking(_verl.Tracking):
                           if b != BACKEND and ALIASES.get(b, b) not in exported], config)
         project, experiment = str(project_name), str(experiment_name)
         run = init(project=project, name=experiment, config=config,
-                   run_id=run_id_for(project, experiment), export=exported or None)
+                   run_id=run_id_for(project, experiment), tags=[RUN_TAG],
+                   export=exported or None)
         print(f"tracklake: verl run {run.id!r} attempt {run.attempt} (rank {run.rank}) is "
               f"written to {str(run.root)!r}", file=sys.stderr, flush=True)
         self.tracklake = StoreBackend(run)
