@@ -2,7 +2,7 @@
 by content checksum, verified, resumable, selective, and recorded in the store for
 retention (docs/lifecycle.md)."""
 
-from tracklake._ops.backup.backup import KILL_AT_ENV, BackupReport, backup
+from tracklake._ops.backup.backup import KILL_AT_ENV, BackupReport, DamagedSourceError, backup
 from tracklake._ops.backup.follow import follow
 from tracklake._ops.backup.ledger import LEDGER_DIR, backups, unbacked_files
 from tracklake._ops.backup.manifest import MANIFEST, read_manifest
@@ -16,6 +16,7 @@ __all__ = [
     "MANIFEST",
     "BackupError",
     "BackupReport",
+    "DamagedSourceError",
     "Selection",
     "backup",
     "backups",
