@@ -12,10 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from tracklake._ops.backup.blobcopy import DamagedBlobError, blob_digest
+from tracklake._ops.backup.errors import BackupError
 from tracklake._ops.backup.ledger import record_backup
 from tracklake._ops.backup.manifest import read_manifest, save_manifest
 from tracklake._ops.backup.select import EVERYTHING, Selection, is_unsealed_segment, store_files
-from tracklake._ops.backup.target import BackupError, LocalTarget, Target, local_digest, open_target
+from tracklake._ops.backup.target import LocalTarget, Target, local_digest, open_target
 from tracklake._read.reader import ReadProblems, list_streams, read_stream
 
 #: `progress(done, total, note)`: how a long operation reports (the command line draws it).
