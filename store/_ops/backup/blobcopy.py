@@ -40,11 +40,12 @@ def blob_digest(rel: str) -> str | None:
 
 
 def file_sha256(path: Path) -> tuple[str, int]:
-    """(sha256, size) of a local file, read in big chunks into one buffer."""
+    """(sha256, size) of a local file, read in big chunks into one buffer no bigger than
+    the file (most store files are small: a fresh 8 MB buffer each would cost more)."""
     digest, size = hashlib.sha256(), 0
-    buf = bytearray(HASH_CHUNK)
-    view = memoryview(buf)
     with open(path, "rb", buffering=0) as f:
+        buf = bytearray(min(HASH_CHUNK, os.fstat(f.fileno()).st_size + 1))
+        view = memoryview(buf)
         while n := f.readinto(buf):
             digest.update(view[:n])
             size += n
