@@ -278,3 +278,19 @@ def test_blobs_of_edge_sizes_copy_and_verify(tmp_path: Path, size: int) -> None:
     with pytest.raises(DamagedBlobError, match="damaged"):
         copy_blob(src, tmp_path / "out" / wrong, f"blobs/sha256/{wrong[:2]}/{wrong}", wrong)
     assert sorted(p.name for p in dst.parent.iterdir()) == [name]
+
+
+def test_blobs_a_killed_backup_left_are_checked_against_their_names(store: Path,
+                                                                    tmp_path: Path) -> None:
+    dest = tmp_path / "backup"
+    backup(store, dest)
+    (dest / MANIFEST).unlink()  # as if killed before its first save
+    blobs = sorted(p for p in (dest / "blobs").rglob("*") if p.is_file())
+    assert len(blobs) >= 2
+    _damage(blobs[0])  # same size, other bytes: must not be taken as the blob
+    report = backup(store, dest)
+    rel = blobs[0].relative_to(dest).as_posix()
+    assert report.copied == [rel]
+    assert hashlib.sha256(blobs[0].read_bytes()).hexdigest() == blobs[0].name
+    assert set(read_manifest(dest)["files"]) >= {
+        b.relative_to(dest).as_posix() for b in blobs}
