@@ -28,6 +28,7 @@ Usage (from the repository root)::
     python benchmarks/lifecycle.py --runs 100 --steps 200    # a quick look
     python benchmarks/lifecycle.py --skip-retention --blob-mb 1000    # backup, 1 GB class
     python benchmarks/lifecycle.py --skip-retention --store /tmp/s   # build once, reuse
+    python benchmarks/lifecycle.py --skip-retention --blob-mb 1000 --repeat 5  # medians
 """
 
 from __future__ import annotations
@@ -35,7 +36,9 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import os
+import resource
 import shutil
+import statistics
 import subprocess
 import tempfile
 import time
@@ -85,11 +88,20 @@ def du(root: Path) -> int:
     return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
 
 
+def cpu_seconds() -> float:
+    """User + system CPU time of this process (all its threads) and its finished children."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(
+        resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def timed(label: str, fn: object) -> float:
-    start = time.perf_counter()
+    """Wall time of `fn()`, printed with the CPU time it used: on a shared machine the
+    CPU seconds move less than the wall time does."""
+    cpu, start = cpu_seconds(), time.perf_counter()
     fn()  # type: ignore[operator]
     took = time.perf_counter() - start
-    print(f"{label:<44} {took:8.2f} s")
+    print(f"{label:<44} {took:8.2f} s  (cpu {cpu_seconds() - cpu:6.2f} s)")
     return took
 
 
@@ -100,6 +112,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=500)
     parser.add_argument("--blob-mb", type=int, default=0)
     parser.add_argument("--skip-retention", action="store_true")
+    parser.add_argument("--repeat", type=int, default=1, help="Rounds of the backup, cp "
+                        "and rsync copies, taking turns; medians are compared.")
     parser.add_argument("--store", type=Path, help="Build the store here once and reuse it "
                         "in later runs with the same flags (only its record of backups changes).")
     args = parser.parse_args()
@@ -117,7 +131,7 @@ def main() -> None:
 
         if not args.skip_retention and args.runs:
             retention(root, base, args.runs)
-        backups(root, base, size)
+        backups(root, base, size, args.repeat)
 
 
 def retention(root: Path, base: Path, runs: int) -> None:
@@ -137,24 +151,36 @@ def retention(root: Path, base: Path, runs: int) -> None:
     print(f"  {reports[0].bytes / 1e6 / took:.1f} MB/s, clean: {reports[0].clean}")
 
 
-def backups(root: Path, base: Path, size: int) -> None:
+def backups(root: Path, base: Path, size: int, repeat: int) -> None:
     """Each copy into a fresh directory, then a timed sync(2): `cp` and `rsync` leave
     their copies in the page cache, while a backup makes its copies durable before its
-    manifest names them; both figures are printed."""
-    os.sync()  # nothing of the build left for the first copy to flush
-    copies = [("cp -r", ["cp", "-r", str(root), str(base / "cp")])]
+    manifest names them; both figures are printed. With `repeat` > 1 the three copies
+    take turns, `repeat` rounds, and the medians are compared (a shared machine's noise
+    moves single figures by 2x and more)."""
+    copies = [("cp -r", ["cp", "-r", str(root), str(base / "cp")], base / "cp")]
     if shutil.which("rsync"):
-        copies.append(("rsync -a", ["rsync", "-a", f"{root}/", str(base / "rsync")]))
+        copies.append(("rsync -a", ["rsync", "-a", f"{root}/", str(base / "rsync")],
+                       base / "rsync"))
     else:
         print("rsync is not installed: no rsync figure (apt-get install rsync)")
-    took_bk = timed("backup (full, synced)", lambda: backup(root, base / "backup"))
-    mbs = size / 1e6
-    print(f"  backup {mbs / took_bk:.1f} MB/s")
-    for label, command in copies:
-        took = timed(label, lambda c=command: subprocess.run(c, check=True))  # type: ignore[misc]
-        took_sync = timed("  then sync", os.sync)
-        print(f"  {label} {mbs / took:.1f} MB/s: backup is {took / took_bk:.2f}x of {label}, "
-              f"{(took + took_sync) / took_bk:.2f}x of {label} + sync")
+    took_bk: list[float] = []
+    took: dict[str, list[tuple[float, float]]] = {label: [] for label, _, _ in copies}
+    for _ in range(repeat):
+        for label, command, where in copies:
+            shutil.rmtree(where, ignore_errors=True)
+            os.sync()  # nothing of the build or of the last round left to flush
+            copied = timed(label, lambda c=command: subprocess.run(c, check=True))  # type: ignore[misc]
+            took[label].append((copied, timed("  then sync", os.sync)))
+        shutil.rmtree(base / "backup", ignore_errors=True)
+        os.sync()
+        took_bk.append(timed("backup (full, synced)", lambda: backup(root, base / "backup")))
+    mbs, bk = size / 1e6, statistics.median(took_bk)
+    print(f"median of {repeat}: backup {bk:.2f} s, {mbs / bk:.1f} MB/s")
+    for label, _, _ in copies:
+        alone = statistics.median(t for t, _ in took[label])
+        synced = statistics.median(t + s for t, s in took[label])
+        print(f"  {label} {alone:.2f} s ({mbs / alone:.1f} MB/s), {synced:.2f} s with sync: "
+              f"backup is {alone / bk:.2f}x of {label}, {synced / bk:.2f}x of {label} + sync")
     timed("backup (incremental, unchanged store)", lambda: backup(root, base / "backup"))
 
 

@@ -175,3 +175,122 @@ def test_a_restore_killed_midway_leaves_nothing_half_restored_and_is_run_again(
     assert report.copied and not staging.exists()
     assert not [p for p in target.iterdir() if p.name.startswith(".restore-")]
     assert answers(target) == answers(store)
+
+
+def _damage(path: Path) -> None:
+    """Flip one bit in the middle of `path`, keeping its size (bit rot, a bad sector)."""
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 1
+    path.write_bytes(bytes(data))
+
+
+def test_a_blob_damaged_in_the_store_is_reported_and_not_recorded(store: Path,
+                                                                  tmp_path: Path) -> None:
+    from tracklake._ops.backup import LEDGER_DIR, DamagedSourceError, unbacked_files
+
+    dest = tmp_path / "backup"
+    blob = next(p for p in (store / "blobs").rglob("*") if p.is_file())
+    rel = blob.relative_to(store).as_posix()
+    good = blob.read_bytes()
+    _damage(blob)
+    with pytest.raises(DamagedSourceError, match="damaged") as info:
+        backup(store, dest)
+    assert rel in str(info.value) and info.value.report.damaged == [rel]
+    files = read_manifest(dest)["files"]
+    assert rel not in files
+    others = {p.relative_to(store).as_posix() for p in store.rglob("*") if p.is_file()
+              and not p.name.startswith(".") and LEDGER_DIR not in p.parts} - {rel}
+    assert others <= set(files)  # every other file was backed up and recorded
+    assert not (dest / rel).exists() and not [p for p in dest.rglob(".*.tmp")]
+    assert rel in unbacked_files(store, [store / "blobs"])  # retention will not drop it
+    result = CliRunner().invoke(main, ["backup", str(dest), "--root", str(store)])
+    assert result.exit_code == 1 and rel in result.output and "damaged" in result.output
+    blob.write_bytes(good)  # repaired (from another copy): backed up as usual
+    report = backup(store, dest)
+    assert report.copied == [rel] and report.damaged == []
+    assert hashlib.sha256((dest / rel).read_bytes()).hexdigest() == blob.name
+
+
+def test_a_good_backup_of_a_blob_is_kept_when_the_store_copy_rots(store: Path,
+                                                                  tmp_path: Path) -> None:
+    dest = tmp_path / "backup"
+    backup(store, dest)
+    blob = next(p for p in (store / "blobs").rglob("*") if p.is_file())
+    rel = blob.relative_to(store).as_posix()
+    good = blob.read_bytes()
+    _damage(blob)
+    report = backup(store, dest)  # checked against its name, not against the source
+    assert rel not in report.copied and (dest / rel).read_bytes() == good
+    restored = tmp_path / "restored"
+    restore(dest, restored)
+    assert (restored / rel).read_bytes() == good
+
+
+def test_a_file_system_refusing_kernel_copies_gets_user_space_copies(
+        store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    def refuse(*args: object) -> int:
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "copy_file_range", refuse)
+    dest = tmp_path / "backup"
+    report = backup(store, dest)
+    blobs = [rel for rel in report.copied if rel.startswith("blobs/")]
+    assert blobs
+    for rel in blobs:
+        assert hashlib.sha256((dest / rel).read_bytes()).hexdigest() == rel.rsplit("/")[-1]
+
+
+def test_a_copy_that_does_not_read_back_stops_the_backup_unrecorded(
+        store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tracklake._ops.backup import blobcopy
+
+    real = blobcopy.kernel_copy
+
+    def failing_disk(src: Path, dst: Path) -> None:
+        real(src, dst)
+        _damage(dst)
+
+    monkeypatch.setattr(blobcopy, "kernel_copy", failing_disk)
+    dest = tmp_path / "backup"
+    with pytest.raises(BackupError, match="storage is failing") as info:
+        backup(store, dest)
+    assert "damaged" not in str(info.value)  # the store's blob is sound
+    assert not [p for p in (dest / "blobs").rglob("*") if p.is_file()]
+    assert not (dest / MANIFEST).exists() or not [
+        f for f in read_manifest(dest)["files"] if f.startswith("blobs/")]
+
+
+@pytest.mark.parametrize("size", [0, 1, (8 << 20) + 3])
+def test_blobs_of_edge_sizes_copy_and_verify(tmp_path: Path, size: int) -> None:
+    from tracklake._ops.backup.blobcopy import DamagedBlobError, copy_blob
+
+    data = os.urandom(size)
+    name = hashlib.sha256(data).hexdigest()
+    src = tmp_path / name
+    src.write_bytes(data)
+    dst = tmp_path / "out" / name
+    dst.parent.mkdir()
+    assert copy_blob(src, dst, f"blobs/sha256/{name[:2]}/{name}", name) == size
+    assert dst.read_bytes() == data
+    wrong = hashlib.sha256(data + b"x").hexdigest()
+    with pytest.raises(DamagedBlobError, match="damaged"):
+        copy_blob(src, tmp_path / "out" / wrong, f"blobs/sha256/{wrong[:2]}/{wrong}", wrong)
+    assert sorted(p.name for p in dst.parent.iterdir()) == [name]
+
+
+def test_blobs_a_killed_backup_left_are_checked_against_their_names(store: Path,
+                                                                    tmp_path: Path) -> None:
+    dest = tmp_path / "backup"
+    backup(store, dest)
+    (dest / MANIFEST).unlink()  # as if killed before its first save
+    blobs = sorted(p for p in (dest / "blobs").rglob("*") if p.is_file())
+    assert len(blobs) >= 2
+    _damage(blobs[0])  # same size, other bytes: must not be taken as the blob
+    report = backup(store, dest)
+    rel = blobs[0].relative_to(dest).as_posix()
+    assert report.copied == [rel]
+    assert hashlib.sha256(blobs[0].read_bytes()).hexdigest() == blobs[0].name
+    assert set(read_manifest(dest)["files"]) >= {
+        b.relative_to(dest).as_posix() for b in blobs}

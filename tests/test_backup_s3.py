@@ -143,3 +143,22 @@ def test_no_credential_is_written_into_the_store_or_the_backup(
 def test_a_missing_bucket_is_a_clear_error(store: Path, s3_env: S3Server) -> None:
     with pytest.raises(BackupError, match=r"no-such-bucket.*run the backup again"):
         backup(store, "s3://no-such-bucket-for-tracklake/b")
+
+
+def test_a_blob_damaged_in_the_store_is_not_left_in_the_bucket(
+        store: Path, tmp_path: Path, s3_bucket: str, s3_env: S3Server) -> None:
+    from tracklake._ops.backup import DamagedSourceError
+
+    url = f"s3://{s3_bucket}/b"
+    blob = next(p for p in (store / "blobs").rglob("*") if p.is_file())
+    rel = blob.relative_to(store).as_posix()
+    data = bytearray(blob.read_bytes())
+    data[0] ^= 1
+    blob.write_bytes(bytes(data))
+    with pytest.raises(DamagedSourceError, match="damaged") as info:
+        backup(store, url)
+    assert info.value.report.damaged == [rel]
+    assert rel not in objects(s3_env, s3_bucket, "b")  # uploaded, read back, deleted
+    files = read_manifest(url)["files"]
+    assert rel not in files and any(f.startswith("blobs/") for f in files)
+    assert verify_backup(url) == []

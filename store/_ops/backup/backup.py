@@ -11,10 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tracklake._ops.backup.blobcopy import DamagedBlobError, blob_digest
+from tracklake._ops.backup.errors import BackupError
 from tracklake._ops.backup.ledger import record_backup
 from tracklake._ops.backup.manifest import read_manifest, save_manifest
 from tracklake._ops.backup.select import EVERYTHING, Selection, is_unsealed_segment, store_files
-from tracklake._ops.backup.target import BackupError, LocalTarget, Target, local_digest, open_target
+from tracklake._ops.backup.target import LocalTarget, Target, local_digest, open_target
 from tracklake._read.reader import ReadProblems, list_streams, read_stream
 
 #: `progress(done, total, note)`: how a long operation reports (the command line draws it).
@@ -38,6 +40,20 @@ class BackupReport:
     bytes_copied: int = 0
     bytes_total: int = 0
     unrecorded: str | None = None  # why the store could not record this backup
+    damaged: list[str] = field(default_factory=list)  # store blobs not hashing to their name
+
+
+class DamagedSourceError(BackupError):
+    """Some store blobs are damaged and were left out; every other file was backed up
+    and recorded (`report` says what)."""
+
+    def __init__(self, root: Path, report: BackupReport) -> None:
+        names = ", ".join(report.damaged[:5]) + (", ..." if len(report.damaged) > 5 else "")
+        super().__init__(
+            f"{len(report.damaged)} blob(s) of the store at {root} are damaged (their bytes "
+            f"do not hash to their names) and were not backed up: {names}; every other file "
+            f"was backed up; run `tracklake fsck --root {root}` to see what they hold")
+        self.report = report
 
 
 def _workers(target: Target) -> int:
@@ -81,9 +97,12 @@ class _Job:
         self.stat_key = [st.st_size, st.st_mtime_ns]
         self.entry, self.held, self.runs = entry, held, runs
 
-    def __call__(self) -> tuple[dict[str, Any], bool] | None:
+    def __call__(self) -> tuple[dict[str, Any], bool] | DamagedBlobError | None:
         try:
-            return self._bring()
+            name = blob_digest(self.rel)
+            return self._bring() if name is None else self._bring_blob(name)
+        except DamagedBlobError as exc:
+            return exc
         except FileNotFoundError:
             if (self.root / self.rel).exists():
                 raise
@@ -100,6 +119,18 @@ class _Job:
                 return self._entry(digest, size), False  # copied by a killed backup
         digest, size = self.target.put(src, self.rel)
         return self._entry(digest, size), True
+
+    def _bring_blob(self, name: str) -> tuple[dict[str, Any], bool]:
+        """A blob's content is its name: what the backup holds under it is checked
+        against the name, and the source is read only to copy it."""
+        if self.held is not None:
+            if (self.entry is not None and self.entry["sha256"] == name
+                    and self.entry["size"] == self.held):
+                return self._entry(name, self.held), False  # touched, same content
+            if self.entry is None and self.target.digest(self.rel)[0] == name:
+                return self._entry(name, self.held), False  # copied by a killed backup
+        size = self.target.put_blob(self.root / self.rel, self.rel, name)
+        return self._entry(name, size), True
 
     def _entry(self, digest: str, size: int) -> dict[str, Any]:
         out = dict(self.entry or {})
@@ -179,12 +210,18 @@ def _backup(root: Path, target: Target, selection: Selection, sealed_only: bool,
         progress(done, len(jobs), "")
     save_manifest(target, manifest, str(root), copied=bool(report.copied))
     report.unrecorded = record_backup(root, target.url, files)
+    if report.damaged:
+        raise DamagedSourceError(root, report)
     return report
 
 
-def _collect(result: tuple[dict[str, Any], bool] | None, rel: str,
+def _collect(result: tuple[dict[str, Any], bool] | DamagedBlobError | None, rel: str,
              files: dict[str, dict[str, Any]], report: BackupReport, kill_at: str) -> None:
     if result is None:
+        return
+    if isinstance(result, DamagedBlobError):
+        report.damaged.append(rel)
+        files.pop(rel, None)  # the manifest names only what the backup holds intact
         return
     entry, copied = result
     files[rel] = entry

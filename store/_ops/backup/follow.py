@@ -9,8 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tracklake._ops.backup.backup import BackupReport, backup
+from tracklake._ops.backup.errors import BackupError
 from tracklake._ops.backup.select import EVERYTHING, Selection
-from tracklake._ops.backup.target import BackupError
 from tracklake._ops.retention.inventory import live_reason
 from tracklake._read.reader import list_runs
 

@@ -9,7 +9,8 @@ import json
 import os
 from typing import Any
 
-from tracklake._ops.backup.target import BackupError, Target, open_target
+from tracklake._ops.backup.errors import BackupError
+from tracklake._ops.backup.target import Target, open_target
 
 MANIFEST = "tracklake-backup.json"
 FORMAT = 1

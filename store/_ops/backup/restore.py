@@ -14,9 +14,10 @@ from typing import Any
 
 from tracklake._format import fsync_dir
 from tracklake._ops.backup.backup import BackupReport, Progress
+from tracklake._ops.backup.errors import BackupError
 from tracklake._ops.backup.manifest import MANIFEST, read_manifest
 from tracklake._ops.backup.select import EVERYTHING, Selection
-from tracklake._ops.backup.target import BackupError, Target, local_digest, open_target
+from tracklake._ops.backup.target import Target, local_digest, open_target
 
 
 def _listed(problems: list[str]) -> str:
