@@ -13,6 +13,8 @@ tracklake needs, and the built-in exporters use nothing else of the store:
 - records: `read_run(root, cursor, kinds=..., ranks=..., problems=...)` yields
   ``(StreamId, RecordBatch)`` strictly after a `Cursor`, which the caller advances and
   keeps; damaged or torn files are collected in `ReadProblems`, never raised;
+  `run_files(root, project, run)` lists a run's stream files with sizes and modification
+  times, so that a follower can tell that nothing was written since it last read;
 - the record schemas (`SCHEMAS`, one per kind in `KINDS`), the types of the Hive
   partition columns (`PARTITION_SCHEMA`: give it to any engine reading the Parquet parts,
   so that run ``0042`` stays a string), `StreamId`, and the format

@@ -123,3 +123,24 @@ def test_following_one_run_does_not_read_the_other_runs_of_the_store(root: Path)
     assert not thread.is_alive()
     assert _steps(dest, "p/r") == list(range(20))
     assert "p/other" not in dest.runs
+
+
+def test_run_files_changes_exactly_when_the_run_is_written(root: Path) -> None:
+    """What the follower compares: the same while the writer is idle, different after one
+    more value reaches the file, and covering only the run asked for."""
+    from tracklake.read import run_files
+
+    with tracklake.init(project="p", run_id="other", root=root, capture_identity=False) as o:
+        o.log({"x": 1.0}, step=0)
+    run = tracklake.init(project="p", run_id="r", root=root, capture_identity=False)
+    assert run_files(root, "p", "r") == ()  # nothing logged yet: no stream files
+    run.log({"x": 0.0}, step=0)
+    assert run.flush()
+    first = run_files(root, "p", "r")
+    assert first and all("run=r/" in path for path, _, _ in first)
+    assert run_files(root, "p", "r") == first
+    run.log({"x": 1.0}, step=1)
+    assert run.flush()
+    assert run_files(root, "p", "r") != first
+    run.finish()
+    assert run_files(root, "p", "nope") == ()
