@@ -13,6 +13,8 @@ tracklake needs, and the built-in exporters use nothing else of the store:
 - records: `read_run(root, cursor, kinds=..., ranks=..., problems=...)` yields
   ``(StreamId, RecordBatch)`` strictly after a `Cursor`, which the caller advances and
   keeps; damaged or torn files are collected in `ReadProblems`, never raised;
+  `run_files(root, project, run)` lists a run's stream files with sizes and modification
+  times, so that a follower can tell that nothing was written since it last read;
 - the record schemas (`SCHEMAS`, one per kind in `KINDS`), the types of the Hive
   partition columns (`PARTITION_SCHEMA`: give it to any engine reading the Parquet parts,
   so that run ``0042`` stays a string), `StreamId`, and the format
@@ -43,6 +45,8 @@ from tracklake._format import (
 from tracklake._format import blob_path as _blob_path
 from tracklake._format.attempt import TERMINAL_STATUSES, effective_status
 from tracklake._format.cursor import Cursor
+from tracklake._read.listing import stream_dirs as _stream_dirs
+from tracklake._read.location import is_url as _is_url
 from tracklake._read.location import read_root as resolve_root
 from tracklake._read.reader import ReadProblems, RunRecord, find_run, list_runs, read_run
 
@@ -66,6 +70,30 @@ def open_blob(root: str | os.PathLike[str], digest: str) -> BinaryIO:
     return blob_path(root, digest).open("rb")
 
 
+def run_files(root: str | os.PathLike[str], project: str, run: str,
+              kinds: tuple[str, ...] = KINDS) -> tuple[tuple[str, int, int], ...] | None:
+    """(path, size, mtime in ns) of every file in the stream directories of one run, sorted:
+    two equal answers mean nothing of the run's records was written, compacted or pruned
+    in between, so a follower can skip reading it. None for a store in an object store,
+    where a listing with sizes costs as much as reading what is new."""
+    base = resolve_root(root)
+    if _is_url(base):
+        return None
+    found: list[tuple[str, int, int]] = []
+    for directory in _stream_dirs(base, project, run, kinds).values():
+        try:
+            with os.scandir(os.path.join(base, directory)) as entries:
+                for entry in entries:
+                    try:
+                        info = entry.stat()
+                    except FileNotFoundError:
+                        continue  # compacted or pruned since it was listed
+                    found.append((entry.path, info.st_size, info.st_mtime_ns))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+    return tuple(sorted(found))
+
+
 __all__ = [
     "FORMAT_VERSION",
     "KINDS",
@@ -84,4 +112,5 @@ __all__ = [
     "open_blob",
     "read_run",
     "resolve_root",
+    "run_files",
 ]

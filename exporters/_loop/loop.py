@@ -16,11 +16,9 @@ import json
 import math
 import random
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 
@@ -31,6 +29,7 @@ from tracklake.exporters._loop.options import (
     ExportSummary,
     RunOutcome,
 )
+from tracklake.exporters._loop.pacing import Pacer, Unchanged
 from tracklake.exporters._loop.ranks import (
     AGGREGATES,
     Aggregator,
@@ -80,11 +79,16 @@ class Exporter:
         interval = self.options.commit_interval
         self.commit_interval = float(destination.commit_interval if interval is None
                                      else interval)
-        self._wake = threading.Event()
         self._writer = (WatchedProcess(self.options.while_pid)
                         if self.options.follow and self.options.while_pid is not None else None)
-        #: passes over the selected runs so far (following makes one per poll)
+        #: passes over the selected runs so far (following: at most one per poll, however
+        #: many file events came in between)
         self.passes = 0
+        #: runs read in those passes, and runs skipped because nothing changed since their
+        #: last delivery: what a followed export costs is in `reads`
+        self.reads = 0
+        self.skipped = 0
+        self.pacer: Pacer | None = None  # while following: when passes start, events seen
         destination.start(ExportContext(root=self.root, ranks=self.options.ranks))
         self._write_destination_record()
 
@@ -101,9 +105,14 @@ class Exporter:
         are finished (for ``--run``) or until interrupted."""
         if self.selection.is_empty():
             raise ValueError("select runs to export: a project, run ids, tags, since, or all")
-        observer = self._watch() if self.options.follow else None
+        opts = self.options
+        self.pacer = pacer = Pacer(self.root, poll_interval=opts.poll_interval, gap=opts.pass_gap,
+                      log=self.log) if opts.follow else None
+        unchanged = Unchanged(self.root, opts.kinds)
         done: dict[str, int] = {}  # run key -> attempts when it was finished and exported
         delivered: dict[str, float] = {}  # run key -> when it was last delivered (following)
+        if pacer is not None:
+            pacer.start()
         try:
             while True:
                 last_pass = self._writer_gone()  # nothing more will be written: drain, stop
@@ -113,16 +122,25 @@ class Exporter:
                     self._place = (place, len(runs))
                     if done.get(info.key) == info.attempts:
                         continue  # finished and fully exported; a new attempt reopens it
-                    if (self.options.follow and not last_pass
+                    if (opts.follow and not last_pass
                             and info.status not in TERMINAL_STATUSES
                             and self.clock() - delivered.get(info.key, -math.inf)
                             < self.commit_interval):
                         continue  # not yet: a destination whose commits are costly
+                    look = unchanged.look(info) if opts.follow else None
+                    if unchanged.since_delivered(info, look):
+                        self.skipped += 1
+                        continue  # nothing written since its last delivery
                     delivered[info.key] = self.clock()
+                    self.reads += 1
                     outcome = self.export_run(info)
+                    if outcome.error:
+                        unchanged.forget(info)
+                    else:
+                        unchanged.delivered(info, look)
                     if outcome.finished and not outcome.error:
                         done[info.key] = info.attempts
-                if not self.options.follow:
+                if pacer is None:
                     break
                 if self.selection.runs and all(done.get(f"{i.project}/{i.run}") == i.attempts
                                                for i in runs) and len(runs) >= len(
@@ -132,39 +150,15 @@ class Exporter:
                     self.summary.abandoned = [i.key for i in runs
                                               if done.get(i.key) != i.attempts]
                     break
-                self._wake.wait(self.options.poll_interval)
-                self._wake.clear()
+                pacer.wait()
         finally:
-            if observer is not None:
-                observer.stop()
+            if pacer is not None:
+                pacer.stop()
         return self.summary
 
     def _writer_gone(self) -> bool:
         """True once the process given as `while_pid` has exited."""
         return self._writer is not None and not self._writer.alive()
-
-    def _watch(self) -> Any:
-        """Wake the loop on file events under the root; polling covers file systems where
-        events never come (NFS, Lustre, other nodes' writes)."""
-        try:
-            from watchdog.events import FileSystemEventHandler
-            from watchdog.observers import Observer
-        except ImportError:
-            self.log("watchdog is not installed: following by polling every "
-                     f"{self.options.poll_interval} s")
-            return None
-        wake = self._wake
-
-        class Handler(FileSystemEventHandler):
-            def on_any_event(self, event: Any) -> None:
-                if "/exports/" not in str(getattr(event, "src_path", "")):
-                    wake.set()
-
-        observer = Observer()
-        observer.schedule(Handler(), str(self.root), recursive=True)
-        observer.daemon = True
-        observer.start()
-        return observer
 
     # -- one run -------------------------------------------------------------------------
 

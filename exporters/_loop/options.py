@@ -17,6 +17,9 @@ class ExportOptions:
     batch_rows: int = 50_000
     follow: bool = False
     poll_interval: float = 2.0  # seconds between polls while following (events wake sooner)
+    #: while following, seconds at least from the end of one pass to the start of the next
+    #: (at most `poll_interval`): file events in between are coalesced into one pass
+    pass_gap: float = 0.25
     retry_initial: float = 1.0
     retry_max: float = 60.0
     give_up_after: float | None = 600.0  # seconds of retrying a run before giving up; None: never

@@ -76,6 +76,13 @@ def run_info(record: RunRecord, now: float | None = None) -> RunInfo:
 
 
 def select_runs(root: Path, selection: Selection) -> list[RunInfo]:
+    """The selected runs as they are now; with run ids, only their directories are
+    listed (a follower of one run must not walk the whole store on every pass)."""
     now = time.time()
-    return [run_info(r, now) for r in list_runs(root, selection.project)
-            if selection.matches(r)]
+    if selection.runs:
+        records = [r for run in dict.fromkeys(selection.runs)
+                   for r in list_runs(root, selection.project, run)]
+        records.sort(key=lambda r: (r.project, r.run))
+    else:
+        records = list_runs(root, selection.project)
+    return [run_info(r, now) for r in records if selection.matches(r)]
