@@ -1,23 +1,25 @@
 """A derived catalog of settled runs, so that listing runs or connecting costs a `stat`
-per directory and one Arrow file instead of a listing per directory and JSON per file.
+per directory and file and one Arrow file, instead of a listing per directory and JSON
+decoded per file.
 
 ``ROOT/.cache/runs-v1.arrows`` holds one row per run whose files were all settled when it
-was written: the directories its metric parts and attempt files live in, each with its
-modification time, its compacted metric parts with their summaries, and its attempt
-records. An entry is used only while every one of those directories still has that
-mtime: every change a run's files go through adds, removes or renames a name in one of
-them (parts, merged parts and attempt files are written to a temporary name and renamed
-into place; retention and compaction unlink), and that changes the directory's mtime.
+was written: the directories its metric parts and attempt files live in and those files,
+each with its modification time; its compacted metric parts with their summaries;
+and its attempt records. An entry is used only while every one of those paths still has
+that mtime: every change tracklake makes to a run's files adds, removes or renames a name
+in one of those directories (parts, merged parts and attempt files are written to a
+temporary name and renamed into place; compaction, retention and fsck unlink or rename),
+which changes the directory's mtime; a file edited in place changes its own.
 Live segments are appended in place, which changes no directory, so a run with a live
 segment (or a damaged file, or an attempt file claimed but not written) is never
-catalogued; nor is a run with a directory changed in the `RACY_SECONDS` before the
-snapshot began (coarse mtimes, and clocks of NFS clients and server that disagree).
+catalogued; nor is a run with a path changed less than `RACY_SECONDS` before the reader
+began (coarse mtimes, and NFS clients whose clocks differ from the server's).
 
 Like `decoded`, the catalog is never the only copy of anything: delete it at any time and
 the next reader rebuilds it from the files. Training ranks never read or write it;
 readers replace it whole (`write_atomic`), so concurrent readers see one version or the
 other and need no lock; a file with another version, a wrong checksum or an unexpected
-schema is ignored and rebuilt. A read-only store is read without it.
+schema is ignored and rebuilt. A store the reader cannot write is read without it.
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ from __future__ import annotations
 import json
 import os
 import zlib
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,7 +50,7 @@ _PART = pa.struct([("path", pa.string()), ("first_seq", pa.int64()),
                    ("last_seq", pa.int64()), ("last_segment", pa.int64())])
 _DIR = pa.struct([("path", pa.string()), ("mtime_ns", pa.int64())])
 _SCHEMA = pa.schema([("project", pa.string()), ("run", pa.string()),
-                     ("dirs", pa.list_(_DIR)), ("parts", pa.list_(_PART)),
+                     ("watched", pa.list_(_DIR)), ("parts", pa.list_(_PART)),
                      ("attempts", pa.list_(pa.string())),
                      ("summaries", pa.list_(SUMMARY_FIELDS))])
 
@@ -63,14 +64,14 @@ class RunEntry:
 
     project: str
     run: str
-    dirs: list[tuple[str, int]]
+    watched: list[tuple[str, int]]  # paths and their mtimes
     parts: list[tuple[str, int, int, int]]  # path, first_seq, last_seq, last_segment
     attempts: list[str]  # attempt records as JSON
     summaries: list[dict[str, Any]]  # SUMMARY_FIELDS
 
 
 def mtime_ns(root: Path, rel: str) -> int:
-    """The mtime of directory `rel` of `root`, `ABSENT` if it does not exist."""
+    """The mtime of `rel` in `root`, `ABSENT` if it does not exist."""
     try:
         return os.stat(f"{root}{os.sep}{rel}").st_mtime_ns
     except (FileNotFoundError, NotADirectoryError):
@@ -87,6 +88,7 @@ class RunCatalog:
         self._table = self._load() if self.enabled else _SCHEMA.empty_table()
         self._valid: list[int] = []
         self._rows: pa.Table | None = None
+        self._stale: set[int] = set()
         self._fresh: list[RunEntry] = []
 
     def _load(self) -> pa.Table:
@@ -107,16 +109,16 @@ class RunCatalog:
 
     def settled(self, project: str | None, run: str | None) -> set[tuple[str, str]]:
         """(project, run) of the catalogued runs (of `project` / `run` if given) whose
-        directories all still have the mtimes recorded: their entries are what
+        watched paths all still have the mtimes recorded: their entries are what
         `parts`, `summaries` and `attempts` give."""
         t = self._table
         if not t.num_rows:
             return set()
         projects, runs = t.column("project").to_pylist(), t.column("run").to_pylist()
-        dirs = t.column("dirs").combine_chunks()
-        paths = dirs.flatten().field("path").to_pylist()
-        mtimes = dirs.flatten().field("mtime_ns").to_pylist()
-        offsets = dirs.offsets.to_pylist()
+        watched = t.column("watched").combine_chunks()
+        paths = watched.flatten().field("path").to_pylist()
+        mtimes = watched.flatten().field("mtime_ns").to_pylist()
+        offsets = watched.offsets.to_pylist()
         root = self.root
         found = set()
         for i, (p, r) in enumerate(zip(projects, runs, strict=True)):
@@ -126,6 +128,8 @@ class RunCatalog:
                    for j in range(offsets[i], offsets[i + 1])):
                 self._valid.append(i)
                 found.add((p, r))
+            else:
+                self._stale.add(i)
         return found
 
     def _settled_rows(self) -> pa.Table:
@@ -160,30 +164,26 @@ class RunCatalog:
 
     def keep(self, entry: RunEntry, since_ns: int) -> None:
         """Catalog `entry`, read by a snapshot that began at `since_ns`, unless one of its
-        directories changed too shortly before (its mtime could hide a later change)."""
+        paths changed too shortly before (its mtime could hide a later change)."""
         if self.enabled and all(m < since_ns - int(RACY_SECONDS * 1e9)
-                                for _, m in entry.dirs):
+                                for _, m in entry.watched):
             self._fresh.append(entry)
 
-    def save(self, complete: bool, looked_at: Iterable[tuple[str, str]]) -> None:
-        """Write the catalog if it changed: the settled entries, the fresh ones, and (unless
-        `complete`: every run was looked at) the old entries of runs not `looked_at`."""
+    def save(self) -> None:
+        """Write the catalog if it changed: the entries still valid, the fresh ones, and
+        those of the runs `settled` did not look at; the entries it found stale go (the
+        run changed since, or is gone)."""
         if not self.enabled:
             return
-        keep = set(self._valid)
-        if not complete:
-            seen = set(looked_at)
-            projects, runs = self._table.column("project"), self._table.column("run")
-            keep |= {i for i in range(self._table.num_rows)
-                     if (projects[i].as_py(), runs[i].as_py()) not in seen}
-        if not self._fresh and len(keep) == self._table.num_rows:
+        keep = [i for i in range(self._table.num_rows) if i not in self._stale]
+        if not self._fresh and not self._stale:
             return
         fresh = pa.Table.from_pylist([{
             "project": e.project, "run": e.run,
-            "dirs": [{"path": d, "mtime_ns": m} for d, m in e.dirs],
+            "watched": [{"path": d, "mtime_ns": m} for d, m in e.watched],
             "parts": [dict(zip(_PART.names, p, strict=True)) for p in e.parts],
             "attempts": e.attempts, "summaries": e.summaries} for e in self._fresh], _SCHEMA)
-        table = pa.concat_tables([self._table.take(pa.array(sorted(keep), pa.int64())), fresh])
+        table = pa.concat_tables([self._table.take(pa.array(keep, pa.int64())), fresh])
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, _SCHEMA) as writer:
             writer.write_table(table)
@@ -195,19 +195,20 @@ class RunCatalog:
             return  # a store this reader may not write: the catalog only saves time
 
 
-def run_dirs(root: Path, project: str, run: str) -> list[tuple[str, int]]:
+def watched_paths(root: Path, project: str, run: str) -> list[tuple[str, int]]:
     """Every directory of a run that a change to its metric parts or attempt files
-    touches (the run's, its ranks', its metric streams'), with its mtime (`ABSENT` for a
-    run directory that does not exist)."""
+    touches (the run's, its ranks', its metric streams'), and those files themselves
+    (changed in place, by someone or by damage that touches the mtime, they are read and
+    checked again), each with its mtime (`ABSENT` for a run directory that does not
+    exist)."""
     from tracklake._read.listing import names_in
 
     found = []
-    for base, depth in (("metrics", 2), ("runs", 1)):
+    for base in ("metrics", "runs"):
         level = [f"{base}/project={project}/run={run}"]
-        for _ in range(depth + 1):
+        for prefixes in (("rank=",), ("attempt=",), ("",)):
             found.extend(level)
             level = [f"{d}/{n}" for d in level for n in names_in(root, d)
-                     if n.startswith(("rank=", "attempt=")) and "." not in n]
-            if not level:
-                break
+                     if n.startswith(prefixes) and not n.startswith(".")]
+        found.extend(level)
     return [(d, mtime_ns(root, d)) for d in found]

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tracklake._format import StreamId
-from tracklake._read.catalog import RunEntry, run_dirs
+from tracklake._read.catalog import RunEntry, watched_paths
 from tracklake._read.reader import RunRecord, StreamFiles
 
 
@@ -28,10 +28,6 @@ class FreshRuns:
         if key not in self._entries:
             self._entries[key] = RunEntry(project, run, [], [], [], [])
         return self._entries[key]
-
-    @property
-    def runs(self) -> set[tuple[str, str]]:
-        return set(self._entries)
 
     def add(self, stream: StreamId, files: StreamFiles, rows: list[dict[str, Any]],
             settled: bool) -> None:
@@ -57,14 +53,14 @@ class FreshRuns:
         return record
 
     def entries(self, root: Path, complete: bool) -> list[RunEntry]:
-        """The settled runs' entries, their directories' mtimes taken now; none unless
+        """The settled runs' entries, the mtimes of their paths taken now; none unless
         both the metrics and the attempt files were read (`complete`)."""
         if not complete:
             return []
         out = []
         for key, entry in self._entries.items():
             if key not in self._unsettled:
-                entry.dirs = run_dirs(root, *key)
+                entry.watched = watched_paths(root, *key)
                 out.append(entry)
         return out
 

@@ -94,9 +94,11 @@ class Snapshot:
         # listed again (with parts to skip, a rare retry after damage, all are)
         catalog = RunCatalog(root)
         settled = frozenset(catalog.settled(scope.project, scope.run)) if \
-            "metrics" in scope.kinds and not skip else frozenset()
-        streams = stream_dirs(root, scope.project, scope.run,
-                              tuple(k for k in KINDS if k in scope.kinds), settled)
+            ("metrics" in scope.kinds or scope.attempts) and not skip else frozenset()
+        streams = {**stream_dirs(root, scope.project, scope.run,
+                                 tuple(k for k in KINDS if k in scope.kinds - {"metrics"})),
+                   **stream_dirs(root, scope.project, scope.run,
+                                 ("metrics",) if "metrics" in scope.kinds else (), settled)}
         if scope.kinds & STEP_KINDS and "metrics" not in scope.kinds and _resumed(
                 list_streams(root, scope.project, scope.run, ("metrics",))):
             # a resumed run: the steps its later attempts logged again hide the earlier
@@ -129,15 +131,18 @@ class Snapshot:
         #: the runs whose metrics have more than one attempt (only those have cutoffs)
         self.resumed = sorted({*_resumed(streams), *_resumed_in(catalogued)})
         self.runs = []
-        if scope.attempts:
-            self.runs = runs_from(root, scope.project, scope.run,
-                                  lambda path: fresh.attempt(path, cache.get(path, read_attempt)),
-                                  settled)
-            self.runs = _with_catalogued(self.runs, catalog.attempts())
+        if scope.attempts or "metrics" in scope.kinds:
+            # the attempt files of the runs not catalogued: for the runs view, and so that
+            # those runs can be catalogued
+            runs = runs_from(root, scope.project, scope.run,
+                             lambda path: fresh.attempt(path, cache.get(path, read_attempt)),
+                             settled)
             for entry in fresh.entries(root, "metrics" in scope.kinds):
                 catalog.keep(entry, since)
+            if scope.attempts:
+                self.runs = _with_catalogued(runs, catalog.attempts())
         cache.save(complete=scope.everything)
-        catalog.save(complete=scope.everything, looked_at=fresh.runs)
+        catalog.save()
 
     def _add_parts(self, root: Path, s: StreamId, directory: Path, skip: frozenset[Path],
                    problems: ReadProblems, cache: DecodedCache,
