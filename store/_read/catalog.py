@@ -2,7 +2,7 @@
 per directory and file and one Arrow file, instead of a listing per directory and JSON
 decoded per file.
 
-``ROOT/.cache/runs-v1.arrows`` holds one row per run whose files were all settled when it
+``ROOT/.cache/runs-v1.catalog`` holds one row per run whose files were all settled when it
 was written: the directories its metric parts and attempt files live in and those files,
 each with its modification time; its compacted metric parts with their summaries;
 and its attempt records. An entry is used only while every one of those paths still has
@@ -38,7 +38,8 @@ from tracklake._format.files import write_atomic
 from tracklake._read.decoded import RACY_SECONDS
 from tracklake._read.location import is_url
 
-CATALOG_FILE = Path(".cache") / "runs-v1.arrows"
+#: Not `.arrows`: globs for live segments must never find it.
+CATALOG_FILE = Path(".cache") / "runs-v1.catalog"
 _VERSION = 1
 
 SUMMARY_FIELDS = pa.struct(
