@@ -103,3 +103,13 @@ def test_a_run_logging_only_on_a_higher_rank_shows_its_last_step(root: Path) -> 
     row = json.loads(out)
     assert code == 0 and row["ranks"] == 2 and row["last_step"] == 7
     assert row["metrics"] == {"critic/score/mean": 1.0}
+
+
+def test_tsv_keeps_one_line_per_run_when_a_key_holds_a_tab(root: Path) -> None:
+    with tracklake.init(project="p", run_id="odd", root=root, capture_identity=False) as run:
+        run.log({"critic/a\tb": 1.0, "critic/c\nd": 2.0}, step=0)
+    code, out = _cli("runs", "--root", str(root), "--format", "tsv", "--metric", "critic/*")
+    assert code == 0
+    header, row = out.splitlines()
+    assert header.split("\t")[-2:] == ["critic/a b", "critic/c d"]
+    assert row.split("\t")[-2:] == ["1", "2"]

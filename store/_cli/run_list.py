@@ -141,9 +141,9 @@ def _print_table(root: Path, runs: list[dict[str, Any]], chosen: list[str],
 def _print_tsv(runs: list[dict[str, Any]], chosen: list[str],
                last: dict[tuple[str, str, str], Any]) -> None:
     """One header line, then one line per run, cells separated by tabs (tabs and line
-    breaks inside a cell, possible only in a run or project id, become spaces)."""
+    breaks inside a cell or a metric key become spaces)."""
     clean = str.maketrans({"\t": " ", "\n": " ", "\r": " "})
-    lines = ["\t".join((*_COLUMNS, *chosen))]
+    lines = ["\t".join(c.translate(clean) for c in (*_COLUMNS, *chosen))]
     lines.extend("\t".join(c.translate(clean) for c in _cells(r, chosen, last)) for r in runs)
     click.echo("\n".join(lines))
 
