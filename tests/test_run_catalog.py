@@ -210,3 +210,26 @@ def test_readers_writing_the_catalog_at_once_leave_one_whole_catalog(root: Path)
     assert _catalogued(root) == [f"r{i}" for i in range(6)]
     assert not [p for p in (root / ".cache").iterdir() if p.name.startswith(".")]
     assert [t.to_pylist() for t in _answers(root)] == expected
+
+
+def test_show_and_runs_print_the_same_from_the_catalog(root: Path) -> None:
+    from click.testing import CliRunner
+
+    from tracklake._cli.main import main
+
+    _store(root)
+
+    commands = (["runs", "--metric", "loss"], ["show", "r1"],
+                ["runs", "--format", "json", "--metric", "*"])
+
+    def printed(args: list[str]) -> str:
+        return CliRunner().invoke(main, [*args, "--root", str(root)],
+                                  catch_exceptions=False).output
+
+    from_files = []
+    for args in commands:
+        shutil.rmtree(root / ".cache", ignore_errors=True)
+        from_files.append(printed(args))
+    assert _catalogued(root) == ["r0", "r1", "r2"]
+    assert [printed(args) for args in commands] == from_files
+    assert "r1" in from_files[1] and "loss" in from_files[1]
