@@ -8,7 +8,8 @@ twice: as the writers left it (live segments only: nobody ran ``tracklake compac
 after ``tracklake.compact(root=...)``. Each question runs in a fresh process (what a user
 waits for at the shell), median of ``--repeat`` runs:
 
-- ``tracklake runs --root ROOT``                          (the run table)
+- ``tracklake runs --root ROOT``                          (the run table: newest 50)
+- ``tracklake runs --all --format tsv --root ROOT``       (every run, plain text)
 - ``tracklake sql "SELECT count(*) FROM metrics"``        (points in the store)
 - ``tracklake sql "<last value of key k0 per run>"``      (``arg_max(value, step)``)
 
@@ -19,7 +20,9 @@ and CPU (user + system of the child) seconds are printed, and the ratios trackla
 DuckDB of both: on a shared machine the CPU time is the steadier one. A store under
 ``--data-dir`` built with the same parameters is reused (``--rebuild`` builds it again);
 ``--root STORE`` only times an existing store as it is (run it with ``PYTHONPATH``
-pointing at another checkout to time that code on the same files).
+pointing at another checkout to time that code on the same files). Readers keep a derived
+run catalog in ``ROOT/.cache``: the first question after a change rebuilds it, so each
+question is run once untimed first (``--cold`` times that first run instead).
 
 Usage (from the repository root)::
 
@@ -90,9 +93,12 @@ def _cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _timed(argv: list[str], repeat: int) -> tuple[float, float, str]:
+def _timed(argv: list[str], repeat: int, warm: bool = True) -> tuple[float, float, str]:
     """Median wall and CPU (user + system) seconds of `argv` in a fresh process: on a
-    shared machine the wall time carries other jobs' load, the CPU time much less."""
+    shared machine the wall time carries other jobs' load, the CPU time much less. With
+    `warm`, after one untimed run (which writes what the readers' caches lack)."""
+    if warm:
+        subprocess.run(argv, capture_output=True, check=True)
     times, cpus, out = [], [], ""
     for _ in range(repeat):
         started, cpu = time.perf_counter(), _cpu()
@@ -113,21 +119,23 @@ def _duckdb(sql: str) -> list[str]:
     return [sys.executable, "-c", code, sql]
 
 
-def measure(root: Path, repeat: int, compacted: bool) -> list[dict[str, Any]]:
+def measure(root: Path, repeat: int, compacted: bool, warm: bool = True
+            ) -> list[dict[str, Any]]:
     parquet = f"read_parquet('{root}/metrics/**/*.parquet', hive_partitioning = true)"
     last = ("SELECT run, arg_max(value, step) AS last FROM {src} WHERE key = 'k0' "
             "GROUP BY run ORDER BY run")
     rows = []
     for name, args, direct_sql in [
         ("tracklake runs", ["runs"], None),
+        ("runs --all --format tsv", ["runs", "--all", "--format", "tsv"], None),
         ("count(*) of metrics", ["sql", "SELECT count(*) FROM metrics"],
          f"SELECT count(*) FROM {parquet}"),
         ("last k0 per run", ["sql", last.format(src="metrics")], last.format(src=parquet)),
     ]:
-        seconds, cpu, _ = _timed(_tracklake(root, *args), repeat)
+        seconds, cpu, _ = _timed(_tracklake(root, *args), repeat, warm)
         row: dict[str, Any] = {"question": name, "tracklake_s": seconds, "tracklake_cpu": cpu}
         if compacted and direct_sql is not None:
-            row["duckdb_s"], row["duckdb_cpu"], _ = _timed(_duckdb(direct_sql), repeat)
+            row["duckdb_s"], row["duckdb_cpu"], _ = _timed(_duckdb(direct_sql), repeat, warm)
             row["ratio"] = seconds / row["duckdb_s"]
             row["cpu_ratio"] = cpu / row["duckdb_cpu"]
         rows.append(row)
@@ -136,12 +144,12 @@ def measure(root: Path, repeat: int, compacted: bool) -> list[dict[str, Any]]:
 
 def _print(title: str, rows: list[dict[str, Any]]) -> None:
     print(f"\n{title}  (wall / CPU seconds, fresh process each)")
-    print(f"  {'question':<22} {'tracklake':>14} {'duckdb':>14} {'ratio':>11}")
+    print(f"  {'question':<24} {'tracklake':>14} {'duckdb':>14} {'ratio':>11}")
     for r in rows:
         ours = f"{r['tracklake_s']:.2f} / {r['tracklake_cpu']:.2f}"
         duck = f"{r['duckdb_s']:.2f} / {r['duckdb_cpu']:.2f}" if "duckdb_s" in r else "-"
         ratio = f"{r['ratio']:.2f} / {r['cpu_ratio']:.2f}" if "ratio" in r else "-"
-        print(f"  {r['question']:<22} {ours:>14} {duck:>14} {ratio:>11}")
+        print(f"  {r['question']:<24} {ours:>14} {duck:>14} {ratio:>11}")
 
 
 def main() -> None:
@@ -159,10 +167,14 @@ def main() -> None:
     parser.add_argument("--root", type=Path,
                         help="Only time this existing store as it is (no build, no compaction);"
                              " with PYTHONPATH pointing at another checkout, that code's times.")
+    parser.add_argument("--cold", action="store_true",
+                        help="Time each question's first run (caches as the store left them)"
+                             " instead of warming the readers' caches first.")
     args = parser.parse_args()
+    warm = not args.cold
     if args.root is not None:
         compacted = not any(args.root.rglob("*.arrows"))
-        rows = measure(args.root, args.repeat, compacted)
+        rows = measure(args.root, args.repeat, compacted, warm)
         _print(f"{args.root} ({'compacted' if compacted else 'with live segments'})", rows)
         if args.json:
             args.json.write_text(json.dumps(rows, indent=2))
@@ -173,7 +185,7 @@ def main() -> None:
     result: dict[str, Any] = {"runs": args.runs, "steps": args.steps, "values": values}
     if any(root.rglob("*.arrows")):
         if not args.skip_live:
-            result["live"] = measure(root, args.repeat, compacted=False)
+            result["live"] = measure(root, args.repeat, compacted=False, warm=warm)
             _print("as the writers left it (segments not yet in Parquet)", result["live"])
         import tracklake
 
@@ -181,7 +193,7 @@ def main() -> None:
         tracklake.compact(root=root)
         result["compact_s"] = time.perf_counter() - started
         print(f"\ncompacted in {result['compact_s']:.1f} s")
-    result["compacted"] = measure(root, args.repeat, compacted=True)
+    result["compacted"] = measure(root, args.repeat, compacted=True, warm=warm)
     _print("compacted", result["compacted"])
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))

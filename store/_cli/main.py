@@ -116,14 +116,25 @@ def main() -> None:
 @click.option("--project", help="Only runs of this project.")
 @click.option("--metric", "metrics", multiple=True,
               help="Metric key (or glob) whose last value is shown; repeatable.")
+@click.option("--limit", type=click.IntRange(min=1),
+              help="Show the newest N runs [default: 50 for the table, all for tsv/json].")
+@click.option("--all", "all_runs", is_flag=True, help="Show every run.")
+@click.option("--format", "fmt", type=click.Choice(["table", "tsv", "json"]),
+              default="table", show_default=True,
+              help="A table for people; tab-separated or JSON lines for scripts.")
 @_friendly
-def runs(root: Path | None, project: str | None, metrics: tuple[str, ...]) -> None:
-    """List runs: status, attempts, ranks, last step, start, duration, last metrics."""
-    from tracklake._cli.present import print_runs
+def runs(root: Path | None, project: str | None, metrics: tuple[str, ...],
+         limit: int | None, all_runs: bool, fmt: str) -> None:
+    """List runs, newest last: status, attempts, ranks, last step, start, duration, last
+    metrics. The table shows the newest 50 and says how many older runs it hides."""
+    from tracklake._cli.run_list import print_runs
     from tracklake._read.reader import ReadProblems
 
+    if all_runs and limit is not None:
+        raise click.UsageError("--all and --limit exclude each other")
     problems = ReadProblems()
-    print_runs(_store(root), project, metrics, problems)
+    print_runs(_store(root), project, metrics, problems, limit=0 if all_runs else limit,
+               fmt=fmt)
     warn_problems(problems)
 
 

@@ -1,8 +1,7 @@
-"""What the CLI prints: tables of runs, one run, diffs, query results."""
+"""What the CLI prints: one run, diffs, query results (the run table: `run_list`)."""
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import sys
 from pathlib import Path
@@ -18,14 +17,10 @@ from tracklake._errors import QueryError
 from tracklake._read.location import is_url
 from tracklake._read.query import query, with_connection
 from tracklake._read.reader import ReadProblems, RunRecord, find_run
-from tracklake._read.scope import EVERYTHING, scope_of_views
+from tracklake._read.scope import EVERYTHING
 
 if TYPE_CHECKING:
     import duckdb
-
-#: Keys shown by `tracklake runs` when none are chosen, if the runs have them.
-DEFAULT_RUN_METRICS = ("critic/score/mean", "actor/pg_loss", "val-core/*")
-
 
 def _console() -> Console:
     return Console(soft_wrap=False, width=None if sys.stdout.isatty() else 200)
@@ -53,47 +48,6 @@ def _duration(seconds: float | None) -> str:
         return ""
     s = round(seconds)
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
-
-
-def print_runs(root: Path, project: str | None, metrics: tuple[str, ...],
-               problems: ReadProblems) -> None:
-    runs, summaries = with_connection(root, problems, lambda con: _runs_rows(con, project),
-                                      scope_of_views({"runs", "metric_summaries"}))
-    keys = sorted({s["key"] for s in summaries})
-    patterns = metrics or DEFAULT_RUN_METRICS
-    chosen = [k for p in patterns for k in keys if fnmatch.fnmatchcase(k, p)][:6]
-    last = {(s["project"], s["run"], s["key"]): s["last_value"] for s in summaries}
-    table = Table(title=f"runs in {root}")
-    for col in ("project", "run", "status", "attempts", "ranks", "last step", "start",
-                "duration", *chosen):
-        table.add_column(col, overflow="fold")
-    for r in runs:
-        table.add_row(r["project"], r["run"], r["status"], _fmt(r["attempts"]), _fmt(r["ranks"]),
-                      _fmt(r["last_step"]), r["start"], _duration(r["duration"]),
-                      *(_fmt(last.get((r["project"], r["run"], k))) for k in chosen))
-    if not runs:
-        click.echo(f"no runs in {root}")
-        return
-    _console().print(table)
-
-
-def _runs_rows(con: duckdb.DuckDBPyConnection, project: str | None
-               ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The runs to list, and the last value of each key on each run's lowest rank."""
-    where = "WHERE project = $project" if project else ""
-    params = {"project": project} if project else {}
-    runs = query(f"""
-        SELECT r.project, r.run, r.status, r.attempts, r.ranks, s.last_step,
-               strftime(r.started_at, '%Y-%m-%d %H:%M:%S') AS start,
-               epoch(r.ended_at) - epoch(r.started_at) AS duration
-        FROM runs r LEFT JOIN (SELECT project, run, max(last_step) AS last_step
-                               FROM metric_summaries GROUP BY ALL) s USING (project, run)
-        {where} ORDER BY r.started_at""", params=params, connection=con).to_pylist()
-    summaries = query("SELECT project, run, key, last_value FROM metric_summaries "
-                      "WHERE rank = (SELECT min(rank) FROM metric_summaries m2 WHERE "
-                      "m2.project = metric_summaries.project AND m2.run = metric_summaries.run)",
-                      connection=con).to_pylist()
-    return runs, summaries
 
 
 def print_run(root: Path, run_id: str, project: str | None, problems: ReadProblems) -> None:

@@ -43,9 +43,16 @@ class DecodedCache:
         self.enabled = not is_url(root)
         self.path = root / CACHE_FILE
         self._prefix = f"{root}{os.sep}"
-        self._entries: dict[str, list[Any]] = self._load() if self.enabled else {}
+        # read on first use: when the run catalog answers for every run, never
+        self._loaded: dict[str, list[Any]] | None = None if self.enabled else {}
         self._seen: dict[str, list[Any]] = {}
         self._changed = False
+
+    @property
+    def _entries(self) -> dict[str, list[Any]]:
+        if self._loaded is None:
+            self._loaded = self._load()
+        return self._loaded
 
     def _load(self) -> dict[str, list[Any]]:
         """The entries of the cache file: a header line (version, CRC-32 of the rest),
@@ -86,8 +93,8 @@ class DecodedCache:
     def save(self, complete: bool) -> None:
         """Write the cache if it changed. `complete`: every cached kind of file was looked
         at, so entries not seen are of files that are gone and are dropped."""
-        if not self.enabled:
-            return
+        if not self.enabled or self._loaded is None:
+            return  # never used: nothing changed
         files = self._seen if complete else {**self._entries, **self._seen}
         if not self._changed and files.keys() == self._entries.keys():
             return
@@ -99,6 +106,6 @@ class DecodedCache:
             # a store this reader may not write (read-only mount, another user's): the
             # cache only saves time, and every answer was read from the files themselves
             return
-        self._entries = dict(files)
+        self._loaded = dict(files)
         self._changed = False
 

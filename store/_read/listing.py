@@ -33,12 +33,16 @@ def _subdirs(root: Path, rel: str, name: str, value: str | None) -> list[tuple[s
     return [(n[len(prefix):], f"{rel}/{n}") for n in names_in(root, rel) if n.startswith(prefix)]
 
 
-def rank_dirs(root: Path, base: str, project: str | None, run: str | None
-               ) -> Iterator[tuple[str, str, int, str]]:
+def rank_dirs(root: Path, base: str, project: str | None, run: str | None,
+              skip_runs: frozenset[tuple[str, str]] = frozenset()
+              ) -> Iterator[tuple[str, str, int, str]]:
     """(project, run, rank, relative path) of each `project=/run=/rank=` directory under
-    directory `base` of `root`."""
+    directory `base` of `root`, but of no run in `skip_runs` (their directories are not
+    listed)."""
     for p, pdir in _subdirs(root, base, "project", project):
         for r, rdir in _subdirs(root, pdir, "run", run):
+            if (p, r) in skip_runs:
+                continue
             for rank, rankdir in _subdirs(root, rdir, "rank", None):
                 if rank.isdigit():
                     yield p, r, int(rank), rankdir
@@ -51,12 +55,14 @@ def list_streams(root: Path, project: str | None = None, run: str | None = None,
 
 
 def stream_dirs(root: Path, project: str | None = None, run: str | None = None,
-                kinds: tuple[str, ...] = KINDS) -> dict[StreamId, str]:
-    """Every stream in the store (optionally of one project / run), sorted, with its
-    directory relative to `root` as walked (so that nobody joins it again)."""
+                kinds: tuple[str, ...] = KINDS,
+                skip_runs: frozenset[tuple[str, str]] = frozenset()) -> dict[StreamId, str]:
+    """Every stream in the store (optionally of one project / run; none of `skip_runs`),
+    sorted, with its directory relative to `root` as walked (so that nobody joins it
+    again)."""
     found: list[tuple[StreamId, str]] = []
     for kind in kinds:
-        for p, r, rank, rankdir in rank_dirs(root, kind, project, run):
+        for p, r, rank, rankdir in rank_dirs(root, kind, project, run, skip_runs):
             for attempt, directory in _subdirs(root, rankdir, "attempt", None):
                 if attempt.isdigit():
                     found.append((StreamId(p, r, rank, int(attempt), kind), directory))

@@ -4,6 +4,7 @@ footers checked), the live tail as tables, metric summaries and the runs' attemp
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,11 @@ from tracklake._errors import FormatError, NewerFormatError, StoreError
 from tracklake._format import KINDS, PARTITION_SCHEMA, SCHEMAS, StreamId
 from tracklake._format.attempt import effective_status, read_attempt
 from tracklake._format.part import open_part, summary_rows
+from tracklake._read.catalog import RunCatalog
 from tracklake._read.decoded import DecodedCache
+from tracklake._read.fresh import FreshRuns as _FreshRuns
+from tracklake._read.fresh import resumed_in as _resumed_in
+from tracklake._read.fresh import with_catalogued as _with_catalogued
 from tracklake._read.listing import stream_dirs
 from tracklake._read.reader import (
     Part,
@@ -81,11 +86,19 @@ class Snapshot:
     def __init__(self, root: Path, problems: ReadProblems | None = None,
                  skip: frozenset[Path] = frozenset(), scope: Scope = EVERYTHING) -> None:
         problems = ReadProblems() if problems is None else problems
+        since = time.time_ns()
         self.parts: dict[str, list[Part]] = {k: [] for k in KINDS}
         live: dict[str, list[tuple[pa.Table, StreamId]]] = {k: [] for k in KINDS}
         summaries: list[dict[str, Any]] = []
-        streams = stream_dirs(root, scope.project, scope.run,
-                              tuple(k for k in KINDS if k in scope.kinds))
+        # runs whose metric parts and attempt files are as the catalog has them are not
+        # listed again (with parts to skip, a rare retry after damage, all are)
+        catalog = RunCatalog(root)
+        settled = frozenset(catalog.settled(scope.project, scope.run)) if \
+            ("metrics" in scope.kinds or scope.attempts) and not skip else frozenset()
+        streams = {**stream_dirs(root, scope.project, scope.run,
+                                 tuple(k for k in KINDS if k in scope.kinds - {"metrics"})),
+                   **stream_dirs(root, scope.project, scope.run,
+                                 ("metrics",) if "metrics" in scope.kinds else (), settled)}
         if scope.kinds & STEP_KINDS and "metrics" not in scope.kinds and _resumed(
                 list_streams(root, scope.project, scope.run, ("metrics",))):
             # a resumed run: the steps its later attempts logged again hide the earlier
@@ -94,23 +107,42 @@ class Snapshot:
                                   tuple(k for k in KINDS if k in scope.kinds | {"metrics"}))
         #: the kinds read, in KINDS order (those of `scope`, and metrics for cutoffs)
         self.kinds = tuple(k for k in KINDS if k in {s.kind for s in streams} | scope.kinds)
-        #: the runs whose metrics have more than one attempt (only those have cutoffs)
-        self.resumed = _resumed(streams)
         cache = DecodedCache(root)
+        fresh = _FreshRuns()
         for s, directory in streams.items():
+            before = (len(summaries), len(problems.damaged))
             files = self._add_parts(root, s, root / directory, skip, problems, cache,
                                     summaries)
+            if s.kind == "metrics":
+                fresh.add(s, files, summaries[before[0]:],
+                          settled=len(problems.damaged) == before[1] and not files.segments
+                          and not skip)
             after = max((p.last_seq for p in files.parts), default=-1)
             if files.segments:
                 batches = list(read_stream(root, s, after, problems))
                 if batches:
                     live[s.kind].append((pa.Table.from_batches(batches, SCHEMAS[s.kind]), s))
         self.live = {k: _with_partitions(v, k) for k, v in live.items()}
-        self.summaries = pa.Table.from_pylist(summaries, _SUMMARY_SCHEMA)
-        self.runs = runs_from(root, scope.project, scope.run,
-                              lambda path: cache.get(path, read_attempt)
-                              ) if scope.attempts else []
+        catalogued = catalog.summaries(_SUMMARY_SCHEMA)
+        self.summaries = pa.concat_tables(
+            [catalogued, pa.Table.from_pylist(summaries, _SUMMARY_SCHEMA)])
+        self.parts["metrics"].extend(Part(first, last, segment, root / path)
+                                     for path, first, last, segment in catalog.parts())
+        #: the runs whose metrics have more than one attempt (only those have cutoffs)
+        self.resumed = sorted({*_resumed(streams), *_resumed_in(catalogued)})
+        self.runs = []
+        if scope.attempts or "metrics" in scope.kinds:
+            # the attempt files of the runs not catalogued: for the runs view, and so that
+            # those runs can be catalogued
+            runs = runs_from(root, scope.project, scope.run,
+                             lambda path: fresh.attempt(path, cache.get(path, read_attempt)),
+                             settled)
+            for entry in fresh.entries(root, "metrics" in scope.kinds):
+                catalog.keep(entry, since)
+            if scope.attempts:
+                self.runs = _with_catalogued(runs, catalog.attempts())
         cache.save(complete=scope.everything)
+        catalog.save()
 
     def _add_parts(self, root: Path, s: StreamId, directory: Path, skip: frozenset[Path],
                    problems: ReadProblems, cache: DecodedCache,

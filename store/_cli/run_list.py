@@ -1,0 +1,160 @@
+"""`tracklake runs`: the run table, newest runs first to be read, in three renderings.
+
+A lab's store holds thousands of runs; a terminal shows a screenful. The table shows the
+newest `DEFAULT_LIMIT` runs (oldest of them first, so the newest is next to the prompt) and
+says how many older ones it hides; `--limit N` / `--all` choose. Only the runs shown are
+asked for their metrics, and rich, whose layout costs ≈ 0.5 ms per cell, renders only
+them. `tsv` and `json` are plain renderings for scripts and pipes: every run unless
+`--limit`, one line per run, built without rich at all.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from tracklake._read.query import query, with_connection
+from tracklake._read.reader import ReadProblems
+from tracklake._read.scope import scope_of_views
+
+if TYPE_CHECKING:
+    import duckdb
+
+#: Keys shown by `tracklake runs` when none are chosen, if the runs have them.
+DEFAULT_RUN_METRICS = ("critic/score/mean", "actor/pg_loss", "val-core/*")
+#: Runs the table shows when neither `--limit` nor `--all` is given.
+DEFAULT_LIMIT = 50
+#: Metric columns at most (a table wider than a terminal helps nobody).
+_MAX_METRICS = 6
+FORMATS = ("table", "tsv", "json")
+_COLUMNS = ("project", "run", "status", "attempts", "ranks", "last step", "start",
+            "duration")
+
+
+def print_runs(root: Path, project: str | None, metrics: tuple[str, ...],
+               problems: ReadProblems, *, limit: int | None = None, fmt: str = "table"
+               ) -> None:
+    """Print the runs of `root` (of `project`), the newest `limit` of them (None: the
+    table's default, every run for `tsv`/`json`; 0: every run)."""
+    if limit is None:
+        limit = DEFAULT_LIMIT if fmt == "table" else 0
+    total, runs, chosen, last = with_connection(
+        root, problems, lambda con: _runs_rows(con, project, metrics, limit),
+        scope_of_views({"runs", "metric_summaries"}))
+    if fmt == "json":
+        _print_json(runs, chosen, last)
+    elif fmt == "tsv":
+        _print_tsv(runs, chosen, last)
+    elif not runs:
+        click.echo(f"no runs in {root}")
+    else:
+        _print_table(root, runs, chosen, last)
+        if total > len(runs):
+            click.echo(f"({total - len(runs)} older runs not shown; --limit N or --all "
+                       "lists them)")
+
+
+def _runs_rows(con: duckdb.DuckDBPyConnection, project: str | None,
+               metrics: tuple[str, ...], limit: int
+               ) -> tuple[int, list[dict[str, Any]], list[str], dict[tuple[str, str, str], Any]]:
+    """How many runs there are; the newest `limit` of them (0: all), oldest first; the
+    metric keys chosen; and the last value of those keys on each shown run's lowest rank."""
+    where = "WHERE project = $project" if project else ""
+    params: dict[str, Any] = {"project": project} if project else {}
+    total = query(f"SELECT count(*) AS n FROM runs {where}", params=params,
+                  connection=con).column("n")[0].as_py()
+    newest = f"ORDER BY r.started_at DESC, r.project DESC, r.run DESC LIMIT {int(limit)}" \
+        if limit else ""
+    shown = query(f"""
+        SELECT r.project, r.run, r.status, r.attempts, r.ranks, r.started_at,
+               strftime(r.started_at, '%Y-%m-%d %H:%M:%S') AS start,
+               epoch(r.ended_at) - epoch(r.started_at) AS duration
+        FROM runs r {where} {newest}""", params=params, connection=con)
+    con.register("_shown", shown.select(["project", "run"]))
+    # the shown runs' summaries, on each run's lowest rank (the rank `show` calls its own)
+    lowest = """WITH m AS (SELECT * FROM metric_summaries SEMI JOIN _shown USING (project, run)),
+                low AS (SELECT project, run, min(rank) AS rank, max(last_step) AS last_step
+                        FROM m GROUP BY ALL)
+                SELECT m.project, m.run, m.key, m.last_value, low.last_step
+                FROM m JOIN low USING (project, run, rank)"""
+    summaries = query(lowest, connection=con)
+    con.unregister("_shown")
+    keys = sorted(set(summaries.column("key").to_pylist()))
+    chosen = [k for p in (metrics or DEFAULT_RUN_METRICS) for k in keys
+              if fnmatch.fnmatchcase(k, p)][:_MAX_METRICS]
+    steps: dict[tuple[str, str], Any] = {}
+    last: dict[tuple[str, str, str], Any] = {}
+    wanted = set(chosen)
+    for p, r, k, value, step in zip(*(summaries.column(c).to_pylist() for c in (
+            "project", "run", "key", "last_value", "last_step")), strict=True):
+        steps[(p, r)] = step
+        if k in wanted:
+            last[(p, r, k)] = value
+    runs = shown.drop_columns(["started_at"]).to_pylist()
+    for r in runs:
+        r["last_step"] = steps.get((r["project"], r["run"]))
+    runs.sort(key=lambda r: (r["start"] or "", r["project"], r["run"]))
+    return total, runs, chosen, last
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    s = round(seconds)
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
+
+
+def _cells(run: dict[str, Any], chosen: list[str],
+           last: dict[tuple[str, str, str], Any]) -> list[str]:
+    return [run["project"], run["run"], run["status"], _fmt(run["attempts"]),
+            _fmt(run["ranks"]), _fmt(run["last_step"]), run["start"] or "",
+            _duration(run["duration"]),
+            *(_fmt(last.get((run["project"], run["run"], k))) for k in chosen)]
+
+
+def _print_table(root: Path, runs: list[dict[str, Any]], chosen: list[str],
+                 last: dict[tuple[str, str, str], Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"runs in {root}")
+    for col in (*_COLUMNS, *chosen):
+        table.add_column(col, overflow="fold")
+    for r in runs:
+        table.add_row(*_cells(r, chosen, last))
+    Console(soft_wrap=False, width=None if sys.stdout.isatty() else 200).print(table)
+
+
+def _print_tsv(runs: list[dict[str, Any]], chosen: list[str],
+               last: dict[tuple[str, str, str], Any]) -> None:
+    """One header line, then one line per run, cells separated by tabs (tabs and line
+    breaks inside a cell or a metric key become spaces)."""
+    clean = str.maketrans({"\t": " ", "\n": " ", "\r": " "})
+    lines = ["\t".join(c.translate(clean) for c in (*_COLUMNS, *chosen))]
+    lines.extend("\t".join(c.translate(clean) for c in _cells(r, chosen, last)) for r in runs)
+    click.echo("\n".join(lines))
+
+
+def _print_json(runs: list[dict[str, Any]], chosen: list[str],
+                last: dict[tuple[str, str, str], Any]) -> None:
+    """One JSON object per run and line, values unformatted (floats in full)."""
+    out = []
+    for r in runs:
+        row = {**r, "metrics": {k: last[(r["project"], r["run"], k)] for k in chosen
+                                if (r["project"], r["run"], k) in last}}
+        out.append(json.dumps(row, default=str))
+    if out:
+        click.echo("\n".join(out))

@@ -1,0 +1,215 @@
+"""A derived catalog of settled runs, so that listing runs or connecting costs a `stat`
+per directory and file and one Arrow file, instead of a listing per directory and JSON
+decoded per file.
+
+``ROOT/.cache/runs-v1.catalog`` holds one row per run whose files were all settled when it
+was written: the directories its metric parts and attempt files live in and those files,
+each with its modification time; its compacted metric parts with their summaries;
+and its attempt records. An entry is used only while every one of those paths still has
+that mtime: every change tracklake makes to a run's files adds, removes or renames a name
+in one of those directories (parts, merged parts and attempt files are written to a
+temporary name and renamed into place; compaction, retention and fsck unlink or rename),
+which changes the directory's mtime; a file edited in place changes its own.
+Live segments are appended in place, which changes no directory, so a run with a live
+segment (or a damaged file, or an attempt file claimed but not written) is never
+catalogued; nor is a run with a path changed less than `RACY_SECONDS` before the reader
+began (coarse mtimes, and NFS clients whose clocks differ from the server's).
+
+Like `decoded`, the catalog is never the only copy of anything: delete it at any time and
+the next reader rebuilds it from the files. Training ranks never read or write it;
+readers replace it whole (`write_atomic`), so concurrent readers see one version or the
+other and need no lock; a file with another version, a wrong checksum or an unexpected
+schema is ignored and rebuilt. A store the reader cannot write is read without it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tracklake._format.files import write_atomic
+from tracklake._read.decoded import RACY_SECONDS
+from tracklake._read.location import is_url
+
+#: Not `.arrows`: globs for live segments must never find it.
+CATALOG_FILE = Path(".cache") / "runs-v1.catalog"
+_VERSION = 1
+
+SUMMARY_FIELDS = pa.struct(
+    [("rank", pa.int32()), ("attempt", pa.int32()), ("key", pa.string()),
+     ("count", pa.int64()), ("min", pa.float64()), ("max", pa.float64()),
+     ("first_step", pa.int64()), ("last_step", pa.int64()), ("last_value", pa.float64()),
+     ("last_seq", pa.int64()), ("last_time_us", pa.int64())])
+_PART = pa.struct([("path", pa.string()), ("first_seq", pa.int64()),
+                   ("last_seq", pa.int64()), ("last_segment", pa.int64())])
+_DIR = pa.struct([("path", pa.string()), ("mtime_ns", pa.int64())])
+_SCHEMA = pa.schema([("project", pa.string()), ("run", pa.string()),
+                     ("watched", pa.list_(_DIR)), ("parts", pa.list_(_PART)),
+                     ("attempts", pa.list_(pa.string())),
+                     ("summaries", pa.list_(SUMMARY_FIELDS))])
+
+#: The mtime recorded for a directory that did not exist (a run without metrics yet).
+ABSENT = -1
+
+
+@dataclass
+class RunEntry:
+    """What the catalog keeps of one run; paths relative to the store root."""
+
+    project: str
+    run: str
+    watched: list[tuple[str, int]]  # paths and their mtimes
+    parts: list[tuple[str, int, int, int]]  # path, first_seq, last_seq, last_segment
+    attempts: list[str]  # attempt records as JSON
+    summaries: list[dict[str, Any]]  # SUMMARY_FIELDS
+
+
+def mtime_ns(root: Path, rel: str) -> int:
+    """The mtime of `rel` in `root`, `ABSENT` if it does not exist."""
+    try:
+        return os.stat(f"{root}{os.sep}{rel}").st_mtime_ns
+    except (FileNotFoundError, NotADirectoryError):
+        return ABSENT
+
+
+class RunCatalog:
+    """The catalogued runs of a store; a no-op for a store in an object store."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.enabled = not is_url(root)
+        self.path = root / CATALOG_FILE
+        self._table = self._load() if self.enabled else _SCHEMA.empty_table()
+        self._valid: list[int] = []
+        self._rows: pa.Table | None = None
+        self._stale: set[int] = set()
+        self._fresh: list[RunEntry] = []
+
+    def _load(self) -> pa.Table:
+        """The catalog file's table: a header line (version, CRC-32 of the rest), then an
+        Arrow IPC stream; empty if missing, of another version, damaged or of another
+        schema (entries are used without checking the files again, so a damaged catalog
+        must not pass for a whole one)."""
+        try:
+            header, _, body = self.path.read_bytes().partition(b"\n")
+            meta = json.loads(header)
+            if not isinstance(meta, dict) or meta.get("version") != _VERSION or \
+                    meta.get("crc32") != zlib.crc32(body):
+                return _SCHEMA.empty_table()
+            table = pa.ipc.open_stream(body).read_all()
+        except (OSError, ValueError, pa.ArrowException):
+            return _SCHEMA.empty_table()  # none yet, unreadable or damaged: rebuilt
+        return table if table.schema.equals(_SCHEMA) else _SCHEMA.empty_table()
+
+    def settled(self, project: str | None, run: str | None) -> set[tuple[str, str]]:
+        """(project, run) of the catalogued runs (of `project` / `run` if given) whose
+        watched paths all still have the mtimes recorded: their entries are what
+        `parts`, `summaries` and `attempts` give."""
+        t = self._table
+        if not t.num_rows:
+            return set()
+        projects, runs = t.column("project").to_pylist(), t.column("run").to_pylist()
+        watched = t.column("watched").combine_chunks()
+        paths = watched.flatten().field("path").to_pylist()
+        mtimes = watched.flatten().field("mtime_ns").to_pylist()
+        offsets = watched.offsets.to_pylist()
+        root = self.root
+        found = set()
+        for i, (p, r) in enumerate(zip(projects, runs, strict=True)):
+            if (project is not None and p != project) or (run is not None and r != run):
+                continue
+            if all(mtime_ns(root, paths[j]) == mtimes[j]
+                   for j in range(offsets[i], offsets[i + 1])):
+                self._valid.append(i)
+                found.add((p, r))
+            else:
+                self._stale.add(i)
+        return found
+
+    def _settled_rows(self) -> pa.Table:
+        if self._rows is None:
+            everything = len(self._valid) == self._table.num_rows
+            self._rows = self._table if everything else \
+                self._table.take(pa.array(self._valid, pa.int64()))
+        return self._rows
+
+    def parts(self) -> list[tuple[str, int, int, int]]:
+        """(path, first_seq, last_seq, last_segment) of the settled runs' metric parts."""
+        parts = self._settled_rows().column("parts").combine_chunks().flatten()
+        return list(zip(*(parts.field(n).to_pylist() for n in _PART.names), strict=True))
+
+    def attempts(self) -> list[str]:
+        """The settled runs' attempt records, as JSON."""
+        attempts: list[str] = self._settled_rows().column("attempts").combine_chunks(
+        ).flatten().to_pylist()
+        return attempts
+
+    def summaries(self, schema: pa.Schema) -> pa.Table:
+        """The settled runs' metric summaries as a table of `schema` (project, run, then
+        the fields of `SUMMARY_FIELDS`), built column by column."""
+        rows = self._settled_rows()
+        column = rows.column("summaries").combine_chunks()
+        flat = column.flatten()
+        parents = pc.list_parent_indices(column)
+        columns = {"project": rows.column("project").take(parents),
+                   "run": rows.column("run").take(parents)}
+        columns |= {name: flat.field(name) for name in SUMMARY_FIELDS.names}
+        return pa.table([columns[n] for n in schema.names], schema=schema)
+
+    def keep(self, entry: RunEntry, since_ns: int) -> None:
+        """Catalog `entry`, read by a snapshot that began at `since_ns`, unless one of its
+        paths changed too shortly before (its mtime could hide a later change)."""
+        if self.enabled and all(m < since_ns - int(RACY_SECONDS * 1e9)
+                                for _, m in entry.watched):
+            self._fresh.append(entry)
+
+    def save(self) -> None:
+        """Write the catalog if it changed: the entries still valid, the fresh ones, and
+        those of the runs `settled` did not look at; the entries it found stale go (the
+        run changed since, or is gone)."""
+        if not self.enabled:
+            return
+        keep = [i for i in range(self._table.num_rows) if i not in self._stale]
+        if not self._fresh and not self._stale:
+            return
+        fresh = pa.Table.from_pylist([{
+            "project": e.project, "run": e.run,
+            "watched": [{"path": d, "mtime_ns": m} for d, m in e.watched],
+            "parts": [dict(zip(_PART.names, p, strict=True)) for p in e.parts],
+            "attempts": e.attempts, "summaries": e.summaries} for e in self._fresh], _SCHEMA)
+        table = pa.concat_tables([self._table.take(pa.array(keep, pa.int64())), fresh])
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, _SCHEMA) as writer:
+            writer.write_table(table)
+        body = sink.getvalue().to_pybytes()
+        header = json.dumps({"version": _VERSION, "crc32": zlib.crc32(body)}).encode()
+        try:
+            write_atomic(self.path, header + b"\n" + body)
+        except OSError:
+            return  # a store this reader may not write: the catalog only saves time
+
+
+def watched_paths(root: Path, project: str, run: str) -> list[tuple[str, int]]:
+    """Every directory of a run that a change to its metric parts or attempt files
+    touches (the run's, its ranks', its metric streams'), and those files themselves
+    (changed in place, by someone or by damage that touches the mtime, they are read and
+    checked again), each with its mtime (`ABSENT` for a run directory that does not
+    exist)."""
+    from tracklake._read.listing import names_in
+
+    found = []
+    for base in ("metrics", "runs"):
+        level = [f"{base}/project={project}/run={run}"]
+        for prefixes in (("rank=",), ("attempt=",), ("",)):
+            found.extend(level)
+            level = [f"{d}/{n}" for d in level for n in names_in(root, d)
+                     if n.startswith(prefixes) and not n.startswith(".")]
+        found.extend(level)
+    return [(d, mtime_ns(root, d)) for d in found]

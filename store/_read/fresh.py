@@ -1,0 +1,89 @@
+"""The runs a snapshot read from their files rather than from the catalog: what it found of
+each, so that the settled ones can be catalogued for the next reader."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tracklake._format import StreamId
+from tracklake._read.catalog import RunEntry, watched_paths
+from tracklake._read.reader import RunRecord, StreamFiles
+
+
+class FreshRuns:
+    """Per run read from its files: its metric parts and summaries, its attempt records,
+    and whether all of it was settled (no live segment, nothing damaged or half written)."""
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple[str, str], RunEntry] = {}
+        self._unsettled: set[tuple[str, str]] = set()
+
+    def _entry(self, project: str, run: str) -> RunEntry:
+        key = (project, run)
+        if key not in self._entries:
+            self._entries[key] = RunEntry(project, run, [], [], [], [])
+        return self._entries[key]
+
+    def add(self, stream: StreamId, files: StreamFiles, rows: list[dict[str, Any]],
+            settled: bool) -> None:
+        """Metric stream `stream` as listed (`files`), with its parts' summary `rows`."""
+        entry = self._entry(stream.project, stream.run)
+        if not settled:
+            self._unsettled.add((stream.project, stream.run))
+        prefix = f"metrics/project={stream.project}/run={stream.run}/rank={stream.rank}/" \
+                 f"attempt={stream.attempt}/"
+        entry.parts.extend((prefix + p.path.name, p.first_seq, p.last_seq, p.last_segment)
+                           for p in files.parts)
+        entry.summaries.extend(rows)
+
+    def attempt(self, path: Path, record: dict[str, Any] | None) -> dict[str, Any] | None:
+        """`record`, read from attempt file `path` (None: claimed but not yet written, or
+        damaged), noted for its run's entry."""
+        *_, project, run, _rank, _name = str(path).rsplit("/", 4)
+        key = (project.removeprefix("project="), run.removeprefix("run="))
+        if record is None:
+            self._unsettled.add(key)
+        else:
+            self._entry(*key).attempts.append(json.dumps(record))
+        return record
+
+    def entries(self, root: Path, complete: bool) -> list[RunEntry]:
+        """The settled runs' entries, the mtimes of their paths taken now; none unless
+        both the metrics and the attempt files were read (`complete`)."""
+        if not complete:
+            return []
+        out = []
+        for key, entry in self._entries.items():
+            if key not in self._unsettled:
+                entry.watched = watched_paths(root, *key)
+                out.append(entry)
+        return out
+
+
+def resumed_in(summaries: pa.Table) -> list[tuple[str, str]]:
+    """(project, run) of the runs whose metric summaries come from more than one attempt."""
+    if not summaries.num_rows:
+        return []
+    counts = summaries.group_by(["project", "run"]).aggregate(
+        [("attempt", "count_distinct")])
+    many = counts.filter(pc.greater(counts.column("attempt_count_distinct"), 1))
+    return list(zip(many.column("project").to_pylist(), many.column("run").to_pylist(),
+                    strict=True))
+
+
+def with_catalogued(runs: list[RunRecord], attempts: list[str]) -> list[RunRecord]:
+    """`runs` and the runs of the catalogued attempt records, as `runs_from` orders them."""
+    if not attempts:
+        return runs
+    by_run: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for text in attempts:
+        record = json.loads(text)
+        by_run.setdefault((record["project"], record["run"]), []).append(record)
+    caught = [RunRecord(p, r, tuple(sorted(a, key=lambda x: (x["attempt"], x["rank"]))))
+              for (p, r), a in by_run.items()]
+    return sorted([*runs, *caught], key=lambda r: (r.project, r.run))

@@ -1,0 +1,235 @@
+"""The run catalog is derived: answers with it equal answers read from the files, any run
+added, removed, resumed or changed after it was written is read again, a damaged or forged
+catalog is ignored and rebuilt, a store the reader cannot write is read without it, and
+readers writing it at once leave one whole catalog."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import shutil
+import time
+import zlib
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+import tracklake
+from tracklake._read import catalog
+from tracklake._read.catalog import CATALOG_FILE
+
+QUESTIONS = (
+    "SELECT run, status, attempts, ranks FROM runs ORDER BY run",
+    "SELECT run, rank, key, count, min, max, first_step, last_step, last_value "
+    "FROM metric_summaries ORDER BY ALL",
+    "SELECT run, count(*) AS n, max(step) AS last FROM metrics GROUP BY run ORDER BY run",
+    "SELECT run, arg_max(value, step) AS last FROM metrics WHERE key = 'loss' "
+    "GROUP BY run ORDER BY run",
+)
+
+
+def _age(root: Path, seconds: float = 60.0) -> None:
+    """Make every file and directory look changed `seconds` ago (before the racy window)."""
+    past = time.time() - seconds
+    for dirpath, dirs, names in os.walk(root):
+        for name in [*dirs, *names]:
+            os.utime(os.path.join(dirpath, name), (past, past))
+
+
+def _write(root: Path, run_id: str, steps: int = 5, start: int = 0) -> None:
+    with tracklake.init(project="p", run_id=run_id, root=root,
+                        capture_identity=False) as run:
+        for step in range(start, start + steps):
+            run.log({"loss": float(step), "acc": step / 10}, step=step)
+
+
+def _store(root: Path, runs: int = 3) -> None:
+    for i in range(runs):
+        _write(root, f"r{i}", steps=5 + i)
+    tracklake.compact(root=root)
+    _age(root)
+
+
+def _answers(root: Path) -> list[pa.Table]:
+    return [tracklake.query(sql, root=root) for sql in QUESTIONS]
+
+
+def _catalogued(root: Path) -> list[str]:
+    header, _, body = (root / CATALOG_FILE).read_bytes().partition(b"\n")
+    assert json.loads(header) == {"version": 1, "crc32": zlib.crc32(body)}
+    table = pa.ipc.open_stream(body).read_all()
+    return sorted(table.column("run").to_pylist())
+
+
+def _from_files(root: Path) -> list[pa.Table]:
+    """The answers with no catalog (nor decoded-file cache) at all."""
+    shutil.rmtree(root / ".cache", ignore_errors=True)
+    return _answers(root)
+
+
+def _assert_same(got: list[pa.Table], expected: list[pa.Table]) -> None:
+    for a, b in zip(got, expected, strict=True):
+        assert a.equals(b), (a.to_pylist(), b.to_pylist())
+
+
+def test_answers_with_the_catalog_equal_answers_from_the_files(root: Path) -> None:
+    _store(root)
+    first = _answers(root)
+    assert _catalogued(root) == ["r0", "r1", "r2"]
+    again = _answers(root)  # now from the catalog
+    _assert_same(again, first)
+    _assert_same(_from_files(root), first)
+    assert [r["n"] for r in first[2].to_pylist()] == [10, 12, 14]
+
+
+def test_the_catalog_answers_without_listing_settled_runs(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _store(root)
+    expected = _answers(root)
+    from tracklake._read import listing
+
+    listed: list[str] = []
+    real = listing.listdir_at
+    monkeypatch.setattr(listing, "listdir_at",
+                        lambda r, rel: listed.append(rel) or real(r, rel))
+    _assert_same(_answers(root), expected)
+    assert not [d for d in listed if "run=" in d], listed
+
+
+def test_a_run_added_after_the_catalog_is_seen(root: Path) -> None:
+    _store(root)
+    _answers(root)
+    _write(root, "late", steps=3)  # live, not compacted, not aged
+    got = _answers(root)
+    assert "late" in [r["run"] for r in got[0].to_pylist()]
+    _assert_same(got, _from_files(root))
+    assert "late" not in _catalogued(root)  # a live segment: never catalogued
+
+
+def test_a_removed_run_is_gone(root: Path) -> None:
+    _store(root)
+    _answers(root)
+    for kind in ("metrics", "runs"):
+        shutil.rmtree(root / kind / "project=p" / "run=r1")
+    got = _answers(root)
+    assert [r["run"] for r in got[0].to_pylist()] == ["r0", "r2"]
+    assert _catalogued(root) == ["r0", "r2"]
+    _assert_same(got, _from_files(root))
+
+
+def test_a_resumed_run_hides_what_its_later_attempt_logged_again(root: Path) -> None:
+    _store(root)
+    _answers(root)
+    _write(root, "r2", steps=4, start=5)  # attempt 2 logs steps 5..8 again (r2 had 0..6)
+    tracklake.compact(root=root)
+    _age(root)
+    got = _answers(root)
+    assert got[0].to_pylist()[2] == {"run": "r2", "status": "finished", "attempts": 2,
+                                     "ranks": 1}
+    assert "r2" in _catalogued(root)
+    again = _answers(root)  # the resumed run from the catalog
+    _assert_same(again, got)
+    _assert_same(again, _from_files(root))
+    assert again[2].to_pylist()[2] == {"run": "r2", "n": 18, "last": 8}
+
+
+def test_a_finished_run_and_an_edited_attempt_file_are_read_again(root: Path) -> None:
+    _store(root, runs=1)
+    _answers(root)
+    attempt = next((root / "runs").rglob("attempt=*.json"))
+    data = attempt.read_bytes()
+    same_size = data.replace(b'"finished"', b'"killed"  ')
+    attempt.write_bytes(same_size)  # in place: no directory changes
+    os.utime(attempt, (time.time() - 30, time.time() - 30))
+    assert _answers(root)[0].to_pylist()[0]["status"] == "killed"
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "wrong crc", "other version",
+                                    "other schema", "forged mtimes"])
+def test_a_damaged_or_forged_catalog_is_ignored_and_rebuilt(root: Path, damage: str) -> None:
+    _store(root)
+    expected = _answers(root)
+    path = root / CATALOG_FILE
+    header, _, body = path.read_bytes().partition(b"\n")
+    table = pa.ipc.open_stream(body).read_all()
+
+    def signed(t: pa.Table) -> bytes:
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, t.schema) as writer:
+            writer.write_table(t)
+        data = sink.getvalue().to_pybytes()
+        return json.dumps({"version": 1, "crc32": zlib.crc32(data)}).encode() + b"\n" + data
+
+    watched = table.column("watched").to_pylist()
+    forged = table.set_column(2, table.schema.field("watched"), pa.array(
+        [[{**w, "mtime_ns": w["mtime_ns"] + 1} for w in ws] for ws in watched],
+        table.schema.field("watched").type))
+    forged = forged.set_column(5, table.schema.field("summaries"), pa.array(
+        [[{**s, "last_value": -1.0} for s in ss] for ss in table.column("summaries").to_pylist()],
+        table.schema.field("summaries").type))
+    path.write_bytes({
+        "garbage": b"\x00not a catalog",
+        "truncated": header + b"\n" + body[: len(body) // 2],
+        "wrong crc": json.dumps({"version": 1, "crc32": 1}).encode() + b"\n" + body,
+        "other version": header.replace(b'"version": 1', b'"version": 99') + b"\n" + body,
+        "other schema": signed(pa.table({"run": ["r0"], "status": ["crashed"]})),
+        "forged mtimes": signed(forged),
+    }[damage])
+    _assert_same(_answers(root), expected)
+    assert _catalogued(root) == ["r0", "r1", "r2"]  # written again, whole
+    _assert_same(_answers(root), expected)
+
+
+def test_a_store_the_reader_cannot_write_is_read_without_a_catalog(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _store(root)
+    expected = _from_files(root)
+    shutil.rmtree(root / ".cache")
+
+    def refuse(path: Path, data: bytes) -> None:
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(catalog, "write_atomic", refuse)  # a read-only mount
+    _assert_same(_answers(root), expected)
+    assert not (root / CATALOG_FILE).exists()
+
+
+def _read_all(root: str) -> list[list[dict[str, object]]]:
+    return [t.to_pylist() for t in _answers(Path(root))]
+
+
+def test_readers_writing_the_catalog_at_once_leave_one_whole_catalog(root: Path) -> None:
+    _store(root, runs=6)
+    expected = [t.to_pylist() for t in _from_files(root)]
+    shutil.rmtree(root / ".cache")
+    with mp.get_context("spawn").Pool(4) as pool:
+        results = pool.map(_read_all, [str(root)] * 8)
+    assert all(r == expected for r in results)
+    assert _catalogued(root) == [f"r{i}" for i in range(6)]
+    assert not [p for p in (root / ".cache").iterdir() if p.name.startswith(".")]
+    assert [t.to_pylist() for t in _answers(root)] == expected
+
+
+def test_show_and_runs_print_the_same_from_the_catalog(root: Path) -> None:
+    from click.testing import CliRunner
+
+    from tracklake._cli.main import main
+
+    _store(root)
+
+    commands = (["runs", "--metric", "loss"], ["show", "r1"],
+                ["runs", "--format", "json", "--metric", "*"])
+
+    def printed(args: list[str]) -> str:
+        return CliRunner().invoke(main, [*args, "--root", str(root)],
+                                  catch_exceptions=False).output
+
+    from_files = []
+    for args in commands:
+        shutil.rmtree(root / ".cache", ignore_errors=True)
+        from_files.append(printed(args))
+    assert _catalogued(root) == ["r0", "r1", "r2"]
+    assert [printed(args) for args in commands] == from_files
+    assert "r1" in from_files[1] and "loss" in from_files[1]
