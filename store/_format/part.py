@@ -20,10 +20,17 @@ import pyarrow as pa
 
 from tracklake._errors import FormatError
 from tracklake._format.files import fsync_file
+from tracklake._format.part_summary import summary_from_rows
 from tracklake._format.schema import PART_ORDER, check_version
 
 #: Key-value metadata key holding a metric part's summary (a JSON list, one object per key).
 SUMMARY_KEY = "tracklake.summary"
+#: A metric part carries its summary only if the summary's JSON is at most this share of
+#: the part's data pages. A small part's summary (about 140 bytes per key) would be
+#: larger than its values, and a part larger than the segments it replaces; readers
+#: compute such a part's summary from its rows (`summary_rows`), which then costs at most
+#: a few times the bytes of the JSON it replaces.
+SUMMARY_MAX_SHARE = 0.25
 #: Key-value metadata key holding the footer's CRC-32 (10 decimal digits).
 FOOTER_CRC_KEY = "tracklake.footer_crc32"
 _PLACEHOLDER = b"##########"
@@ -103,18 +110,20 @@ def write_part_stream(path: Path, schema: pa.Schema, chunks: Iterable[pa.Table],
     dictionary = [c for c in schema.names if c not in encodings and c != "end_time"]
     sorting = pq.SortingColumn.from_ordering(
         schema, [(c, "ascending") for c in PART_ORDER[kind]], null_placement="at_end")
-    with pq.ParquetWriter(path, schema, compression="zstd", compression_level=3,
-                          use_dictionary=dictionary, column_encoding=encodings,
-                          write_statistics=True, write_page_checksum=True,
-                          write_page_index=True, sorting_columns=sorting,
-                          store_schema=False) as writer:
+    with pa.OSFile(str(path), "wb") as sink, pq.ParquetWriter(
+            sink, schema, compression="zstd", compression_level=3,
+            use_dictionary=dictionary, column_encoding=encodings, write_statistics=True,
+            write_page_checksum=True, write_page_index=True, sorting_columns=sorting,
+            store_schema=False) as writer:
         for chunk in chunks:
             writer.write_table(chunk.replace_schema_metadata(None),
                                row_group_size=ROW_GROUP_ROWS)
         if trailing is not None:
             metadata.update(trailing())
         if SUMMARY_KEY in metadata:
-            metadata[SUMMARY_KEY] = _compact_summary(metadata[SUMMARY_KEY])
+            summary = _compact_summary(metadata.pop(SUMMARY_KEY))
+            if len(summary) <= SUMMARY_MAX_SHARE * sink.tell():  # data pages written so far
+                metadata[SUMMARY_KEY] = summary
         writer.add_key_value_metadata(metadata)
     stamp_footer_crc(path)
     fsync_file(path)
@@ -179,9 +188,17 @@ def open_part(path: Path) -> Any:
 
 
 def summary_rows(parquet: Any, path: Path) -> list[dict[str, Any]]:
-    """The metric summary a part carries (one object per key), from a part opened with
-    `open_part`; `FormatError` naming the file if it is not a list of objects."""
-    raw = (parquet.metadata.metadata or {}).get(SUMMARY_KEY.encode())
+    """The metric summary of a part opened with `open_part` (one object per key; none for
+    other kinds): the one its footer carries, or, for a part too small to carry one
+    (`SUMMARY_MAX_SHARE`), computed from its rows. `FormatError` naming the file if the
+    stored one is not a list of objects, or the rows do not read."""
+    meta = parquet.metadata.metadata or {}
+    raw = meta.get(SUMMARY_KEY.encode())
+    if raw is None and meta.get(b"tracklake.kind") == b"metrics":
+        try:
+            return summary_from_rows(parquet.read())
+        except _DECODE_ERRORS as exc:
+            raise FormatError(f"{path}: damaged Parquet part: {exc}") from exc
     try:
         rows = json.loads(raw) if raw else []
     except ValueError as exc:
