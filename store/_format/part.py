@@ -9,6 +9,7 @@ written over them afterwards, as segments do for their batches. See docs/format.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import zlib
@@ -75,6 +76,17 @@ def stamp_footer_crc(path: Path) -> None:
 #: Rows per Parquet row group: small enough that a query for one key of a part sorted by
 #: key skips most of it by the row groups' statistics (benchmarks/sql_scale.py).
 ROW_GROUP_ROWS = 1 << 17
+#: Columns of free text, lists and digests written without statistics: their min and
+#: max (a prompt, a stack trace) prune no query, and would be stored four more times (the
+#: chunk's statistics and the column index), more than the value in a part of a few rows.
+PAYLOAD_COLUMNS = frozenset({"text", "input", "output", "extra", "error", "attributes",
+                             "inputs", "outputs", "token_ids", "metadata", "title",
+                             "digest"})
+#: A part of fewer rows is written with plain encodings (no dictionary, delta or
+#: byte-stream-split): for so few values a dictionary page or an encoding's header per
+#: column costs more than it saves (a part of one record per kind would be larger than
+#: the segment it replaces).
+SMALL_PART_ROWS = 4096
 
 
 def write_part_file(path: Path, table: pa.Table, kind: str) -> None:
@@ -102,20 +114,27 @@ def write_part_stream(path: Path, schema: pa.Schema, chunks: Iterable[pa.Table],
     metadata = {**{k.decode(): v.decode() for k, v in (schema.metadata or {}).items()},
                 **footer_placeholder()}
     schema = schema.remove_metadata()
-    encodings = {"seq": "DELTA_BINARY_PACKED", "time": "DELTA_BINARY_PACKED"}
-    if "step" in schema.names:
-        encodings["step"] = "DELTA_BINARY_PACKED"
-    if kind == "metrics":
-        encodings["value"] = "BYTE_STREAM_SPLIT"
-    dictionary = [c for c in schema.names if c not in encodings and c != "end_time"]
+    chunks = iter(chunks)
+    first = next(chunks, None)
+    small = first is None or first.num_rows < SMALL_PART_ROWS  # the only chunk
+    encodings: dict[str, str] = {}
+    dictionary: list[str] = []
+    if not small:
+        encodings = {"seq": "DELTA_BINARY_PACKED", "time": "DELTA_BINARY_PACKED"}
+        if "step" in schema.names:
+            encodings["step"] = "DELTA_BINARY_PACKED"
+        if kind == "metrics":
+            encodings["value"] = "BYTE_STREAM_SPLIT"
+        dictionary = [c for c in schema.names if c not in encodings and c != "end_time"]
     sorting = pq.SortingColumn.from_ordering(
         schema, [(c, "ascending") for c in PART_ORDER[kind]], null_placement="at_end")
     with pa.OSFile(str(path), "wb") as sink, pq.ParquetWriter(
             sink, schema, compression="zstd", compression_level=3,
-            use_dictionary=dictionary, column_encoding=encodings, write_statistics=True,
+            use_dictionary=dictionary, column_encoding=encodings or None,
+            write_statistics=[c for c in schema.names if c not in PAYLOAD_COLUMNS],
             write_page_checksum=True, write_page_index=True, sorting_columns=sorting,
             store_schema=False) as writer:
-        for chunk in chunks:
+        for chunk in itertools.chain([] if first is None else [first], chunks):
             writer.write_table(chunk.replace_schema_metadata(None),
                                row_group_size=ROW_GROUP_ROWS)
         if trailing is not None:
