@@ -78,7 +78,8 @@ def _sort_run(table: pa.Table) -> tuple[pa.Table, list[tuple[str, int, int]]]:
     encoded = pc.dictionary_encode(table.column("key").combine_chunks())
     names = encoded.dictionary.to_pylist()
     order = sorted(range(len(names)), key=lambda i: names[i].encode())
-    rank_of = np.empty(len(names), np.int64)
+    # numpy's stable sort of 16-bit integers is a radix sort, several times faster
+    rank_of = np.empty(len(names), np.int16 if len(names) <= 1 << 15 else np.int64)
     rank_of[order] = np.arange(len(names))
     ranks = rank_of[encoded.indices.to_numpy(zero_copy_only=False)]
     step = table.column("step").to_numpy()
