@@ -15,7 +15,7 @@ from click.testing import CliRunner
 import tracklake
 from tracklake._cli.main import main
 from tracklake._format import parse_part_name
-from tracklake._format.part import FOOTER_CRC_KEY
+from tracklake._format.part import FOOTER_CRC_KEY, SUMMARY_KEY
 
 
 def _write(root: Path, run_id: str, steps: int = 50) -> None:
@@ -96,17 +96,28 @@ def _flip(part: Path, original: bytes, bit: int) -> None:
     part.write_bytes(data)
 
 
-@pytest.mark.parametrize("where", ["value page", "footer summary", "footer end"])
-def test_a_flipped_bit_is_reported_as_damage_naming_the_part(store: Path, where: str) -> None:
+@pytest.mark.parametrize("where", ["value page", "footer metadata", "footer end"])
+@pytest.mark.parametrize("steps", [50, 3000])  # a summary computed from the rows, or stored
+def test_a_flipped_bit_is_reported_as_damage_naming_the_part(root: Path, where: str,
+                                                            steps: int) -> None:
+    import pyarrow.parquet as pq
+
+    store = root
+    _write(store, "a")
+    _write(store, "b", steps=steps)
+    tracklake.compact(root=store)
     part = _metrics_part(store, "b")
+    stored = SUMMARY_KEY.encode() in pq.ParquetFile(part).metadata.metadata
+    assert stored == (steps == 3000)
     original = part.read_bytes()
     good = {name: read(store)[0] for name, read in READERS.items()}
-    offset = {"value page": _page_byte(part), "footer summary": original.find(b'"last_value"') + 3,
+    offset = {"value page": _page_byte(part),
+              "footer metadata": original.rfind(b"tracklake.kind") + 3,
               "footer end": len(original) - 20}[where]
     _flip(part, original, offset * 8 + 2)
     for name, read in READERS.items():
         rows, problems = read(store)
-        if name == "summaries" and where == "value page":
+        if name == "summaries" and where == "value page" and stored:
             # the summaries come from the (intact) footer: nothing to report, nothing changed
             assert (rows, problems.damaged) == (good[name], []), where
             continue
@@ -213,9 +224,15 @@ def test_compaction_leaves_a_segment_with_a_damaged_header_and_compacts_the_rest
     assert code == 0 and str(segment) in err
 
 
-def test_an_error_in_the_sql_itself_does_not_read_every_part(store: Path) -> None:
+def test_an_error_in_the_sql_itself_does_not_read_every_part(root: Path) -> None:
     """Parts are read in full to look for damage only when reading data failed: a typo is
-    reported as it is, and a damaged page no query read is not looked for."""
+    reported as it is, and a damaged page no query read is not looked for. (A part too
+    small to carry its summary is read whole by every connection, to summarise it: its
+    damage is found at once; this one is large enough to carry it.)"""
+    store = root
+    _write(store, "a")
+    _write(store, "b", steps=3000)
+    tracklake.compact(root=store)
     part = _metrics_part(store, "b")
     original = part.read_bytes()
     _flip(part, original, _page_byte(part) * 8)

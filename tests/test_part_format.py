@@ -24,7 +24,13 @@ from tracklake._format import (
     part_name,
     segment_name,
 )
-from tracklake._format.part import SUMMARY_KEY, open_part, summary_rows
+from tracklake._format.part import (
+    PAYLOAD_COLUMNS,
+    SUMMARY_KEY,
+    SUMMARY_MAX_SHARE,
+    open_part,
+    summary_rows,
+)
 from tracklake._format.schema import FORMAT_VERSION, PART_ORDER
 
 
@@ -75,7 +81,10 @@ def test_every_column_chunk_has_a_page_index(root: Path) -> None:
         for g in range(meta.num_row_groups):
             for c in range(meta.num_columns):
                 chunk = meta.row_group(g).column(c)
-                assert chunk.has_offset_index and chunk.has_column_index, (path, c)
+                name = meta.schema.column(c).path.split(".")[0]
+                assert chunk.has_offset_index, (path, name)
+                # free text has no statistics, so no column index (nothing to prune by)
+                assert chunk.has_column_index == (name not in PAYLOAD_COLUMNS), (path, name)
 
 
 def test_parts_read_back_as_the_record_schemas_with_their_metadata_once(root: Path) -> None:
@@ -89,23 +98,43 @@ def test_parts_read_back_as_the_record_schemas_with_their_metadata_once(root: Pa
         footer = _footer(path)
         assert footer.count(b"tracklake.kind") == 1
         if kind == "metrics":
-            assert footer.count(b'"last_time_us"') == 2  # keys a and b, once each
+            # five values: a summary would outweigh them, so it is computed from the rows
+            assert SUMMARY_KEY.encode() not in raw
             rows = {r["key"]: r for r in summary_rows(parquet, path)}
             assert rows["a"]["last_value"] == -3.0 and rows["a"]["count"] == 4
 
 
-def test_the_footer_of_a_part_of_1000_keys_is_its_summary_and_little_else(root: Path) -> None:
-    with tracklake.init(project="p", run_id="wide", root=root, capture_identity=False) as run:
-        for step in range(3):
-            run.log({f"group/key-{n:04d}": n + step / 10 for n in range(1000)}, step=step)
+def test_a_summary_worth_its_bytes_is_stored_once(root: Path) -> None:
+    with tracklake.init(project="p", run_id="long", root=root, capture_identity=False,
+                        compact=False) as run:
+        for step in range(2000):
+            run.log({f"group/key-{n:02d}": (n * 7919 + step * 104729) % 1000 / 7
+                     for n in range(16)}, step=step)
     tracklake.compact(root=root)
     (path,) = root.glob("metrics/**/*.parquet")
     summary = pq.ParquetFile(path).metadata.metadata[SUMMARY_KEY.encode()]
-    assert len(json.loads(summary)) == 1000
+    assert len(json.loads(summary)) == 16
     footer = _footer(path)
-    assert footer.count(b'"last_time_us"') == 1000
+    assert footer.count(b'"last_time_us"') == 16
     # the summary once plus the schema, statistics and offsets of five columns
     assert len(footer) < len(summary) + 4096, (len(footer), len(summary))
+    assert len(summary) <= SUMMARY_MAX_SHARE * path.stat().st_size
+
+
+def test_a_part_of_1000_keys_and_few_steps_carries_no_summary_and_is_smaller(root: Path
+                                                                            ) -> None:
+    with tracklake.init(project="p", run_id="wide", root=root, capture_identity=False) as run:
+        for step in range(3):
+            run.log({f"group/key-{n:04d}": n + step / 10 for n in range(1000)}, step=step)
+    live = sum(p.stat().st_size for p in root.glob("metrics/**/*.arrows"))
+    tracklake.compact(root=root)
+    (path,) = root.glob("metrics/**/*.parquet")
+    assert SUMMARY_KEY.encode() not in pq.ParquetFile(path).metadata.metadata
+    assert path.stat().st_size <= live, (path.stat().st_size, live)
+    answer = tracklake.query(
+        "SELECT count(*) AS keys, sum(count) AS n, max(last_value) AS top "
+        "FROM metric_summaries", root=root).to_pylist()
+    assert answer == [{"keys": 1000, "n": 3000, "top": 999.2}]
 
 
 def test_a_key_spelled_like_the_checksum_placeholder_is_compacted_and_read(root: Path

@@ -29,6 +29,7 @@ import tracklake
 from tracklake._cli.main import main
 from tracklake._format import SCHEMAS, blob_path
 from tracklake._format.attempt import read_attempt, write_attempt
+from tracklake._format.part import open_part, summary_rows
 from tracklake._ops.retention import (
     AUDIT_STREAM,
     BestRule,
@@ -362,7 +363,7 @@ def test_downsampled_parts_are_marked_and_not_thinned_twice(root: Path) -> None:
     (part,) = (root / "metrics").rglob("part-*.parquet")
     meta = pq.read_schema(part).metadata
     assert json.loads(meta[b"tracklake.downsampled"])["every"] == 4
-    summary = json.loads(meta[b"tracklake.summary"])
+    summary = summary_rows(open_part(part), part)  # stored, or from the rows of a small part
     assert {s["key"]: s["count"] for s in summary} == {"loss": 11, "score": 11}  # 0, 4, ..., 36, 39
     assert not make_plan(root, policy, now()).actions
     values = tracklake.query("SELECT step FROM metrics WHERE key = 'loss' ORDER BY step",
@@ -483,8 +484,8 @@ def test_a_damaged_summary_never_picks_the_best_runs(root: Path) -> None:
     make_run(root, "r", score=0.5)
     (part,) = (root / "metrics").rglob("*.parquet")
     data = bytearray(part.read_bytes())
-    at = data.rfind(b'"score"')
-    data[at + 1] ^= 0x01  # the key's name in the summary: still JSON, another key
+    at = data.rfind(b"score")
+    data[at] ^= 0x01  # the key's name in the footer (summary or statistics): another key
     part.write_bytes(bytes(data))
     with pytest.raises(FormatError, match=str(part)):
         metric_extreme(root, "p", "r", "score", "max")

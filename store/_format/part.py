@@ -9,6 +9,7 @@ written over them afterwards, as segments do for their batches. See docs/format.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import zlib
@@ -20,10 +21,17 @@ import pyarrow as pa
 
 from tracklake._errors import FormatError
 from tracklake._format.files import fsync_file
+from tracklake._format.part_summary import summary_from_rows
 from tracklake._format.schema import PART_ORDER, check_version
 
 #: Key-value metadata key holding a metric part's summary (a JSON list, one object per key).
 SUMMARY_KEY = "tracklake.summary"
+#: A metric part carries its summary only if the summary's JSON is at most this share of
+#: the part's data pages. A small part's summary (about 140 bytes per key) would be
+#: larger than its values, and a part larger than the segments it replaces; readers
+#: compute such a part's summary from its rows (`summary_rows`), which then costs at most
+#: a few times the bytes of the JSON it replaces.
+SUMMARY_MAX_SHARE = 0.25
 #: Key-value metadata key holding the footer's CRC-32 (10 decimal digits).
 FOOTER_CRC_KEY = "tracklake.footer_crc32"
 _PLACEHOLDER = b"##########"
@@ -68,6 +76,17 @@ def stamp_footer_crc(path: Path) -> None:
 #: Rows per Parquet row group: small enough that a query for one key of a part sorted by
 #: key skips most of it by the row groups' statistics (benchmarks/sql_scale.py).
 ROW_GROUP_ROWS = 1 << 17
+#: Columns of free text, lists and digests written without statistics: their min and
+#: max (a prompt, a stack trace) prune no query, and would be stored four more times (the
+#: chunk's statistics and the column index), more than the value in a part of a few rows.
+PAYLOAD_COLUMNS = frozenset({"text", "input", "output", "extra", "error", "attributes",
+                             "inputs", "outputs", "token_ids", "metadata", "title",
+                             "digest"})
+#: A part of fewer rows is written with plain encodings (no dictionary, delta or
+#: byte-stream-split): for so few values a dictionary page or an encoding's header per
+#: column costs more than it saves (a part of one record per kind would be larger than
+#: the segment it replaces).
+SMALL_PART_ROWS = 4096
 
 
 def write_part_file(path: Path, table: pa.Table, kind: str) -> None:
@@ -95,26 +114,35 @@ def write_part_stream(path: Path, schema: pa.Schema, chunks: Iterable[pa.Table],
     metadata = {**{k.decode(): v.decode() for k, v in (schema.metadata or {}).items()},
                 **footer_placeholder()}
     schema = schema.remove_metadata()
-    encodings = {"seq": "DELTA_BINARY_PACKED", "time": "DELTA_BINARY_PACKED"}
-    if "step" in schema.names:
-        encodings["step"] = "DELTA_BINARY_PACKED"
-    if kind == "metrics":
-        encodings["value"] = "BYTE_STREAM_SPLIT"
-    dictionary = [c for c in schema.names if c not in encodings and c != "end_time"]
+    chunks = iter(chunks)
+    first = next(chunks, None)
+    small = first is None or first.num_rows < SMALL_PART_ROWS  # the only chunk
+    encodings: dict[str, str] = {}
+    dictionary: list[str] = []
+    if not small:
+        encodings = {"seq": "DELTA_BINARY_PACKED", "time": "DELTA_BINARY_PACKED"}
+        if "step" in schema.names:
+            encodings["step"] = "DELTA_BINARY_PACKED"
+        if kind == "metrics":
+            encodings["value"] = "BYTE_STREAM_SPLIT"
+        dictionary = [c for c in schema.names if c not in encodings and c != "end_time"]
     sorting = pq.SortingColumn.from_ordering(
         schema, [(c, "ascending") for c in PART_ORDER[kind]], null_placement="at_end")
-    with pq.ParquetWriter(path, schema, compression="zstd", compression_level=3,
-                          use_dictionary=dictionary, column_encoding=encodings,
-                          write_statistics=True, write_page_checksum=True,
-                          write_page_index=True, sorting_columns=sorting,
-                          store_schema=False) as writer:
-        for chunk in chunks:
+    with pa.OSFile(str(path), "wb") as sink, pq.ParquetWriter(
+            sink, schema, compression="zstd", compression_level=3,
+            use_dictionary=dictionary, column_encoding=encodings or None,
+            write_statistics=[c for c in schema.names if c not in PAYLOAD_COLUMNS],
+            write_page_checksum=True, write_page_index=True, sorting_columns=sorting,
+            store_schema=False) as writer:
+        for chunk in itertools.chain([] if first is None else [first], chunks):
             writer.write_table(chunk.replace_schema_metadata(None),
                                row_group_size=ROW_GROUP_ROWS)
         if trailing is not None:
             metadata.update(trailing())
         if SUMMARY_KEY in metadata:
-            metadata[SUMMARY_KEY] = _compact_summary(metadata[SUMMARY_KEY])
+            summary = _compact_summary(metadata.pop(SUMMARY_KEY))
+            if len(summary) <= SUMMARY_MAX_SHARE * sink.tell():  # data pages written so far
+                metadata[SUMMARY_KEY] = summary
         writer.add_key_value_metadata(metadata)
     stamp_footer_crc(path)
     fsync_file(path)
@@ -179,9 +207,17 @@ def open_part(path: Path) -> Any:
 
 
 def summary_rows(parquet: Any, path: Path) -> list[dict[str, Any]]:
-    """The metric summary a part carries (one object per key), from a part opened with
-    `open_part`; `FormatError` naming the file if it is not a list of objects."""
-    raw = (parquet.metadata.metadata or {}).get(SUMMARY_KEY.encode())
+    """The metric summary of a part opened with `open_part` (one object per key; none for
+    other kinds): the one its footer carries, or, for a part too small to carry one
+    (`SUMMARY_MAX_SHARE`), computed from its rows. `FormatError` naming the file if the
+    stored one is not a list of objects, or the rows do not read."""
+    meta = parquet.metadata.metadata or {}
+    raw = meta.get(SUMMARY_KEY.encode())
+    if raw is None and meta.get(b"tracklake.kind") == b"metrics":
+        try:
+            return summary_from_rows(parquet.read())
+        except _DECODE_ERRORS as exc:
+            raise FormatError(f"{path}: damaged Parquet part: {exc}") from exc
     try:
         rows = json.loads(raw) if raw else []
     except ValueError as exc:

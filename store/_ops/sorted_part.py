@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 from tracklake._errors import FormatError
 from tracklake._format import FORMAT_VERSION, SCHEMAS, StreamId, fsync_dir, part_name
 from tracklake._format.part import open_part, write_part_stream
-from tracklake._ops.metric_sort import MetricSorter
+from tracklake._ops.metric_sort import SORTED_SCHEMA, MetricSorter
 
 #: Rows handed to the Parquet writer at a time (8 row groups).
 CHUNK_ROWS = 1 << 20
@@ -117,7 +117,7 @@ def write_sorted_part(directory: Path, s: StreamId, sources: Iterable[pa.RecordB
     try:
         if sorter is not None:
             chunks = _sorted_metric_chunks(seen.observe(sources, tick), sorter, tick)
-            write_part_stream(tmp, schema, chunks, s.kind, lambda: {
+            write_part_stream(tmp, SORTED_SCHEMA.with_metadata(meta), chunks, s.kind, lambda: {
                 "tracklake.summary": json.dumps(sorter.summary.rows(), allow_nan=True)})
         else:
             write_part_stream(tmp, schema, _seq_chunks(s.kind, seen.observe(sources, tick)),

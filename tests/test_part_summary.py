@@ -1,0 +1,87 @@
+"""A metric part written without a summary answers every summary question exactly as the
+stored summary (compaction's DuckDB SQL) would: NaN, infinities, a key logged twice at one
+step, steps out of order, keys that sort differently as text and as bytes."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tracklake
+from tracklake._format import SCHEMAS
+from tracklake._format.part import SUMMARY_KEY, open_part, summary_rows
+from tracklake._format.part_summary import summary_from_rows
+from tracklake._ops.compact import metric_summary
+
+_T0 = _dt.datetime(2026, 1, 1, tzinfo=_dt.timezone.utc)
+_VALUES = st.one_of(st.floats(allow_nan=True, allow_infinity=True, width=64),
+                    st.sampled_from([math.nan, -0.0, 0.0, 1e308]))
+_KEYS = st.sampled_from(["a", "B", "é", "z/x", "a b", "Ä", "k" * 200])
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b or (math.isnan(a) and math.isnan(b))
+    return bool(a == b)
+
+
+def _assert_same(got: list[dict[str, Any]], want: list[dict[str, Any]]) -> None:
+    assert [r["key"] for r in got] == [r["key"] for r in want]
+    for g, w in zip(got, want, strict=True):
+        assert set(g) == set(w)
+        assert all(_same(g[f], w[f]) for f in w), (g, w)
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.lists(st.tuples(_KEYS, st.integers(0, 5), _VALUES), min_size=1, max_size=40))
+def test_rows_give_the_summary_compaction_would_store(rows: list[tuple[str, int, float]]
+                                                      ) -> None:
+    table = pa.table({
+        "seq": list(range(len(rows))),
+        "time": [_T0 + _dt.timedelta(microseconds=i * 3) for i in range(len(rows))],
+        "step": [r[1] for r in rows], "key": [r[0] for r in rows],
+        "value": [r[2] for r in rows]}, schema=SCHEMAS["metrics"])
+    _assert_same(summary_from_rows(table), metric_summary(table))
+
+
+def test_an_empty_table_has_no_summary() -> None:
+    assert summary_from_rows(SCHEMAS["metrics"].empty_table()) == []
+
+
+def test_a_small_part_is_summarised_from_its_rows_by_every_reader(root: Path) -> None:
+    with tracklake.init(project="p", run_id="0042", root=root, capture_identity=False) as run:
+        run.log({"loss": 2.0, "acc": math.nan}, step=0)
+        run.log({"loss": 1.0}, step=1)
+        run.log({"loss": 3.0}, step=1)  # twice at one step: the later seq is the last
+    tracklake.compact(root=root)
+    (path,) = root.glob("metrics/**/*.parquet")
+    assert SUMMARY_KEY.encode() not in pq.ParquetFile(path).metadata.metadata
+    rows = {r["key"]: r for r in summary_rows(open_part(path), path)}
+    assert rows["loss"]["last_value"] == 3.0 and rows["loss"]["count"] == 3
+    assert math.isnan(rows["acc"]["max"]) and math.isnan(rows["acc"]["min"])
+    answer = tracklake.query("SELECT run, key, count, last_value, last_step FROM "
+                             "metric_summaries WHERE key = 'loss'", root=root).to_pylist()
+    assert answer == [{"run": "0042", "key": "loss", "count": 3, "last_value": 3.0,
+                       "last_step": 1}]
+
+
+def test_a_small_part_whose_pages_are_damaged_is_named(root: Path) -> None:
+    with tracklake.init(project="p", run_id="r", root=root, capture_identity=False) as run:
+        for step in range(5):
+            run.log({"loss": float(step)}, step=step)
+    tracklake.compact(root=root)
+    (path,) = root.glob("metrics/**/*.parquet")
+    data = bytearray(path.read_bytes())
+    data[4 + 40] ^= 0xFF  # a byte of the first data page (its checksum no longer matches)
+    path.write_bytes(bytes(data))
+    with pytest.raises(tracklake.FormatError, match=re.escape(str(path))):
+        summary_rows(open_part(path), path)
