@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import tarfile
 import textwrap
 from collections import Counter
 from pathlib import Path
@@ -158,7 +159,9 @@ def test_train_pack_unpack_export_then_again_with_only_the_new_steps(
     second = tmp_path / "rl-2.pack"
     _cli("pack", "--root", str(a), "--project", PROJECT, "-o", str(second),
          "--since", str(first))
-    assert second.stat().st_size < first.stat().st_size
+    new_files = [n for n in _pack_members(second) if n.endswith((".parquet", ".json"))
+                 and not n.startswith("manifest")]
+    assert new_files and all("attempt=3" in n for n in new_files), new_files
     _cli("unpack", str(second), "--root", str(b))
     _cli("unpack", str(second), "--root", str(b))  # twice: changes nothing
     assert views(b) == views(a)
@@ -172,6 +175,12 @@ def test_train_pack_unpack_export_then_again_with_only_the_new_steps(
     status = _cli("export", "status", "--root", str(b))
     assert RUN in status
 
+
+
+def _pack_members(pack: Path) -> list[str]:
+    """The names of the files a pack holds."""
+    with tarfile.open(pack) as tar:
+        return tar.getnames()
 
 
 @pytest.mark.parametrize("dest,options", [
