@@ -21,8 +21,12 @@ SAMPLES = {100: [("q1", "a1", 1.0), ("q2", "a2", 0.0), ("q3 ünï", "a3\n|x|", 0
            200: [("q1", "b1", 1.0), ("q2", "b2", 1.0), ("q3 ünï", "b3", 0.0), ("q4", "b4", 0.25)]}
 
 
+#: The project, and so the MLflow experiment: its own, as the MLflow server is shared.
+PROJECT = "verl-names"
+
+
 def _log(root: Path) -> None:
-    with tracklake.init(project="p", run_id="verl-run", root=root,
+    with tracklake.init(project=PROJECT, run_id="verl-run", root=root,
                         capture_identity=False) as run:
         for step, samples in SAMPLES.items():
             run.log({"val-core/acc/best@4/mean": step / 1000}, step=step)
@@ -71,7 +75,7 @@ def test_mlflow_gets_verls_val_step_files_and_pass_at_k_names(
                          selection=Selection(all_runs=True))
         assert not summary.failed, str(summary)
     client = MlflowClient(mlflow_server)
-    (found,) = client.search_runs([client.get_experiment_by_name("p").experiment_id])
+    (found,) = client.search_runs([client.get_experiment_by_name(PROJECT).experiment_id])
     assert "val-core/acc/best_at_4/mean" in found.data.metrics  # verl's MLflow name
     names = {f.path for f in client.list_artifacts(found.info.run_id)}
     assert {"val_step100.json", "val_step200.json"} <= names
