@@ -14,13 +14,15 @@ import pytest
 import tracklake
 from tracklake._ops.fsck import fsck
 
+STEPS = 2000
+
 
 @pytest.fixture
 def store(tmp_path: Path) -> Path:
     root = tmp_path / "s"
     with tracklake.init(project="p", run_id="r", root=root, capture_identity=False) as run:
-        for step in range(30):
-            run.log({"loss": 1 / (step + 1), "acc": step / 30}, step=step)
+        for step in range(STEPS):  # enough values that the part carries its summary
+            run.log({"loss": 1 / (step + 1), "acc": step / STEPS}, step=step)
     tracklake.compact(root=root, run="r")
     return root
 
@@ -41,7 +43,7 @@ def test_a_part_with_a_damaged_summary_is_rebuilt_from_its_records(store: Path) 
     before, summaries = _metrics(store), _summaries(store)
     part = _part(store)
     data = bytearray(part.read_bytes())
-    match = re.search(rb'"count": (\d+)', bytes(data))
+    match = re.search(rb'"count":\s*(\d+)', bytes(data))
     assert match is not None
     data[match.start(1)] = ord("9") if data[match.start(1)] != ord("9") else ord("8")
     part.write_bytes(bytes(data))  # the summary lies now; the footer checksum says so
@@ -53,7 +55,7 @@ def test_a_part_with_a_damaged_summary_is_rebuilt_from_its_records(store: Path) 
 
     repaired = fsck(store, repair=True)
     assert repaired.problems[0].repaired is not None
-    assert "rebuilt from its 60 records" in repaired.problems[0].repaired
+    assert f"rebuilt from its {2 * STEPS} records" in repaired.problems[0].repaired
     assert (store / "quarantine" / part.relative_to(store)).read_bytes() == bytes(data)
     assert fsck(store).clean
     assert _metrics(store) == before and _summaries(store) == summaries
@@ -70,7 +72,9 @@ def test_a_part_whose_records_are_lost_is_reported_in_keys_and_steps(store: Path
     report = fsck(store)
     [problem] = report.problems
     assert problem.path == part
-    assert "records seq 0..29: 60 values of 2 key(s) (acc, loss), steps 0..29" in problem.lost
+    last = STEPS - 1
+    assert (f"records seq 0..{last}: {2 * STEPS} values of 2 key(s) (acc, loss), "
+            f"steps 0..{last}") in problem.lost
     assert "unverified" in problem.lost
     copy = tmp_path / "copy"
     shutil.copytree(store, copy)

@@ -15,7 +15,8 @@ from tracklake._errors import FormatError
 from tracklake._format import SCHEMAS, StreamId, check_version
 from tracklake._format.part import open_part
 from tracklake._ops.compact import SUMMARY_SQL
-from tracklake._ops.fsck.rebuild import differs, lost_detail, salvageable, stats_mismatch
+from tracklake._ops.fsck.footer_stats import differs, stats_mismatch
+from tracklake._ops.fsck.rebuild import lost_detail, salvageable
 from tracklake._ops.fsck.report import FsckReport, Problem
 
 #: What fsck says to do with a part whose records all read: only derived data is lost.

@@ -5,9 +5,7 @@ says was lost, in records, steps and keys."""
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
-import math
 import os
 from pathlib import Path
 from typing import Any
@@ -19,6 +17,7 @@ import pyarrow.parquet as pq
 from tracklake._format import FORMAT_VERSION, SCHEMAS, StreamId, fsync_dir
 from tracklake._format.part import write_part_file
 from tracklake._ops.compact import metric_summary
+from tracklake._ops.fsck.footer_stats import stats_mismatch_isolated
 
 #: Metadata kept from a damaged footer when it still parses (retention's mark).
 _KEPT_KEYS = (b"tracklake.downsampled",)
@@ -29,10 +28,7 @@ def salvageable(s: StreamId, path: Path, first: int, last: int) -> pa.Table | No
     """The part's records if they all read with verified page checksums, have the
     stream's schema and hold every seq of first..last; None otherwise."""
     try:
-        parquet = pq.ParquetFile(path, page_checksum_verification=True)
-        table = parquet.read()
-        if stats_mismatch(parquet) is not None:
-            return None  # the values disagree with the footer: which one is damaged?
+        table = pq.ParquetFile(path, page_checksum_verification=True).read()
     except _READ_ERRORS:
         return None
     if not table.schema.remove_metadata().equals(SCHEMAS[s.kind]) or not table.num_rows:
@@ -41,40 +37,9 @@ def salvageable(s: StreamId, path: Path, first: int, last: int) -> pa.Table | No
     if (pc.min(seq).as_py(), pc.max(seq).as_py()) != (first, last) or pc.count_distinct(
             seq).as_py() != last - first + 1:
         return None
+    if stats_mismatch_isolated(path) is not None:
+        return None  # the values disagree with the footer: which one is damaged?
     return table
-
-
-def differs(actual: Any, recorded: Any) -> bool:
-    if actual is None:
-        return False
-    if isinstance(actual, _dt.datetime) and isinstance(recorded, _dt.datetime):
-        return actual.replace(tzinfo=None) != recorded.replace(tzinfo=None)
-    if isinstance(actual, float) and isinstance(recorded, float):
-        return not (actual == recorded or (math.isnan(actual) and math.isnan(recorded)))
-    return bool(actual != recorded)
-
-
-def stats_mismatch(f: pq.ParquetFile) -> str | None:
-    """Why the row groups read do not agree with their footer's row counts and min/max
-    statistics, or None."""
-    for i in range(f.metadata.num_row_groups):
-        rg = f.metadata.row_group(i)
-        group = f.read_row_group(i)
-        if group.num_rows != rg.num_rows:
-            return f"row group {i} has {group.num_rows} rows, its header says {rg.num_rows}"
-        for j in range(rg.num_columns):
-            col = rg.column(j)
-            stats = col.statistics
-            name = col.path_in_schema
-            if stats is None or not stats.has_min_max or name not in group.column_names:
-                continue
-            values = group.column(name)
-            if pa.types.is_floating(values.type):
-                values = pc.filter(values, pc.invert(pc.is_nan(values)))
-            mm = pc.min_max(values)
-            if differs(mm["min"].as_py(), stats.min) or differs(mm["max"].as_py(), stats.max):
-                return f"row group {i} column {name}: statistics do not match the values"
-    return None
 
 
 def _kept_metadata(path: Path) -> dict[bytes, bytes]:
