@@ -3,26 +3,29 @@ statistics.
 
 pyarrow's statistics accessors can abort the whole process on a damaged or crafted footer
 (pyarrow 25: a C++ ``ParquetException`` "Definition level histogram size mismatch"
-escapes `RowGroupMetaData.column` and calls ``std::terminate``), so a footer that has not
-verified against its checksum is only looked at in a child process
-(`stats_mismatch_isolated`): ``python -m tracklake._ops.fsck.footer_stats PATH``.
+escapes `RowGroupMetaData.column` and calls ``std::terminate``); a footer checksum does not
+stop a crafted file. So footers are only looked at in a child process
+(`stats_mismatch_isolated`: ``python -m tracklake._ops.fsck.footer_stats``, one per fsck
+process, started again after it died): a part whose footer kills it is reported as
+damaged, and fsck goes on.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import datetime as _dt
+import json
 import math
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-
-#: Seconds a child may take over one part's footer before it counts as hung.
-CHILD_TIMEOUT = 300.0
 
 
 def differs(actual: Any, recorded: Any) -> bool:
@@ -58,33 +61,71 @@ def stats_mismatch(f: pq.ParquetFile) -> str | None:
     return None
 
 
+#: How `stats_mismatch_isolated` begins its answer when the footer killed the child.
+KILLS_READER = "reading its footer statistics kills the reader"
+
+
 def stats_mismatch_isolated(path: Path) -> str | None:
-    """`stats_mismatch` of the part at `path` (read with verified page checksums), run in
-    a child process: why it disagrees with its footer, including that it does not read or
-    that reading its footer kills the reader; None if it agrees."""
-    try:
-        done = subprocess.run([sys.executable, "-m", __name__, str(path)],
-                              capture_output=True, text=True, timeout=CHILD_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        return f"reading its footer statistics did not end within {CHILD_TIMEOUT:.0f} s"
-    if done.returncode == 0:
-        return None
-    if done.returncode < 0:
-        return f"reading its footer statistics kills the reader (signal {-done.returncode})"
-    return done.stdout.strip() or f"its statistics do not read ({done.stderr.strip()[-200:]})"
+    """`stats_mismatch` of the part at `path` (read with verified page checksums), asked
+    of a child process (one per fsck, started again after it died): why the part
+    disagrees with its footer, including that it does not read or that reading its
+    footer kills the reader; None if it agrees."""
+    with _LOCK:
+        global _child
+        if _child is None or _child.poll() is not None:
+            _child = subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                      text=True, encoding="utf-8")
+        child = _child
+        assert child.stdin is not None and child.stdout is not None
+        try:
+            child.stdin.write(json.dumps(str(path)) + "\n")
+            child.stdin.flush()
+            line = child.stdout.readline()
+        except OSError:
+            line = ""
+        if line:
+            verdict: str | None = json.loads(line)
+            return verdict
+        code = _end(child)
+        _child = None
+    return f"{KILLS_READER} (exit status {code})"
 
 
-def _main(path: str) -> int:
+def _end(child: subprocess.Popen[str]) -> int:
+    child.kill()
+    for pipe in (child.stdin, child.stdout):
+        if pipe is not None:
+            with contextlib.suppress(OSError):  # gone: what was left to send is of no use
+                pipe.close()
+    return child.wait()
+
+
+def _stop_child() -> None:
+    global _child
+    with _LOCK:
+        if _child is not None:
+            _end(_child)
+            _child = None
+
+
+_LOCK = threading.Lock()
+_child: subprocess.Popen[str] | None = None
+atexit.register(_stop_child)
+
+
+def _verdict(path: str) -> str | None:
     try:
-        f = pq.ParquetFile(path, page_checksum_verification=True)
-        why = stats_mismatch(f)
+        return stats_mismatch(pq.ParquetFile(path, page_checksum_verification=True))
     except (OSError, pa.ArrowException, ValueError, KeyError, TypeError, EOFError) as exc:
-        why = f"its footer statistics do not read ({type(exc).__name__}: {exc})"
-    if why is None:
-        return 0
-    print(why)
-    return 1
+        return f"its footer statistics do not read ({type(exc).__name__}: {exc})"
+
+
+def _serve() -> None:
+    """The child: a JSON path per line in, a JSON verdict (null or why) per line out."""
+    for line in sys.stdin:
+        print(json.dumps(_verdict(json.loads(line))), flush=True)
 
 
 if __name__ == "__main__":
-    sys.exit(_main(sys.argv[1]))
+    _serve()

@@ -15,7 +15,7 @@ from tracklake._errors import FormatError
 from tracklake._format import SCHEMAS, StreamId, check_version
 from tracklake._format.part import open_part
 from tracklake._ops.compact import SUMMARY_SQL
-from tracklake._ops.fsck.footer_stats import differs, stats_mismatch
+from tracklake._ops.fsck.footer_stats import differs, stats_mismatch_isolated
 from tracklake._ops.fsck.rebuild import lost_detail, salvageable
 from tracklake._ops.fsck.report import FsckReport, Problem
 
@@ -44,7 +44,7 @@ def check_part(s: StreamId, path: Path, first: int, last: int, report: FsckRepor
         table = f.read()
         meta = {k.decode(): v.decode() for k, v in (f.schema_arrow.metadata or {}).items()}
         check_version(meta.get("tracklake.format"), path)
-        why = meta_mismatch(meta, s) or _part_contents(s, f, table, meta, first, last,
+        why = meta_mismatch(meta, s) or _part_contents(s, path, f, table, meta, first, last,
                                                         summaries)
     except (OSError, pa.ArrowException, ValueError, KeyError, TypeError, FormatError,
             UnicodeDecodeError) as exc:
@@ -61,8 +61,9 @@ def check_part(s: StreamId, path: Path, first: int, last: int, report: FsckRepor
                                        "quarantine it (--repair); restore it from a backup"))
 
 
-def _part_contents(s: StreamId, f: pq.ParquetFile, table: pa.Table, meta: dict[str, str],
-                   first: int, last: int, summaries: Summaries) -> str | None:
+def _part_contents(s: StreamId, path: Path, f: pq.ParquetFile, table: pa.Table,
+                   meta: dict[str, str], first: int, last: int,
+                   summaries: Summaries) -> str | None:
     """Why the values read do not agree with the part's own name, statistics or summary."""
     if not table.schema.remove_metadata().equals(SCHEMAS[s.kind]):
         return f"schema is not the {s.kind} schema"
@@ -73,7 +74,7 @@ def _part_contents(s: StreamId, f: pq.ParquetFile, table: pa.Table, meta: dict[s
         low, high = pc.min(seq).as_py(), pc.max(seq).as_py()
         if low < first or high > last:
             return f"seq {low}..{high} outside the name's range {first}..{last}"
-    why = stats_mismatch(f)
+    why = stats_mismatch_isolated(path)
     if why is not None:
         return why
     if s.kind == "metrics" and "tracklake.summary" in meta:

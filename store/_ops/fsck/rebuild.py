@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 from tracklake._format import FORMAT_VERSION, SCHEMAS, StreamId, fsync_dir
 from tracklake._format.part import write_part_file
 from tracklake._ops.compact import metric_summary
-from tracklake._ops.fsck.footer_stats import stats_mismatch_isolated
+from tracklake._ops.fsck.footer_stats import KILLS_READER, stats_mismatch_isolated
 
 #: Metadata kept from a damaged footer when it still parses (retention's mark).
 _KEPT_KEYS = (b"tracklake.downsampled",)
@@ -37,9 +37,10 @@ def salvageable(s: StreamId, path: Path, first: int, last: int) -> pa.Table | No
     if (pc.min(seq).as_py(), pc.max(seq).as_py()) != (first, last) or pc.count_distinct(
             seq).as_py() != last - first + 1:
         return None
-    if stats_mismatch_isolated(path) is not None:
+    why = stats_mismatch_isolated(path)
+    if why is not None and not why.startswith(KILLS_READER):
         return None  # the values disagree with the footer: which one is damaged?
-    return table
+    return table  # (a footer that kills the reader is rewritten from verified records)
 
 
 def _kept_metadata(path: Path) -> dict[bytes, bytes]:
