@@ -5,6 +5,7 @@ discovery skips while format 1.0's names are still read."""
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 from typing import Any
 
@@ -107,9 +108,9 @@ def test_parts_read_back_as_the_record_schemas_with_their_metadata_once(root: Pa
 def test_a_summary_worth_its_bytes_is_stored_once(root: Path) -> None:
     with tracklake.init(project="p", run_id="long", root=root, capture_identity=False,
                         compact=False) as run:
+        values = random.Random(0)  # values that do not compress: pages far above the summary
         for step in range(2000):
-            run.log({f"group/key-{n:02d}": (n * 7919 + step * 104729) % 1000 / 7
-                     for n in range(16)}, step=step)
+            run.log({f"group/key-{n:02d}": values.random() for n in range(16)}, step=step)
     tracklake.compact(root=root)
     (path,) = root.glob("metrics/**/*.parquet")
     summary = pq.ParquetFile(path).metadata.metadata[SUMMARY_KEY.encode()]
