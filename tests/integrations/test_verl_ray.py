@@ -111,10 +111,12 @@ def test_verl_in_a_ray_actor_writes_the_store_and_its_sidecar_outlives_the_actor
         ray.get(runner.finish.remote(), timeout=300)
         ray.kill(runner)  # Ray ends the actor's process with SIGKILL
         wait_for(f"actor process {actor_pid} to end", lambda: not alive(actor_pid))
-        wait_for(f"sidecar {sidecars} to drain and exit",
-                 lambda: not any(alive(p) for p in sidecars))
+        # the shell and the exporter it started, looked for again: Ray ends the shell with
+        # the actor, and the exporter may have started after the shell was first seen
+        wait_for("the sidecar to drain and exit", lambda: not (
+            processes_following(actor_pid) or any(alive(p) for p in sidecars)))
     finally:
-        for pid in sidecars:
+        for pid in {*sidecars, *processes_following(actor_pid)}:
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
 
