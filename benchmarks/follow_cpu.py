@@ -27,7 +27,7 @@ from pathlib import Path
 WRITER = textwrap.dedent("""
     import sys, time, tracklake
     root, seconds = sys.argv[1], float(sys.argv[2])
-    run = tracklake.init(project="bench", root=root, capture_identity=False)
+    run = tracklake.init(project="bench", root=root, capture_identity=False, compact=False)
     print(run.id, flush=True)
     end, step = time.time() + seconds, 0
     while time.time() < end:
@@ -57,7 +57,7 @@ def measure(dest: str, seconds: float) -> dict[str, float]:
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         exporter = subprocess.run(
             [str(exe), "export", dest, "--root", str(tmp / "store"), "--project", "bench",
-             "--run", run_id, "--follow", "--while-pid", str(writer.pid), "--quiet",
+             "--run", run_id, "--follow", "--while-pid", str(writer.pid),
              *OPTIONS[dest](tmp)], capture_output=True, text=True, check=True)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         values = int(writer.stdout.readline())
