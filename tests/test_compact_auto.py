@@ -126,6 +126,9 @@ def test_init_refuses_nothing_when_python_cannot_start_a_process(
         raise BlockingIOError(11, "Resource temporarily unavailable")
 
     monkeypatch.setattr(compactor_module.os, "posix_spawn", refuse)
+    # compactors earlier tests started may still run (a loaded machine): this run's
+    # finish must try to start its own, not queue behind them
+    monkeypatch.setattr(compactor_module, "_started", set())
     monkeypatch.setenv("TRACKLAKE_COMPACT", "1")
     _log_run(root, "nospawn", 200)
     assert capsys.readouterr().err.count("cannot start automatic compaction") == 1

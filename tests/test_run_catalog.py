@@ -19,6 +19,7 @@ import pytest
 import tracklake
 from tracklake._read import catalog
 from tracklake._read.catalog import CATALOG_FILE
+from tracklake._read.snapshot import Snapshot
 
 QUESTIONS = (
     "SELECT run, status, attempts, ranks FROM runs ORDER BY run",
@@ -113,6 +114,57 @@ def test_a_removed_run_is_gone(root: Path) -> None:
     _answers(root)
     for kind in ("metrics", "runs"):
         shutil.rmtree(root / kind / "project=p" / "run=r1")
+    got = _answers(root)
+    assert [r["run"] for r in got[0].to_pylist()] == ["r0", "r2"]
+    assert _catalogued(root) == ["r0", "r2"]
+    _assert_same(got, _from_files(root))
+
+
+def test_a_run_removed_while_a_reader_reads_it_is_not_catalogued_as_it_was(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Retention drops run r1 after a reader listed its files and before it took the
+    mtimes of its directories: they are gone, and an entry recording them as absent would
+    stay valid, its parts missing, for every later reader."""
+    _store(root)
+    from tracklake._read import fresh
+
+    real = fresh.watched_paths
+
+    def dropped_meanwhile(at: Path, project: str, run: str) -> list[tuple[str, int]]:
+        if run == "r1":
+            for kind in ("metrics", "runs"):
+                shutil.rmtree(at / kind / f"project={project}" / f"run={run}")
+        return real(at, project, run)
+
+    monkeypatch.setattr(fresh, "watched_paths", dropped_meanwhile)
+    Snapshot(root)  # this reader read r1 whole, then r1 went; it writes the catalog
+    monkeypatch.undo()
+    assert _catalogued(root) == ["r0", "r2"]
+    got = _answers(root)
+    assert [r["run"] for r in got[0].to_pylist()] == ["r0", "r2"]
+    _assert_same(got, _from_files(root))
+
+
+def test_a_catalog_naming_a_missing_part_makes_the_reader_list_the_files(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """However a catalog came to name a part that is gone (here: one written without the
+    check above), readers do not fail on it: they list the files and write it anew."""
+    _store(root)
+    from tracklake._read import fresh
+
+    real = fresh.watched_paths
+
+    def dropped_meanwhile(at: Path, project: str, run: str) -> list[tuple[str, int]]:
+        if run == "r1":
+            for kind in ("metrics", "runs"):
+                shutil.rmtree(at / kind / f"project={project}" / f"run={run}")
+        return real(at, project, run)
+
+    monkeypatch.setattr(fresh, "watched_paths", dropped_meanwhile)
+    monkeypatch.setattr(catalog, "_consistent", lambda entry: True)
+    Snapshot(root)
+    monkeypatch.undo()
+    assert _catalogued(root) == ["r0", "r1", "r2"]  # r1's parts are gone
     got = _answers(root)
     assert [r["run"] for r in got[0].to_pylist()] == ["r0", "r2"]
     assert _catalogued(root) == ["r0", "r2"]

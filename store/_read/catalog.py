@@ -82,14 +82,17 @@ def mtime_ns(root: Path, rel: str) -> int:
 class RunCatalog:
     """The catalogued runs of a store; a no-op for a store in an object store."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, trusted: bool = True) -> None:
+        """`trusted=False`: no entry is used, and the catalog is written anew from what
+        this reader finds (after a catalogued file turned out to be missing)."""
         self.root = root
         self.enabled = not is_url(root)
         self.path = root / CATALOG_FILE
         self._table = self._load() if self.enabled else _SCHEMA.empty_table()
         self._valid: list[int] = []
         self._rows: pa.Table | None = None
-        self._stale: set[int] = set()
+        self._stale: set[int] = set() if trusted else set(range(self._table.num_rows))
+        self._trusted = trusted
         self._fresh: list[RunEntry] = []
 
     def _load(self) -> pa.Table:
@@ -113,19 +116,22 @@ class RunCatalog:
         watched paths all still have the mtimes recorded: their entries are what
         `parts`, `summaries` and `attempts` give."""
         t = self._table
-        if not t.num_rows:
+        if not t.num_rows or not self._trusted:
             return set()
         projects, runs = t.column("project").to_pylist(), t.column("run").to_pylist()
         watched = t.column("watched").combine_chunks()
         paths = watched.flatten().field("path").to_pylist()
         mtimes = watched.flatten().field("mtime_ns").to_pylist()
         offsets = watched.offsets.to_pylist()
+        holds = {"metrics/": pc.list_value_length(t.column("parts")).to_pylist(),
+                 "runs/": pc.list_value_length(t.column("attempts")).to_pylist()}
         root = self.root
         found = set()
         for i, (p, r) in enumerate(zip(projects, runs, strict=True)):
             if (project is not None and p != project) or (run is not None and r != run):
                 continue
-            if all(mtime_ns(root, paths[j]) == mtimes[j]
+            if all(mtime_ns(root, paths[j]) == mtimes[j] and not (
+                    mtimes[j] == ABSENT and holds[paths[j][:paths[j].index("/") + 1]][i])
                    for j in range(offsets[i], offsets[i + 1])):
                 self._valid.append(i)
                 found.add((p, r))
@@ -166,8 +172,8 @@ class RunCatalog:
     def keep(self, entry: RunEntry, since_ns: int) -> None:
         """Catalog `entry`, read by a snapshot that began at `since_ns`, unless one of its
         paths changed too shortly before (its mtime could hide a later change)."""
-        if self.enabled and all(m < since_ns - int(RACY_SECONDS * 1e9)
-                                for _, m in entry.watched):
+        if self.enabled and _consistent(entry) and all(
+                m < since_ns - int(RACY_SECONDS * 1e9) for _, m in entry.watched):
             self._fresh.append(entry)
 
     def save(self) -> None:
@@ -194,6 +200,18 @@ class RunCatalog:
             write_atomic(self.path, header + b"\n" + body)
         except OSError:
             return  # a store this reader may not write: the catalog only saves time
+
+
+def _consistent(entry: RunEntry) -> bool:
+    """False if a directory whose files the entry holds was gone when its mtimes were
+    taken (the run was dropped between the listing and the stat): recorded as `ABSENT`,
+    the entry would pass as valid for as long as the directory stays gone (`settled`
+    refuses such entries too, in catalogs written before this check)."""
+    for path, mtime in entry.watched:
+        if mtime == ABSENT and ((path.startswith("metrics/") and entry.parts)
+                                or (path.startswith("runs/") and entry.attempts)):
+            return False
+    return True
 
 
 def watched_paths(root: Path, project: str, run: str) -> list[tuple[str, int]]:

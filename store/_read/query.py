@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -141,11 +142,12 @@ def _warn(problems: ReadProblems) -> None:
 
 
 def _connect(root_path: Path, threads: int | None, problems: ReadProblems,
-             skip: frozenset[Path], scope: Scope) -> duckdb.DuckDBPyConnection:
+             skip: frozenset[Path], scope: Scope, trust_catalog: bool = True
+             ) -> duckdb.DuckDBPyConnection:
     """The views of `scope` (those of the kinds it does not reach are not created)."""
     import duckdb  # imported on use: `import tracklake` stays light for training processes
 
-    snap = Snapshot(root_path, problems, skip, scope)
+    snap = Snapshot(root_path, problems, skip, scope, trust_catalog)
     con = duckdb.connect(":memory:")
     if threads:
         con.execute(f"SET threads = {int(threads)}")
@@ -268,11 +270,13 @@ def with_connection(root: str | os.PathLike[str] | None, problems: ReadProblems,
     relisted = 0
     while True:
         try:
-            con = _connect(root_path, None, problems, skip, scope)
+            # after a file went missing, the run catalog is not trusted (it is rewritten)
+            con = _connect(root_path, None, problems, skip, scope, trust_catalog=not relisted)
         except FileNotFoundError:
             relisted += 1
             if relisted > _RELISTS:
                 raise
+            time.sleep(_RELIST_PAUSE * relisted)  # let a merge in progress end
             continue  # a part was merged away since the listing: the merged part holds it
         try:
             return work(con)
@@ -284,6 +288,7 @@ def with_connection(root: str | os.PathLike[str] | None, problems: ReadProblems,
                 raise
             if _parts_gone(con) and relisted < _RELISTS:
                 relisted += 1
+                time.sleep(_RELIST_PAUSE * relisted)
                 continue  # merged away (or pruned) while the query ran: list again
             damaged = _damaged_parts(con)
             if not damaged:
@@ -295,8 +300,10 @@ def with_connection(root: str | os.PathLike[str] | None, problems: ReadProblems,
             con.close()
 
 
-#: How often a query lists the store again because compaction merged parts under it.
-_RELISTS = 5
+#: How often a query lists the store again because compaction merged parts under it,
+#: pausing this many seconds times the number of the retry before each.
+_RELISTS = 8
+_RELIST_PAUSE = 0.05
 
 
 def _parts_gone(con: duckdb.DuckDBPyConnection) -> bool:

@@ -84,7 +84,8 @@ class Snapshot:
     are left out and noted in `problems`."""
 
     def __init__(self, root: Path, problems: ReadProblems | None = None,
-                 skip: frozenset[Path] = frozenset(), scope: Scope = EVERYTHING) -> None:
+                 skip: frozenset[Path] = frozenset(), scope: Scope = EVERYTHING,
+                 trust_catalog: bool = True) -> None:
         problems = ReadProblems() if problems is None else problems
         since = time.time_ns()
         self.parts: dict[str, list[Part]] = {k: [] for k in KINDS}
@@ -92,7 +93,7 @@ class Snapshot:
         summaries: list[dict[str, Any]] = []
         # runs whose metric parts and attempt files are as the catalog has them are not
         # listed again (with parts to skip, a rare retry after damage, all are)
-        catalog = RunCatalog(root)
+        catalog = RunCatalog(root, trust_catalog)
         settled = frozenset(catalog.settled(scope.project, scope.run)) if \
             ("metrics" in scope.kinds or scope.attempts) and not skip else frozenset()
         streams = {**stream_dirs(root, scope.project, scope.run,

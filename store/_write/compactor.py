@@ -106,12 +106,17 @@ class Compactor:
         try:
             return spawn()
         except OSError as exc:
-            if not self._warned:  # the data is safe in segments; `tracklake compact` later
+            if not self._warned:
                 self._warned = True
-                with contextlib.suppress(OSError):
-                    _messages.say(f"tracklake: cannot start automatic compaction ({exc}); "
-                                  "the data stays in segments until `tracklake compact` runs")
+                _cannot_start(exc)
             return None
+
+
+def _cannot_start(exc: OSError) -> None:
+    """Say that a compactor could not start (the data is safe in segments)."""
+    with contextlib.suppress(OSError):
+        _messages.say(f"tracklake: cannot start automatic compaction ({exc}); "
+                      "the data stays in segments until `tracklake compact` runs")
 
 
 def _reap_all() -> None:
@@ -163,8 +168,9 @@ def _drain() -> None:
                     return
                 try:
                     _spawn_waiting(root)
-                except OSError:
-                    return  # told once by the rank that queued; `tracklake compact` later
+                except OSError as exc:
+                    _cannot_start(exc)  # the ranks that queued never tried themselves
+                    return
 
 
 @atexit.register

@@ -72,7 +72,10 @@ def stats_mismatch_isolated(path: Path) -> str | None:
     footer kills the reader; None if it agrees."""
     with _LOCK:
         global _child
-        if _child is None or _child.poll() is not None:
+        if _child is not None and _child.poll() is not None:
+            _end(_child)  # ended since it last answered: its pipes are closed here
+            _child = None
+        if _child is None:
             _child = subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                       text=True, encoding="utf-8")
