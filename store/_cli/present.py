@@ -12,6 +12,7 @@ import pyarrow as pa
 from rich.console import Console
 from rich.table import Table
 
+from tracklake._cli.cells import cell
 from tracklake._cli.sparkline import UNICODE_LEVELS, trends
 from tracklake._errors import QueryError
 from tracklake._read.location import is_url
@@ -33,21 +34,6 @@ def _can_draw(console: Console) -> bool:
     except (UnicodeEncodeError, LookupError):
         return False
     return True
-
-
-def _fmt(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
-
-
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return ""
-    s = round(seconds)
-    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
 
 
 def print_run(root: Path, run_id: str, project: str | None, problems: ReadProblems) -> None:
@@ -83,11 +69,11 @@ def print_run(root: Path, run_id: str, project: str | None, problems: ReadProble
     for col in ("key", "steps", "values", "min", "max", "last", "trend"):
         metrics.add_column(col)
     for m in summary:
-        last = _fmt(m["last_value"])
+        last = cell(m["last_value"])
         if m["last_rank"] != rank:
             last += f" (rank {m['last_rank']})"  # a key the lowest rank did not log
-        metrics.add_row(m["key"], f"{m['first']}..{m['last']}", _fmt(m["n"]), _fmt(m["min"]),
-                        _fmt(m["max"]), last, curves.get(m["key"], ""))
+        metrics.add_row(m["key"], f"{m['first']}..{m['last']}", cell(m["n"]), cell(m["min"]),
+                        cell(m["max"]), last, curves.get(m["key"], ""))
     console.print(metrics)
     config = latest.get("config") or {}
     if config:
@@ -191,7 +177,7 @@ def write_table(table: pa.Table, fmt: str, output: Path | None, max_rows: int,
         for name in table.column_names:
             rich_table.add_column(name, overflow="fold")
         for row in table.slice(0, max_rows).to_pylist():
-            rich_table.add_row(*(_fmt(v) for v in row.values()))
+            rich_table.add_row(*(cell(v) for v in row.values()))
         if output is None:
             _console().print(rich_table)
             if table.num_rows > max_rows:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from tracklake._cli.cells import cell, duration
 from tracklake._read.query import query, with_connection
 from tracklake._read.reader import ReadProblems
 from tracklake._read.scope import scope_of_views
@@ -102,27 +103,12 @@ def _runs_rows(con: duckdb.DuckDBPyConnection, project: str | None,
     return total, runs, chosen, last
 
 
-def _fmt(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
-
-
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return ""
-    s = round(seconds)
-    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
-
-
 def _cells(run: dict[str, Any], chosen: list[str],
            last: dict[tuple[str, str, str], Any]) -> list[str]:
-    return [run["project"], run["run"], run["status"], _fmt(run["attempts"]),
-            _fmt(run["ranks"]), _fmt(run["last_step"]), run["start"] or "",
-            _duration(run["duration"]),
-            *(_fmt(last.get((run["project"], run["run"], k))) for k in chosen)]
+    return [run["project"], run["run"], run["status"], cell(run["attempts"]),
+            cell(run["ranks"]), cell(run["last_step"]), run["start"] or "",
+            duration(run["duration"]),
+            *(cell(last.get((run["project"], run["run"], k))) for k in chosen)]
 
 
 def _print_table(root: Path, runs: list[dict[str, Any]], chosen: list[str],
