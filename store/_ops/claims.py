@@ -67,7 +67,8 @@ def _read_claim(path: Path) -> dict[str, Any] | None:
     return record
 
 
-def _process_alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether process `pid` exists on this machine (owned by anyone)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -90,7 +91,7 @@ def claim_is_stale(record: dict[str, Any] | None, age: float) -> bool:
     boot = _boot_id()
     if record["boot_id"] is not None and boot is not None and record["boot_id"] != boot:
         return True
-    if not _process_alive(record["pid"]):
+    if not process_alive(record["pid"]):
         return True
     started: int | None = record["start_ticks"]
     if started is None:
@@ -166,17 +167,17 @@ def _remove_leftovers(directory: Path) -> None:
     host = platform.node()
     for name in os.listdir(directory):
         if (m := _SORT_TMP.match(name)) is not None:
-            if m.group(1) == host and not _process_alive(int(m.group(2))):
+            if m.group(1) == host and not process_alive(int(m.group(2))):
                 shutil.rmtree(directory / name, ignore_errors=True)
             continue
         if (m := _CLAIM_TMP.match(name)) is not None:
-            gone = m.group(1) == host and not _process_alive(int(m.group(2)))
+            gone = m.group(1) == host and not process_alive(int(m.group(2)))
         elif (m := _PART_TMP.match(name)) is not None:
             try:
                 age = time.time() - (directory / name).stat().st_mtime
             except FileNotFoundError:
                 continue
-            gone = age > CLAIM_STALE_SECONDS and not _process_alive(int(m.group(1)))
+            gone = age > CLAIM_STALE_SECONDS and not process_alive(int(m.group(1)))
         else:
             continue
         if gone:

@@ -18,6 +18,7 @@ from tracklake._ops.backup.errors import BackupError
 from tracklake._ops.backup.manifest import MANIFEST, read_manifest
 from tracklake._ops.backup.select import EVERYTHING, Selection
 from tracklake._ops.backup.target import Target, local_digest, open_target
+from tracklake._ops.claims import process_alive
 
 
 def _listed(problems: list[str]) -> str:
@@ -74,22 +75,12 @@ def _stage(target: Target, files: dict[str, dict[str, Any]], staging: Path,
     return problems
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's process
-    return True
-
-
 def _remove_dead_staging(root: Path) -> None:
     """Remove the staging folders of restores killed on this machine (never moved into
     place, so nothing of them is in the store)."""
     for path in root.glob(".restore-*-*-*"):
         _, pid, _, host = path.name.split("-", 3)
-        if host == socket.gethostname() and pid.isdigit() and not _alive(int(pid)):
+        if host == socket.gethostname() and pid.isdigit() and not process_alive(int(pid)):
             shutil.rmtree(path)
 
 

@@ -31,6 +31,7 @@ from tracklake._errors import StoreError
 from tracklake._format import KINDS, blob_path, fsync_dir, write_atomic
 from tracklake._format.attempt import read_attempt
 from tracklake._format.part import FOOTER_CRC_KEY, write_part_file
+from tracklake._ops.claims import process_alive
 from tracklake._ops.compact import compact, metric_summary
 from tracklake._ops.retention.audit import AuditLog, audit_records
 from tracklake._ops.retention.inventory import host, live_reason, now_iso, who
@@ -83,7 +84,7 @@ def _claim(root: Path) -> Iterator[None]:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError:
             holder = path.read_text().split()
-            if len(holder) == 2 and holder[0] == socket.gethostname() and not _alive(
+            if len(holder) == 2 and holder[0] == socket.gethostname() and not process_alive(
                     int(holder[1])):
                 path.unlink()
                 continue
@@ -98,16 +99,6 @@ def _claim(root: Path) -> Iterator[None]:
             path.unlink()
         return
     raise RetainBusyError(f"cannot claim {path}: another retain keeps taking it")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _rel(root: Path, path: Path) -> str:
