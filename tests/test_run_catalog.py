@@ -120,12 +120,9 @@ def test_a_removed_run_is_gone(root: Path) -> None:
     _assert_same(got, _from_files(root))
 
 
-def test_a_run_removed_while_a_reader_reads_it_is_not_catalogued_as_it_was(
-        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Retention drops run r1 after a reader listed its files and before it took the
-    mtimes of its directories: they are gone, and an entry recording them as absent would
-    stay valid, its parts missing, for every later reader."""
-    _store(root)
+def _drop_r1_while_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make run r1 vanish (as retention drops it) after a reader listed its files and
+    before it takes the mtimes of its directories."""
     from tracklake._read import fresh
 
     real = fresh.watched_paths
@@ -137,6 +134,15 @@ def test_a_run_removed_while_a_reader_reads_it_is_not_catalogued_as_it_was(
         return real(at, project, run)
 
     monkeypatch.setattr(fresh, "watched_paths", dropped_meanwhile)
+
+
+def test_a_run_removed_while_a_reader_reads_it_is_not_catalogued_as_it_was(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Retention drops run r1 after a reader listed its files and before it took the
+    mtimes of its directories: they are gone, and an entry recording them as absent would
+    stay valid, its parts missing, for every later reader."""
+    _store(root)
+    _drop_r1_while_read(monkeypatch)
     Snapshot(root)  # this reader read r1 whole, then r1 went; it writes the catalog
     monkeypatch.undo()
     assert _catalogued(root) == ["r0", "r2"]
@@ -150,17 +156,7 @@ def test_a_catalog_naming_a_missing_part_makes_the_reader_list_the_files(
     """However a catalog came to name a part that is gone (here: one written without the
     check above), readers do not fail on it: they list the files and write it anew."""
     _store(root)
-    from tracklake._read import fresh
-
-    real = fresh.watched_paths
-
-    def dropped_meanwhile(at: Path, project: str, run: str) -> list[tuple[str, int]]:
-        if run == "r1":
-            for kind in ("metrics", "runs"):
-                shutil.rmtree(at / kind / f"project={project}" / f"run={run}")
-        return real(at, project, run)
-
-    monkeypatch.setattr(fresh, "watched_paths", dropped_meanwhile)
+    _drop_r1_while_read(monkeypatch)
     monkeypatch.setattr(catalog, "_consistent", lambda entry: True)
     Snapshot(root)
     monkeypatch.undo()
