@@ -153,7 +153,7 @@ def _return_freed_memory() -> None:
     pa.set_memory_pool(pa.system_memory_pool())
 
 
-class ExportGroup(click.Group):
+class _ExportGroup(click.Group):
     """Subcommands: `status`, and one per installed destination."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -217,3 +217,8 @@ def status(root: Path | None) -> None:
                       str(r.get("finished", "")), r.get("last_success") or "",
                       r.get("error") or r.get("last_error") or "")
     Console(width=None if sys.stdout.isatty() else 200).print(table)
+
+
+export_group = _ExportGroup(
+    "export", help="Replay runs into another tool: `tracklake export DEST --help` for a "
+    "destination's options; `tracklake export status`.")

@@ -1,5 +1,5 @@
-"""`tracklake retain`, `pin` and `unpin`: retention of the store (docs/lifecycle.md).
-Register them with ``main.add_command(...)`` for each of `lifecycle_commands`."""
+"""`tracklake retain`, `pin`, `unpin`, `fsck`, `backup` and `restore`: the store's
+lifecycle (docs/lifecycle.md). The command line imports this module when one of them runs."""
 
 from __future__ import annotations
 
@@ -334,5 +334,3 @@ def restore(src: str, root: Path, projects: tuple[str, ...], runs: tuple[str, ..
         click.echo(f"restored {len(report.copied)} files ({_mb(report.bytes_copied)}); "
                    f"{report.unchanged} were there already")
 
-
-lifecycle_commands = (retain, pin, unpin, fsck, backup, restore)

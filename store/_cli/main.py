@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import importlib
 import json
 import os
 import time
@@ -52,8 +53,33 @@ class CliUsageError(click.UsageError):
         click.echo(f"{ERROR_PREFIX} {self.format_message()}", err=True)
 
 
+#: Subcommands imported only when invoked (or listed by `--help`): a question such as
+#: `tracklake runs` does not pay for the modules of export, pack, lifecycle and pictures.
+_LAZY_COMMANDS = {
+    "export": "tracklake._cli.export:export_group",
+    "pack": "tracklake._cli.pack:pack", "unpack": "tracklake._cli.pack:unpack",
+    **{name: f"tracklake._cli.lifecycle:{name}"
+       for name in ("retain", "pin", "unpin", "fsck", "backup", "restore")},
+    "plot": "tracklake._cli.plot:plot", "report": "tracklake._cli.report:report",
+}
+
+
 class _Main(click.Group):
-    """The `tracklake` group: every error of every subcommand in one form."""
+    """The `tracklake` group: every error of every subcommand in one form; the commands
+    of `_LAZY_COMMANDS` are imported on first use (click's lazily loaded subcommands)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *_LAZY_COMMANDS])
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = _LAZY_COMMANDS.get(cmd_name)
+        if target is None:
+            return super().get_command(ctx, cmd_name)
+        module, _, name = target.partition(":")
+        command = getattr(importlib.import_module(module), name)
+        if not isinstance(command, click.Command):
+            raise TypeError(f"{target} is not a click command")
+        return command
 
     def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
         with _one_form():
@@ -258,46 +284,6 @@ def watch(run: str, root: Path | None, project: str | None, keys: str, rank: int
     elif once:
         click.echo(f"run {run} is still running (--once: stopped here)")
 
-
-def _export_group() -> click.Group:
-    from tracklake._cli.export import ExportGroup
-
-    return ExportGroup("export", help="Replay runs into another tool: `tracklake export DEST "
-                       "--help` for a destination's options; `tracklake export status`.")
-
-
-main.add_command(_export_group())
-
-
-def _pack_commands() -> None:
-    from tracklake._cli.pack import pack, unpack
-
-    main.add_command(pack)
-    main.add_command(unpack)
-
-
-_pack_commands()
-
-
-def _lifecycle_commands() -> None:
-    from tracklake._cli.lifecycle import lifecycle_commands
-
-    for command in lifecycle_commands:
-        main.add_command(command)
-
-
-_lifecycle_commands()
-
-
-def _picture_commands() -> None:
-    from tracklake._cli.plot import plot
-    from tracklake._cli.report import report
-
-    main.add_command(plot)
-    main.add_command(report)
-
-
-_picture_commands()
 
 
 def _echo_step(step: Step, pattern: str) -> None:

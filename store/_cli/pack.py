@@ -1,6 +1,5 @@
 """`tracklake pack` and `tracklake unpack`: carry runs across an air gap in one file
-(docs/air-gapped.md). Register them with ``main.add_command(pack)`` and
-``main.add_command(unpack)``."""
+(docs/air-gapped.md)."""
 
 from __future__ import annotations
 

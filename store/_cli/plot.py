@@ -1,5 +1,5 @@
 """`tracklake plot`: line charts of runs' metrics in the terminal, and the chart that
-`tracklake watch --plot` redraws. Register with ``main.add_command(plot)``."""
+`tracklake watch --plot` redraws."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """`tracklake report`: one self-contained HTML file (or Markdown with SVG charts) that
-shows runs offline. Register with ``main.add_command(report)``."""
+shows runs offline."""
 
 from __future__ import annotations
 
