@@ -245,3 +245,12 @@ def test_a_sparkline_falls_back_to_ascii_and_leaves_gaps() -> None:
     assert sparkline([], unicode=True) == ""
     assert sparkline([(0, -1e308), (1, 0.0), (2, 1e308)]) == "▁▅█"  # no overflow
     assert sparkline([(0, 5e-324), (1, 0.0)]) == "█▁"
+
+
+@pytest.mark.parametrize(("args", "missing"), [(("show",), "'RUN'"),
+                                               (("diff", "a"), "'RUN_B'"),
+                                               (("report",), "'RUNS...'")])
+def test_a_missing_argument_is_named_in_the_error(args: tuple[str, ...], missing: str) -> None:
+    result = CliRunner().invoke(main, list(args), catch_exceptions=False)
+    assert result.exit_code == 2
+    assert f"tracklake: error: Missing argument {missing}." in result.stderr

@@ -44,3 +44,53 @@ def test_the_write_path_imports_nothing_of_the_read_side_or_optional_packages(
     out = subprocess.run([sys.executable, "-c", TRAINING, str(tmp_path), ",".join(FORBIDDEN)],
                          capture_output=True, text=True, check=True).stdout
     assert json.loads(out) == []
+
+
+#: Runs the command line as the `tracklake` program does, then says whether pandas was
+#: loaded and whether it could have been.
+COMMAND = """
+import importlib, json, sys
+from tracklake._cli.main import run
+sys.argv = ["tracklake", *sys.argv[1:]]
+try:
+    run()
+except SystemExit as exc:
+    assert not exc.code, exc.code
+loaded = "pandas" in sys.modules
+try:
+    importlib.import_module("pandas")
+    importable = True
+except ImportError:
+    importable = False
+print(json.dumps({"loaded": loaded, "importable": importable}))
+"""
+
+
+def _command(*args: str) -> tuple[str, dict[str, bool]]:
+    out = subprocess.run([sys.executable, "-c", COMMAND, *args], capture_output=True,
+                         text=True, check=True).stdout.splitlines()
+    return "\n".join(out[:-1]), json.loads(out[-1])
+
+
+def test_the_read_only_commands_answer_without_loading_pandas(root: Path) -> None:
+    import tracklake
+
+    assert importlib.util.find_spec("pandas") is not None, "meaningful only with pandas"
+    for name in ("a", "b"):
+        with tracklake.init(project="p", run_id=name, root=root, capture_identity=False,
+                            config={"lr": 0.1}) as run:
+            for step in range(5):
+                run.log({"loss": 1.0 / (step + 1)}, step=step)
+    store = str(root)
+    out, pandas = _command("sql", "SELECT run, count(*) AS n, min(value) AS low FROM "
+                           "metrics GROUP BY run ORDER BY run", "--root", store,
+                           "--format", "csv")
+    assert out.splitlines() == ['"run","n","low"', '"a",5,0.2', '"b",5,0.2']
+    assert pandas == {"loaded": False, "importable": False}
+    for args in (("runs",), ("runs", "--format", "json"), ("show", "a"), ("diff", "a", "b"),
+                 ("watch", "a", "--once")):
+        out, pandas = _command(*args, "--root", store)
+        assert "a" in out and pandas == {"loaded": False, "importable": False}, args
+    # commands that may run a destination's SDK keep pandas available
+    _, pandas = _command("export", "--help")
+    assert pandas["importable"]

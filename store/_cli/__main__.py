@@ -1,5 +1,5 @@
 """`python -m tracklake._cli`: the command line."""
 
-from tracklake._cli.main import main
+from tracklake._cli.main import run
 
-main()
+run()

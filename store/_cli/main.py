@@ -5,8 +5,10 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import importlib
+import importlib.abc
 import json
 import os
+import sys
 import time
 from collections.abc import Callable, Iterator
 from functools import wraps
@@ -97,11 +99,11 @@ def _one_form() -> Iterator[None]:
     except (CliError, CliUsageError):
         raise
     except click.UsageError as exc:
-        raise CliUsageError(exc.message, exc.ctx) from exc
+        raise CliUsageError(exc.format_message(), exc.ctx) from exc
     except click.ClickException as exc:
         if exc.exit_code != CliError.exit_code:
             raise
-        raise CliError(exc.message) from exc
+        raise CliError(exc.format_message()) from exc
 
 
 def _friendly(func: F) -> F:
@@ -339,5 +341,30 @@ def dumps(value: Any) -> str:
     return json.dumps(value, default=_json_default, indent=1)
 
 
-if __name__ == "__main__":
+#: Commands that only read the store and print. pyarrow imports pandas, whenever it is
+#: installed, on first use of many of its functions (0.15-0.5 s, a third of what
+#: `tracklake runs` takes on a large store); tracklake never uses pandas, so these
+#: commands' processes do without it.
+_WITHOUT_PANDAS = frozenset({"runs", "show", "diff", "sql", "watch", "plot", "report"})
+
+
+class _NoPandas(importlib.abc.MetaPathFinder):
+    """An import hook under which `import pandas` fails as if it were not installed;
+    pyarrow then works as it does without pandas."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        if name.partition(".")[0] == "pandas":
+            raise ModuleNotFoundError(f"No module named {name!r} (not loaded by "
+                                      "tracklake's read-only commands)", name=name)
+
+
+def run() -> None:
+    """The `tracklake` program: its console script and `python -m tracklake._cli`."""
+    command = sys.argv[1] if len(sys.argv) > 1 else None
+    if command in _WITHOUT_PANDAS and "pandas" not in sys.modules:
+        sys.meta_path.insert(0, _NoPandas())
     main()
+
+
+if __name__ == "__main__":
+    run()

@@ -35,6 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tracklake._format.files import write_atomic
+from tracklake._format.schema import empty_table
 from tracklake._read.decoded import RACY_SECONDS
 from tracklake._read.location import is_url
 
@@ -88,7 +89,7 @@ class RunCatalog:
         self.root = root
         self.enabled = not is_url(root)
         self.path = root / CATALOG_FILE
-        self._table = self._load() if self.enabled else _SCHEMA.empty_table()
+        self._table = self._load() if self.enabled else empty_table(_SCHEMA)
         self._valid: list[int] = []
         self._rows: pa.Table | None = None
         self._stale: set[int] = set() if trusted else set(range(self._table.num_rows))
@@ -105,11 +106,11 @@ class RunCatalog:
             meta = json.loads(header)
             if not isinstance(meta, dict) or meta.get("version") != _VERSION or \
                     meta.get("crc32") != zlib.crc32(body):
-                return _SCHEMA.empty_table()
+                return empty_table(_SCHEMA)
             table = pa.ipc.open_stream(body).read_all()
         except (OSError, ValueError, pa.ArrowException):
-            return _SCHEMA.empty_table()  # none yet, unreadable or damaged: rebuilt
-        return table if table.schema.equals(_SCHEMA) else _SCHEMA.empty_table()
+            return empty_table(_SCHEMA)  # none yet, unreadable or damaged: rebuilt
+        return table if table.schema.equals(_SCHEMA) else empty_table(_SCHEMA)
 
     def settled(self, project: str | None, run: str | None) -> set[tuple[str, str]]:
         """(project, run) of the catalogued runs (of `project` / `run` if given) whose

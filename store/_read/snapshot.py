@@ -16,6 +16,7 @@ from tracklake._errors import FormatError, NewerFormatError, StoreError
 from tracklake._format import KINDS, PARTITION_SCHEMA, SCHEMAS, StreamId
 from tracklake._format.attempt import effective_status, read_attempt
 from tracklake._format.part import open_part, summary_rows
+from tracklake._format.schema import empty_table
 from tracklake._read.catalog import RunCatalog
 from tracklake._read.decoded import DecodedCache
 from tracklake._read.fresh import FreshRuns as _FreshRuns
@@ -186,7 +187,7 @@ def _empty(kind: str) -> pa.Table:
     schema = SCHEMAS[kind]
     for f in PARTITION_SCHEMA:
         schema = schema.append(f)
-    return schema.empty_table()
+    return empty_table(schema)
 
 
 def _verified_summary(path: Path) -> list[dict[str, Any]]:
