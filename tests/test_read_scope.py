@@ -135,3 +135,36 @@ def test_a_part_gone_between_listing_and_reading_makes_the_stream_be_listed_agai
     failures["left"] = 100  # a stream that never holds still is an error naming it
     with pytest.raises(tracklake.StoreError, match="attempt=1: its parts kept changing"):
         tracklake.query("SELECT count(*) AS n FROM metrics", root=root)
+
+
+@pytest.mark.parametrize("compacted", [False, True])
+def test_a_question_on_metric_summaries_reads_the_values_of_resumed_runs_only(
+        root: Path, compacted: bool) -> None:
+    """The run table's question: the summaries come from part footers (or the catalog),
+    so the parts' dataset holds only the resumed run's parts, whose summaries are
+    computed from the values its later attempt did not log again."""
+    from tracklake._read.query import with_connection
+    from tracklake._read.scope import scope_of_views
+
+    _resumed_run(root)
+    with tracklake.init(project="p", run_id="plain", root=root, capture_identity=False) as run:
+        run.log({"loss": 3.0}, step=0)
+    if compacted:
+        tracklake.compact(root=root)
+    sql = "SELECT run, key, count, min, max, last_value FROM metric_summaries ORDER BY ALL"
+
+    def read(con: object) -> tuple[list[dict[str, object]], list[str]]:
+        answer = tracklake.query(sql, connection=con).to_pylist()  # type: ignore[arg-type]
+        runs = tracklake.query("SELECT DISTINCT run FROM metrics_all ORDER BY run",
+                               connection=con)  # type: ignore[arg-type]
+        return answer, runs.column("run").to_pylist()
+
+    answer, values_of = with_connection(root, tracklake.ReadProblems(), read,
+                                        scope_of_views({"metric_summaries"}))
+    assert answer == tracklake.query(sql, root=root).to_pylist()
+    # attempt 1's steps 0..4, then attempt 2's 5..7 (its 5..9 are superseded)
+    assert {"run": "r", "key": "loss", "count": 8, "min": 0.0, "max": 7.0,
+            "last_value": 7.0} in answer
+    assert {"run": "plain", "key": "loss", "count": 1, "min": 3.0, "max": 3.0,
+            "last_value": 3.0} in answer
+    assert values_of == (["r"] if compacted else ["plain", "r"])  # live tails are read

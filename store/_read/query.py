@@ -158,10 +158,14 @@ def _connect(root_path: Path, threads: int | None, problems: ReadProblems,
     for kind in snap.kinds:
         con.register(f"_live_{kind}", snap.live[kind])
         cols = ", ".join(f'"{n}"' for n in [*SCHEMAS[kind].names, *PARTITION_SCHEMA.names])
+        parts = snap.parts[kind]
+        if kind == "metrics" and not scope.metric_values:
+            resumed = {root_path / kind / f"project={p}" / f"run={r}" for p, r in snap.resumed}
+            parts = [p for p in parts if p.path.parents[2] in resumed]
         sources = [f"SELECT {cols} FROM _live_{kind}"] if snap.live[kind].num_rows or not \
-            snap.parts[kind] else []
-        if snap.parts[kind]:
-            con.register(f"_parts_{kind}", parts_dataset(root_path, kind, snap.parts[kind]))
+            parts else []
+        if parts:
+            con.register(f"_parts_{kind}", parts_dataset(root_path, kind, parts))
             sources.insert(0, f"SELECT {cols} FROM _parts_{kind}")
         con.execute(f"CREATE VIEW {kind}_all AS {' UNION ALL '.join(sources)}")
     if "metrics" in snap.kinds:

@@ -18,19 +18,25 @@ class Scope:
     """The part of the store a connection reads: `kinds` (their parts and live tails),
     the attempt files if `attempts`, and only run `run` of `project` if given. Views
     outside the scope are not created, so a question that needs one fails loudly (and is
-    asked again with everything) instead of getting an empty answer."""
+    asked again with everything) instead of getting an empty answer.
+
+    Without `metric_values`, a question about the metric summaries alone, the metric
+    parts' dataset holds only those of resumed runs (whose summaries are computed from
+    their visible values): the `metrics` views are there for `metric_summaries` and are
+    not whole."""
 
     kinds: frozenset[str] = frozenset(KINDS)
     attempts: bool = True
     project: str | None = None
     run: str | None = None
+    metric_values: bool = True
 
     @property
     def everything(self) -> bool:
         return self.kinds == frozenset(KINDS) and self.attempts and self.run is None
 
     def for_run(self, project: str, run: str) -> Scope:
-        return Scope(self.kinds, self.attempts, project, run)
+        return Scope(self.kinds, self.attempts, project, run, self.metric_values)
 
 
 EVERYTHING = Scope()
@@ -43,7 +49,8 @@ def scope_of_views(names: set[str]) -> Scope:
         kinds.add("configs")
     if names & _SUMMARY_VIEWS:
         kinds.add("metrics")
-    return Scope(frozenset(kinds), bool(names & _ATTEMPT_VIEWS))
+    return Scope(frozenset(kinds), bool(names & _ATTEMPT_VIEWS),
+                 metric_values=bool(names & {"metrics", "metrics_all"}))
 
 
 def scope_of_sql(sql: str) -> Scope:
