@@ -19,6 +19,7 @@ import pytest
 import tracklake
 from tracklake import read
 from tracklake._format import StreamId
+from tracklake._format import part as part_format
 from tracklake._ops import metric_sort, sorted_part
 from tracklake._ops.compact import metric_summary
 from tracklake._read.reader import list_stream, read_table
@@ -85,6 +86,8 @@ def test_the_streaming_sort_and_summary_equal_sorting_the_whole_table(
     chunks, its steps go back once (a merge that must sort), and its summary is combined."""
     monkeypatch.setattr(metric_sort, "RUN_ROWS", 17)
     monkeypatch.setattr(metric_sort, "CHUNK_ROWS", 7)
+    # a 200-row part keeps its summary only if told to (it outweighs the values)
+    monkeypatch.setattr(part_format, "SUMMARY_MAX_SHARE", 100.0)
     keys = ["loss", "é/ü", "a b", "nan_then_num", "zz"]
     rows: list[tuple[int, int, str, float]] = []
     for seq in range(40):
