@@ -159,9 +159,6 @@ def _connect(root_path: Path, threads: int | None, problems: ReadProblems,
         con.register(f"_live_{kind}", snap.live[kind])
         cols = ", ".join(f'"{n}"' for n in [*SCHEMAS[kind].names, *PARTITION_SCHEMA.names])
         parts = snap.parts[kind]
-        if kind == "metrics" and not scope.metric_values:
-            resumed = {root_path / kind / f"project={p}" / f"run={r}" for p, r in snap.resumed}
-            parts = [p for p in parts if p.path.parents[2] in resumed]
         sources = [f"SELECT {cols} FROM _live_{kind}"] if snap.live[kind].num_rows or not \
             parts else []
         if parts:

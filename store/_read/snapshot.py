@@ -128,10 +128,20 @@ class Snapshot:
         catalogued = catalog.summaries(_SUMMARY_SCHEMA)
         self.summaries = pa.concat_tables(
             [catalogued, pa.Table.from_pylist(summaries, _SUMMARY_SCHEMA)])
-        self.parts["metrics"].extend(Part(first, last, segment, root / path)
-                                     for path, first, last, segment in catalog.parts())
         #: the runs whose metrics have more than one attempt (only those have cutoffs)
         self.resumed = sorted({*_resumed(streams), *_resumed_in(catalogued)})
+        catalogued_parts = catalog.parts()
+        if not scope.metric_values:
+            # a question on the metric summaries alone reads the values of resumed runs
+            # only (their summaries are computed from what a later attempt did not log
+            # again): the other parts are not even given a path
+            runs = tuple(f"metrics/project={p}/run={r}/" for p, r in self.resumed)
+            catalogued_parts = [c for c in catalogued_parts if c[0].startswith(runs)]
+            dirs = {root / "metrics" / f"project={p}" / f"run={r}" for p, r in self.resumed}
+            self.parts["metrics"] = [p for p in self.parts["metrics"]
+                                     if p.path.parents[2] in dirs]
+        self.parts["metrics"].extend(Part(first, last, segment, root / path)
+                                     for path, first, last, segment in catalogued_parts)
         self.runs = []
         if scope.attempts or "metrics" in scope.kinds:
             # the attempt files of the runs not catalogued: for the runs view, and so that
