@@ -18,7 +18,7 @@ import pytest
 
 import tracklake
 from tracklake._read import catalog
-from tracklake._read.catalog import CATALOG_FILE
+from tracklake._read.catalog import CATALOG_FILE, CATALOG_VERSION
 from tracklake._read.snapshot import Snapshot
 
 QUESTIONS = (
@@ -59,7 +59,7 @@ def _answers(root: Path) -> list[pa.Table]:
 
 def _catalogued(root: Path) -> list[str]:
     header, _, body = (root / CATALOG_FILE).read_bytes().partition(b"\n")
-    assert json.loads(header) == {"version": 1, "crc32": zlib.crc32(body)}
+    assert json.loads(header) == {"version": CATALOG_VERSION, "crc32": zlib.crc32(body)}
     table = pa.ipc.open_stream(body).read_all()
     return sorted(table.column("run").to_pylist())
 
@@ -208,7 +208,8 @@ def test_a_damaged_or_forged_catalog_is_ignored_and_rebuilt(root: Path, damage: 
         with pa.ipc.new_stream(sink, t.schema) as writer:
             writer.write_table(t)
         data = sink.getvalue().to_pybytes()
-        return json.dumps({"version": 1, "crc32": zlib.crc32(data)}).encode() + b"\n" + data
+        return json.dumps({"version": CATALOG_VERSION, "crc32": zlib.crc32(data)}).encode() \
+            + b"\n" + data
 
     watched = table.column("watched").to_pylist()
     forged = table.set_column(2, table.schema.field("watched"), pa.array(
@@ -220,8 +221,10 @@ def test_a_damaged_or_forged_catalog_is_ignored_and_rebuilt(root: Path, damage: 
     path.write_bytes({
         "garbage": b"\x00not a catalog",
         "truncated": header + b"\n" + body[: len(body) // 2],
-        "wrong crc": json.dumps({"version": 1, "crc32": 1}).encode() + b"\n" + body,
-        "other version": header.replace(b'"version": 1', b'"version": 99') + b"\n" + body,
+        "wrong crc": json.dumps({"version": CATALOG_VERSION, "crc32": 1}).encode() + b"\n"
+        + body,
+        "other version": header.replace(b'"version": %d' % CATALOG_VERSION, b'"version": 99')
+        + b"\n" + body,
         "other schema": signed(pa.table({"run": ["r0"], "status": ["crashed"]})),
         "forged mtimes": signed(forged),
     }[damage])
@@ -281,3 +284,37 @@ def test_show_and_runs_print_the_same_from_the_catalog(root: Path) -> None:
     assert _catalogued(root) == ["r0", "r1", "r2"]
     assert [printed(args) for args in commands] == from_files
     assert "r1" in from_files[1] and "loss" in from_files[1]
+
+
+def test_a_catalogued_run_shows_the_status_of_its_attempts_as_of_the_question(
+        root: Path) -> None:
+    """The catalog keeps statuses as recorded; what the runs view shows is decided when it
+    is asked: a "running" attempt whose heartbeat stopped shows as crashed, as does one
+    that a later attempt of its rank replaced, from the catalog as from the files."""
+    from tracklake._format import attempt_file
+    from tracklake._format.attempt import write_attempt
+
+    _store(root)
+    stopped = {"project": "p", "run": "r1", "rank": 0, "attempt": 1, "status": "running",
+               "started_at": "2026-01-01T00:00:00+00:00",
+               "heartbeat_at": "2026-01-01T00:01:00+00:00"}
+    write_attempt(attempt_file(root, "p", "r1", 0, 1), stopped)
+    recent = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(time.time() - 60))
+    for attempt in (1, 2):  # attempt 1 replaced by 2, whose heartbeat is a minute old
+        write_attempt(attempt_file(root, "p", "r2", 0, attempt), {
+            **stopped, "run": "r2", "attempt": attempt, "heartbeat_at": recent})
+    _age(root)
+    expected = [{"run": "r0", "status": "finished"}, {"run": "r1", "status": "crashed"},
+                {"run": "r2", "status": "running"}]
+    sql = "SELECT run, status FROM runs ORDER BY run"
+    attempts = "SELECT run, attempt, status FROM run_attempts WHERE run = 'r2' ORDER BY ALL"
+    first = (tracklake.query(sql, root=root).to_pylist(),
+             tracklake.query(attempts, root=root).to_pylist())
+    _answers(root)  # questions on metrics and runs together catalogue the runs
+    assert _catalogued(root) == ["r0", "r1", "r2"]
+    again = (tracklake.query(sql, root=root).to_pylist(),
+             tracklake.query(attempts, root=root).to_pylist())
+    assert first == again
+    assert first[0] == expected
+    assert first[1] == [{"run": "r2", "attempt": 1, "status": "crashed"},
+                        {"run": "r2", "attempt": 2, "status": "running"}]

@@ -2,7 +2,7 @@
 per directory and file and one Arrow file, instead of a listing per directory and JSON
 decoded per file.
 
-``ROOT/.cache/runs-v1.catalog`` holds one row per run whose files were all settled when it
+``ROOT/.cache/runs-v2.catalog`` holds one row per run whose files were all settled when it
 was written: the directories its metric parts and attempt files live in and those files,
 each with its modification time; its compacted metric parts with their summaries;
 and its attempt records. An entry is used only while every one of those paths still has
@@ -36,12 +36,15 @@ import pyarrow.compute as pc
 
 from tracklake._format.files import write_atomic
 from tracklake._format.schema import empty_table
+from tracklake._read.attempt_rows import ATTEMPTS_SCHEMA
 from tracklake._read.decoded import RACY_SECONDS
 from tracklake._read.location import is_url
 
 #: Not `.arrows`: globs for live segments must never find it.
-CATALOG_FILE = Path(".cache") / "runs-v1.catalog"
-_VERSION = 1
+CATALOG_FILE = Path(".cache") / "runs-v2.catalog"
+CATALOG_VERSION = 2
+#: Catalogs of earlier versions, removed when this one is written.
+_EARLIER = (Path(".cache") / "runs-v1.catalog",)
 
 SUMMARY_FIELDS = pa.struct(
     [("rank", pa.int32()), ("attempt", pa.int32()), ("key", pa.string()),
@@ -53,7 +56,7 @@ _PART = pa.struct([("path", pa.string()), ("first_seq", pa.int64()),
 _DIR = pa.struct([("path", pa.string()), ("mtime_ns", pa.int64())])
 _SCHEMA = pa.schema([("project", pa.string()), ("run", pa.string()),
                      ("watched", pa.list_(_DIR)), ("parts", pa.list_(_PART)),
-                     ("attempts", pa.list_(pa.string())),
+                     ("attempts", pa.list_(pa.struct(list(ATTEMPTS_SCHEMA)))),
                      ("summaries", pa.list_(SUMMARY_FIELDS))])
 
 #: The mtime recorded for a directory that did not exist (a run without metrics yet).
@@ -68,7 +71,7 @@ class RunEntry:
     run: str
     watched: list[tuple[str, int]]  # paths and their mtimes
     parts: list[tuple[str, int, int, int]]  # path, first_seq, last_seq, last_segment
-    attempts: list[str]  # attempt records as JSON
+    attempts: list[dict[str, Any]]  # attempt rows (`attempt_row`), statuses as recorded
     summaries: list[dict[str, Any]]  # SUMMARY_FIELDS
 
 
@@ -104,7 +107,7 @@ class RunCatalog:
         try:
             header, _, body = self.path.read_bytes().partition(b"\n")
             meta = json.loads(header)
-            if not isinstance(meta, dict) or meta.get("version") != _VERSION or \
+            if not isinstance(meta, dict) or meta.get("version") != CATALOG_VERSION or \
                     meta.get("crc32") != zlib.crc32(body):
                 return empty_table(_SCHEMA)
             table = pa.ipc.open_stream(body).read_all()
@@ -152,11 +155,11 @@ class RunCatalog:
         parts = self._settled_rows().column("parts").combine_chunks().flatten()
         return list(zip(*(parts.field(n).to_pylist() for n in _PART.names), strict=True))
 
-    def attempts(self) -> list[str]:
-        """The settled runs' attempt records, as JSON."""
-        attempts: list[str] = self._settled_rows().column("attempts").combine_chunks(
-        ).flatten().to_pylist()
-        return attempts
+    def attempts(self) -> pa.Table:
+        """The settled runs' attempts as `run_attempts` rows, statuses as recorded."""
+        rows = self._settled_rows().column("attempts").combine_chunks().flatten()
+        return pa.Table.from_struct_array(rows) if len(rows) else \
+            empty_table(ATTEMPTS_SCHEMA)
 
     def summaries(self, schema: pa.Schema) -> pa.Table:
         """The settled runs' metric summaries as a table of `schema` (project, run, then
@@ -196,9 +199,11 @@ class RunCatalog:
         with pa.ipc.new_stream(sink, _SCHEMA) as writer:
             writer.write_table(table)
         body = sink.getvalue().to_pybytes()
-        header = json.dumps({"version": _VERSION, "crc32": zlib.crc32(body)}).encode()
+        header = json.dumps({"version": CATALOG_VERSION, "crc32": zlib.crc32(body)}).encode()
         try:
             write_atomic(self.path, header + b"\n" + body)
+            for earlier in _EARLIER:
+                (self.root / earlier).unlink(missing_ok=True)
         except OSError:
             return  # a store this reader may not write: the catalog only saves time
 

@@ -3,7 +3,6 @@ each, so that the settled ones can be catalogued for the next reader."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +10,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tracklake._format import StreamId
+from tracklake._read.attempt_rows import attempt_row
 from tracklake._read.catalog import RunEntry, watched_paths
-from tracklake._read.reader import RunRecord, StreamFiles
+from tracklake._read.reader import StreamFiles
 
 
 class FreshRuns:
@@ -49,7 +49,7 @@ class FreshRuns:
         if record is None:
             self._unsettled.add(key)
         else:
-            self._entry(*key).attempts.append(json.dumps(record))
+            self._entry(*key).attempts.append(attempt_row(record))
         return record
 
     def entries(self, root: Path, complete: bool) -> list[RunEntry]:
@@ -74,16 +74,3 @@ def resumed_in(summaries: pa.Table) -> list[tuple[str, str]]:
     many = counts.filter(pc.greater(counts.column("attempt_count_distinct"), 1))
     return list(zip(many.column("project").to_pylist(), many.column("run").to_pylist(),
                     strict=True))
-
-
-def with_catalogued(runs: list[RunRecord], attempts: list[str]) -> list[RunRecord]:
-    """`runs` and the runs of the catalogued attempt records, as `runs_from` orders them."""
-    if not attempts:
-        return runs
-    by_run: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for text in attempts:
-        record = json.loads(text)
-        by_run.setdefault((record["project"], record["run"]), []).append(record)
-    caught = [RunRecord(p, r, tuple(sorted(a, key=lambda x: (x["attempt"], x["rank"]))))
-              for (p, r), a in by_run.items()]
-    return sorted([*runs, *caught], key=lambda r: (r.project, r.run))

@@ -25,6 +25,7 @@ from tracklake._format.part import read_part_table
 if TYPE_CHECKING:
     import duckdb
 from tracklake._format import KINDS, PARTITION_SCHEMA, SCHEMAS
+from tracklake._read.attempt_rows import attempts_view
 from tracklake._read.location import existing_root, is_url, read_root
 from tracklake._read.reader import (
     Part,
@@ -34,10 +35,8 @@ from tracklake._read.reader import (
 from tracklake._read.readonly import check_read_only, lock_down
 from tracklake._read.scope import EVERYTHING, Scope, scope_of_sql
 from tracklake._read.snapshot import (
-    ATTEMPTS_SCHEMA,
     STEP_KINDS,
     Snapshot,
-    attempt_rows,
     part_lost,
     parts_dataset,
 )
@@ -171,8 +170,7 @@ def _connect(root_path: Path, threads: int | None, problems: ReadProblems,
         _step_views(con, snap.kinds, "")
     if scope.attempts:
         now = _dt.datetime.now(_dt.timezone.utc).timestamp()
-        con.register("_attempts", pa.Table.from_pylist(attempt_rows(snap.runs, now),
-                                                       ATTEMPTS_SCHEMA))
+        con.register("_attempts", attempts_view(snap.attempts, now))
         con.execute("CREATE VIEW run_attempts AS SELECT * FROM _attempts")
         con.execute(_RUNS_VIEW)
     lock_down(con)

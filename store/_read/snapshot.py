@@ -3,7 +3,6 @@ footers checked), the live tail as tables, metric summaries and the runs' attemp
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -14,19 +13,18 @@ import pyarrow as pa
 
 from tracklake._errors import FormatError, NewerFormatError, StoreError
 from tracklake._format import KINDS, PARTITION_SCHEMA, SCHEMAS, StreamId
-from tracklake._format.attempt import effective_status, read_attempt
+from tracklake._format.attempt import read_attempt
 from tracklake._format.part import open_part, summary_rows
 from tracklake._format.schema import empty_table
+from tracklake._read.attempt_rows import ATTEMPTS_SCHEMA, attempt_row
 from tracklake._read.catalog import RunCatalog
 from tracklake._read.decoded import DecodedCache
 from tracklake._read.fresh import FreshRuns as _FreshRuns
 from tracklake._read.fresh import resumed_in as _resumed_in
-from tracklake._read.fresh import with_catalogued as _with_catalogued
 from tracklake._read.listing import stream_dirs
 from tracklake._read.reader import (
     Part,
     ReadProblems,
-    RunRecord,
     StreamFiles,
     add_once,
     list_stream,
@@ -135,14 +133,15 @@ class Snapshot:
             # a question on the metric summaries alone reads the values of resumed runs
             # only (their summaries are computed from what a later attempt did not log
             # again): the other parts are not even given a path
-            runs = tuple(f"metrics/project={p}/run={r}/" for p, r in self.resumed)
-            catalogued_parts = [c for c in catalogued_parts if c[0].startswith(runs)]
+            prefixes = tuple(f"metrics/project={p}/run={r}/" for p, r in self.resumed)
+            catalogued_parts = [c for c in catalogued_parts if c[0].startswith(prefixes)]
             dirs = {root / "metrics" / f"project={p}" / f"run={r}" for p, r in self.resumed}
             self.parts["metrics"] = [p for p in self.parts["metrics"]
                                      if p.path.parents[2] in dirs]
         self.parts["metrics"].extend(Part(first, last, segment, root / path)
                                      for path, first, last, segment in catalogued_parts)
-        self.runs = []
+        #: every attempt of the runs in scope, as `run_attempts` rows (statuses as recorded)
+        self.attempts = empty_table(ATTEMPTS_SCHEMA)
         if scope.attempts or "metrics" in scope.kinds:
             # the attempt files of the runs not catalogued: for the runs view, and so that
             # those runs can be catalogued
@@ -152,7 +151,11 @@ class Snapshot:
             for entry in fresh.entries(root, "metrics" in scope.kinds):
                 catalog.keep(entry, since)
             if scope.attempts:
-                self.runs = _with_catalogued(runs, catalog.attempts())
+                listed = [attempt_row(a) for run in runs for a in run.attempts]
+                self.attempts = pa.concat_tables([
+                    catalog.attempts(),
+                    pa.Table.from_pylist(listed, ATTEMPTS_SCHEMA) if listed else
+                    empty_table(ATTEMPTS_SCHEMA)])
         cache.save(complete=scope.everything)
         catalog.save()
 
@@ -235,34 +238,3 @@ def parts_dataset(root: Path, kind: str, parts: list[Part]) -> Any:
                       partition_base_dir=getattr(base, "fs_path", str(base)))
 
 
-def attempt_rows(runs: list[RunRecord], now: float) -> list[dict[str, Any]]:
-    rows = []
-    for run in runs:
-        latest = {a["rank"]: a["attempt"] for a in run.attempts}  # attempts are sorted
-        for a in run.attempts:
-            status = effective_status(a, latest[a["rank"]], now)
-            beat = a.get("heartbeat_at")
-            ident = a.get("identity") or {}
-            git = ident.get("git") or {}
-            rows.append({
-                "project": a["project"], "run": a["run"], "name": a.get("name"),
-                "rank": a["rank"], "attempt": a["attempt"], "status": status,
-                "world_size": a.get("world_size"), "tags": a.get("tags") or [],
-                "started_at": a.get("started_at"), "heartbeat_at": beat,
-                "finished_at": a.get("finished_at"), "host": ident.get("host"),
-                "git_commit": git.get("commit"), "git_dirty": git.get("dirty"),
-                "command": " ".join(ident.get("command") or []) or None,
-                "config": json.dumps(a.get("config") or {}),
-                "identity": json.dumps(ident),
-            })
-    return rows
-
-
-ATTEMPTS_SCHEMA = pa.schema(
-    [("project", pa.string()), ("run", pa.string()), ("name", pa.string()),
-     ("rank", pa.int32()), ("attempt", pa.int32()), ("status", pa.string()),
-     ("world_size", pa.int32()), ("tags", pa.list_(pa.string())),
-     ("started_at", pa.string()), ("heartbeat_at", pa.string()), ("finished_at", pa.string()),
-     ("host", pa.string()), ("git_commit", pa.string()), ("git_dirty", pa.bool_()),
-     ("command", pa.string()), ("config", pa.string()), ("identity", pa.string())]
-)
