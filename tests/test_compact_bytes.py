@@ -14,10 +14,12 @@ import tracklake
 
 
 def _bytes_by_kind(root: Path) -> dict[str, int]:
+    """Bytes per top directory of the store; `.cache` (derived: the run catalog, bundles,
+    deleted at any time without loss) is not the store's data."""
     sizes: dict[str, int] = {}
     for p in root.rglob("*"):
-        if p.is_file():
-            kind = p.relative_to(root).parts[0]
+        kind = p.relative_to(root).parts[0]
+        if p.is_file() and kind != ".cache":
             sizes[kind] = sizes.get(kind, 0) + p.stat().st_size
     return sizes
 

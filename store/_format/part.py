@@ -109,11 +109,13 @@ def write_part_file(path: Path, table: pa.Table, kind: str) -> None:
 
 
 def write_part_stream(path: Path, schema: pa.Schema, chunks: Iterable[pa.Table], kind: str,
-                      trailing: Callable[[], dict[str, str]] | None = None) -> None:
+                      trailing: Callable[[], dict[str, str]] | None = None,
+                      order: tuple[str, ...] | None = None) -> None:
     """`write_part_file` for records that come in chunks (already in the part's order),
     each written as row groups as it comes, so memory holds one chunk, not the part.
     `trailing()`, called after the last chunk, gives metadata known only then (the
-    metric summary); it is stored in the footer's key-value metadata with the schema's."""
+    metric summary); it is stored in the footer's key-value metadata with the schema's.
+    `order`: the columns the records are sorted by, if not `PART_ORDER[kind]`."""
     import pyarrow.parquet as pq
 
     metadata = {**{k.decode(): v.decode() for k, v in (schema.metadata or {}).items()},
@@ -131,8 +133,9 @@ def write_part_stream(path: Path, schema: pa.Schema, chunks: Iterable[pa.Table],
         if kind == "metrics":
             encodings["value"] = "BYTE_STREAM_SPLIT"
         dictionary = [c for c in schema.names if c not in encodings and c != "end_time"]
+    order = PART_ORDER[kind] if order is None else order
     sorting = pq.SortingColumn.from_ordering(
-        schema, [(c, "ascending") for c in PART_ORDER[kind]], null_placement="at_end")
+        schema, [(c, "ascending") for c in order], null_placement="at_end")
     with pa.OSFile(str(path), "wb") as sink, pq.ParquetWriter(
             sink, schema, compression="zstd", compression_level=3,
             use_dictionary=dictionary, column_encoding=encodings or None,
@@ -140,7 +143,7 @@ def write_part_stream(path: Path, schema: pa.Schema, chunks: Iterable[pa.Table],
             write_page_checksum=True, write_page_index=True, sorting_columns=sorting,
             store_schema=False) as writer:
         chunks = itertools.chain([] if first is None else [first], chunks)
-        if PART_ORDER[kind][0] == "key":
+        if order[0] == "key":
             chunks = key_row_groups(chunks)
         for chunk in chunks:
             writer.write_table(chunk.replace_schema_metadata(None),

@@ -23,6 +23,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -45,6 +46,9 @@ from tracklake._ops.claims import hold_claim
 from tracklake._ops.part_sources import PartSources
 from tracklake._ops.sorted_part import write_sorted_part
 from tracklake._read.reader import Part, Segment, list_stream, list_streams
+
+if TYPE_CHECKING:
+    from tracklake._ops.bundle import BundleReport
 
 #: A writer whose heartbeat is older than this is taken to be dead (its last segment
 #: becomes compactable). Writers heartbeat every 30 s while they live.
@@ -79,6 +83,7 @@ class CompactionReport:
     bytes_after: int = 0
     torn: list[tuple[Path, int]] = field(default_factory=list)
     skipped: list[tuple[Path, str]] = field(default_factory=list)
+    bundles: BundleReport | None = None  # small runs bundled (a whole store's compaction)
 
 
 def _writer_done(root: Path, s: StreamId, now: float) -> bool:
@@ -193,9 +198,25 @@ def _compact_stream(root: Path, s: StreamId, now: float, dry_run: bool,
     if dry_run:
         _compact_claimed(root, s, now, dry_run, report)
         return
+    if _idle(root, s):
+        return  # not even claimed: a claim changes the directory's mtime (docs/concepts.md)
     with _claim(stream_dir(root, s), report) as claim:
         if claim is not None:
             _compact_claimed(root, s, now, dry_run, report, claim)
+
+
+def _idle(root: Path, s: StreamId) -> bool:
+    """True if the stream has nothing to compact, merge or clean up: no segment, no part
+    merged or consumed and not yet removed, at most one small part at its end, and no
+    temporary or claim (a dot name) left in its directory."""
+    try:
+        files = list_stream(root, s)
+        names = os.listdir(stream_dir(root, s))
+        return not (files.segments or files.consumed or files.merged
+                    or len(small_tail(files.parts)) > 1
+                    or any(n.startswith(".") for n in names))
+    except FileNotFoundError:
+        return False  # changed under the listing: the claimed pass sees what is there
 
 
 def _compact_claimed(root: Path, s: StreamId, now: float, dry_run: bool,
@@ -309,10 +330,16 @@ def compact(*, root: str | os.PathLike[str] | None = None, project: str | None =
     """Compact every sealed segment of the store (or of one project / run) into Parquet.
 
     `progress(done, total, note)` is called after each stream (done and total count
-    streams; note names the stream)."""
+    streams; note names the stream). Over a whole store it then bundles the small settled
+    runs (store/_ops/bundle.py), unless another builder is at it."""
     root_path = resolve_root(root)
-    return compact_streams(root_path, list_streams(root_path, project, run, tuple(kinds)),
-                           dry_run=dry_run, progress=progress)
+    report = compact_streams(root_path, list_streams(root_path, project, run, tuple(kinds)),
+                             dry_run=dry_run, progress=progress)
+    if project is None and run is None and not dry_run and "metrics" in kinds:
+        from tracklake._ops.bundle import build_bundles
+
+        report.bundles = build_bundles(root_path)
+    return report
 
 
 def compact_streams(root: Path, streams: Iterable[StreamId], *, dry_run: bool = False,

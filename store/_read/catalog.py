@@ -155,6 +155,23 @@ class RunCatalog:
         parts = self._settled_rows().column("parts").combine_chunks().flatten()
         return list(zip(*(parts.field(n).to_pylist() for n in _PART.names), strict=True))
 
+    def files(self) -> dict[str, int]:
+        """Path → mtime of what the settled runs' entries watch (their directories and
+        their part and attempt files), as checked by `settled`."""
+        watched = self._settled_rows().column("watched").combine_chunks().flatten()
+        return dict(zip(watched.field("path").to_pylist(),
+                        watched.field("mtime_ns").to_pylist(), strict=True))
+
+    def runs(self) -> list[tuple[str, str, list[str], int]]:
+        """(project, run, paths of its metric parts, values in them) per settled run."""
+        rows = self._settled_rows()
+        parts = rows.column("parts").to_pylist()
+        counts = rows.column("summaries").to_pylist()
+        return [(p, r, [x["path"] for x in ps], sum(x["count"] for x in cs))
+                for p, r, ps, cs in zip(rows.column("project").to_pylist(),
+                                        rows.column("run").to_pylist(), parts, counts,
+                                        strict=True)]
+
     def attempts(self) -> pa.Table:
         """The settled runs' attempts as `run_attempts` rows, statuses as recorded."""
         rows = self._settled_rows().column("attempts").combine_chunks().flatten()

@@ -10,6 +10,7 @@ DESCRIBE / SUMMARIZE of a SELECT) statements run, checked with DuckDB's own pars
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import os
 import time
@@ -37,6 +38,7 @@ from tracklake._read.scope import EVERYTHING, Scope, scope_of_sql
 from tracklake._read.snapshot import (
     STEP_KINDS,
     Snapshot,
+    bundles_dataset,
     part_lost,
     parts_dataset,
 )
@@ -154,6 +156,8 @@ def _connect(root_path: Path, threads: int | None, problems: ReadProblems,
         {"path": [str(p.path) for k in KINDS for p in snap.parts[k]],
          "first_seq": [p.first_seq for k in KINDS for p in snap.parts[k]],
          "last_seq": [p.last_seq for k in KINDS for p in snap.parts[k]]}))
+    con.register("_tracklake_bundles", pa.table(
+        {"path": pa.array([str(b.path) for b in snap.bundles], pa.string())}))
     for kind in snap.kinds:
         con.register(f"_live_{kind}", snap.live[kind])
         cols = ", ".join(f'"{n}"' for n in [*SCHEMAS[kind].names, *PARTITION_SCHEMA.names])
@@ -163,6 +167,9 @@ def _connect(root_path: Path, threads: int | None, problems: ReadProblems,
         if parts:
             con.register(f"_parts_{kind}", parts_dataset(root_path, kind, parts))
             sources.insert(0, f"SELECT {cols} FROM _parts_{kind}")
+        if kind == "metrics" and snap.bundles:
+            con.register("_bundles_metrics", bundles_dataset(snap.bundles))
+            sources.insert(0, f"SELECT {cols} FROM _bundles_metrics")
         con.execute(f"CREATE VIEW {kind}_all AS {' UNION ALL '.join(sources)}")
     if "metrics" in snap.kinds:
         _summary_views(con, snap)
@@ -243,6 +250,9 @@ def query(sql: str, *, root: str | os.PathLike[str] | None = None,
         except QueryError as exc:
             if not _may_be_damage(exc):
                 raise
+            if _drop_damaged_bundles(connection):
+                raise QueryError(f"{exc}; a damaged bundle (a derived copy) was deleted: "
+                                 "ask again") from exc
             damaged = _damaged_parts(connection)
             if not damaged:
                 raise
@@ -289,6 +299,8 @@ def with_connection(root: str | os.PathLike[str] | None, problems: ReadProblems,
                 relisted += 1
                 time.sleep(_RELIST_PAUSE * relisted)
                 continue  # merged away (or pruned) while the query ran: list again
+            if _drop_damaged_bundles(con):
+                continue  # a derived copy: the parts it copied answer instead
             damaged = _damaged_parts(con)
             if not damaged:
                 raise
@@ -307,7 +319,8 @@ _RELIST_PAUSE = 0.05
 
 def _parts_gone(con: duckdb.DuckDBPyConnection) -> bool:
     """True if a part behind `con` no longer exists (compaction merged it into another)."""
-    rows = con.execute("SELECT path FROM _tracklake_parts").fetchall()
+    rows = con.execute("SELECT path FROM _tracklake_parts UNION ALL "
+                       "SELECT path FROM _tracklake_bundles").fetchall()
     return any(not os.path.exists(path) for (path,) in rows)
 
 
@@ -318,6 +331,28 @@ def _may_be_damage(exc: QueryError) -> bool:
     import duckdb
 
     return isinstance(exc.__cause__, (duckdb.InvalidInputException, duckdb.IOException))
+
+
+def _drop_damaged_bundles(con: duckdb.DuckDBPyConnection) -> bool:
+    """Delete the bundles behind `con` whose pages do not verify (read in full: only
+    after a failure); True if there was one."""
+    import duckdb
+
+    try:
+        rows = con.execute("SELECT path FROM _tracklake_bundles").fetchall()
+    except duckdb.Error:
+        return False  # not a tracklake connection
+    dropped = False
+    for (path,) in rows:
+        try:
+            read_part_table(Path(path))
+        except FileNotFoundError:
+            continue
+        except FormatError:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            dropped = True
+    return dropped
 
 
 def _damaged_parts(con: duckdb.DuckDBPyConnection) -> list[tuple[Path, str]]:

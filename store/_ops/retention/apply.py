@@ -4,9 +4,10 @@
 Each action first writes a journal (``ROOT/trash/<id>/action.json``) naming every path it
 will move. Deletes rename whole directories (one per kind of the run, then its attempt
 files) into ``ROOT/trash/<id>/data/``, so a reader sees each kind of a run either whole or
-gone; then the audit record is appended; then the trash is removed. Downsampling replaces
-each metrics part by a thinner one under the same name with one rename. A re-run first
-finishes every journal it finds, then plans again.
+gone; then the bundles holding the run's metrics are deleted (derived copies,
+store/_read/bundles.py); then the audit record is appended; then the trash is removed.
+Downsampling replaces each metrics part by a thinner one under the same name with one
+rename. A re-run first finishes every journal it finds, then plans again.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from tracklake._errors import StoreError
 from tracklake._format import KINDS, blob_path, fsync_dir, write_atomic
 from tracklake._format.attempt import read_attempt
 from tracklake._format.part import FOOTER_CRC_KEY, write_part_file
+from tracklake._ops.bundle import forget_run
 from tracklake._ops.claims import process_alive
 from tracklake._ops.compact import compact, metric_summary
 from tracklake._ops.retention.audit import AuditLog, audit_records
@@ -241,6 +243,8 @@ def _finish(root: Path, trash: Path, journal: dict[str, Any], logged: set[str],
         for rel in journal["moves"]:
             _move(root, trash, rel)
             step()
+    if action.verb != "drop" or "metrics" in action.kinds:
+        forget_run(root, action.project, action.run)  # bundled copies of its metrics
     if journal["id"] not in logged:
         record = _audit_record(action, journal["id"], extra)
         audit.append(record)

@@ -1,0 +1,221 @@
+"""Building bundles (store/_read/bundles.py): the metric parts of many small settled runs
+copied into one Parquet file per group of runs, so that questions over thousands of
+small runs open a few files. ``python -m tracklake._ops.bundle ROOT`` is the builder a
+reader starts; `tracklake compact` over a whole store builds them too.
+
+The builder holds a claim on the bundle directory (one builder at a time, a dead one's
+claim broken as a compactor's is), brings the run catalog up to date, deletes the
+bundles the catalog no longer vouches for, and bundles the settled runs of at most
+`RUN_MAX_VALUES` values that no bundle holds, per project, at most `BUNDLE_MAX_VALUES`
+values per bundle (the builder sorts one bundle in memory) and only groups of at least
+`BUNDLE_MIN_RUNS` runs (fewer would save little for the bytes a bundle adds). Killed at
+any point, it leaves at most a temporary file, which the next builder removes. A group
+whose parts change or go while it is copied (retention, a resumed run) is not kept.
+`TRACKLAKE_BUNDLES=0` (`false`, `no`, `off`) builds none; retention deletes the bundles
+that hold a run it drops or thins (`forget_run`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+
+from tracklake._errors import FormatError
+from tracklake._format import FORMAT_VERSION, PARTITION_SCHEMA, SCHEMAS
+from tracklake._format.files import fsync_dir
+from tracklake._format.part import read_part_table, write_part_stream
+from tracklake._ops.claims import hold_claim
+from tracklake._read.bundles import (
+    BUNDLE_DIR,
+    BUNDLE_KEY,
+    BUNDLE_ORDER,
+    CHECKED,
+    bundle_paths,
+    enabled,
+    read_bundle,
+    usable,
+)
+from tracklake._read.catalog import RunCatalog, mtime_ns
+from tracklake._read.scope import scope_of_views
+from tracklake._read.snapshot import Snapshot
+
+#: A run is bundled if its metric parts hold at most this many values.
+RUN_MAX_VALUES = 1 << 16
+#: A bundle holds at most this many values (sorted in memory: ≈ 50 bytes each).
+BUNDLE_MAX_VALUES = 4_000_000
+#: A group of fewer runs is not bundled (yet).
+BUNDLE_MIN_RUNS = 32
+
+
+@dataclass
+class BundleReport:
+    """What one `build_bundles` call did."""
+
+    written: list[Path] = field(default_factory=list)
+    removed: list[Path] = field(default_factory=list)  # no longer vouched for
+    runs: int = 0  # runs bundled by this call
+    values: int = 0
+    bytes: int = 0  # of the bundles written
+    busy: bool = False  # another builder held the claim
+    changed: int = 0  # groups not kept: a source changed or went while it was copied
+    disabled: bool = False  # TRACKLAKE_BUNDLES is off
+
+
+def build_bundles(root: Path) -> BundleReport:
+    """Bundle the store's small settled runs that no bundle holds (see the module)."""
+    report = BundleReport()
+    if not enabled():
+        report.disabled = True
+        return report
+    directory = root / BUNDLE_DIR
+    directory.mkdir(parents=True, exist_ok=True)
+    with hold_claim(directory) as claim:
+        if claim is None:
+            report.busy = True
+            return report
+        # catalogs the settled runs no reader catalogued yet
+        Snapshot(root, scope=scope_of_views({"metric_summaries"}))
+        catalog = RunCatalog(root)
+        catalog.settled(None, None)
+        files = catalog.files()
+        kept, covered = usable(root, files, None)
+        for path in set(bundle_paths(root)) - {b.path for b in kept}:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+            report.removed.append(path)
+        for project, group in _groups(catalog.runs(), covered):
+            sources = sorted((p, files[p]) for _, parts, _ in group for p in parts)
+            written = _write_bundle(root, project, sources)
+            if written is None:
+                report.changed += 1
+                continue
+            report.written.append(written)
+            report.bytes += written.stat().st_size
+            report.runs += len(group)
+            report.values += sum(values for *_, values in group)
+        (directory / CHECKED).touch()
+    return report
+
+
+def _groups(runs: list[tuple[str, str, list[str], int]], covered: set[str]
+            ) -> list[tuple[str, list[tuple[str, list[str], int]]]]:
+    """Per project, the small runs no bundle holds a part of, in groups of at most
+    `BUNDLE_MAX_VALUES` values and at least `BUNDLE_MIN_RUNS` runs."""
+    by_project: dict[str, list[tuple[str, list[str], int]]] = {}
+    for project, run, parts, values in sorted(runs):
+        if parts and values <= RUN_MAX_VALUES and covered.isdisjoint(parts):
+            by_project.setdefault(project, []).append((run, parts, values))
+    groups = []
+    for project, candidates in by_project.items():
+        group: list[tuple[str, list[str], int]] = []
+        total = 0
+        for candidate in candidates:
+            if group and total + candidate[2] > BUNDLE_MAX_VALUES:
+                groups.append((project, group))
+                group, total = [], 0
+            group.append(candidate)
+            total += candidate[2]
+        if len(group) >= BUNDLE_MIN_RUNS:
+            groups.append((project, group))
+    return groups
+
+
+def _unchanged(root: Path, sources: list[tuple[str, int]]) -> bool:
+    return all(mtime_ns(root, path) == mtime for path, mtime in sources)
+
+
+def _write_bundle(root: Path, project: str, sources: list[tuple[str, int]]) -> Path | None:
+    """Copy the metric parts `sources` (relative paths, mtimes) into one bundle, written
+    to a temporary name and renamed into place; returns its path, or None if a source
+    changed or went meanwhile (checked again once the bundle is in place, so that one
+    that raced retention's `forget_run` is deleted by the one or the other)."""
+    tables = []
+    for path, mtime in sources:
+        try:
+            table = read_part_table(root / path)
+        except FileNotFoundError:
+            return None
+        if mtime_ns(root, path) != mtime:
+            return None
+        _, run_dir, rank_dir, attempt_dir, _ = path.rsplit("/", 4)
+        values = {"project": project, "run": run_dir.removeprefix("run="),
+                  "rank": int(rank_dir.removeprefix("rank=")),
+                  "attempt": int(attempt_dir.removeprefix("attempt="))}
+        for f in PARTITION_SCHEMA:
+            table = table.append_column(f, pa.array([values[f.name]] * table.num_rows,
+                                                    f.type))
+        tables.append(table)
+    schema = SCHEMAS["metrics"]
+    for f in PARTITION_SCHEMA:
+        schema = schema.append(f)
+    table = pa.concat_tables(t.select(schema.names).cast(schema) for t in tables)
+    table = table.sort_by([(c, "ascending") for c in BUNDLE_ORDER])
+    manifest = json.dumps({"project": project, "sources": sources}, separators=(",", ":"))
+    digest = hashlib.sha256(manifest.encode()).hexdigest()[:24]
+    table = table.replace_schema_metadata({
+        "tracklake.format": FORMAT_VERSION, "tracklake.kind": "metrics",
+        BUNDLE_KEY: manifest})
+    directory = root / BUNDLE_DIR
+    final = directory / f"bundle-{digest}.parquet"
+    tmp = directory / f".part-{final.name}.{os.getpid()}.tmp"
+    try:
+        write_part_stream(tmp, table.schema, [table], "metrics", order=BUNDLE_ORDER)
+        os.replace(tmp, final)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+    fsync_dir(directory)
+    if not _unchanged(root, sources):
+        with contextlib.suppress(FileNotFoundError):
+            final.unlink()
+        return None
+    return final
+
+
+def forget_run(root: Path, project: str, run: str) -> list[Path]:
+    """Delete the bundles holding a part of run `run` of `project` (retention dropped or
+    thinned it: no copy may keep what the store no longer has); returns them. A bundle
+    whose footer cannot be read is deleted too: it is a derived copy."""
+    prefix = f"metrics/project={project}/run={run}/"
+    removed = []
+    for path in bundle_paths(root):
+        try:
+            holds = any(p.startswith(prefix) for p in read_bundle(path).paths)
+        except FileNotFoundError:
+            continue
+        except (FormatError, OSError):
+            holds = True
+        if holds:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+            removed.append(path)
+    if removed:
+        fsync_dir(root / BUNDLE_DIR)
+    return removed
+
+
+def main(argv: list[str]) -> int:
+    """Entry point: ROOT. Exit status 0, or 1 if building failed (reported on stderr)."""
+    if len(argv) != 1:
+        print("usage: python -m tracklake._ops.bundle ROOT", file=sys.stderr)
+        return 2
+    with contextlib.suppress(OSError):
+        os.nice(19)
+    try:
+        build_bundles(Path(argv[0]))
+    except Exception as exc:  # bundles only save time: the parts answer without them
+        print(f"tracklake: bundling small runs under {argv[0]} failed: "
+              f"{exc.__class__.__name__}: {exc}", file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

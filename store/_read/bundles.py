@@ -1,0 +1,147 @@
+"""Bundles: derived copies of many small settled runs' metric parts in one Parquet file,
+so that a question over thousands of small runs opens a few files instead of one or more
+per run.
+
+``ROOT/.cache/bundles/bundle-<digest>.parquet`` holds the rows of the metric parts it
+names, with the partition columns (project, run, rank, attempt) stored as columns, sorted
+by `BUNDLE_ORDER`, written as parts are (page checksums, page index, footer CRC-32). Its
+footer's ``tracklake.bundle`` metadata names its project and its source parts, each with
+the modification time it had. A reader uses a bundle in place of those parts only while
+the run catalog vouches for every one of them with that same mtime (the run is settled
+and unchanged, docs/concepts.md): a run dropped, merged, resumed or written again under
+its old name makes the bundle unused, and its runs are read from their own parts.
+
+Like the catalog, bundles are never the only copy of anything: delete them at any time.
+Training ranks never touch them; they are built by `tracklake compact` over a whole store
+and by a low-priority process a reader starts when it finds many settled runs not yet
+bundled (`store/_ops/bundle.py`), one builder at a time (a claim on the directory);
+`TRACKLAKE_BUNDLES=0` turns building off. Retention deletes the bundles holding a run it
+drops or thins. A bundle found damaged is deleted and the question asked again without it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tracklake._errors import FormatError
+from tracklake._format.part import open_part
+
+#: Where bundles live, relative to the store root (a dot directory: globs over the kinds,
+#: hive discovery and backups pass over it).
+BUNDLE_DIR = Path(".cache") / "bundles"
+#: Footer metadata key of a bundle's project and sources.
+BUNDLE_KEY = "tracklake.bundle"
+#: A bundle's sort order: a question for one key reads that key's row groups only.
+BUNDLE_ORDER = ("key", "project", "run", "rank", "attempt", "step", "seq")
+#: A reader starts a builder when at least this many settled runs are not bundled...
+BUILD_MIN_RUNS = 64
+#: ... and no builder looked at the store in the last this many seconds (the builder
+#: touches `CHECKED` when it is done, whether it bundled anything or not).
+BUILD_EVERY_SECONDS = 600.0
+CHECKED = ".checked"
+#: The module run as the builder.
+BUILD_MODULE = "tracklake._ops.bundle"
+
+
+@dataclass(frozen=True)
+class Bundle:
+    path: Path
+    project: str
+    sources: tuple[tuple[str, int], ...]  # part paths relative to the root, their mtimes
+
+    @property
+    def paths(self) -> frozenset[str]:
+        return frozenset(p for p, _ in self.sources)
+
+
+def read_bundle(path: Path) -> Bundle:
+    """The bundle at `path`, its footer verified; `FormatError` if it is not one."""
+    raw = (open_part(path).metadata.metadata or {}).get(BUNDLE_KEY.encode())
+    try:
+        meta = json.loads(raw) if raw else None
+        sources = tuple((str(p), int(m)) for p, m in meta["sources"])  # type: ignore[index]
+        return Bundle(path, str(meta["project"]), sources)  # type: ignore[index]
+    except (ValueError, TypeError, KeyError) as exc:
+        raise FormatError(f"{path}: not a bundle ({exc})") from exc
+
+
+def bundle_paths(root: Path) -> list[Path]:
+    """The bundle files of the store, in name order (none if there is no directory)."""
+    try:
+        names = sorted(os.listdir(root / BUNDLE_DIR))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return [root / BUNDLE_DIR / n for n in names
+            if n.startswith("bundle-") and n.endswith(".parquet")]
+
+
+def usable(root: Path, files: dict[str, int], project: str | None
+           ) -> tuple[list[Bundle], set[str]]:
+    """The bundles (of `project`, if given) whose sources all have, in `files` (the run
+    catalog's settled paths and their mtimes), the mtime they had when bundled, no two
+    holding the same part; and the parts they hold."""
+    chosen: list[Bundle] = []
+    covered: set[str] = set()
+    for path in bundle_paths(root):
+        try:
+            bundle = read_bundle(path)
+        except (FormatError, OSError):
+            continue  # damaged, or removed since the listing: the next builder replaces it
+        if project is not None and bundle.project != project:
+            continue
+        if all(files.get(p) == m for p, m in bundle.sources) and \
+                covered.isdisjoint(bundle.paths):
+            chosen.append(bundle)
+            covered |= bundle.paths
+    return chosen, covered
+
+
+def covered_runs(covered: set[str]) -> set[str]:
+    """The run directories (``metrics/project=P/run=R``) of bundled parts."""
+    return {p.rsplit("/", 3)[0] for p in covered}
+
+
+def enabled() -> bool:
+    """Whether bundles are built: the TRACKLAKE_BUNDLES variable (`0`, `false`, `no`,
+    `off`: never), else yes. Bundles already built are read either way."""
+    return os.environ.get("TRACKLAKE_BUNDLES", "1").strip().lower() not in {
+        "0", "false", "no", "off"}
+
+
+_builders: dict[str, Any] = {}
+
+
+def start_builder(root: Path, unbundled_runs: int) -> bool:
+    """Start a detached, low-priority builder for the store at `root` if `unbundled_runs`
+    settled runs are at least `BUILD_MIN_RUNS`, none of this process's builders for it is
+    still running, and no builder finished looking less than `BUILD_EVERY_SECONDS` ago.
+    Never waits for it; False if none was started."""
+    key = str(root)
+    if not enabled() or unbundled_runs < BUILD_MIN_RUNS or not sys.executable or \
+            not os.access(root, os.W_OK):
+        return False  # off, too few to pay, no Python to start, or a store it cannot write
+    running = _builders.get(key)
+    if running is not None and running.poll() is None:
+        return False
+    try:
+        checked = os.stat(root / BUNDLE_DIR / CHECKED).st_mtime
+    except FileNotFoundError:
+        checked = 0.0
+    except OSError:
+        return False
+    if time.time() - checked < BUILD_EVERY_SECONDS:
+        return False
+    try:
+        _builders[key] = subprocess.Popen(
+            [sys.executable, "-m", BUILD_MODULE, key], stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    except OSError:
+        return False  # bundles only save time
+    return True

@@ -1,0 +1,270 @@
+"""Bundles are derived: a store read through them answers exactly as its parts do (resumed
+runs, a key logged twice at one step, numeric-looking run ids, two projects), a bundle
+holds its sources' rows as plain pyarrow reads them, a run dropped or written again after
+bundling is read from its own files, a damaged bundle is deleted and never noted as
+lost data, one builder works at a time, and a reader starts one by itself."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+import tracklake
+from tracklake._ops import bundle
+from tracklake._ops.bundle import build_bundles
+from tracklake._ops.claims import hold_claim
+from tracklake._read import bundles
+from tracklake._read.bundles import BUNDLE_DIR, bundle_paths, read_bundle
+from tracklake._read.query import connect
+from tracklake._read.reader import ReadProblems
+
+QUESTIONS = (
+    "SELECT project, run, rank, key, arg_max(value, (step, seq)) AS last FROM metrics "
+    "GROUP BY ALL ORDER BY ALL",
+    "SELECT project, run, max(value) AS top FROM metrics WHERE key = 'loss' "
+    "GROUP BY ALL ORDER BY ALL",
+    "SELECT project, run, count(*) AS points FROM metrics GROUP BY ALL ORDER BY ALL",
+    "SELECT count(*) FROM metrics_all",
+    "SELECT project, run, key, count, min, max, last_value FROM metric_summaries "
+    "ORDER BY ALL",
+)
+
+
+def _age(root: Path, seconds: float = 60.0) -> None:
+    """Make every file and directory look changed `seconds` ago (settled for the catalog)."""
+    past = time.time() - seconds
+    for dirpath, dirs, names in os.walk(root):
+        for name in [*dirs, *names]:
+            os.utime(os.path.join(dirpath, name), (past, past))
+
+
+def _write(root: Path, project: str, run_id: str, steps: range, scale: float = 1.0) -> None:
+    with tracklake.init(project=project, run_id=run_id, root=root, compact=False,
+                        capture_identity=False) as run:
+        for step in steps:
+            run.log({"loss": scale * step, "acc": step / 10}, step=step)
+        run.log({"loss": -scale}, step=steps[-1])  # the same key twice at one step
+
+
+def _store(root: Path, runs: int = 6) -> None:
+    for project in ("a", "b"):
+        for i in range(runs):
+            _write(root, project, f"{i:04d}", range(5 + i), scale=i + 1)
+    _write(root, "a", "0000", range(3, 9), scale=7)  # resumed: steps 3.. again
+    tracklake.compact(root=root)
+    _age(root)
+
+
+def _answers(root: Path) -> list[pa.Table]:
+    return [tracklake.query(sql, root=root) for sql in QUESTIONS]
+
+
+def _unbundled(root: Path, tmp_path: Path) -> list[pa.Table]:
+    """The answers of a copy of the store without bundles or catalog."""
+    copy = tmp_path / "copy"
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(root, copy, ignore=shutil.ignore_patterns(".cache"))
+    return _answers(copy)
+
+
+def _read_through(root: Path) -> tuple[int, int]:
+    """(bundles, parts) a connection over everything reads."""
+    con = connect(root)
+    try:
+        return (con.execute("SELECT count(*) FROM _tracklake_bundles").fetchall()[0][0],
+                con.execute("SELECT count(*) FROM _tracklake_parts WHERE path LIKE "
+                            "'%/metrics/%'").fetchall()[0][0])
+    finally:
+        con.close()
+
+
+@pytest.fixture
+def few(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bundle groups of a few runs, and no builder started by readers."""
+    monkeypatch.setattr(bundle, "BUNDLE_MIN_RUNS", 3)
+    monkeypatch.setattr(bundles, "BUILD_MIN_RUNS", 10**9)
+
+
+def test_a_bundled_store_answers_as_its_parts(tmp_path: Path, few: None) -> None:
+    root = tmp_path / "store"
+    _store(root)
+    expected = _unbundled(root, tmp_path)
+    assert _answers(root) == expected  # catalogued, not yet bundled
+    report = tracklake.compact(root=root).bundles
+    assert report is not None and len(report.written) == 2  # one per project
+    assert report.runs == 12 and not report.busy
+    assert {read_bundle(p).project for p in bundle_paths(root)} == {"a", "b"}
+    used, parts = _read_through(root)
+    assert used == 2 and parts == 0
+    assert _answers(root) == expected
+    # one project's question reads that project's bundle only
+    answer = tracklake.query("SELECT DISTINCT project FROM metrics WHERE project = 'b'",
+                             root=root)
+    assert answer.column("project").to_pylist() == ["b"]
+
+
+def test_a_bundle_holds_its_sources_rows(tmp_path: Path, few: None) -> None:
+    root = tmp_path / "store"
+    _store(root)
+    tracklake.compact(root=root)
+    for path in bundle_paths(root):
+        b = read_bundle(path)
+        table = pq.read_table(path)  # plain pyarrow: the partition columns are stored
+        assert set(table.column("project").to_pylist()) == {b.project}
+        for source, _ in b.sources:
+            rank, attempt = (int(x.split("=")[1]) for x in source.split("/")[3:5])
+            run = source.split("/")[2].removeprefix("run=")
+            mine = table.filter(pc.and_(pc.equal(table["run"], run), pc.and_(
+                pc.equal(table["rank"], rank), pc.equal(table["attempt"], attempt))))
+            own = pq.read_table(root / source).sort_by([("seq", "ascending")])
+            assert mine.sort_by([("seq", "ascending")]).select(own.column_names) \
+                .cast(own.schema) == own
+        assert pq.ParquetFile(path).metadata.row_group(0).sorting_columns
+
+
+def test_a_run_dropped_or_written_again_is_read_from_its_files(
+        tmp_path: Path, few: None) -> None:
+    root = tmp_path / "store"
+    _store(root)
+    tracklake.compact(root=root)
+    shutil.rmtree(root / "metrics" / "project=b" / "run=0002")
+    shutil.rmtree(root / "runs" / "project=b" / "run=0002")
+    for what in ("metrics", "runs"):
+        shutil.rmtree(root / what / "project=a" / "run=0003")
+    _write(root, "a", "0003", range(4), scale=100)  # same id, other values
+    tracklake.compact(root=root, project="a")
+    _age(root)
+    expected = _unbundled(root, tmp_path)
+    assert _answers(root) == expected
+    assert tracklake.query("SELECT max(value) FROM metrics WHERE run = '0003' AND "
+                           "project = 'a' AND key = 'loss'", root=root)[0][0].as_py() == 300
+    assert _read_through(root)[0] == 0  # neither bundle is vouched for any more
+    report = build_bundles(root)  # the next builder replaces them
+    assert len(report.removed) == 2 and len(report.written) == 2
+    assert _read_through(root) == (2, 0)
+    assert _answers(root) == expected
+
+
+def test_a_damaged_bundle_is_deleted_and_the_parts_answer(tmp_path: Path, few: None) -> None:
+    root = tmp_path / "store"
+    _store(root)
+    tracklake.compact(root=root)
+    expected = _unbundled(root, tmp_path)
+    path = bundle_paths(root)[0]
+    chunk = pq.ParquetFile(path).metadata.row_group(0).column(
+        pq.ParquetFile(path).schema_arrow.names.index("value"))
+    data = bytearray(path.read_bytes())
+    # the last byte of the value column's last page of the first row group
+    data[chunk.data_page_offset + chunk.total_compressed_size - 1] ^= 0xFF
+    path.write_bytes(bytes(data))
+    assert _read_through(root)[0] == 2
+    problems = ReadProblems()
+    answers = [tracklake.query(sql, root=root, problems=problems) for sql in QUESTIONS]
+    assert answers == expected
+    assert not problems.damaged  # a derived copy: nothing was lost
+    assert not path.exists()
+
+
+def test_one_builder_at_a_time(tmp_path: Path, few: None) -> None:
+    root = tmp_path / "store"
+    _store(root)
+    (root / BUNDLE_DIR).mkdir(parents=True, exist_ok=True)
+    with hold_claim(root / BUNDLE_DIR) as claim:
+        assert claim is not None
+        report = build_bundles(root)
+    assert report.busy and not report.written and not bundle_paths(root)
+    assert len(build_bundles(root).written) == 2
+
+
+def test_compacting_an_idle_stream_leaves_its_directory_as_it_was(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    _write(root, "a", "0000", range(5))
+    tracklake.compact(root=root)
+    _age(root)
+    stream = next((root / "metrics").glob("*/*/*/*"))
+    before = stream.stat().st_mtime_ns
+    report = tracklake.compact(root=root, project="a")
+    assert not report.parts_written and stream.stat().st_mtime_ns == before
+
+
+def test_a_reader_starts_a_builder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "store"
+    runs = bundle.BUNDLE_MIN_RUNS  # the builder process keeps its own threshold
+    for i in range(runs):
+        _write(root, "p", f"r{i:03d}", range(3))
+    tracklake.compact(root=root, project="p")
+    _age(root)
+    monkeypatch.setattr(bundles, "BUILD_MIN_RUNS", runs)
+    tracklake.query("SELECT count(*) FROM metrics", root=root)  # catalogues the runs
+    assert not bundle_paths(root)
+    expected = tracklake.query("SELECT count(*) FROM metrics", root=root)  # starts it
+    deadline = time.monotonic() + 60
+    while not (root / BUNDLE_DIR / bundles.CHECKED).exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert len(bundle_paths(root)) == 1
+    assert _read_through(root) == (1, 0)
+    assert tracklake.query("SELECT count(*) FROM metrics", root=root) == expected
+    # it looked less than BUILD_EVERY_SECONDS ago: no other builder starts
+    assert not bundles.start_builder(root, 10**6)
+
+
+def test_retention_deletes_the_bundles_holding_a_run_it_drops(
+        tmp_path: Path, few: None) -> None:
+    """A bundle is a copy: a run deleted by retention must not live on in one."""
+    from tracklake._ops.retention import Policy, apply_plan, make_plan
+
+    root = tmp_path / "store"
+    _store(root)
+    tracklake.compact(root=root)
+    held = {read_bundle(p).project: p for p in bundle_paths(root)}
+    plan = make_plan(root, Policy(max_age=0.0), time.time())
+    doomed = {(a.project, a.run) for a in plan.actions if a.verb == "delete"}
+    assert ("b", "0001") in doomed
+    plan.actions = [a for a in plan.actions if (a.project, a.run) == ("b", "0001")]
+    apply_plan(root, plan, time.time())
+    assert not held["b"].exists() and held["a"].exists()
+    for path in bundle_paths(root):
+        assert not any("project=b/run=0001/" in p for p in read_bundle(path).paths)
+    expected = _unbundled(root, tmp_path)
+    assert _answers(root) == expected
+    assert "0001" not in tracklake.query(
+        "SELECT DISTINCT run FROM metrics WHERE project = 'b'", root=root
+    ).column("run").to_pylist()
+
+
+def test_a_group_whose_part_changes_while_it_is_copied_is_not_kept(
+        tmp_path: Path, few: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "store"
+    _store(root)
+    real = bundle.read_part_table
+    touched: list[Path] = []
+
+    def read_then_touch(path: Path) -> pa.Table:
+        table = real(path)
+        if not touched and "project=b" in str(path):
+            os.utime(path)  # as a downsampling rename or a retention drop would change it
+            touched.append(path)
+        return table
+
+    monkeypatch.setattr(bundle, "read_part_table", read_then_touch)
+    report = build_bundles(root)
+    assert report.changed == 1 and len(report.written) == 1
+    assert {read_bundle(p).project for p in bundle_paths(root)} == {"a"}
+    assert not [n for n in os.listdir(root / BUNDLE_DIR) if n.endswith(".tmp")]
+
+
+def test_bundles_can_be_turned_off(tmp_path: Path, few: None,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "store"
+    _store(root)
+    monkeypatch.setenv("TRACKLAKE_BUNDLES", "off")
+    report = tracklake.compact(root=root).bundles
+    assert report is not None and report.disabled and not bundle_paths(root)
+    assert not bundles.start_builder(root, 10**6)
