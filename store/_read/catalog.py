@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -123,25 +124,44 @@ class RunCatalog:
         if not t.num_rows or not self._trusted:
             return set()
         projects, runs = t.column("project").to_pylist(), t.column("run").to_pylist()
+        chosen = np.array([(project is None or p == project) and (run is None or r == run)
+                           for p, r in zip(projects, runs, strict=True)], dtype=bool)
         watched = t.column("watched").combine_chunks()
-        paths = watched.flatten().field("path").to_pylist()
-        mtimes = watched.flatten().field("mtime_ns").to_pylist()
-        offsets = watched.offsets.to_pylist()
-        holds = {"metrics/": pc.list_value_length(t.column("parts")).to_pylist(),
-                 "runs/": pc.list_value_length(t.column("attempts")).to_pylist()}
-        root = self.root
+        offsets = watched.offsets.to_numpy()
+        owner = np.repeat(np.arange(t.num_rows), np.diff(offsets))  # the run of each path
+        looked = chosen[owner]
+        paths = watched.flatten().field("path").filter(pa.array(looked))
+        recorded = watched.flatten().field("mtime_ns").to_numpy()[looked]
+        owner = owner[looked]
+        # a path recorded absent is only as it was if the run holds nothing of its kind
+        holds = np.where(
+            pc.starts_with(paths, "metrics/").to_numpy(zero_copy_only=False),
+            pc.list_value_length(t.column("parts")).to_numpy()[owner] > 0,
+            pc.list_value_length(t.column("attempts")).to_numpy()[owner] > 0)
+        same = (self._mtimes(paths.to_pylist()) == recorded) & \
+            ~((recorded == ABSENT) & holds)
+        changed = np.bincount(owner[~same], minlength=t.num_rows) > 0
         found = set()
-        for i, (p, r) in enumerate(zip(projects, runs, strict=True)):
-            if (project is not None and p != project) or (run is not None and r != run):
-                continue
-            if all(mtime_ns(root, paths[j]) == mtimes[j] and not (
-                    mtimes[j] == ABSENT and holds[paths[j][:paths[j].index("/") + 1]][i])
-                   for j in range(offsets[i], offsets[i + 1])):
-                self._valid.append(i)
-                found.add((p, r))
-            else:
+        for i in np.flatnonzero(chosen).tolist():
+            if changed[i]:
                 self._stale.add(i)
+            else:
+                self._valid.append(i)
+                found.add((projects[i], runs[i]))
         return found
+
+    def _mtimes(self, paths: list[str]) -> np.ndarray:
+        """`mtime_ns` of each path, in one tight loop (a store of 10,000 runs has 70,000)."""
+        prefix = f"{self.root}{os.sep}"
+        stat = os.stat
+        out: list[int] = []
+        append = out.append
+        for rel in paths:
+            try:
+                append(stat(prefix + rel).st_mtime_ns)
+            except (FileNotFoundError, NotADirectoryError):
+                append(ABSENT)
+        return np.array(out, dtype=np.int64)
 
     def _settled_rows(self) -> pa.Table:
         if self._rows is None:
