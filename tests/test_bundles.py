@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import tracklake
+from tracklake._format.part import open_part
 from tracklake._ops import bundle
 from tracklake._ops.bundle import build_bundles
 from tracklake._ops.claims import hold_claim
@@ -268,3 +269,37 @@ def test_bundles_can_be_turned_off(tmp_path: Path, few: None,
     report = tracklake.compact(root=root).bundles
     assert report is not None and report.disabled and not bundle_paths(root)
     assert not bundles.start_builder(root, 10**6)
+
+
+def _flip_a_value_page_byte(path: Path) -> None:
+    meta = pq.ParquetFile(path).metadata
+    chunk = meta.row_group(0).column(pq.ParquetFile(path).schema_arrow.names.index("value"))
+    data = bytearray(path.read_bytes())
+    data[chunk.data_page_offset + chunk.total_compressed_size - 1] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def test_a_damaged_part_keeps_only_its_run_out_of_a_bundle(tmp_path: Path, few: None) -> None:
+    """Damage the catalog cannot see (a part whose footer carries its summary, so readers
+    listing the store never read its pages) is met by the builder: that run stays out."""
+    import numpy as np
+
+    root = tmp_path / "store"
+    values = np.random.default_rng(7).random(4000).tolist()  # incompressible: a summary
+    for i in range(4):
+        with tracklake.init(project="c", run_id=f"r{i}", root=root, compact=False,
+                            capture_identity=False) as run:
+            for step, value in enumerate(values):
+                run.log({"loss": value + i}, step=step)
+    tracklake.compact(root=root, project="c")
+    _age(root)
+    broken = next((root / "metrics" / "project=c" / "run=r2").rglob("*.parquet"))
+    assert open_part(broken).metadata.metadata.get(b"tracklake.summary") is not None
+    mtime = broken.stat().st_mtime_ns
+    _flip_a_value_page_byte(broken)
+    os.utime(broken, ns=(mtime, mtime))  # as bit rot leaves it: the catalog still vouches
+    report = build_bundles(root)
+    assert report.damaged == [str(broken.relative_to(root))]
+    assert len(report.written) == 1 and report.runs == 3
+    (b,) = [read_bundle(p) for p in bundle_paths(root)]
+    assert not any("run=r2/" in p for p in b.paths) and len(b.paths) == 3

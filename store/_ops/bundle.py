@@ -65,6 +65,7 @@ class BundleReport:
     bytes: int = 0  # of the bundles written
     busy: bool = False  # another builder held the claim
     changed: int = 0  # groups not kept: a source changed or went while it was copied
+    damaged: list[str] = field(default_factory=list)  # parts that failed to read: not bundled
     disabled: bool = False  # TRACKLAKE_BUNDLES is off
 
 
@@ -91,8 +92,15 @@ def build_bundles(root: Path) -> BundleReport:
                 path.unlink()
             report.removed.append(path)
         for project, group in _groups(catalog.runs(), covered):
-            sources = sorted((p, files[p]) for _, parts, _ in group for p in parts)
-            written = _write_bundle(root, project, sources)
+            written = None
+            while len(group) >= BUNDLE_MIN_RUNS:
+                sources = sorted((p, files[p]) for _, parts, _ in group for p in parts)
+                try:
+                    written = _write_bundle(root, project, sources)
+                    break
+                except _Damaged as exc:  # a damaged part: its run stays out (fsck's job)
+                    report.damaged.append(exc.path)
+                    group = [g for g in group if exc.path not in g[1]]
             if written is None:
                 report.changed += 1
                 continue
@@ -127,6 +135,14 @@ def _groups(runs: list[tuple[str, str, list[str], int]], covered: set[str]
     return groups
 
 
+class _Damaged(Exception):
+    """A source part failed to read (its pages or footer do not verify)."""
+
+    def __init__(self, path: str, cause: FormatError) -> None:
+        super().__init__(f"{path}: {cause}")
+        self.path = path
+
+
 def _unchanged(root: Path, sources: list[tuple[str, int]]) -> bool:
     return all(mtime_ns(root, path) == mtime for path, mtime in sources)
 
@@ -142,6 +158,8 @@ def _write_bundle(root: Path, project: str, sources: list[tuple[str, int]]) -> P
             table = read_part_table(root / path)
         except FileNotFoundError:
             return None
+        except FormatError as exc:
+            raise _Damaged(path, exc) from exc
         if mtime_ns(root, path) != mtime:
             return None
         _, run_dir, rank_dir, attempt_dir, _ = path.rsplit("/", 4)
