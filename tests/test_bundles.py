@@ -303,3 +303,22 @@ def test_a_damaged_part_keeps_only_its_run_out_of_a_bundle(tmp_path: Path, few: 
     assert len(report.written) == 1 and report.runs == 3
     (b,) = [read_bundle(p) for p in bundle_paths(root)]
     assert not any("run=r2/" in p for p in b.paths) and len(b.paths) == 3
+
+
+def test_the_compact_command_says_what_it_bundled(tmp_path: Path, few: None) -> None:
+    from click.testing import CliRunner
+
+    from tracklake._cli.main import main
+
+    root = tmp_path / "store"
+    for project in ("a", "b"):
+        for i in range(4):
+            _write(root, project, f"{i:04d}", range(5))
+    tracklake.compact(root=root, project="a")  # settled only after the compaction
+    tracklake.compact(root=root, project="b")
+    _age(root)
+    result = CliRunner().invoke(main, ["compact", "--root", str(root)])
+    assert result.exit_code == 0, result.output
+    assert "bundled 8 small runs, 88 values, into 2 bundles" in result.output
+    again = CliRunner().invoke(main, ["compact", "--root", str(root)])
+    assert again.exit_code == 0 and "bundled" not in again.output  # nothing new

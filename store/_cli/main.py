@@ -248,6 +248,16 @@ def compact(root: Path | None, project: str | None, run: str | None, dry_run: bo
                        "stopped mid-batch)", err=True)
     for path, why in report.skipped:
         click.echo(f"warning: {path}: {why}; left in place (not compacted)", err=True)
+    bundles = report.bundles
+    if bundles is not None:
+        if not quiet and (bundles.written or bundles.removed):
+            click.echo(f"bundled {bundles.runs} small runs, {bundles.values} values, into "
+                       f"{len(bundles.written)} bundles ({bundles.bytes:,} bytes, derived: "
+                       f"ROOT/.cache/bundles); {len(bundles.removed)} outdated removed")
+        for rel in bundles.damaged:
+            click.echo(f"warning: {store / rel}: its pages do not verify; its run is read "
+                       "from its files, not bundled (tracklake fsck explains and repairs)",
+                       err=True)
 
 
 @main.command()

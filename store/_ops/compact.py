@@ -333,11 +333,13 @@ def compact(*, root: str | os.PathLike[str] | None = None, project: str | None =
     streams; note names the stream). Over a whole store it then bundles the small settled
     runs (store/_ops/bundle.py), unless another builder is at it."""
     root_path = resolve_root(root)
-    report = compact_streams(root_path, list_streams(root_path, project, run, tuple(kinds)),
-                             dry_run=dry_run, progress=progress)
+    streams = list_streams(root_path, project, run, tuple(kinds))
+    report = compact_streams(root_path, streams, dry_run=dry_run, progress=progress)
     if project is None and run is None and not dry_run and "metrics" in kinds:
         from tracklake._ops.bundle import build_bundles
 
+        if progress is not None:
+            progress(len(streams), len(streams), "bundling small settled runs")
         report.bundles = build_bundles(root_path)
     return report
 
