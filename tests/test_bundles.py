@@ -322,3 +322,53 @@ def test_the_compact_command_says_what_it_bundled(tmp_path: Path, few: None) -> 
     assert "bundled 8 small runs, 88 values, into 2 bundles" in result.output
     again = CliRunner().invoke(main, ["compact", "--root", str(root)])
     assert again.exit_code == 0 and "bundled" not in again.output  # nothing new
+
+
+def test_a_damaged_bundle_the_reader_cannot_delete_is_passed_over(
+        tmp_path: Path, few: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store this reader may not change (a read-only mount): the answer still comes
+    from the parts, and the bundle stays where it is."""
+    from tracklake._read import query as query_module
+
+    root = tmp_path / "store"
+    _store(root)
+    tracklake.compact(root=root)
+    expected = _unbundled(root, tmp_path)
+    path = bundle_paths(root)[0]
+    _flip_a_value_page_byte(path)
+    real_unlink = os.unlink
+
+    def refuse_bundles(target: str | os.PathLike[str], *args: object, **kw: object) -> None:
+        if str(BUNDLE_DIR) in str(target):
+            raise PermissionError(13, "Read-only file system", str(target))
+        real_unlink(target, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(query_module.os, "unlink", refuse_bundles)
+    problems = ReadProblems()
+    assert [tracklake.query(q, root=root, problems=problems) for q in QUESTIONS] == expected
+    assert not problems.damaged and path.exists()
+
+
+def test_a_bundle_removed_while_a_question_runs_is_asked_again_without_it(
+        tmp_path: Path, few: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tracklake._read import query as query_module
+
+    root = tmp_path / "store"
+    _store(root)
+    tracklake.compact(root=root)
+    assert bundle_paths(root)
+    expected = _unbundled(root, tmp_path)
+    real_connect = query_module._connect
+    calls: list[int] = []
+
+    def connect_then_remove(*args: object, **kw: object) -> object:
+        con = real_connect(*args, **kw)  # type: ignore[arg-type]
+        if not calls:  # as a builder replacing it would, after the reader listed it
+            for path in bundle_paths(root):
+                path.unlink()
+        calls.append(1)
+        return con
+
+    monkeypatch.setattr(query_module, "_connect", connect_then_remove)
+    assert tracklake.query(QUESTIONS[0], root=root) == expected[0]
+    assert len(calls) == 2

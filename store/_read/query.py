@@ -299,8 +299,11 @@ def with_connection(root: str | os.PathLike[str] | None, problems: ReadProblems,
                 relisted += 1
                 time.sleep(_RELIST_PAUSE * relisted)
                 continue  # merged away (or pruned) while the query ran: list again
-            if _drop_damaged_bundles(con):
-                continue  # a derived copy: the parts it copied answer instead
+            if bad_bundles := _drop_damaged_bundles(con):
+                # a derived copy: the parts it copied answer instead (with anything to
+                # skip, a connection reads no bundle, even one it could not delete)
+                skip = skip | set(bad_bundles)
+                continue
             damaged = _damaged_parts(con)
             if not damaged:
                 raise
@@ -333,26 +336,26 @@ def _may_be_damage(exc: QueryError) -> bool:
     return isinstance(exc.__cause__, (duckdb.InvalidInputException, duckdb.IOException))
 
 
-def _drop_damaged_bundles(con: duckdb.DuckDBPyConnection) -> bool:
+def _drop_damaged_bundles(con: duckdb.DuckDBPyConnection) -> list[Path]:
     """Delete the bundles behind `con` whose pages do not verify (read in full: only
-    after a failure); True if there was one."""
+    after a failure), as far as the store lets this reader; returns them."""
     import duckdb
 
     try:
         rows = con.execute("SELECT path FROM _tracklake_bundles").fetchall()
     except duckdb.Error:
-        return False  # not a tracklake connection
-    dropped = False
+        return []  # not a tracklake connection
+    damaged = []
     for (path,) in rows:
         try:
             read_part_table(Path(path))
         except FileNotFoundError:
             continue
         except FormatError:
-            with contextlib.suppress(FileNotFoundError):
+            with contextlib.suppress(OSError):  # a read-only store: skipped, not deleted
                 os.unlink(path)
-            dropped = True
-    return dropped
+            damaged.append(Path(path))
+    return damaged
 
 
 def _damaged_parts(con: duckdb.DuckDBPyConnection) -> list[tuple[Path, str]]:
