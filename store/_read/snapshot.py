@@ -221,10 +221,11 @@ def _part_summary(rows: list[dict[str, Any]], s: StreamId) -> list[dict[str, Any
             for r in rows]
 
 
-def _verified_format() -> Any:
+def _verified_format(dictionaries: tuple[str, ...] = ()) -> Any:
     import pyarrow.dataset as ds
 
     return ds.ParquetFileFormat(
+        read_options=ds.ParquetReadOptions(dictionary_columns=list(dictionaries)),
         default_fragment_scan_options=ds.ParquetFragmentScanOptions(
             page_checksum_verification=True))
 
@@ -235,14 +236,25 @@ def _with_partition_columns(schema: pa.Schema) -> pa.Schema:
     return schema
 
 
+#: Columns a bundle's dataset reads as dictionaries: a few distinct values over millions
+#: of rows (10,000 runs: counting points per run 1.14 s as text, 0.16 s as a dictionary).
+#: DuckDB pushes no filter into a dictionary column with pyarrow < 26, which costs little
+#: here: a bundle is sorted by key first, so its row groups span many runs anyway, and a
+#: question about one run reads that run's parts, not a bundle.
+_BUNDLE_DICTIONARIES = ("project", "run")
+
+
 def bundles_dataset(bundles: list[Bundle]) -> Any:
     """Bundles as a pyarrow dataset (their partition columns stored), verifying page
     checksums."""
     import pyarrow.dataset as ds
 
-    return ds.dataset([str(b.path) for b in bundles],
-                      schema=_with_partition_columns(SCHEMAS["metrics"]),
-                      format=_verified_format())
+    schema = _with_partition_columns(SCHEMAS["metrics"])
+    for name in _BUNDLE_DICTIONARIES:
+        schema = schema.set(schema.get_field_index(name),
+                            pa.field(name, pa.dictionary(pa.int32(), pa.string())))
+    return ds.dataset([str(b.path) for b in bundles], schema=schema,
+                      format=_verified_format(_BUNDLE_DICTIONARIES))
 
 
 def parts_dataset(root: Path, kind: str, parts: list[Part]) -> Any:
