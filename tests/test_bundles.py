@@ -372,3 +372,22 @@ def test_a_bundle_removed_while_a_question_runs_is_asked_again_without_it(
     monkeypatch.setattr(query_module, "_connect", connect_then_remove)
     assert tracklake.query(QUESTIONS[0], root=root) == expected[0]
     assert len(calls) == 2
+
+
+def test_runs_a_builder_left_out_start_no_new_builder(
+        tmp_path: Path, few: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store of runs too large to bundle is not looked at again every ten minutes."""
+    root = tmp_path / "store"
+    _store(root)
+    monkeypatch.setattr(bundle, "RUN_MAX_VALUES", 0)  # nothing is small enough
+    report = build_bundles(root)
+    assert not report.written
+    checked = root / BUNDLE_DIR / bundles.CHECKED
+    long_ago = time.time() - bundles.BUILD_EVERY_SECONDS - 60
+    os.utime(checked, (long_ago, long_ago))
+    started: list[list[str]] = []
+    monkeypatch.setattr(bundles.subprocess, "Popen",
+                        lambda argv, **kw: started.append(argv))
+    monkeypatch.setattr(bundles, "BUILD_MIN_RUNS", 3)
+    assert not bundles.start_builder(root, 12)  # the 12 runs it left out
+    assert bundles.start_builder(root, 15) and len(started) == 1  # three new ones

@@ -29,7 +29,7 @@ import pyarrow as pa
 
 from tracklake._errors import FormatError
 from tracklake._format import FORMAT_VERSION, PARTITION_SCHEMA, SCHEMAS
-from tracklake._format.files import fsync_dir
+from tracklake._format.files import fsync_dir, write_atomic
 from tracklake._format.part import read_part_table, write_part_stream
 from tracklake._ops.claims import hold_claim
 from tracklake._read.bundles import (
@@ -38,6 +38,7 @@ from tracklake._read.bundles import (
     BUNDLE_ORDER,
     CHECKED,
     bundle_paths,
+    covered_runs,
     enabled,
     read_bundle,
     usable,
@@ -91,7 +92,8 @@ def build_bundles(root: Path) -> BundleReport:
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
             report.removed.append(path)
-        for project, group in _groups(catalog.runs(), covered):
+        runs = catalog.runs()
+        for project, group in _groups(runs, covered):
             written = None
             while len(group) >= BUNDLE_MIN_RUNS:
                 sources = sorted((p, files[p]) for _, parts, _ in group for p in parts)
@@ -108,7 +110,9 @@ def build_bundles(root: Path) -> BundleReport:
             report.bytes += written.stat().st_size
             report.runs += len(group)
             report.values += sum(values for *_, values in group)
-        (directory / CHECKED).touch()
+        # what a reader compares its count of settled runs not in a bundle with
+        left_out = len(runs) - len(covered_runs(covered)) - report.runs
+        write_atomic(directory / CHECKED, json.dumps({"left_out": left_out}).encode())
     return report
 
 

@@ -40,10 +40,12 @@ BUNDLE_DIR = Path(".cache") / "bundles"
 BUNDLE_KEY = "tracklake.bundle"
 #: A bundle's sort order: a question for one key reads that key's row groups only.
 BUNDLE_ORDER = ("key", "project", "run", "rank", "attempt", "step", "seq")
-#: A reader starts a builder when at least this many settled runs are not bundled...
+#: A reader starts a builder when at least this many settled runs are not bundled beyond
+#: those the last builder left out (too large, or too few in their project)...
 BUILD_MIN_RUNS = 64
 #: ... and no builder looked at the store in the last this many seconds (the builder
-#: touches `CHECKED` when it is done, whether it bundled anything or not).
+#: writes `CHECKED` when it is done, whether it bundled anything or not, with the number
+#: of settled runs it left out).
 BUILD_EVERY_SECONDS = 600.0
 CHECKED = ".checked"
 #: The module run as the builder.
@@ -118,6 +120,15 @@ def enabled() -> bool:
 _builders: dict[str, Any] = {}
 
 
+def _left_out(root: Path) -> int:
+    """How many settled runs the last builder left out of every bundle (0 if unknown)."""
+    try:
+        value = json.loads((root / BUNDLE_DIR / CHECKED).read_bytes())["left_out"]
+    except (OSError, ValueError, TypeError, KeyError):
+        return 0
+    return value if isinstance(value, int) and value >= 0 else 0
+
+
 def start_builder(root: Path, unbundled_runs: int) -> bool:
     """Start a detached, low-priority builder for the store at `root` if `unbundled_runs`
     settled runs are at least `BUILD_MIN_RUNS`, none of this process's builders for it is
@@ -136,7 +147,8 @@ def start_builder(root: Path, unbundled_runs: int) -> bool:
         checked = 0.0
     except OSError:
         return False
-    if time.time() - checked < BUILD_EVERY_SECONDS:
+    if time.time() - checked < BUILD_EVERY_SECONDS or \
+            unbundled_runs - _left_out(root) < BUILD_MIN_RUNS:
         return False
     try:
         _builders[key] = subprocess.Popen(
