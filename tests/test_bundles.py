@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+from _settled import age
 
 import tracklake
 from tracklake._format.part import open_part
@@ -38,14 +39,6 @@ QUESTIONS = (
 )
 
 
-def _age(root: Path, seconds: float = 60.0) -> None:
-    """Make every file and directory look changed `seconds` ago (settled for the catalog)."""
-    past = time.time() - seconds
-    for dirpath, dirs, names in os.walk(root):
-        for name in [*dirs, *names]:
-            os.utime(os.path.join(dirpath, name), (past, past))
-
-
 def _write(root: Path, project: str, run_id: str, steps: range, scale: float = 1.0) -> None:
     with tracklake.init(project=project, run_id=run_id, root=root, compact=False,
                         capture_identity=False) as run:
@@ -60,7 +53,7 @@ def _store(root: Path, runs: int = 6) -> None:
             _write(root, project, f"{i:04d}", range(5 + i), scale=i + 1)
     _write(root, "a", "0000", range(3, 9), scale=7)  # resumed: steps 3.. again
     tracklake.compact(root=root)
-    _age(root)
+    age(root)
 
 
 def _answers(root: Path) -> list[pa.Table]:
@@ -141,7 +134,7 @@ def test_a_run_dropped_or_written_again_is_read_from_its_files(
         shutil.rmtree(root / what / "project=a" / "run=0003")
     _write(root, "a", "0003", range(4), scale=100)  # same id, other values
     tracklake.compact(root=root, project="a")
-    _age(root)
+    age(root)
     expected = _unbundled(root, tmp_path)
     assert _answers(root) == expected
     assert tracklake.query("SELECT max(value) FROM metrics WHERE run = '0003' AND "
@@ -188,7 +181,7 @@ def test_compacting_an_idle_stream_leaves_its_directory_as_it_was(tmp_path: Path
     root = tmp_path / "store"
     _write(root, "a", "0000", range(5))
     tracklake.compact(root=root)
-    _age(root)
+    age(root)
     stream = next((root / "metrics").glob("*/*/*/*"))
     before = stream.stat().st_mtime_ns
     report = tracklake.compact(root=root, project="a")
@@ -201,7 +194,7 @@ def test_a_reader_starts_a_builder(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     for i in range(runs):
         _write(root, "p", f"r{i:03d}", range(3))
     tracklake.compact(root=root, project="p")
-    _age(root)
+    age(root)
     monkeypatch.setattr(bundles, "BUILD_MIN_RUNS", runs)
     tracklake.query("SELECT count(*) FROM metrics", root=root)  # catalogues the runs
     assert not bundle_paths(root)
@@ -292,7 +285,7 @@ def test_a_damaged_part_keeps_only_its_run_out_of_a_bundle(tmp_path: Path, few: 
             for step, value in enumerate(values):
                 run.log({"loss": value + i}, step=step)
     tracklake.compact(root=root, project="c")
-    _age(root)
+    age(root)
     broken = next((root / "metrics" / "project=c" / "run=r2").rglob("*.parquet"))
     assert open_part(broken).metadata.metadata.get(b"tracklake.summary") is not None
     mtime = broken.stat().st_mtime_ns
@@ -316,7 +309,7 @@ def test_the_compact_command_says_what_it_bundled(tmp_path: Path, few: None) -> 
             _write(root, project, f"{i:04d}", range(5))
     tracklake.compact(root=root, project="a")  # settled only after the compaction
     tracklake.compact(root=root, project="b")
-    _age(root)
+    age(root)
     result = CliRunner().invoke(main, ["compact", "--root", str(root)])
     assert result.exit_code == 0, result.output
     assert "bundled 8 small runs, 88 values, into 2 bundles" in result.output

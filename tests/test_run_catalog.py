@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from _settled import age
 
 import tracklake
 from tracklake._read import catalog
@@ -31,14 +32,6 @@ QUESTIONS = (
 )
 
 
-def _age(root: Path, seconds: float = 60.0) -> None:
-    """Make every file and directory look changed `seconds` ago (before the racy window)."""
-    past = time.time() - seconds
-    for dirpath, dirs, names in os.walk(root):
-        for name in [*dirs, *names]:
-            os.utime(os.path.join(dirpath, name), (past, past))
-
-
 def _write(root: Path, run_id: str, steps: int = 5, start: int = 0) -> None:
     with tracklake.init(project="p", run_id=run_id, root=root,
                         capture_identity=False) as run:
@@ -50,7 +43,7 @@ def _store(root: Path, runs: int = 3) -> None:
     for i in range(runs):
         _write(root, f"r{i}", steps=5 + i)
     tracklake.compact(root=root)
-    _age(root)
+    age(root)
 
 
 def _answers(root: Path) -> list[pa.Table]:
@@ -172,7 +165,7 @@ def test_a_resumed_run_hides_what_its_later_attempt_logged_again(root: Path) -> 
     _answers(root)
     _write(root, "r2", steps=4, start=5)  # attempt 2 logs steps 5..8 again (r2 had 0..6)
     tracklake.compact(root=root)
-    _age(root)
+    age(root)
     got = _answers(root)
     assert got[0].to_pylist()[2] == {"run": "r2", "status": "finished", "attempts": 2,
                                      "ranks": 1}
@@ -303,7 +296,7 @@ def test_a_catalogued_run_shows_the_status_of_its_attempts_as_of_the_question(
     for attempt in (1, 2):  # attempt 1 replaced by 2, whose heartbeat is a minute old
         write_attempt(attempt_file(root, "p", "r2", 0, attempt), {
             **stopped, "run": "r2", "attempt": attempt, "heartbeat_at": recent})
-    _age(root)
+    age(root)
     expected = [{"run": "r0", "status": "finished"}, {"run": "r1", "status": "crashed"},
                 {"run": "r2", "status": "running"}]
     sql = "SELECT run, status FROM runs ORDER BY run"
