@@ -384,3 +384,26 @@ def test_runs_a_builder_left_out_start_no_new_builder(
     monkeypatch.setattr(bundles, "BUILD_MIN_RUNS", 3)
     assert not bundles.start_builder(root, 12)  # the 12 runs it left out
     assert bundles.start_builder(root, 15) and len(started) == 1  # three new ones
+
+
+def test_an_outdated_bundle_the_builder_may_not_delete_stays_unused(
+        tmp_path: Path, few: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store shared by several users: another user's bundle cannot be deleted here."""
+    root = tmp_path / "store"
+    _store(root)
+    tracklake.compact(root=root)
+    theirs = {read_bundle(p).project: p for p in bundle_paths(root)}["b"]
+    for what in ("metrics", "runs"):
+        shutil.rmtree(root / what / "project=b" / "run=0002")
+    real_unlink = Path.unlink
+
+    def refuse(self: Path, missing_ok: bool = False) -> None:
+        if self == theirs:
+            raise PermissionError(13, "Permission denied", str(self))
+        real_unlink(self, missing_ok=missing_ok)
+
+    monkeypatch.setattr(Path, "unlink", refuse)
+    report = build_bundles(root)
+    assert theirs.exists() and theirs not in report.removed
+    assert len(report.written) == 1  # project b again, without run 0002
+    assert _answers(root) == _unbundled(root, tmp_path)

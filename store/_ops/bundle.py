@@ -89,8 +89,10 @@ def build_bundles(root: Path) -> BundleReport:
         files = catalog.files()
         kept, covered = usable(root, files, None)
         for path in set(bundle_paths(root)) - {b.path for b in kept}:
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
+            try:
+                path.unlink(missing_ok=True)
+            except PermissionError:  # another user's, in a shared store: stays unused
+                continue
             report.removed.append(path)
         runs = catalog.runs()
         for project, group in _groups(runs, covered):
