@@ -338,8 +338,6 @@ def compact(*, root: str | os.PathLike[str] | None = None, project: str | None =
     if project is None and run is None and not dry_run and "metrics" in kinds:
         from tracklake._ops.bundle import build_bundles
 
-        if progress is not None:
-            progress(len(streams), len(streams), "bundling small settled runs")
         report.bundles = build_bundles(root_path)
     return report
 
