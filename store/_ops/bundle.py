@@ -106,7 +106,8 @@ def build_bundles(root: Path) -> BundleReport:
                     report.damaged.append(exc.path)
                     group = [g for g in group if exc.path not in g[1]]
             if written is None:
-                report.changed += 1
+                if len(group) >= BUNDLE_MIN_RUNS:  # else too few left once damage is out
+                    report.changed += 1
                 continue
             report.written.append(written)
             report.bytes += written.stat().st_size
