@@ -407,3 +407,48 @@ def test_an_outdated_bundle_the_builder_may_not_delete_stays_unused(
     assert theirs.exists() and theirs not in report.removed
     assert len(report.written) == 1  # project b again, without run 0002
     assert _answers(root) == _unbundled(root, tmp_path)
+
+
+_RESUMER = """
+import sys, tracklake
+root, n = sys.argv[1], int(sys.argv[2])
+for i in range(n):
+    run_id = f"{(i * 7) % 12:04d}"
+    with tracklake.init(project="a", run_id=run_id, root=root, compact=False,
+                        capture_identity=False) as run:
+        for step in range(3):
+            run.log({"loss": 1000.0 + i, "acc": float(step)}, step=100 + step)
+"""
+
+
+def test_bundling_and_asking_while_runs_are_resumed_never_fails_and_ends_exact(
+        tmp_path: Path, few: None) -> None:
+    """A writer resumes runs (new attempts) while compaction merges their parts, a builder
+    bundles and readers ask: no question fails, and once all is quiet a bundled answer
+    equals the parts' answer."""
+    import subprocess
+    import sys
+
+    root = tmp_path / "store"
+    for i in range(12):
+        _write(root, "a", f"{i:04d}", range(5 + i))
+    tracklake.compact(root=root)
+    age(root)
+    build_bundles(root)
+    writer = subprocess.Popen([sys.executable, "-c", _RESUMER, str(root), "24"])
+    asked = 0
+    try:
+        while writer.poll() is None:
+            tracklake.compact(root=root, project="a")  # merges the resumed runs' parts
+            build_bundles(root)
+            for sql in QUESTIONS:
+                tracklake.query(sql, root=root)  # raises if anything goes wrong
+                asked += 1
+    finally:
+        writer.wait(timeout=120)
+    assert writer.returncode == 0 and asked
+    tracklake.compact(root=root)
+    age(root)
+    build_bundles(root)
+    assert _read_through(root)[0] >= 1  # bundles are in use again
+    assert _answers(root) == _unbundled(root, tmp_path)
