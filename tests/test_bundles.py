@@ -18,7 +18,7 @@ import pytest
 from _settled import age
 
 import tracklake
-from tracklake._format.part import open_part
+from tracklake._format.part import open_part, write_part_stream
 from tracklake._ops import bundle
 from tracklake._ops.bundle import build_bundles
 from tracklake._ops.claims import hold_claim
@@ -452,3 +452,26 @@ def test_bundling_and_asking_while_runs_are_resumed_never_fails_and_ends_exact(
     build_bundles(root)
     assert _read_through(root)[0] >= 1  # bundles are in use again
     assert _answers(root) == _unbundled(root, tmp_path)
+
+
+def test_a_file_in_the_bundle_directory_with_other_columns_is_never_read(
+        tmp_path: Path, few: None) -> None:
+    """A crafted or foreign file with a bundle's name and a real bundle's manifest, but
+    other columns, would fail every question that read it: it is not taken for one."""
+    root = tmp_path / "store"
+    _store(root)
+    tracklake.compact(root=root)
+    expected = _unbundled(root, tmp_path)
+    real = bundle_paths(root)[0]
+    table = pq.read_table(real)  # its metadata: format version, kind and manifest
+    crafted = table.drop_columns(["attempt"]).replace_schema_metadata(table.schema.metadata)
+    real.unlink()
+    forged = real.with_name("bundle-crafted.parquet")
+    # checksums and all, as a forger would write it
+    write_part_stream(forged, crafted.schema, [crafted], "metrics",
+                      order=("key", "project", "run", "rank"))
+    assert open_part(forged).metadata.metadata[bundles.BUNDLE_KEY.encode()]
+    with pytest.raises(tracklake.FormatError, match="not a bundle: its columns"):
+        read_bundle(forged)
+    assert _answers(root) == expected
+    assert _read_through(root)[0] == 1  # the other project's bundle only

@@ -28,7 +28,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from tracklake._errors import FormatError
-from tracklake._format import FORMAT_VERSION, PARTITION_SCHEMA, SCHEMAS
+from tracklake._format import FORMAT_VERSION, PARTITION_SCHEMA
 from tracklake._format.files import fsync_dir, write_atomic
 from tracklake._format.part import read_part_table, write_part_stream
 from tracklake._ops.claims import hold_claim
@@ -38,6 +38,7 @@ from tracklake._read.bundles import (
     BUNDLE_ORDER,
     CHECKED,
     bundle_paths,
+    bundle_schema,
     covered_runs,
     enabled,
     read_bundle,
@@ -177,9 +178,7 @@ def _write_bundle(root: Path, project: str, sources: list[tuple[str, int]]) -> P
             table = table.append_column(f, pa.array([values[f.name]] * table.num_rows,
                                                     f.type))
         tables.append(table)
-    schema = SCHEMAS["metrics"]
-    for f in PARTITION_SCHEMA:
-        schema = schema.append(f)
+    schema = bundle_schema()
     table = pa.concat_tables(t.select(schema.names).cast(schema) for t in tables)
     table = table.sort_by([(c, "ascending") for c in BUNDLE_ORDER])
     manifest = json.dumps({"project": project, "sources": sources}, separators=(",", ":"))

@@ -30,7 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
 from tracklake._errors import FormatError
+from tracklake._format import PARTITION_SCHEMA, SCHEMAS
 from tracklake._format.part import open_part
 
 #: Where bundles live, relative to the store root (a dot directory: globs over the kinds,
@@ -63,9 +66,21 @@ class Bundle:
         return frozenset(p for p, _ in self.sources)
 
 
+def bundle_schema() -> pa.Schema:
+    """A bundle's columns: a metric record's and its partition columns."""
+    schema = SCHEMAS["metrics"]
+    for f in PARTITION_SCHEMA:
+        schema = schema.append(f)
+    return schema
+
+
 def read_bundle(path: Path) -> Bundle:
-    """The bundle at `path`, its footer verified; `FormatError` if it is not one."""
-    raw = (open_part(path).metadata.metadata or {}).get(BUNDLE_KEY.encode())
+    """The bundle at `path`, its footer and columns verified; `FormatError` if it is not
+    one (a file of other columns would fail every question that read it)."""
+    parquet = open_part(path)
+    if not parquet.schema_arrow.remove_metadata().equals(bundle_schema()):
+        raise FormatError(f"{path}: not a bundle: its columns are {parquet.schema_arrow}")
+    raw = (parquet.metadata.metadata or {}).get(BUNDLE_KEY.encode())
     try:
         meta = json.loads(raw) if raw else None
         sources = tuple((str(p), int(m)) for p, m in meta["sources"])  # type: ignore[index]

@@ -17,7 +17,14 @@ from tracklake._format.attempt import read_attempt
 from tracklake._format.part import open_part, summary_rows
 from tracklake._format.schema import empty_table
 from tracklake._read.attempt_rows import ATTEMPTS_SCHEMA, attempt_row
-from tracklake._read.bundles import Bundle, bundle_paths, covered_runs, start_builder, usable
+from tracklake._read.bundles import (
+    Bundle,
+    bundle_paths,
+    bundle_schema,
+    covered_runs,
+    start_builder,
+    usable,
+)
 from tracklake._read.catalog import RunCatalog
 from tracklake._read.decoded import DecodedCache
 from tracklake._read.fresh import FreshRuns as _FreshRuns
@@ -249,7 +256,7 @@ def bundles_dataset(bundles: list[Bundle]) -> Any:
     checksums."""
     import pyarrow.dataset as ds
 
-    schema = _with_partition_columns(SCHEMAS["metrics"])
+    schema = bundle_schema()
     for name in _BUNDLE_DICTIONARIES:
         schema = schema.set(schema.get_field_index(name),
                             pa.field(name, pa.dictionary(pa.int32(), pa.string())))
