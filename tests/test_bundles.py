@@ -475,3 +475,34 @@ def test_a_file_in_the_bundle_directory_with_other_columns_is_never_read(
         read_bundle(forged)
     assert _answers(root) == expected
     assert _read_through(root)[0] == 1  # the other project's bundle only
+
+
+def test_a_builder_killed_at_random_points_leaves_a_store_the_next_one_bundles(
+        tmp_path: Path) -> None:
+    """SIGKILL of the builder process (as a reader starts it) at random moments: no
+    half-written bundle is ever read, the next builder breaks the dead one's claim, and
+    the answers stay exact."""
+    import random
+    import signal
+    import subprocess
+    import sys
+
+    root = tmp_path / "store"
+    for i in range(bundle.BUNDLE_MIN_RUNS + 4):
+        _write(root, "p", f"{i:04d}", range(4 + i % 5))
+    tracklake.compact(root=root, project="p")
+    age(root)
+    expected = _unbundled(root, tmp_path)
+    rng = random.Random(20261202)
+    for _ in range(6):  # a builder here takes about 0.6 s, imports included
+        builder = subprocess.Popen([sys.executable, "-m", bundles.BUILD_MODULE, str(root)])
+        time.sleep(rng.uniform(0.1, 0.8))
+        builder.send_signal(signal.SIGKILL)
+        builder.wait()
+        assert _answers(root) == expected  # whatever it left, readers answer exactly
+        for path in bundle_paths(root):
+            read_bundle(path)  # a bundle in place is whole
+    report = build_bundles(root)  # past a dead builder's claim, if one was left
+    assert not report.busy
+    assert _read_through(root) == (1, 0)
+    assert _answers(root) == expected
