@@ -77,6 +77,13 @@ PARTITION_SCHEMA = pa.schema(
 )
 
 
+def with_partition_columns(schema: pa.Schema) -> pa.Schema:
+    """`schema` followed by the partition columns, as the views and bundles have them."""
+    for f in PARTITION_SCHEMA:
+        schema = schema.append(f)
+    return schema
+
+
 def check_version(version: object, where: object) -> None:
     """Refuse a file written by a newer major format version (or without a version)."""
     if not isinstance(version, str) or not re.fullmatch(r"\d+\.\d+", version):

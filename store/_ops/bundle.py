@@ -25,10 +25,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pyarrow as pa
-
 from tracklake._errors import FormatError
-from tracklake._format import FORMAT_VERSION, PARTITION_SCHEMA
+from tracklake._format import FORMAT_VERSION, SCHEMAS, StreamId
 from tracklake._format.files import fsync_dir, write_atomic
 from tracklake._format.part import read_part_table, write_part_stream
 from tracklake._ops.claims import hold_claim
@@ -46,7 +44,7 @@ from tracklake._read.bundles import (
 )
 from tracklake._read.catalog import RunCatalog, mtime_ns
 from tracklake._read.scope import scope_of_views
-from tracklake._read.snapshot import Snapshot
+from tracklake._read.snapshot import Snapshot, with_partitions
 
 #: A run is bundled if its metric parts hold at most this many values.
 RUN_MAX_VALUES = 1 << 16
@@ -171,15 +169,12 @@ def _write_bundle(root: Path, project: str, sources: list[tuple[str, int]]) -> P
         if mtime_ns(root, path) != mtime:
             return None
         _, run_dir, rank_dir, attempt_dir, _ = path.rsplit("/", 4)
-        values = {"project": project, "run": run_dir.removeprefix("run="),
-                  "rank": int(rank_dir.removeprefix("rank=")),
-                  "attempt": int(attempt_dir.removeprefix("attempt="))}
-        for f in PARTITION_SCHEMA:
-            table = table.append_column(f, pa.array([values[f.name]] * table.num_rows,
-                                                    f.type))
-        tables.append(table)
-    schema = bundle_schema()
-    table = pa.concat_tables(t.select(schema.names).cast(schema) for t in tables)
+        stream = StreamId(project, run_dir.removeprefix("run="),
+                          int(rank_dir.removeprefix("rank=")),
+                          int(attempt_dir.removeprefix("attempt=")), "metrics")
+        tables.append((table.select(SCHEMAS["metrics"].names).cast(SCHEMAS["metrics"]),
+                       stream))
+    table = with_partitions(tables, "metrics").cast(bundle_schema())
     table = table.sort_by([(c, "ascending") for c in BUNDLE_ORDER])
     manifest = json.dumps({"project": project, "sources": sources}, separators=(",", ":"))
     digest = hashlib.sha256(manifest.encode()).hexdigest()[:24]

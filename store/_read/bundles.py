@@ -33,8 +33,9 @@ from typing import Any
 import pyarrow as pa
 
 from tracklake._errors import FormatError
-from tracklake._format import PARTITION_SCHEMA, SCHEMAS
+from tracklake._format import SCHEMAS
 from tracklake._format.part import open_part
+from tracklake._format.schema import with_partition_columns
 
 #: Where bundles live, relative to the store root (a dot directory: globs over the kinds,
 #: hive discovery and backups pass over it).
@@ -68,10 +69,7 @@ class Bundle:
 
 def bundle_schema() -> pa.Schema:
     """A bundle's columns: a metric record's and its partition columns."""
-    schema = SCHEMAS["metrics"]
-    for f in PARTITION_SCHEMA:
-        schema = schema.append(f)
-    return schema
+    return with_partition_columns(SCHEMAS["metrics"])
 
 
 def read_bundle(path: Path) -> Bundle:

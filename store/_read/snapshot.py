@@ -15,7 +15,7 @@ from tracklake._errors import FormatError, NewerFormatError, StoreError
 from tracklake._format import KINDS, PARTITION_SCHEMA, SCHEMAS, StreamId
 from tracklake._format.attempt import read_attempt
 from tracklake._format.part import open_part, summary_rows
-from tracklake._format.schema import empty_table
+from tracklake._format.schema import empty_table, with_partition_columns
 from tracklake._read.attempt_rows import ATTEMPTS_SCHEMA, attempt_row
 from tracklake._read.bundles import (
     Bundle,
@@ -57,7 +57,7 @@ _SUMMARY_SCHEMA = pa.schema(
 )
 
 
-def _with_partitions(tables: list[tuple[pa.Table, StreamId]], kind: str) -> pa.Table:
+def with_partitions(tables: list[tuple[pa.Table, StreamId]], kind: str) -> pa.Table:
     """The live tables of many streams as one, with their partition columns: `project` and
     `run` as dictionaries (one string per stream, not per row), `rank` and `attempt`
     repeated by NumPy, so building them costs per stream, not per value in Python."""
@@ -130,7 +130,7 @@ class Snapshot:
                 batches = list(read_stream(root, s, after, problems))
                 if batches:
                     live[s.kind].append((pa.Table.from_batches(batches, SCHEMAS[s.kind]), s))
-        self.live = {k: _with_partitions(v, k) for k, v in live.items()}
+        self.live = {k: with_partitions(v, k) for k, v in live.items()}
         catalogued = catalog.summaries(_SUMMARY_SCHEMA)
         self.summaries = pa.concat_tables(
             [catalogued, pa.Table.from_pylist(summaries, _SUMMARY_SCHEMA)])
@@ -215,7 +215,7 @@ def part_lost(exc: Exception, part: Part) -> str:
 
 
 def _empty(kind: str) -> pa.Table:
-    return empty_table(_with_partition_columns(SCHEMAS[kind]))
+    return empty_table(with_partition_columns(SCHEMAS[kind]))
 
 
 def _verified_summary(path: Path) -> list[dict[str, Any]]:
@@ -235,12 +235,6 @@ def _verified_format(dictionaries: tuple[str, ...] = ()) -> Any:
         read_options=ds.ParquetReadOptions(dictionary_columns=list(dictionaries)),
         default_fragment_scan_options=ds.ParquetFragmentScanOptions(
             page_checksum_verification=True))
-
-
-def _with_partition_columns(schema: pa.Schema) -> pa.Schema:
-    for f in PARTITION_SCHEMA:
-        schema = schema.append(f)
-    return schema
 
 
 #: Columns a bundle's dataset reads as dictionaries: a few distinct values over millions
@@ -276,7 +270,7 @@ def parts_dataset(root: Path, kind: str, parts: list[Part]) -> Any:
     # read every row of every part (1 billion values: 9.5 s, against 0.3 s for DuckDB's
     # own reader, which prunes by the statistics).
     fmt = _verified_format()
-    schema = _with_partition_columns(schema)
+    schema = with_partition_columns(schema)
     base = root / kind
     # a store in an object store: its paths and file system (a local one: plain paths)
     return ds.dataset([getattr(p.path, "fs_path", str(p.path)) for p in parts],
