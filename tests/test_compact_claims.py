@@ -146,6 +146,7 @@ def test_a_claim_of_a_live_process_holds_the_stream_off(template: Path,
         claim.write_text(json.dumps({
             "pid": holder.pid, "host": platform.node(),
             "boot_id": Path("/proc/sys/kernel/random/boot_id").read_text().strip(),
+            "pid_ns": os.stat("/proc/self/ns/pid").st_ino,
             "start_ticks": int(ticks), "claimed_at": "2026-01-01T00:00:00+00:00"}))
         os.utime(claim, (0, 0))  # however old: its process lives
         report = tracklake.compact(root=root)
@@ -159,14 +160,27 @@ def test_a_claim_of_a_live_process_holds_the_stream_off(template: Path,
     assert report.skipped == [] and not claim.exists()
 
 
+_BOOT = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+_PID_NS = os.stat("/proc/self/ns/pid").st_ino
+
+
 @pytest.mark.parametrize(("record", "age", "stale"), [
     ({"pid": 1, "host": "another-node", "boot_id": None, "start_ticks": None}, 5, False),
     ({"pid": 1, "host": "another-node", "boot_id": None, "start_ticks": None},
      CLAIM_STALE_SECONDS + 5, True),
     ({"pid": 1, "host": platform.node(), "boot_id": "a-boot-before-the-last-reboot",
       "start_ticks": 1}, 5, True),
-    ({"pid": os.getpid(), "host": platform.node(), "boot_id": None, "start_ticks": 1}, 5,
-     True),  # this pid, but started at another time: the pid was reused
+    ({"pid": os.getpid(), "host": platform.node(), "boot_id": _BOOT, "pid_ns": _PID_NS,
+      "start_ticks": 1}, 5, True),  # this pid, but started at another time: reused
+    # the same host and boot, but another PID namespace (a container with this hostname):
+    # its pid means another process here, so only the claim's age tells
+    ({"pid": 999_999, "host": platform.node(), "boot_id": _BOOT, "pid_ns": _PID_NS + 1,
+      "start_ticks": 1}, 5, False),
+    ({"pid": 999_999, "host": platform.node(), "boot_id": _BOOT, "pid_ns": _PID_NS + 1,
+      "start_ticks": 1}, CLAIM_STALE_SECONDS + 5, True),
+    # a record without its PID namespace (an older version's): not probed either
+    ({"pid": 999_999, "host": platform.node(), "boot_id": _BOOT, "start_ticks": 1}, 5,
+     False),
     (None, 5, False),  # unreadable (being written by an older version): only its age tells
     (None, CLAIM_STALE_SECONDS + 5, True),
 ])

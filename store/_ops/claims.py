@@ -17,37 +17,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from tracklake._format.files import read_regular
+from tracklake._format.liveness import process_alive, process_identity, process_known_gone
+
 #: A claim from another host (or unreadable) that was not refreshed for this long was left
 #: by a compactor that died; on its own host a claim is checked exactly (pid, start time,
 #: boot id).
 CLAIM_STALE_SECONDS = 600.0
 
 
-def _boot_id() -> str | None:
-    """This machine's boot id (Linux), to tell a claim made before a reboot."""
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
-    except OSError:
-        return None
-
-
-def _start_ticks(pid: int) -> int | None:
-    """When process `pid` started (clock ticks since boot, Linux); None if unknown, gone,
-    or a zombie (killed, not yet reaped)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat[stat.rfind(")") + 2 :].split()
-    if len(fields) <= 19 or fields[0] in ("Z", "X") or not fields[19].isdigit():
-        return None
-    return int(fields[19])
-
-
 def _claim_record() -> dict[str, object]:
-    pid = os.getpid()
-    return {"pid": pid, "host": platform.node(), "boot_id": _boot_id(),
-            "start_ticks": _start_ticks(pid),
+    return {**process_identity(),
             "claimed_at": _dt.datetime.now(_dt.timezone.utc).isoformat()}
 
 
@@ -67,36 +47,19 @@ def _read_claim(path: Path) -> dict[str, Any] | None:
     return record
 
 
-def process_alive(pid: int) -> bool:
-    """Whether process `pid` exists on this machine (owned by anyone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # exists, owned by someone else
-    return True
-
-
 def claim_is_stale(record: dict[str, Any] | None, age: float) -> bool:
     """True if the compactor that made this claim is certainly gone.
 
-    On the claim's own host this is exact: the machine rebooted since (boot id), or no
-    process with its pid and start time runs. A claim from another host (a shared file
-    system) or one that cannot be read is stale once its age (the claimant refreshes it
-    after each part) passes CLAIM_STALE_SECONDS.
+    Where its process can be probed (same host, boot and PID namespace:
+    `process_known_gone`) this is exact. A claim from another host or PID namespace (a
+    shared file system, a container), or one that cannot be read, is stale once its age
+    (the claimant refreshes it after each part) passes CLAIM_STALE_SECONDS.
     """
-    if record is None or record["host"] != platform.node():
-        return age > CLAIM_STALE_SECONDS
-    boot = _boot_id()
-    if record["boot_id"] is not None and boot is not None and record["boot_id"] != boot:
-        return True
-    if not process_alive(record["pid"]):
-        return True
-    started: int | None = record["start_ticks"]
-    if started is None:
-        return False  # no start time recorded: a live pid is taken to be the claimant
-    return _start_ticks(record["pid"]) != started  # pid reused, or the claimant a zombie
+    if record is not None:
+        gone = process_known_gone(record)
+        if gone is not None:
+            return gone
+    return age > CLAIM_STALE_SECONDS
 
 
 def _take_claim(claim: Path) -> bool:
@@ -135,10 +98,12 @@ def _take_claim(claim: Path) -> bool:
 def _break_stale_claim(claim: Path) -> None:
     """Remove a claim judged stale, unless another compactor replaced it meanwhile."""
     try:
-        before = claim.read_bytes()
+        before = read_regular(claim, 1 << 16)
         st = claim.stat()
     except FileNotFoundError:
         return
+    except OSError:
+        before, st = b"", claim.lstat()  # not a claim file at all: judged by its age
     if not claim_is_stale(_read_claim(claim), time.time() - st.st_mtime):
         return
     aside = claim.with_name(f"{claim.name}-stale.{platform.node()}.{os.getpid()}.tmp")
@@ -186,14 +151,16 @@ def _remove_leftovers(directory: Path) -> None:
 
 
 @contextlib.contextmanager
-def hold_claim(directory: Path) -> Iterator[Path | None]:
-    """Exclusively claim the stream in `directory` for one compactor; yields the claim
-    (None if another live compactor holds it). A claim left by one that died is broken."""
-    claim = directory / ".compacting"
+def hold_claim(directory: Path, name: str = ".compacting") -> Iterator[Path | None]:
+    """Exclusively claim `directory` (a stream, for one compactor; the trash, for one
+    retention applier); yields the claim (None if a live process holds it). A claim left
+    by one that died is broken."""
+    claim = directory / name
     for _ in range(3):
         if _take_claim(claim):
             try:
-                _remove_leftovers(directory)
+                if name == ".compacting":
+                    _remove_leftovers(directory)
                 yield claim
             finally:
                 with contextlib.suppress(FileNotFoundError):

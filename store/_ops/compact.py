@@ -38,7 +38,8 @@ from tracklake._format import (
     part_name,
     stream_dir,
 )
-from tracklake._format.attempt import attempt_numbers, read_attempt
+from tracklake._format.attempt import read_attempt
+from tracklake._format.liveness import writer_known_gone
 from tracklake._format.naming import resolve_root
 from tracklake._format.part import write_part_file
 from tracklake._format.segment import EOS
@@ -87,20 +88,14 @@ class CompactionReport:
 
 
 def _writer_done(root: Path, s: StreamId, now: float) -> bool:
-    """True if no writer will append to this stream again."""
-    rank_dir = attempt_file(root, s.project, s.run, s.rank, s.attempt).parent
-    if any(n > s.attempt for n in attempt_numbers(rank_dir)):
-        return True  # a later attempt of this rank started: this one's writer is gone
+    """True if no writer will append to this stream again (`writer_known_gone`)."""
     try:
         record = read_attempt(attempt_file(root, s.project, s.run, s.rank, s.attempt))
     except FileNotFoundError:
         return False
     if record is None:
         return False
-    if record.get("status") != "running":
-        return True
-    beat = _dt.datetime.fromisoformat(record["heartbeat_at"]).timestamp()
-    return now - beat > STALE_AFTER_SECONDS
+    return writer_known_gone(record, now, STALE_AFTER_SECONDS)
 
 
 def _compactable(root: Path, s: StreamId, segments: list[Segment], now: float,

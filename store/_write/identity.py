@@ -6,10 +6,11 @@ import json
 import os
 import platform
 import re
-import socket
 import sys
 from collections.abc import Mapping
 from typing import Any
+
+from tracklake._format.liveness import process_identity
 
 REDACTED = "<redacted>"
 
@@ -268,8 +269,7 @@ def capture(*, env: Mapping[str, str] = os.environ) -> dict[str, Any]:
         "git": git_state(cwd),
         "python": sys.version.split()[0],
         "platform": platform.platform(),
-        "host": socket.gethostname(),
-        "pid": os.getpid(),
+        **process_identity(),  # host, boot and PID namespace, pid, start time
         "gpus": gpus(),
         "packages": packages(),
         "env": redact_env(env),

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from tracklake._format.attempt import claim_attempt, now_iso, write_attempt
+from tracklake._format.liveness import process_identity
 from tracklake._format.naming import (
     resolve_rank,
     resolve_root,
@@ -286,7 +287,8 @@ def init(*, project: str, name: str | None = None, config: Any = None,
         "world_size": world_size(),
         "tags": [str(t) for t in tags or ()], "status": "running",
         "started_at": now_iso(), "heartbeat_at": now_iso(), "finished_at": None,
-        "identity": capture() if capture_identity else None,
+        # the process is always named (liveness needs it), the rest only when captured
+        "identity": capture() if capture_identity else process_identity(),
         "config": flat_config,
     }
     try:

@@ -23,6 +23,7 @@ from tracklake._errors import FormatError
 from tracklake._format import SCHEMAS, StreamId, fsync_dir, fsync_file
 from tracklake._format.attempt import read_attempt
 from tracklake._format.layout import parse_part_name
+from tracklake._format.liveness import writer_known_gone
 from tracklake._format.segment import SegmentWriter, read_segment, stream_schema
 from tracklake._ops.compact import STALE_AFTER_SECONDS
 from tracklake._ops.fsck.files import (
@@ -40,20 +41,13 @@ from tracklake._read.reader import list_stream, list_streams
 def _writer_gone(root: Path, s: StreamId, now: float) -> bool:
     """True if no writer will append to this stream again (as compaction judges)."""
     rank_dir = root / "runs" / f"project={s.project}" / f"run={s.run}" / f"rank={s.rank}"
-    if any(int(p.stem.split("=")[1]) > s.attempt for p in rank_dir.glob("attempt=*.json")
-           if p.stem.split("=")[1].isdigit()):
-        return True
     try:
         record = read_attempt(rank_dir / f"attempt={s.attempt}.json")
     except (FileNotFoundError, FormatError):
         return True  # no writer can be heard from
     if record is None:
         return False
-    if record.get("status") != "running":
-        return True
-    beat = record.get("heartbeat_at")
-    return not isinstance(beat, str) or (
-        now - _dt.datetime.fromisoformat(beat).timestamp() > STALE_AFTER_SECONDS)
+    return writer_known_gone(record, now, STALE_AFTER_SECONDS)
 
 
 def _check_segment(root: Path, s: StreamId, path: Path, last: bool, now: float,

@@ -18,7 +18,6 @@ import errno
 import json
 import os
 import shutil
-import socket
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -33,7 +32,7 @@ from tracklake._format import KINDS, blob_path, fsync_dir, write_atomic
 from tracklake._format.attempt import read_attempt
 from tracklake._format.part import FOOTER_CRC_KEY, write_part_file
 from tracklake._ops.bundle import forget_run
-from tracklake._ops.claims import process_alive
+from tracklake._ops.claims import hold_claim
 from tracklake._ops.compact import compact, metric_summary
 from tracklake._ops.retention.audit import AuditLog, audit_records
 from tracklake._ops.retention.inventory import host, live_reason, now_iso, who
@@ -76,31 +75,17 @@ def trash_dir(root: Path) -> Path:
 
 @contextlib.contextmanager
 def _claim(root: Path) -> Iterator[None]:
-    """One applier per store: an O_EXCL claim file naming host and pid; a claim of a dead
-    process on this host is taken over."""
-    path = trash_dir(root) / ".retaining"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    me = f"{socket.gethostname()} {os.getpid()}"
-    for _ in range(2):
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            holder = path.read_text().split()
-            if len(holder) == 2 and holder[0] == socket.gethostname() and not process_alive(
-                    int(holder[1])):
-                path.unlink()
-                continue
+    """One applier per store: the trash directory's `.retaining` claim, made and judged as
+    a compactor's (`hold_claim`): written whole, and broken only when its holder is known
+    gone (or, from another host or PID namespace, once it is old)."""
+    directory = trash_dir(root)
+    directory.mkdir(parents=True, exist_ok=True)
+    with hold_claim(directory, ".retaining") as claim:
+        if claim is None:
             raise RetainBusyError(
-                f"another `tracklake retain --apply` holds {path} ({' '.join(holder) or '?'}); "
-                "wait for it, or remove the file if that process is gone") from None
-        with os.fdopen(fd, "w") as f:
-            f.write(me)
-        try:
-            yield
-        finally:
-            path.unlink()
-        return
-    raise RetainBusyError(f"cannot claim {path}: another retain keeps taking it")
+                f"another `tracklake retain --apply` holds {directory / '.retaining'}; wait "
+                "for it, or remove the file if that process is gone")
+        yield
 
 
 def _rel(root: Path, path: Path) -> str:

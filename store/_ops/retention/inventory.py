@@ -14,6 +14,7 @@ from typing import Any
 
 from tracklake._format import KINDS, StreamId, check_version, write_atomic
 from tracklake._format.attempt import attempt_numbers
+from tracklake._format.liveness import writer_known_gone
 from tracklake._format.part import open_part, summary_rows
 from tracklake._format.segment import read_segment
 from tracklake._ops.compact import STALE_AFTER_SECONDS
@@ -104,9 +105,9 @@ class RunInfo:
 
 def live_reason(root: Path, project: str, run: str, attempts: tuple[dict[str, Any], ...],
                 now: float) -> str | None:
-    """Why a run must be left alone as live, or None when every rank's attempt ended: a
-    rank whose latest attempt is running with a heartbeat younger than an hour (as
-    compaction judges), or an attempt file being created right now."""
+    """Why a run must be left alone as live, or None when every attempt's writer is known
+    gone (`writer_known_gone`, as compaction judges), or an attempt file is being
+    created right now."""
     runs_dir = root / "runs" / f"project={project}" / f"run={run}"
     for rank_dir in sorted(runs_dir.glob("rank=*")):
         for number in attempt_numbers(rank_dir):
@@ -117,15 +118,10 @@ def live_reason(root: Path, project: str, run: str, attempts: tuple[dict[str, An
                 continue
             if empty:
                 return f"{rank_dir.name} attempt {number} is starting (its file is empty)"
-    latest: dict[int, dict[str, Any]] = {}
-    for a in attempts:  # sorted oldest first
-        latest[a["rank"]] = a
-    for rank, a in sorted(latest.items()):
-        if a.get("status", "running") != "running":
-            continue
-        beat = _ts(a.get("heartbeat_at")) or _ts(a.get("started_at")) or now
-        if now - beat <= STALE_AFTER_SECONDS:
-            return (f"rank {rank} attempt {a['attempt']} is running (heartbeat "
+    for a in attempts:  # every attempt: an older one may still write beside a later one
+        if not writer_known_gone(a, now, STALE_AFTER_SECONDS):
+            beat = _ts(a.get("heartbeat_at")) or _ts(a.get("started_at")) or now
+            return (f"rank {a['rank']} attempt {a['attempt']} is running (heartbeat "
                     f"{now - beat:.0f} s ago)")
     return None
 

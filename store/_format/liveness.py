@@ -1,0 +1,117 @@
+"""Whether a writer or a claim holder is known gone: one rule for every reader and
+operation (compaction, fsck, retention, claims).
+
+A process is known gone by its seal (a terminal status), by its process (on the same
+host, boot and PID namespace: no process with its pid and start time), or by its
+heartbeat having stopped for longer than a limit. A later attempt of the same rank never
+makes an earlier one gone: a job restarted while its old process still runs has two live
+writers. A pid is probed only where it means the same process (same host, boot id and
+PID namespace): a container with the same hostname has pids of its own.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+
+def boot_id() -> str | None:
+    """This machine's boot id (Linux), to tell a process that ran before a reboot."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
+    except OSError:
+        return None
+
+
+def pid_namespace() -> int | None:
+    """The inode of this process's PID namespace (Linux); None where it cannot be read."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return None
+
+
+def start_ticks(pid: int) -> int | None:
+    """When process `pid` started (clock ticks since boot, Linux); None if unknown, gone,
+    or a zombie (killed, not yet reaped)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 2 :].split()
+    if len(fields) <= 19 or fields[0] in ("Z", "X") or not fields[19].isdigit():
+        return None
+    return int(fields[19])
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process `pid` exists in this PID namespace (owned by anyone)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, owned by someone else
+    except OverflowError:
+        return False
+    return True
+
+
+def process_identity() -> dict[str, Any]:
+    """What identifies this process to another one judging whether it still runs."""
+    pid = os.getpid()
+    return {"host": platform.node(), "boot_id": boot_id(), "pid_ns": pid_namespace(),
+            "pid": pid, "start_ticks": start_ticks(pid)}
+
+
+def process_known_gone(ident: dict[str, Any]) -> bool | None:
+    """True if the process `ident` names (see `process_identity`) certainly ended, False
+    if it certainly runs, None if this process cannot tell (another host, another PID
+    namespace, or a record without the fields to tell)."""
+    if ident.get("host") != platform.node():
+        return None
+    recorded_boot, boot = ident.get("boot_id"), boot_id()
+    if not isinstance(recorded_boot, str) or boot is None:
+        return None
+    if recorded_boot != boot:
+        return True  # the machine rebooted since
+    ns, pid = ident.get("pid_ns"), ident.get("pid")
+    if not isinstance(ns, int) or ns != pid_namespace() or not isinstance(pid, int):
+        return None
+    if not process_alive(pid):
+        return True
+    started = ident.get("start_ticks")
+    # a start time that differs: the pid was reused, or the process is a zombie
+    return isinstance(started, int) and start_ticks(pid) != started
+
+
+def _heartbeat(record: dict[str, Any]) -> float | None:
+    for field in ("heartbeat_at", "started_at"):
+        value = record.get(field)
+        if isinstance(value, str):
+            try:
+                return _dt.datetime.fromisoformat(value).timestamp()
+            except ValueError:
+                continue
+    return None
+
+
+def writer_known_gone(record: dict[str, Any], now: float, stale_after: float) -> bool:
+    """True if the writer of this attempt record will not append again: its status is
+    terminal, its process is known ended, or (where its process cannot be probed) its
+    heartbeat is older than `stale_after` seconds. A writer whose process runs is alive,
+    however old its heartbeat (suspended, or its clock behind)."""
+    if record.get("status", "running") != "running":
+        return True
+    ident = record.get("identity")
+    if isinstance(ident, dict):
+        gone = process_known_gone(ident)
+        if gone is not None:
+            return gone
+    beat = _heartbeat(record)
+    return beat is not None and now - beat > stale_after
