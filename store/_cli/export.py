@@ -198,9 +198,9 @@ class _ExportGroup(click.Group):
 @click.option("--root", type=click.Path(file_okay=False, path_type=Path), default=None)
 def status(root: Path | None) -> None:
     """How far behind each exporter is, per run, with its last error."""
-    from rich.console import Console
     from rich.table import Table
 
+    from tracklake._cli.console import literal_console
     from tracklake.exporters import export_status
 
     rows = export_status(root)
@@ -216,7 +216,7 @@ def status(root: Path | None) -> None:
                       str(r.get("behind", "")), str(r.get("seconds_behind", "")),
                       str(r.get("finished", "")), r.get("last_success") or "",
                       r.get("error") or r.get("last_error") or "")
-    Console(width=None if sys.stdout.isatty() else 200).print(table)
+    literal_console().print(table)
 
 
 export_group = _ExportGroup(

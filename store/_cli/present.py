@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -11,8 +10,10 @@ import click
 import pyarrow as pa
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from tracklake._cli.cells import cell
+from tracklake._cli.console import literal_console
 from tracklake._cli.sparkline import UNICODE_LEVELS, trends
 from tracklake._errors import QueryError
 from tracklake._read.location import is_url
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
     import duckdb
 
 def _console() -> Console:
-    return Console(soft_wrap=False, width=None if sys.stdout.isatty() else 200)
+    return literal_console(soft_wrap=False)
 
 
 def _can_draw(console: Console) -> bool:
@@ -42,8 +43,8 @@ def print_run(root: Path, run_id: str, project: str | None, problems: ReadProble
     latest = record.attempts[-1]
     ident = latest.get("identity") or {}
     git = ident.get("git") or {}
-    console.print(f"[bold]{record.project}/{record.run}[/bold]  name={latest.get('name')}  "
-                  f"tags={latest.get('tags')}")
+    console.print(Text.assemble((f"{record.project}/{record.run}", "bold"),
+                                f"  name={latest.get('name')}  tags={latest.get('tags')}"))
     console.print(f"command: {' '.join(ident.get('command') or [])}")
     console.print(f"host: {ident.get('host')}  python: {ident.get('python')}  "
                   f"git: {git.get('commit')}{' (dirty)' if git.get('dirty') else ''}")
@@ -184,7 +185,7 @@ def write_table(table: pa.Table, fmt: str, output: Path | None, max_rows: int,
                 click.echo(f"({table.num_rows - max_rows} more rows; raise --max-rows or "
                            "use --format csv)")
             return
-        console = Console(file=open(output, "w"), width=200)  # noqa: SIM115
+        console = literal_console(file=open(output, "w"), width=200)  # noqa: SIM115
         console.print(rich_table)
         console.file.close()
         return

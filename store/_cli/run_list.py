@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -113,15 +112,16 @@ def _cells(run: dict[str, Any], chosen: list[str],
 
 def _print_table(root: Path, runs: list[dict[str, Any]], chosen: list[str],
                  last: dict[tuple[str, str, str], Any]) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from tracklake._cli.console import literal_console
 
     table = Table(title=f"runs in {root}")
     for col in (*_COLUMNS, *chosen):
         table.add_column(col, overflow="fold")
     for r in runs:
         table.add_row(*_cells(r, chosen, last))
-    Console(soft_wrap=False, width=None if sys.stdout.isatty() else 200).print(table)
+    literal_console(soft_wrap=False).print(table)
 
 
 def _print_tsv(runs: list[dict[str, Any]], chosen: list[str],

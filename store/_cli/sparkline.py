@@ -16,9 +16,11 @@ WIDTH = 16
 UNICODE_LEVELS = "▁▂▃▄▅▆▇█"
 ASCII_LEVELS = "_.-=+*#"
 
+#: Steps are HUGEINT here: the span of int64 steps (-2**63 to 2**63-1) overflows int64.
 _TRENDS = f"""
 WITH v AS (
-  SELECT key, step, value, min(step) OVER k AS lo, max(step) OVER k AS hi
+  SELECT key, CAST(step AS HUGEINT) AS step, value,
+         min(CAST(step AS HUGEINT)) OVER k AS lo, max(CAST(step AS HUGEINT)) OVER k AS hi
   FROM metrics WHERE project = $p AND run = $r AND rank = $rank AND step IS NOT NULL
   WINDOW k AS (PARTITION BY key))
 SELECT key, CAST(floor((step - lo) * {WIDTH} / (hi - lo + 1)) AS INTEGER) AS bucket,
