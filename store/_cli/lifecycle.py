@@ -314,9 +314,12 @@ def _print_pass(report: Any) -> None:
 @click.option("--root", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Store directory to restore into (created if missing).")
 @_selected
+@click.option("--policy", is_flag=True,
+              help="Also restore the backup's tracklake.toml (retention policy).")
+@click.option("--exports", is_flag=True, help="Also restore exporter states.")
 @quiet_option
 def restore(src: str, root: Path, projects: tuple[str, ...], runs: tuple[str, ...],
-            quiet: bool) -> None:
+            policy: bool, exports: bool, quiet: bool) -> None:
     """Restore the backup at SRC (a directory or URL) into --root: every file is
     verified before any is moved into place, files that are there already are skipped,
     other content at the same path is refused."""
@@ -326,11 +329,14 @@ def restore(src: str, root: Path, projects: tuple[str, ...], runs: tuple[str, ..
     try:
         with OperationProgress("restore", "files", quiet=quiet) as progress:
             report = do_restore(src, root, selection=Selection.of(projects, runs),
-                                progress=progress)
+                                progress=progress, policy=policy, exports=exports)
     except TracklakeError as exc:
         _fail(exc)
         return
     if not quiet:
         click.echo(f"restored {len(report.copied)} files ({_mb(report.bytes_copied)}); "
                    f"{report.unchanged} were there already")
+        if report.skipped:
+            click.echo(f"skipped {len(report.skipped)} paths that are not store data "
+                       f"(--policy, --exports restore those): {', '.join(report.skipped[:10])}")
 

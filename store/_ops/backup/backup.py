@@ -41,6 +41,7 @@ class BackupReport:
     bytes_total: int = 0
     unrecorded: str | None = None  # why the store could not record this backup
     damaged: list[str] = field(default_factory=list)  # store blobs not hashing to their name
+    skipped: list[str] = field(default_factory=list)  # backup paths restore may not write
 
 
 class DamagedSourceError(BackupError):

@@ -13,9 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from tracklake._format import fsync_dir
+from tracklake._format.attempt import parse_attempt
+from tracklake._errors import FormatError
+from tracklake._format.files import read_regular
 from tracklake._ops.backup.backup import BackupReport, Progress
 from tracklake._ops.backup.errors import BackupError
 from tracklake._ops.backup.manifest import MANIFEST, read_manifest
+from tracklake._ops.backup.paths import POLICY, is_data_path, is_export_state
 from tracklake._ops.backup.select import EVERYTHING, Selection
 from tracklake._ops.backup.target import Target, local_digest, open_target
 from tracklake._ops.claims import process_alive
@@ -84,22 +88,44 @@ def _remove_dead_staging(root: Path) -> None:
             shutil.rmtree(path)
 
 
+def restorable(rel: str, *, policy: bool = False, exports: bool = False) -> bool:
+    """True for a backup path restore may write: the store's data and metadata, the
+    policy file only if `policy`, exporter states only if `exports`."""
+    return (is_data_path(rel) or (policy and rel == POLICY)
+            or (exports and is_export_state(rel)))
+
+
+def _check_attempts(staging: Path, todo: dict[str, dict[str, Any]]) -> list[str]:
+    """Problems of the staged attempt files, each checked by the attempt validator."""
+    problems = []
+    for rel in todo:
+        if rel.startswith("runs/"):
+            try:
+                parse_attempt(read_regular(staging / rel, 64 << 20), rel)
+            except (FormatError, OSError) as exc:
+                problems.append(str(exc))
+    return problems
+
+
 def restore(src: str | Path, root: Path, *, selection: Selection = EVERYTHING,
-            progress: Progress | None = None) -> BackupReport:
+            progress: Progress | None = None, policy: bool = False,
+            exports: bool = False) -> BackupReport:
     """Copy the backup at `src` (a directory or URL) into the store at `root`. A file the
     store holds already with the same content is skipped; other content at a path of the
     backup is a conflict, and then, as for any damage, nothing is written.
-    `progress(done, total, note)` is called as each file is fetched and verified."""
+    `progress(done, total, note)` is called as each file is fetched and verified. Only
+    paths of `restorable` are written; the others are skipped and listed in
+    `report.skipped`."""
     target = open_target(src)
     try:
-        return _restore(target, root, selection, progress)
+        return _restore(target, root, selection, progress, policy, exports)
     except OSError as exc:
         raise BackupError(f"restore of {target.url} into {root} stopped: {exc}; every file "
                           "in place is whole and verified, run the restore again") from exc
 
 
 def _restore(target: Target, root: Path, selection: Selection,
-             progress: Progress | None) -> BackupReport:
+             progress: Progress | None, policy: bool, exports: bool) -> BackupReport:
     manifest = read_manifest(target)
     if not manifest["files"]:
         raise BackupError(f"{target.url} holds no tracklake backup ({MANIFEST} is missing "
@@ -111,6 +137,9 @@ def _restore(target: Target, root: Path, selection: Selection,
     todo: dict[str, dict[str, Any]] = {}
     conflicts = []
     for rel, entry in files.items():
+        if not restorable(rel, policy=policy, exports=exports):
+            report.skipped.append(rel)
+            continue
         report.bytes_total += entry["size"]
         path = root / rel
         if path.exists():
@@ -132,6 +161,7 @@ def _restore(target: Target, root: Path, selection: Selection,
     staging = root / f".restore-{os.getpid()}-{uuid.uuid4().hex[:12]}-{socket.gethostname()}"
     try:
         bad = _stage(target, todo, staging, progress)
+        bad = bad or _check_attempts(staging, todo)
         if bad:
             shutil.rmtree(staging)
             if created:

@@ -4,12 +4,14 @@ the selected projects and runs plus the blobs their artifact records name."""
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from tracklake._format.segment import EOS
 from tracklake._ops.backup.manifest import MANIFEST, run_of
+from tracklake._ops.backup.paths import backed_up
 
 #: Top-level folders never backed up: retention's trash, fsck's quarantine, and the
 #: store's own record of its backups (it changes with every backup).
@@ -52,7 +54,9 @@ class Selection:
 
 
 def store_files(root: Path) -> Iterator[tuple[str, os.stat_result]]:
-    """(relative path, stat) of every file of the store worth keeping, in path order."""
+    """(relative path, lstat) of every regular file of the store worth keeping (the
+    allow-list of `paths.backed_up`), in path order; links, FIFOs and devices are never
+    followed or read (fsck reports them)."""
     base = os.fspath(root)
     for dirpath, dirnames, names in os.walk(base):
         rel_dir = dirpath[len(base) + 1:]
@@ -62,11 +66,15 @@ def store_files(root: Path) -> Iterator[tuple[str, os.stat_result]]:
         for name in sorted(names):
             if name.startswith(".") or (top and name == MANIFEST):
                 continue  # temporaries and claims of writers, compaction, retention
+            rel = f"{rel_dir}/{name}" if rel_dir else name
+            if not backed_up(rel):
+                continue
             try:
-                st = os.stat(os.path.join(dirpath, name))
+                st = os.lstat(os.path.join(dirpath, name))
             except FileNotFoundError:
                 continue  # compacted or removed since the listing
-            yield (f"{rel_dir}/{name}" if rel_dir else name), st
+            if stat.S_ISREG(st.st_mode):
+                yield rel, st
 
 
 def is_unsealed_segment(path: Path, size: int) -> bool:
