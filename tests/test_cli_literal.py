@@ -8,8 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import tracklake
 from click.testing import CliRunner
+
+import tracklake
 from tracklake._cli.main import main
 
 MARKUP = ("[/INST]", "[bold]x[/bold]", "[link=file:///etc]y")

@@ -10,8 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import tracklake
 from click.testing import CliRunner
+
+import tracklake
 from tracklake._cli.main import main
 
 #: Attempt 1 of rank 0: logs `first` steps, says so, waits for a line on stdin, logs as

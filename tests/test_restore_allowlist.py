@@ -57,7 +57,7 @@ def test_restore_refuses_an_invalid_attempt_file(tmp_path: Path) -> None:
     _store(src)
     backup(src, dest)
     _plant(dest, "runs/project=p/run=x/rank=0/attempt=1.json", b'{"format": "x"}')
-    with pytest.raises(BackupError, match="attempt=1.json"):
+    with pytest.raises(BackupError, match=r"attempt=1\.json"):
         restore(dest, out)
     assert not out.exists()
 

@@ -12,17 +12,17 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from tracklake._format import fsync_dir
-from tracklake._format.attempt import parse_attempt
 from tracklake._errors import FormatError
+from tracklake._format import fsync_dir
+from tracklake._format.attempt import MAX_ATTEMPT_BYTES, parse_attempt
 from tracklake._format.files import read_regular
+from tracklake._format.liveness import process_alive
 from tracklake._ops.backup.backup import BackupReport, Progress
 from tracklake._ops.backup.errors import BackupError
 from tracklake._ops.backup.manifest import MANIFEST, read_manifest
 from tracklake._ops.backup.paths import POLICY, is_data_path, is_export_state
 from tracklake._ops.backup.select import EVERYTHING, Selection
 from tracklake._ops.backup.target import Target, local_digest, open_target
-from tracklake._ops.claims import process_alive
 
 
 def _listed(problems: list[str]) -> str:
@@ -101,7 +101,7 @@ def _check_attempts(staging: Path, todo: dict[str, dict[str, Any]]) -> list[str]
     for rel in todo:
         if rel.startswith("runs/"):
             try:
-                parse_attempt(read_regular(staging / rel, 64 << 20), rel)
+                parse_attempt(read_regular(staging / rel, MAX_ATTEMPT_BYTES), rel)
             except (FormatError, OSError) as exc:
                 problems.append(str(exc))
     return problems
