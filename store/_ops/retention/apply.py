@@ -18,6 +18,7 @@ import errno
 import json
 import os
 import shutil
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -36,6 +37,7 @@ from tracklake._ops.claims import hold_claim
 from tracklake._ops.compact import compact, metric_summary
 from tracklake._ops.retention.audit import AuditLog, audit_records
 from tracklake._ops.retention.inventory import host, live_reason, now_iso, who
+from tracklake._ops.retention.journal import JournalError, read_journal, through_no_link
 from tracklake._ops.retention.plan import DOWNSAMPLED_KEY, Action, Plan, downsampled_already
 from tracklake._read.reader import list_stream, list_streams, read_part, read_stream
 
@@ -226,7 +228,11 @@ def _finish(root: Path, trash: Path, journal: dict[str, Any], logged: set[str],
         extra |= {"every": journal["every"], "saved_bytes": saved, "problems": problems}
     else:
         for rel in journal["moves"]:
-            _move(root, trash, rel)
+            if through_no_link(root, rel):
+                _move(root, trash, rel)
+            else:
+                report.skipped.append((rel, "reached through a symbolic link: left in "
+                                            "place (retention never follows a link)"))
             step()
     if action.verb != "drop" or "metrics" in action.kinds:
         forget_run(root, action.project, action.run)  # bundled copies of its metrics
@@ -244,7 +250,9 @@ def _remove_trash(trash: Path) -> None:
     """Remove one action's trash folder, its journal last (so a kill here is finished by
     the next run)."""
     for name in ("data", "staging"):
-        if (trash / name).exists():
+        if (trash / name).is_symlink():
+            (trash / name).unlink()  # planted: removed itself, never what it points to
+        elif (trash / name).exists():
             shutil.rmtree(trash / name)
     with contextlib.suppress(FileNotFoundError):
         (trash / "action.json").unlink()
@@ -267,11 +275,20 @@ def apply_plan(root: Path, plan: Plan, now: float,
     with _claim(root):
         logged = {str(r.get("id")) for r in audit_records(root)}
         audit = AuditLog(root)
-        for trash in sorted(p for p in trash_dir(root).iterdir() if p.is_dir()):
+        for trash in sorted(p for p in trash_dir(root).iterdir()
+                            if p.is_dir() and not p.is_symlink()):
             journal_path = trash / "action.json"
-            if journal_path.exists():
-                _finish(root, trash, json.loads(journal_path.read_bytes()), logged, audit,
-                        step, report)
+            if os.path.lexists(journal_path):
+                try:
+                    journal = read_journal(journal_path)
+                except JournalError as exc:
+                    refused = (f"not acted on: {exc}; retention did not write it as it stands "
+                           "(move the folder out of the store after looking at it)")
+                    print(f"tracklake: warning: {journal_path}: {refused}",
+                          file=sys.stderr, flush=True)
+                    report.skipped.append((str(journal_path), refused))
+                    continue
+                _finish(root, trash, journal, logged, audit, step, report)
                 report.resumed += 1
             else:  # killed before its journal was written, or while removing it
                 _remove_trash(trash)
