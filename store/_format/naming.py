@@ -7,6 +7,7 @@ import hashlib
 import os
 import re
 import secrets
+import stat
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -49,32 +50,59 @@ def safe_name(name: object, what: str) -> str:
     return cleaned
 
 
+def env_root(env: Mapping[str, str] = os.environ) -> str | None:
+    """$TRACKLAKE_ROOT, or None when it is unset or empty (one rule for readers and writers)."""
+    return env.get("TRACKLAKE_ROOT") or None
+
+
 def resolve_root(root: str | os.PathLike[str] | None) -> Path:
     """The store root: `root`, else $TRACKLAKE_ROOT, else ./tracklake-store (made absolute).
 
-    A URL (``s3://…``) is refused: a store is written only in a directory; readers take
+    An empty $TRACKLAKE_ROOT counts as unset; an empty `root` is refused. A URL
+    (``s3://…``) is refused: a store is written only in a directory; readers take
     URLs through `tracklake.read.resolve_root`."""
-    chosen = root if root is not None else os.environ.get("TRACKLAKE_ROOT") or DEFAULT_ROOT
+    if root is not None and not os.fspath(root):
+        raise StoreError("root='' names no directory: pass the store's directory, or "
+                         "leave root unset for $TRACKLAKE_ROOT, else ./" + DEFAULT_ROOT)
+    chosen = root if root is not None else env_root() or DEFAULT_ROOT
     if "://" in os.fspath(chosen):
         raise StoreError(f"{os.fspath(chosen)}: a store in an object store is read-only "
                          "(runs, show, sql, query, export read it); write to a directory")
     return Path(chosen).expanduser().absolute()
 
 
-def resolve_rank(rank: int | None, env: Mapping[str, str] = os.environ) -> int:
-    """This process's rank: `rank`, else $RANK, else torch.distributed's, else 0.
+#: Launcher variables that hold this process's global rank, in order of preference.
+RANK_VARS = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
+_WHOLE_NUMBER = re.compile(r"[0-9]+")
 
-    A rank must fit the int32 `rank` column: ValueError (naming where it came from) if not.
+
+def _env_number(env: Mapping[str, str], var: str, low: int) -> int | None:
+    """$`var` as a whole number from `low` to 2^31-1, None if unset or empty, else
+    ValueError naming the variable (``RANK='abc'``, ``-1`` and `` 3 `` are refused)."""
+    value = env.get(var, "")
+    if value == "":
+        return None
+    if _WHOLE_NUMBER.fullmatch(value) is None or not low <= int(value) <= MAX_RANK:
+        what = "a rank" if low == 0 else "a world size"
+        raise ValueError(f"{var}={value!r} is not {what}: a whole number {low}…2^31−1")
+    return int(value)
+
+
+def resolve_rank(rank: int | None, env: Mapping[str, str] = os.environ) -> int:
+    """This process's rank: `rank`, else the first set of `RANK_VARS`, else
+    torch.distributed's, else 0.
+
+    A rank must fit the int32 `rank` column: ValueError (naming where it came from) if not,
+    and for a variable that is set but is not a whole number.
     """
     if rank is not None:
         if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank <= MAX_RANK:
             raise ValueError(f"rank must be a non-negative int up to {MAX_RANK}, not {rank!r}")
         return rank
-    for var in ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"):
-        if env.get(var, "").isdigit():
-            if int(env[var]) > MAX_RANK:
-                raise ValueError(f"${var}={env[var]} is not a rank from 0 to {MAX_RANK}")
-            return int(env[var])
+    for var in RANK_VARS:
+        found = _env_number(env, var, 0)
+        if found is not None:
+            return found
     dist = sys.modules.get("torch.distributed")  # only if the caller already imported it
     if dist is not None and dist.is_available() and dist.is_initialized():
         return int(dist.get_rank())
@@ -82,9 +110,9 @@ def resolve_rank(rank: int | None, env: Mapping[str, str] = os.environ) -> int:
 
 
 def world_size(env: Mapping[str, str] = os.environ) -> int:
-    """$WORLD_SIZE as an int (1 when unset or not a number)."""
-    value = env.get("WORLD_SIZE", "")
-    return int(value) if value.isdigit() and int(value) > 0 else 1
+    """$WORLD_SIZE as an int (1 when unset or empty; ValueError naming it if it is not a
+    whole number from 1 to 2^31-1)."""
+    return _env_number(env, "WORLD_SIZE", 1) or 1
 
 
 def resolve_run_id(run_id: str | None, project: str, name: str | None,
@@ -113,3 +141,20 @@ def resolve_run_id(run_id: str | None, project: str, name: str | None,
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
     prefix = safe_name(name, "run")[:60] + "-" if name else ""
     return f"{prefix}{stamp}-{secrets.token_hex(4)}"
+
+
+def check_writable_root(root: Path) -> Path:
+    """`root` if it is a directory or does not exist yet (init creates it); StoreError
+    naming it and what it is otherwise (a file, a FIFO, a device)."""
+    try:
+        mode = os.stat(root).st_mode
+    except FileNotFoundError:
+        return root
+    except OSError as exc:  # a parent that is a file, a link into a closed directory
+        raise StoreError(f"cannot use {root} as the store root: {exc.strerror}") from exc
+    if not stat.S_ISDIR(mode):
+        what = ("a regular file" if stat.S_ISREG(mode) else "a FIFO"
+                if stat.S_ISFIFO(mode) else "a device or socket")
+        raise StoreError(f"the store root {root} is {what}, not a directory: pass a "
+                         "directory (it is created if missing)")
+    return root

@@ -15,7 +15,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, BinaryIO, ClassVar, cast
 
 from tracklake._errors import StoreError
-from tracklake._format.naming import resolve_root
+from tracklake._format.naming import env_root, resolve_root
 
 if TYPE_CHECKING:
     _PathBase = Path  # typed as a Path so the layers pass it on unchanged
@@ -88,12 +88,13 @@ def is_url(root: object) -> bool:
 
 
 def read_root(root: str | os.PathLike[str] | None) -> Path:
-    """The store root to read: `root`, else $TRACKLAKE_ROOT, else the default directory;
+    """The store root to read: `root`, else $TRACKLAKE_ROOT (empty counts as unset), else
+    the default directory, by the writers' rule (`resolve_root`);
     a pyarrow file system URL gives an `ObjectPath` (`StoreError` naming the URL if no
     file system serves it)."""
     if isinstance(root, ObjectPath):
         return root
-    chosen = root if root is not None else os.environ.get("TRACKLAKE_ROOT")
+    chosen = root if root is not None else env_root()
     if chosen is None or not is_url(chosen):
         return resolve_root(chosen)
     url = os.fspath(chosen)

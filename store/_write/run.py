@@ -14,6 +14,7 @@ from typing import Any
 from tracklake._format.attempt import claim_attempt, now_iso, write_attempt
 from tracklake._format.liveness import process_identity
 from tracklake._format.naming import (
+    check_writable_root,
     resolve_rank,
     resolve_root,
     resolve_run_id,
@@ -269,7 +270,7 @@ def init(*, project: str, name: str | None = None, config: Any = None,
     `tracklake export` options): global rank 0 starts one exporter process per destination
     that follows this run and ends on its own after it (docs/exporters.md, "Sidecars").
     """
-    root_path = resolve_root(root)
+    root_path = check_writable_root(resolve_root(root))
     project = safe_name(project, "project")
     run = resolve_run_id(run_id, project, name)
     rank_n = resolve_rank(rank)

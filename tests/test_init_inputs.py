@@ -1,0 +1,65 @@
+"""What a launcher or a careless user hands `init` is refused by name when it cannot be
+right: a rank variable that is not a whole number (two such processes would write as one
+rank), a root that is a file or a FIFO; and an empty $TRACKLAKE_ROOT means unset for
+readers and writers alike."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+import tracklake
+from tracklake._errors import StoreError
+from tracklake._format.naming import resolve_rank, world_size
+from tracklake.read import list_runs
+
+
+@pytest.mark.parametrize("var", ["RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"])
+@pytest.mark.parametrize("value", ["abc", "-1", " 3 ", "3.0", "2147483648", "٣"])
+def test_a_rank_variable_that_is_not_a_rank_is_refused_by_name(var: str, value: str) -> None:
+    with pytest.raises(ValueError, match=rf"{var}='{value}' is not a rank"):
+        resolve_rank(None, {var: value})
+
+
+def test_good_and_unset_rank_variables_still_work() -> None:
+    assert resolve_rank(None, {"RANK": "7"}) == 7
+    assert resolve_rank(None, {"RANK": "", "SLURM_PROCID": "2"}) == 2
+    assert resolve_rank(None, {}) == 0
+    assert world_size({"WORLD_SIZE": "8"}) == 8 and world_size({}) == 1
+
+
+@pytest.mark.parametrize("value", ["0", "x", "-4"])
+def test_a_world_size_that_is_not_one_is_refused_by_name(value: str) -> None:
+    with pytest.raises(ValueError, match="WORLD_SIZE="):
+        world_size({"WORLD_SIZE": value})
+
+
+def test_init_refuses_a_bad_rank_variable(tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RANK", "abc")
+    with pytest.raises(ValueError, match="RANK='abc'"):
+        tracklake.init(project="p", root=tmp_path / "store", compact=False)
+    assert not (tmp_path / "store" / "runs").exists()
+
+
+def test_an_empty_tracklake_root_is_unset_for_readers_and_writers(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TRACKLAKE_ROOT", "")
+    with tracklake.init(project="p", run_id="r", compact=False) as run:
+        run.log({"loss": 1.0}, step=0)
+    assert (tmp_path / "tracklake-store").is_dir()
+    assert [r.run for r in list_runs()] == ["r"]
+
+
+@pytest.mark.parametrize("kind", ["file", "fifo"])
+def test_a_root_that_is_not_a_directory_is_refused_by_name(tmp_path: Path, kind: str) -> None:
+    root = tmp_path / "root"
+    if kind == "file":
+        root.write_text("x")
+    else:
+        os.mkfifo(root)
+    with pytest.raises(StoreError, match=f"{root}.* not a directory"):
+        tracklake.init(project="p", root=root, compact=False)
