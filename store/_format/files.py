@@ -96,10 +96,3 @@ def read_regular(path: Path, limit: int) -> bytes:
                       "tracklake reads of such a file", str(path))
     return data
 
-
-def is_regular(path: Path) -> bool:
-    """True if `path` is a regular file itself (not a link to one)."""
-    try:
-        return stat.S_ISREG(os.lstat(path).st_mode)
-    except OSError:
-        return False
