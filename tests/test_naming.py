@@ -174,7 +174,8 @@ def test_rank_resolution_order() -> None:
     assert resolve_rank(None, {"RANK": "3", "SLURM_PROCID": "2"}) == 3
     assert resolve_rank(None, {"SLURM_PROCID": "2"}) == 2
     assert resolve_rank(None, {"RANK": "", "SLURM_PROCID": "2"}) == 2
-    assert resolve_rank(None, {"RANK": "x"}) == 0
+    with pytest.raises(ValueError, match="RANK='x' is not a rank"):
+        resolve_rank(None, {"RANK": "x"})  # refused: it used to become rank 0
     assert resolve_rank(None, {}) == 0
 
 
