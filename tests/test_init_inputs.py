@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 import tracklake
-from tracklake._errors import StoreError
 from tracklake._format.naming import resolve_rank, world_size
 from tracklake.read import list_runs
 
@@ -61,5 +60,5 @@ def test_a_root_that_is_not_a_directory_is_refused_by_name(tmp_path: Path, kind:
         root.write_text("x")
     else:
         os.mkfifo(root)
-    with pytest.raises(StoreError, match=f"{root}.* not a directory"):
+    with pytest.raises(NotADirectoryError, match=f"{root} is a .*not a directory"):
         tracklake.init(project="p", root=root, compact=False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import hashlib
 import os
 import re
@@ -144,7 +145,7 @@ def resolve_run_id(run_id: str | None, project: str, name: str | None,
 
 
 def check_writable_root(root: Path) -> Path:
-    """`root` if it is a directory or does not exist yet (init creates it); StoreError
+    """`root` if it is a directory or does not exist yet (init creates it); an OSError
     naming it and what it is otherwise (a file, a FIFO, a device)."""
     try:
         mode = os.stat(root).st_mode
@@ -155,6 +156,7 @@ def check_writable_root(root: Path) -> Path:
     if not stat.S_ISDIR(mode):
         what = ("a regular file" if stat.S_ISREG(mode) else "a FIFO"
                 if stat.S_ISFIFO(mode) else "a device or socket")
-        raise StoreError(f"the store root {root} is {what}, not a directory: pass a "
-                         "directory (it is created if missing)")
+        raise NotADirectoryError(errno.ENOTDIR, f"the store root {root} is {what}, not a "
+                                 "directory: pass a directory (it is created if missing)",
+                                 str(root))
     return root
