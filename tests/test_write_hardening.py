@@ -113,7 +113,7 @@ def test_a_rank_outside_int32_is_refused_at_init(root: Path, rank: int,
     with pytest.raises(ValueError, match="rank"):
         tracklake.init(project="p", run_id="r", root=root, rank=rank, capture_identity=False)
     monkeypatch.setenv("RANK", str(rank))
-    with pytest.raises(ValueError, match=f"RANK={rank}"):
+    with pytest.raises(ValueError, match=f"RANK='{rank}'"):
         tracklake.init(project="p", run_id="r", root=root, capture_identity=False)
     assert not list(root.glob("runs/**/attempt=*.json"))
 
