@@ -116,4 +116,4 @@ def test_write_report_has_the_documented_keys(store: Path) -> None:
     attempt = json.loads(next(store.glob("runs/**/attempt=*.json")).read_text())
     assert set(attempt["write_report"]) == {
         "status", "complete", "failed_writes", "last_error", "dropped_values",
-        "dropped_records", "unwritten_records", "errors_by_errno"}
+        "dropped_records", "unwritten_records", "segments_taken", "errors_by_errno"}

@@ -124,3 +124,50 @@ def test_a_writer_whose_heartbeat_is_hours_old_but_whose_process_runs_is_live(
         proc.kill()
     assert report["complete"] is True
     assert _attempt_values(root, 1) == 600
+
+
+def test_a_writer_whose_open_segment_is_removed_says_so_and_writes_on(
+        tmp_path: Path, capfd: object) -> None:
+    """The backstop: if another process removes the segment a writer still appends to (an
+    older tracklake, or a hand-run `rm`), the writer notices at its next write, says so
+    once, reports the finish incomplete, and writes what follows to a new segment."""
+    root = tmp_path / "store"
+    run = tracklake.init(project="p", run_id="taken", root=root, rank=0, compact=False,
+                         flush_interval=60)
+    for step in range(100):
+        run.log({"loss": float(step)}, step=step)
+    assert run.flush()
+    [segment] = root.glob("metrics/**/_seg-*.arrows")
+    segment.unlink()  # what compaction did to a live older attempt
+    for step in range(100, 200):
+        run.log({"loss": float(step)}, step=step)
+    assert run.flush()
+    report = run.finish()
+    assert not report.complete
+    assert report.segments_taken == 1
+    assert str(segment) in (report.last_error or "")
+    err = capfd.readouterr().err  # type: ignore[attr-defined]
+    assert err.count("was removed or replaced by another process") == 1
+    steps = tracklake.query("SELECT min(step), max(step), count(*) FROM metrics_all "
+                            "WHERE run = 'taken'", root=root).to_pylist()
+    assert steps == [{"min(step)": 100, "max(step)": 199, "count_star()": 100}]
+    record = json.loads(next(root.glob("runs/**/attempt=1.json")).read_text())
+    assert record["write_report"]["segments_taken"] == 1
+    assert record["write_report"]["complete"] is False
+
+
+def test_a_writer_whose_open_segment_is_replaced_at_seal_says_so(tmp_path: Path) -> None:
+    """Replaced by another file of the same name just before the seal: the writer does
+    not seal (or write into) a file that is no longer its segment."""
+    root = tmp_path / "store"
+    run = tracklake.init(project="p", run_id="swapped", root=root, rank=0, compact=False,
+                         flush_interval=60)
+    run.log({"loss": 1.0}, step=0)
+    assert run.flush()
+    [segment] = root.glob("metrics/**/_seg-*.arrows")
+    data = segment.read_bytes()
+    segment.unlink()
+    segment.write_bytes(data)  # a copy, as `cp -a` from a backup would put back
+    report = run.finish()
+    assert not report.complete and report.segments_taken == 1
+    assert segment.read_bytes() == data  # untouched: not sealed through the old descriptor

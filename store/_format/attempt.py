@@ -100,7 +100,8 @@ def _check_write_report(value: object, field: str) -> dict[str, Any]:
     report = dict(c.mapping(value, field))
     c.optional(c.text)(report.get("status"), f"{field}.status")
     c.optional(c.boolean)(report.get("complete"), f"{field}.complete")
-    for key in ("failed_writes", "dropped_values", "dropped_records", "unwritten_records"):
+    for key in ("failed_writes", "dropped_values", "dropped_records", "unwritten_records",
+                "segments_taken"):
         c.optional(c.integer)(report.get(key), f"{field}.{key}")
     c.optional(c.text)(report.get("last_error"), f"{field}.last_error")
     errnos = c.optional(c.mapping)(report.get("errors_by_errno"), f"{field}.errors_by_errno")

@@ -147,6 +147,23 @@ class SegmentWriter:
             fd, self._fd = self._fd, None
             os.close(fd)
 
+    def taken(self) -> bool:
+        """True if the file this writer appends to is no longer the segment at its path:
+        unlinked (another process compacted or deleted it) or replaced, so that what is
+        written from now on reaches no reader."""
+        if self._fd is None:
+            return False
+        try:
+            opened = os.fstat(self._fd)
+            if opened.st_nlink == 0:
+                return True
+            current = os.stat(self.path, follow_symlinks=False)
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False  # the disk fails: the write itself says so
+        return (current.st_dev, current.st_ino) != (opened.st_dev, opened.st_ino)
+
 
 @dataclass
 class SegmentContents:

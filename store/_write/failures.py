@@ -29,6 +29,7 @@ class WriteFailures:
     by_errno: dict[str, int] = field(default_factory=dict)
     drops_reported: bool = False
     errors_reported: bool = False
+    segments_taken: int = 0  # open segments removed or replaced by another process
 
     def copy(self) -> WriteFailures:
         return WriteFailures(**{**self.__dict__, "by_errno": dict(self.by_errno)})
@@ -64,6 +65,12 @@ class WriteFailures:
         first, self.errors_reported = not self.errors_reported, True
         return first
 
+    def taken(self, path: Path) -> bool:
+        """Count an open segment that another process removed; True the first time."""
+        self.segments_taken += 1
+        self.last_error = f"segment {path} was removed while this writer appended to it"
+        return self.segments_taken == 1
+
     def recovery_text(self) -> str:
         """The text of the event recorded when writes work again."""
         errors = ", ".join(f"{k}: {v}" for k, v in self.by_errno.items())
@@ -89,6 +96,14 @@ def dropping(ident: StreamId, root: Path, budget: int, stuck_for: float | None) 
 def lost(ident: StreamId, error: str) -> str:
     return (f"tracklake: run {ident.run!r} rank {ident.rank}: {error}. Training continues; "
             "finish() reports every record dropped this way. (Reported once.)")
+
+
+def taken(ident: StreamId, path: Path) -> str:
+    return (f"tracklake: run {ident.run!r} rank {ident.rank}: the segment {path} was removed "
+            "or replaced by another process while this writer still appended to it (a "
+            "compaction or retention that judged this writer gone?); what it held may be lost. "
+            "Writing continues in a new segment; finish() reports it incomplete. (Reported "
+            "once.)")
 
 
 def say(message: str | None) -> None:

@@ -45,6 +45,7 @@ class FinishReport:
     dropped_values: int = 0
     dropped_records: int = 0
     unwritten_records: int = 0
+    segments_taken: int = 0  # open segments another process removed: their data may be lost
     errors_by_errno: dict[str, int] = field(default_factory=dict)
 
 
@@ -131,7 +132,8 @@ class RunHandle:
             last_error = (f"a write under {self.root} has not returned for {stuck:.1f} s"
                           + (f"; before that: {last_error}" if last_error else ""))
         return FinishReport(status=self._status, complete=complete and not f.dropped_values
-                            and not f.dropped_records, failed_writes=f.count,
+                            and not f.dropped_records and not f.segments_taken,
+                            failed_writes=f.count, segments_taken=f.segments_taken,
                             last_error=last_error, dropped_values=f.dropped_values,
                             dropped_records=f.dropped_records,
                             unwritten_records=self._writer.unwritten_records(),

@@ -37,6 +37,7 @@ class Buffers(Protocol):
     def write_failed(self, kind: str, exc: OSError) -> None: ...  # a segment write; retried
     def record_failure(self, exc: Exception) -> None: ...  # another write (the heartbeat)
     def lost(self, kind: str, dropped: int, exc: Exception) -> None: ...  # never written
+    def segment_taken(self, kind: str, path: Path) -> None: ...  # removed while open
     def record_recovery(self) -> None: ...  # writes failed, then one succeeded
     def unwritten_records(self) -> int: ...
 
@@ -265,6 +266,9 @@ class Flusher:
 
     def _segment_for(self, kind: str, batch: pa.RecordBatch) -> SegmentWriter:
         seg = self._segments.get(kind)
+        if seg is not None and seg.taken():
+            self._segment_taken(kind)
+            seg = None
         if seg is not None and (
             seg.size >= self.segment_bytes
             or time.monotonic() - seg.opened_at >= self.segment_seconds
@@ -282,6 +286,9 @@ class Flusher:
         return seg
 
     def _seal(self, kind: str) -> None:
+        if self._segments[kind].taken():
+            self._segment_taken(kind)
+            return
         seg = self._segments.pop(kind)
         self._io_since = time.monotonic()
         try:
@@ -292,6 +299,13 @@ class Flusher:
             self._on_failure(kind, exc)
         finally:
             self._io_since = None
+
+    def _segment_taken(self, kind: str) -> None:
+        """The open segment was removed or replaced under this writer: what it held may be
+        lost. Say so, and continue in a new segment (the pending batch is not lost)."""
+        seg = self._segments.pop(kind)
+        seg.close()
+        self._buffers.segment_taken(kind, seg.path)
 
     def _abandon(self, kind: str) -> None:
         seg = self._segments.pop(kind, None)

@@ -229,6 +229,13 @@ class RankWriter:
         if first:
             _messages.say(_messages.lost(self.ids.get(kind, self.ids["metrics"]), error))
 
+    def segment_taken(self, kind: str, path: Path) -> None:
+        """The open segment of `kind` was removed under the writer: count it, say so once."""
+        with self._lock:
+            first = self.failures.taken(path)
+        if first:
+            _messages.say(_messages.taken(self.ids.get(kind, self.ids["metrics"]), path))
+
     def record_recovery(self) -> None:
         """Writes failed, then one succeeded: buffer an event saying so (never dropped)."""
         self._add_rows("events", [{"time": _now_us(), "step": None, "level": "warning",
