@@ -8,7 +8,7 @@ tracklake needs, and the built-in exporters use nothing else of the store:
   ``gs://…``) gives a read-only path in that file system, which every function here
   accepts as a root;
 - runs: `list_runs(root, project)`, `find_run(root, run, project)` → `RunRecord`, and
-  `effective_status(record, latest_attempt, now)` / `TERMINAL_STATUSES` to tell a live run
+  `effective_status(record, now=now)` / `TERMINAL_STATUSES` to tell a live run
   from an ended one;
 - records: `read_run(root, cursor, kinds=..., ranks=..., problems=...)` yields
   ``(StreamId, RecordBatch)`` strictly after a `Cursor`, which the caller advances and

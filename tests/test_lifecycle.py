@@ -3,6 +3,7 @@ exception, SIGTERM, or a context manager."""
 
 from __future__ import annotations
 
+import json
 import random
 import signal
 import subprocess
@@ -99,15 +100,20 @@ def test_finish_is_idempotent_and_logging_afterwards_raises(root: Path) -> None:
         run.log_text("t", "x")
 
 
-def test_a_running_attempt_without_heartbeat_shows_as_crashed(root: Path) -> None:
+def test_a_running_attempt_whose_writer_is_gone_shows_as_crashed(root: Path) -> None:
+    """On this host the writer's process is probed: killed, it shows crashed at once. From
+    another host only the heartbeat tells: fresh, running; old, crashed."""
     proc = _child(root, "run.flush(); os.kill(os.getpid(), signal.SIGKILL)")
     proc.communicate(timeout=60)
     assert proc.returncode == -signal.SIGKILL
-    status, count = _status_and_count(root)
-    assert (status, count) == ("running", 50)  # the heartbeat is fresh
-    record = next(root.glob("runs/**/attempt=1.json"))
-    text = record.read_text().replace(str(time.gmtime().tm_year), "2000", 2)
-    record.write_text(text)  # as if the heartbeat were decades old
+    assert _status_and_count(root) == ("crashed", 50)  # its process is known ended
+    path = next(root.glob("runs/**/attempt=1.json"))
+    record = json.loads(path.read_text())
+    record["identity"]["host"] = "another-node"
+    path.write_text(json.dumps(record))
+    assert _status_and_count(root) == ("running", 50)  # the heartbeat is fresh
+    text = path.read_text().replace(str(time.gmtime().tm_year), "2000", 2)
+    path.write_text(text)  # as if the heartbeat were decades old
     assert _status_and_count(root) == ("crashed", 50)
 
 

@@ -171,3 +171,103 @@ def test_a_writer_whose_open_segment_is_replaced_at_seal_says_so(tmp_path: Path)
     report = run.finish()
     assert not report.complete and report.segments_taken == 1
     assert segment.read_bytes() == data  # untouched: not sealed through the old descriptor
+
+
+def _as_another_host(root: Path, run: str, hours_behind: float, status: str = "running") -> None:
+    """Make rank 0 attempt 1 of `run` look written on another node whose last heartbeat,
+    by that node's clock, is `hours_behind` hours before ours."""
+    import datetime as dt
+    path = root / "runs" / "project=p" / f"run={run}" / "rank=0" / "attempt=1.json"
+    record = json.loads(path.read_text())
+    then = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=hours_behind)).isoformat()
+    record.update(status=status, heartbeat_at=then, started_at=then, finished_at=None)
+    record["identity"]["host"] = "another-node"
+    path.write_text(json.dumps(record))
+
+
+def _retain(root: Path, *args: str) -> str:
+    result = CliRunner().invoke(main, ["retain", "--root", str(root), "--apply", *args])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def _forget_watch() -> None:
+    """A new process: nothing of the heartbeats watched is in memory, only on disk."""
+    from tracklake._format import heartbeats
+    heartbeats._save_all()
+    heartbeats._watches.clear()
+
+
+def test_a_writer_on_another_host_whose_clock_is_behind_is_live(tmp_path: Path) -> None:
+    """Its heartbeat, by its clock, is two hours behind ours and it cannot be probed from
+    here: compaction and `retain --max-age 1h` look twice (two processes) and still leave
+    it whole, because this host has not watched its heartbeat stand still for an hour."""
+    root = tmp_path / "store"
+    proc = _older_attempt(root, 300)
+    try:
+        _as_another_host(root, "shared", 2.0)
+        for _ in range(2):
+            tracklake.compact(root=root)
+            assert "is running" in _retain(root, "--max-age", "1h")
+            _forget_watch()
+        assert (root / "runs" / "project=p" / "run=shared").is_dir()
+        report = _finish(proc)
+    finally:
+        proc.kill()
+    assert report["complete"] is True
+    assert _attempt_values(root, 1) == 600
+
+
+def _age_watch(root: Path, hours: float) -> None:
+    """As if this host had first seen every heartbeat it watches `hours` ago."""
+    import time
+
+    from tracklake._format.heartbeats import watch_file
+    path = watch_file(root)
+    notes = json.loads(path.read_text())
+    path.write_text(json.dumps({k: [v[0], time.time() - hours * 3600]
+                                for k, v in notes.items()}))
+
+
+def test_a_writer_on_another_host_is_gone_once_watched_standing_still(tmp_path: Path) -> None:
+    """A run whose writer on another node stopped: the first look cannot tell (its clock
+    may be behind); once this host has watched the heartbeat keep its value for the
+    limit, by its own clock, retention takes it. A heartbeat a day old needs no watch; a
+    heartbeat that moves is never taken, however old it looks."""
+    root = tmp_path / "store"
+    for run in ("stopped", "ancient", "moving"):
+        with tracklake.init(project="p", run_id=run, root=root, rank=0) as r:
+            r.log({"loss": 1.0}, step=0)
+    _as_another_host(root, "stopped", 2.0)
+    _as_another_host(root, "ancient", 30.0)
+    _as_another_host(root, "moving", 2.0)
+    out = _retain(root, "--max-age", "1h")
+    assert not (root / "runs" / "project=p" / "run=ancient").exists(), out
+    assert (root / "runs" / "project=p" / "run=stopped").is_dir()
+    _forget_watch()
+    _age_watch(root, 2.0)
+    _as_another_host(root, "moving", 1.9)  # its heartbeat moved since the first look
+    out = _retain(root, "--max-age", "1h")
+    assert not (root / "runs" / "project=p" / "run=stopped").exists(), out
+    assert (root / "runs" / "project=p" / "run=moving").is_dir()
+
+
+def test_heartbeat_notes_planted_by_another_user_or_malformed_are_ignored(
+        tmp_path: Path) -> None:
+    """The notes are input from the store: one that does not fit, or a FIFO, is ignored
+    (no hang), and nothing in it can age a writer."""
+    import os
+
+    from tracklake._format.heartbeats import HeartbeatWatch
+    path = tmp_path / "notes.json"
+    for text in ("[1, 2]", '{"k": ["b", "x"]}', '{"k": [1, 2]}', "{" * 100_000, "\xff"):
+        path.write_text(text, errors="surrogateescape")
+        assert HeartbeatWatch(path).unchanged_for("k", "b", 1000.0) == 0.0
+    path.unlink()
+    os.mkfifo(path)
+    assert HeartbeatWatch(path).unchanged_for("k", "b", 1000.0) == 0.0
+    path.unlink()
+    path.write_text('{"k": ["b", 5000.0]}')  # first seen in the future: not trusted
+    watch = HeartbeatWatch(path)
+    assert watch.unchanged_for("k", "b", 1000.0) == 0.0
+    assert watch.unchanged_for("k", "b", 1010.0) == 10.0

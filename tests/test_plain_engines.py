@@ -219,8 +219,9 @@ def test_the_reference_run_attempts_sql_gives_the_view(root: Path) -> None:
             _log(run, range(3), attempt=1)
     stale = root / "runs/project=p/run=2025-01-01/rank=0/attempt=1.json"
     record = json.loads(stale.read_text())
-    stale.write_text(json.dumps({**record, "status": "running",
-                                 "heartbeat_at": "2026-01-01T00:00:00+00:00"}))
+    stale.write_text(json.dumps({  # from a node whose processes a reader cannot probe
+        **record, "status": "running", "heartbeat_at": "2026-01-01T00:00:00+00:00",
+        "identity": {**record["identity"], "host": "another-node"}}))
     (root / "runs/project=p/run=0042/rank=0/attempt=3.json").write_text("")  # being created
     sql = block_with("sql", "read_json(").replace("ROOT", str(root))
     reference = duckdb.sql(sql).to_arrow_table()

@@ -282,8 +282,9 @@ def test_show_and_runs_print_the_same_from_the_catalog(root: Path) -> None:
 def test_a_catalogued_run_shows_the_status_of_its_attempts_as_of_the_question(
         root: Path) -> None:
     """The catalog keeps statuses as recorded; what the runs view shows is decided when it
-    is asked: a "running" attempt whose heartbeat stopped shows as crashed, as does one
-    that a later attempt of its rank replaced, from the catalog as from the files."""
+    is asked: a "running" attempt whose heartbeat stopped shows as crashed, from the
+    catalog as from the files; one that a later attempt of its rank followed, with a
+    heartbeat as fresh, still shows as running (it may still write)."""
     from tracklake._format import attempt_file
     from tracklake._format.attempt import write_attempt
 
@@ -293,7 +294,7 @@ def test_a_catalogued_run_shows_the_status_of_its_attempts_as_of_the_question(
                "heartbeat_at": "2026-01-01T00:01:00+00:00"}
     write_attempt(attempt_file(root, "p", "r1", 0, 1), stopped)
     recent = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(time.time() - 60))
-    for attempt in (1, 2):  # attempt 1 replaced by 2, whose heartbeat is a minute old
+    for attempt in (1, 2):  # attempts 1 and 2, both with a heartbeat a minute old
         write_attempt(attempt_file(root, "p", "r2", 0, attempt), {
             **stopped, "run": "r2", "attempt": attempt, "heartbeat_at": recent})
     age(root)
@@ -309,5 +310,5 @@ def test_a_catalogued_run_shows_the_status_of_its_attempts_as_of_the_question(
              tracklake.query(attempts, root=root).to_pylist())
     assert first == again
     assert first[0] == expected
-    assert first[1] == [{"run": "r2", "attempt": 1, "status": "crashed"},
+    assert first[1] == [{"run": "r2", "attempt": 1, "status": "running"},
                         {"run": "r2", "attempt": 2, "status": "running"}]

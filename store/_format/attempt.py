@@ -6,12 +6,14 @@ import datetime as _dt
 import json
 import os
 import sys
+import time as _time
 from pathlib import Path
 from typing import Any
 
 from tracklake._errors import FormatError, NewerFormatError
 from tracklake._format import FORMAT_VERSION, attempt_file, check_version, write_atomic
 from tracklake._format import checks as c
+from tracklake._format.liveness import writer_known_gone
 
 STATUSES = ("running", "finished", "failed", "killed", "crashed")
 #: Statuses after which an attempt's writer will not write again.
@@ -27,17 +29,18 @@ def now_iso() -> str:
 CRASHED_AFTER_SECONDS = 180.0
 
 
-def effective_status(record: dict[str, Any], latest_attempt: int, now: float) -> str:
-    """The status to show: "crashed" for a running attempt whose heartbeat stopped or that a
-    later attempt of its rank replaced, else the recorded status."""
+def effective_status(record: dict[str, Any], latest_attempt: int | None = None,
+                     now: float | None = None) -> str:
+    """The status to show: "crashed" for a running attempt whose writer is known gone
+    (`liveness.writer_known_gone`: its process ended, or its heartbeat stopped for
+    `CRASHED_AFTER_SECONDS`), else the recorded status. A later attempt of the rank does
+    not make it crashed (`latest_attempt` is accepted for compatibility and not used):
+    an older attempt may still write beside it."""
     status = str(record.get("status", "running"))
     if status != "running":
         return status
-    beat = record.get("heartbeat_at")
-    if record["attempt"] < latest_attempt or (
-            beat and now - _dt.datetime.fromisoformat(beat).timestamp() > CRASHED_AFTER_SECONDS):
-        return "crashed"
-    return status
+    now = _time.time() if now is None else now
+    return "crashed" if writer_known_gone(record, now, CRASHED_AFTER_SECONDS) else status
 
 
 def attempt_numbers(rank_dir: Path) -> list[int]:

@@ -14,8 +14,11 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import platform
+import time
 from pathlib import Path
 from typing import Any
+
+from tracklake._format.heartbeats import heartbeat_watch
 
 
 def boot_id() -> str | None:
@@ -101,11 +104,23 @@ def _heartbeat(record: dict[str, Any]) -> float | None:
     return None
 
 
-def writer_known_gone(record: dict[str, Any], now: float, stale_after: float) -> bool:
+#: Where a writer cannot be probed and this host has not watched its heartbeat stand
+#: still, a heartbeat this old by the two clocks' comparison is taken as stopped: no
+#: cluster's clocks differ by a day, and a process suspended that long is judged gone.
+UNWATCHED_LIMIT_SECONDS = 86_400.0
+
+
+def writer_known_gone(record: dict[str, Any], now: float, stale_after: float,
+                      root: Path | None = None) -> bool:
     """True if the writer of this attempt record will not append again: its status is
-    terminal, its process is known ended, or (where its process cannot be probed) its
-    heartbeat is older than `stale_after` seconds. A writer whose process runs is alive,
-    however old its heartbeat (suspended, or its clock behind)."""
+    terminal, or its process is known ended, or (where its process cannot be probed)
+    its heartbeat has stopped for longer than `stale_after` seconds. A writer whose
+    process runs is alive, however old its heartbeat (suspended, or its clock behind).
+
+    With `root` (operations that take or delete files), a heartbeat is judged by its own
+    progress: stopped once this host has watched it stand still for `stale_after` by its
+    own clock (`heartbeats.py`), or once it is `UNWATCHED_LIMIT_SECONDS` old. Without
+    (what is displayed), by comparing its time with `now`."""
     if record.get("status", "running") != "running":
         return True
     ident = record.get("identity")
@@ -114,4 +129,12 @@ def writer_known_gone(record: dict[str, Any], now: float, stale_after: float) ->
         if gone is not None:
             return gone
     beat = _heartbeat(record)
-    return beat is not None and now - beat > stale_after
+    if beat is None:
+        return False
+    if root is None:
+        return now - beat > stale_after
+    if now - beat > max(stale_after, UNWATCHED_LIMIT_SECONDS):
+        return True
+    key = "/".join(str(record.get(k)) for k in ("project", "run", "rank", "attempt"))
+    value = str(record.get("heartbeat_at") or record.get("started_at"))
+    return heartbeat_watch(root).unchanged_for(key, value, time.time()) > stale_after

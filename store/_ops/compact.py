@@ -95,7 +95,7 @@ def _writer_done(root: Path, s: StreamId, now: float) -> bool:
         return False
     if record is None:
         return False
-    return writer_known_gone(record, now, STALE_AFTER_SECONDS)
+    return writer_known_gone(record, now, STALE_AFTER_SECONDS, root)
 
 
 def _compactable(root: Path, s: StreamId, segments: list[Segment], now: float,

@@ -53,17 +53,12 @@ def attempts_view(rows: pa.Table, now: float) -> pa.Table:
     running = pc.equal(status, "running")
     if not pc.any(running).as_py():
         return rows
-    latest_rows = rows.group_by(["project", "run", "rank"]).aggregate([("attempt", "max")])
-    latest = {(p, r, k): a for p, r, k, a in zip(
-        *(latest_rows.column(c).to_pylist() for c in ("project", "run", "rank",
-                                                       "attempt_max")), strict=True)}
     shown = status.to_pylist()
-    picked = rows.filter(running).select(["project", "run", "rank", "attempt",
-                                          "heartbeat_at"]).to_pylist()
+    picked = rows.filter(running).select(["heartbeat_at", "identity"]).to_pylist()
     at = pc.indices_nonzero(running).to_pylist()
     for i, a in zip(at, picked, strict=True):
-        record = {"status": "running", "attempt": a["attempt"],
-                  "heartbeat_at": a["heartbeat_at"]}
-        shown[i] = effective_status(record, latest[(a["project"], a["run"], a["rank"])], now)
+        record = {"status": "running", "heartbeat_at": a["heartbeat_at"],
+                  "identity": json.loads(a["identity"] or "{}")}
+        shown[i] = effective_status(record, now=now)
     return rows.set_column(rows.schema.get_field_index("status"), "status",
                            pa.array(shown, pa.string()))

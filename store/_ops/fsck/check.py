@@ -47,7 +47,7 @@ def _writer_gone(root: Path, s: StreamId, now: float) -> bool:
         return True  # no writer can be heard from
     if record is None:
         return False
-    return writer_known_gone(record, now, STALE_AFTER_SECONDS)
+    return writer_known_gone(record, now, STALE_AFTER_SECONDS, root)
 
 
 def _check_segment(root: Path, s: StreamId, path: Path, last: bool, now: float,

@@ -119,7 +119,7 @@ def live_reason(root: Path, project: str, run: str, attempts: tuple[dict[str, An
             if empty:
                 return f"{rank_dir.name} attempt {number} is starting (its file is empty)"
     for a in attempts:  # every attempt: an older one may still write beside a later one
-        if not writer_known_gone(a, now, STALE_AFTER_SECONDS):
+        if not writer_known_gone(a, now, STALE_AFTER_SECONDS, root):
             beat = _ts(a.get("heartbeat_at")) or _ts(a.get("started_at")) or now
             return (f"rank {a['rank']} attempt {a['attempt']} is running (heartbeat "
                     f"{now - beat:.0f} s ago)")
