@@ -6,6 +6,7 @@ idempotent, refuses damage and conflicts."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -165,15 +166,29 @@ def test_a_restore_killed_midway_leaves_nothing_half_restored_and_is_run_again(
     dest = tmp_path / "backup"
     backup(store, dest)
     target = tmp_path / "restored"
-    # what a restore killed while downloading leaves: its staging folder, nothing in place
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True).stdout.strip()
-    staging = target / f".restore-{dead}-0123456789ab-{socket.gethostname()}"
+    # what a restore killed while downloading leaves: its staging folder with its owner
+    # file, nothing in place
+    staging = target / f".restore-1-0123456789ab-{socket.gethostname()}"
     (staging / "metrics").mkdir(parents=True)
     (staging / "metrics" / "half").write_bytes(b"x")
+    subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; "
+                    "from tracklake._ops.claims import write_owner; "
+                    "write_owner(Path(sys.argv[1]))", str(staging / ".owner")], check=True)
+    # one of a live restore in another PID namespace (a container with this host name):
+    # its pid means nothing here, so it is left alone
+    live = target / f".restore-2-0123456789ab-{socket.gethostname()}"
+    live.mkdir()
+    owner = json.loads((staging / ".owner").read_text())
+    (live / ".owner").write_text(json.dumps({**owner, "pid_ns": 1}))
+    # and a planted link by that name, pointing out of the store: removed, not followed
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep").write_bytes(b"k")
+    (target / ".restore-3-x-y").symlink_to(outside)
     report = restore(dest, target)
     assert report.copied and not staging.exists()
-    assert not [p for p in target.iterdir() if p.name.startswith(".restore-")]
+    assert [p.name for p in target.iterdir() if p.name.startswith(".restore-")] == [live.name]
+    assert (outside / "keep").read_bytes() == b"k"
     assert answers(target) == answers(store)
 
 

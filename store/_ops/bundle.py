@@ -29,7 +29,7 @@ from tracklake._errors import FormatError
 from tracklake._format import FORMAT_VERSION, SCHEMAS, StreamId
 from tracklake._format.files import fsync_dir, write_atomic
 from tracklake._format.part import read_part_table, write_part_stream
-from tracklake._ops.claims import hold_claim
+from tracklake._ops.claims import hold_claim, remove_leftovers
 from tracklake._read.bundles import (
     BUNDLE_DIR,
     BUNDLE_KEY,
@@ -77,7 +77,7 @@ def build_bundles(root: Path) -> BundleReport:
         return report
     directory = root / BUNDLE_DIR
     directory.mkdir(parents=True, exist_ok=True)
-    with hold_claim(directory) as claim:
+    with hold_claim(directory, leftovers=remove_leftovers) as claim:
         if claim is None:
             report.busy = True
             return report

@@ -13,7 +13,7 @@ import platform
 import re
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,11 +31,22 @@ def _claim_record() -> dict[str, object]:
             "claimed_at": _dt.datetime.now(_dt.timezone.utc).isoformat()}
 
 
+def write_owner(path: Path) -> None:
+    """Write this process's identity to `path`, so that `owner_is_gone` can tell later."""
+    path.write_bytes(json.dumps(_claim_record()).encode())
+
+
+def owner_is_gone(path: Path, age: float, stale_after: float) -> bool:
+    """True if the process whose identity `path` holds (`write_owner`) is certainly gone;
+    where it cannot be probed or the file cannot be read, once `age` passes `stale_after`."""
+    return claim_is_stale(_read_claim(path), age, stale_after)
+
+
 def _read_claim(path: Path) -> dict[str, Any] | None:
     """The claim's record if it is one this version writes, else None (empty, foreign)."""
     try:
-        record = json.loads(path.read_bytes())
-    except (OSError, ValueError):
+        record = json.loads(read_regular(path, 1 << 16))
+    except (OSError, ValueError, RecursionError):
         return None
     if not isinstance(record, dict):
         return None
@@ -47,19 +58,20 @@ def _read_claim(path: Path) -> dict[str, Any] | None:
     return record
 
 
-def claim_is_stale(record: dict[str, Any] | None, age: float) -> bool:
-    """True if the compactor that made this claim is certainly gone.
+def claim_is_stale(record: dict[str, Any] | None, age: float,
+                   stale_after: float = CLAIM_STALE_SECONDS) -> bool:
+    """True if the process that made this claim is certainly gone.
 
     Where its process can be probed (same host, boot and PID namespace:
     `process_known_gone`) this is exact. A claim from another host or PID namespace (a
     shared file system, a container), or one that cannot be read, is stale once its age
-    (the claimant refreshes it after each part) passes CLAIM_STALE_SECONDS.
+    (a compactor refreshes its claim after each part) passes `stale_after`.
     """
     if record is not None:
         gone = process_known_gone(record)
         if gone is not None:
             return gone
-    return age > CLAIM_STALE_SECONDS
+    return age > stale_after
 
 
 def _take_claim(claim: Path) -> bool:
@@ -125,42 +137,49 @@ _SORT_TMP = re.compile(r"^\.sort\.(.+)\.(\d+)\.tmp$")
 _PART_TMP = re.compile(r"^\.part-.*\.parquet\.(\d+)\.tmp$")
 
 
-def _remove_leftovers(directory: Path) -> None:
-    """Delete temporaries left by a process killed on this host (their pid is gone): a
-    claim's, a compactor's sorted runs, or a part's older than CLAIM_STALE_SECONDS (unpack
+def remove_leftovers(directory: Path) -> None:
+    """Delete, while holding `directory`'s claim, the temporaries of earlier holders:
+    sorted runs (only a claim's holder makes them, so any found belong to one that is
+    gone), a contender's claim aside older than a minute or whose process on this host
+    ended, and a part's older than CLAIM_STALE_SECONDS whose process is gone (unpack
     writes parts without a claim, maybe from another host sharing the file system)."""
     host = platform.node()
     for name in os.listdir(directory):
-        if (m := _SORT_TMP.match(name)) is not None:
-            if m.group(1) == host and not process_alive(int(m.group(2))):
-                shutil.rmtree(directory / name, ignore_errors=True)
+        path = directory / name
+        if _SORT_TMP.match(name) is not None:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+            continue
+        try:
+            age = time.time() - path.lstat().st_mtime
+        except FileNotFoundError:
             continue
         if (m := _CLAIM_TMP.match(name)) is not None:
-            gone = m.group(1) == host and not process_alive(int(m.group(2)))
+            gone = age > 60 or (m.group(1) == host and not process_alive(int(m.group(2))))
         elif (m := _PART_TMP.match(name)) is not None:
-            try:
-                age = time.time() - (directory / name).stat().st_mtime
-            except FileNotFoundError:
-                continue
             gone = age > CLAIM_STALE_SECONDS and not process_alive(int(m.group(1)))
         else:
             continue
         if gone:
             with contextlib.suppress(FileNotFoundError):
-                (directory / name).unlink()
+                path.unlink()
 
 
 @contextlib.contextmanager
-def hold_claim(directory: Path, name: str = ".compacting") -> Iterator[Path | None]:
+def hold_claim(directory: Path, name: str = ".compacting",
+               leftovers: Callable[[Path], None] | None = None) -> Iterator[Path | None]:
     """Exclusively claim `directory` (a stream, for one compactor; the trash, for one
     retention applier); yields the claim (None if a live process holds it). A claim left
-    by one that died is broken."""
+    by one that died is broken; once held, `leftovers(directory)` cleans up after it."""
     claim = directory / name
     for _ in range(3):
         if _take_claim(claim):
             try:
-                if name == ".compacting":
-                    _remove_leftovers(directory)
+                if leftovers is not None:
+                    leftovers(directory)
                 yield claim
             finally:
                 with contextlib.suppress(FileNotFoundError):

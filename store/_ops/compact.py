@@ -43,7 +43,7 @@ from tracklake._format.liveness import writer_known_gone
 from tracklake._format.naming import resolve_root
 from tracklake._format.part import write_part_file
 from tracklake._format.segment import EOS
-from tracklake._ops.claims import hold_claim
+from tracklake._ops.claims import hold_claim, remove_leftovers
 from tracklake._ops.part_sources import PartSources
 from tracklake._ops.sorted_part import write_sorted_part
 from tracklake._read.reader import Part, Segment, list_stream, list_streams
@@ -180,7 +180,7 @@ def write_part(directory: Path, s: StreamId, table: pa.Table, last_segment: int)
 def _claim(directory: Path, report: CompactionReport) -> Iterator[Path | None]:
     """The stream's claim for this compactor, or None (noted in `report`) if another live
     compactor holds it."""
-    with hold_claim(directory) as claim:
+    with hold_claim(directory, leftovers=remove_leftovers) as claim:
         if claim is None:
             report.busy.append(directory)
             report.skipped.append((directory, "another compaction is working on it (its "

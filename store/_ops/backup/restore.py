@@ -4,9 +4,12 @@ backup or a conflict leaves the store as it was."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
+import stat
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -16,13 +19,13 @@ from tracklake._errors import FormatError
 from tracklake._format import fsync_dir
 from tracklake._format.attempt import MAX_ATTEMPT_BYTES, parse_attempt
 from tracklake._format.files import read_regular
-from tracklake._format.liveness import process_alive
 from tracklake._ops.backup.backup import BackupReport, Progress
 from tracklake._ops.backup.errors import BackupError
 from tracklake._ops.backup.manifest import MANIFEST, read_manifest
 from tracklake._ops.backup.paths import POLICY, is_data_path, is_export_state
 from tracklake._ops.backup.select import EVERYTHING, Selection
 from tracklake._ops.backup.target import Target, local_digest, open_target
+from tracklake._ops.claims import owner_is_gone, write_owner
 
 
 def _listed(problems: list[str]) -> str:
@@ -79,13 +82,33 @@ def _stage(target: Target, files: dict[str, dict[str, Any]], staging: Path,
     return problems
 
 
+STAGING_OWNER = ".owner"
+#: A staging folder whose owner cannot be probed (another host or PID namespace) is
+#: left alone for this long: a restore from a slow object store may take hours.
+STAGING_STALE_SECONDS = 86_400.0
+
+
 def _remove_dead_staging(root: Path) -> None:
-    """Remove the staging folders of restores killed on this machine (never moved into
-    place, so nothing of them is in the store)."""
-    for path in root.glob(".restore-*-*-*"):
-        _, pid, _, host = path.name.split("-", 3)
-        if host == socket.gethostname() and pid.isdigit() and not process_alive(int(pid)):
-            shutil.rmtree(path)
+    """Remove the staging folders of restores that are known gone (never moved into
+    place, so nothing of them is in the store): their owner file names the process
+    (`claims.write_owner`), judged by the one liveness rule. Anything else by that name
+    (a planted link or file) is removed without being followed."""
+    for path in root.glob(".restore-*"):
+        try:
+            st = path.lstat()
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+            continue
+        owner = path / STAGING_OWNER
+        try:
+            age = time.time() - owner.lstat().st_mtime
+        except FileNotFoundError:
+            age = time.time() - st.st_mtime  # killed before it wrote its owner file
+        if owner_is_gone(owner, age, STAGING_STALE_SECONDS):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def restorable(rel: str, *, policy: bool = False, exports: bool = False) -> bool:
@@ -160,6 +183,8 @@ def _restore(target: Target, root: Path, selection: Selection,
     _remove_dead_staging(root)
     staging = root / f".restore-{os.getpid()}-{uuid.uuid4().hex[:12]}-{socket.gethostname()}"
     try:
+        staging.mkdir()
+        write_owner(staging / STAGING_OWNER)
         bad = _stage(target, todo, staging, progress)
         bad = bad or _check_attempts(staging, todo)
         if bad:
