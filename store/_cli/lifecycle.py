@@ -77,17 +77,13 @@ def retain(root: Path | None, policy_file: Path | None, do_apply: bool, force: t
                            f"{record['run']}  {','.join(record['kinds'])}  {record['bytes']:,} "
                            f"bytes  rule={record['rule']}  by {record['user']}@{record['host']}")
             return
-        flags: dict[str, Any] = {
-            "keep_last": keep_last, "downsample_every": downsample_every,
-            "require_backup": require_backup or None,
-            "max_age": max_age and rt.parse_duration(max_age, "--max-age"),
-            "max_size": max_size and rt.parse_size(max_size, "--max-size"),
-            "best": best and rt.best_rule(best, "--best"),
-            "drop_after": drop_after and rt.parse_duration(drop_after, "--drop-after"),
-            "downsample_after": downsample_after and rt.parse_duration(
-                downsample_after, "--downsample-after"),
-            "drop_kinds": drop_kinds and _kinds(drop_kinds),
-        }
+        given = {"keep_last": keep_last, "downsample_every": downsample_every,
+                 "require_backup": require_backup or None, "max_age": max_age,
+                 "max_size": max_size, "best": best, "drop_after": drop_after,
+                 "downsample_after": downsample_after,
+                 "drop_kinds": drop_kinds and _kinds(drop_kinds)}
+        flags = rt.check_fields({k: v for k, v in given.items() if v is not None},
+                                lambda key: "--" + key.replace("_", "-"))
         policy = rt.load_policy(store, policy_file).merged(flags)
         if policy.is_empty():
             raise rt.PolicyError(

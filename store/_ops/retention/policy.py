@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
 from tracklake._errors import StoreError
+from tracklake._format.files import read_regular
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -30,29 +32,58 @@ class PolicyError(StoreError, ValueError):
     """A retention policy (file or flags) is malformed."""
 
 
+#: The largest duration and size a policy may name: a thousand years, 2**63 - 1 bytes.
+MAX_DURATION_SECONDS = 1000 * 365 * 86400.0
+MAX_SIZE_BYTES = (1 << 63) - 1
+#: The most of a policy file read (it is a few lines).
+MAX_POLICY_BYTES = 1 << 20
+
+
 def parse_duration(text: object, what: str) -> float:
-    """Seconds in ``"90d"``, ``"12h"``, ``"30m"``, ``"45s"``, ``"2w"`` (or a number)."""
-    if isinstance(text, (int, float)) and not isinstance(text, bool) and text >= 0:
-        return float(text)
-    m = _DURATION.match(text) if isinstance(text, str) else None
-    if m is None:
-        raise PolicyError(f"{what}: {text!r} is not a duration such as '90d', '12h', '30m', "
-                          "'45s' or '2w'")
-    return float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+    """Seconds in ``"90d"``, ``"12h"``, ``"30m"``, ``"45s"``, ``"2w"`` (or a number), at
+    most `MAX_DURATION_SECONDS`."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        seconds = float(text)
+    else:
+        m = _DURATION.match(text) if isinstance(text, str) else None
+        if m is None:
+            raise PolicyError(f"{what}: {text!r} is not a duration such as '90d', '12h', "
+                              "'30m', '45s' or '2w'")
+        seconds = float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+    if not 0 <= seconds <= MAX_DURATION_SECONDS:  # also refuses NaN and inf
+        raise PolicyError(f"{what}: {_shown(text)} is not a duration from 0 to 1000 years")
+    return seconds
 
 
 def parse_size(text: object, what: str) -> int:
-    """Bytes in ``"500GB"``, ``"1.5GiB"``, ``"100MB"``, ``"4096"`` (or a number)."""
-    if isinstance(text, int) and not isinstance(text, bool) and text >= 0:
+    """Bytes in ``"500GB"``, ``"1.5GiB"``, ``"100MB"``, ``"4096"`` (or a number), at most
+    `MAX_SIZE_BYTES`."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        if not 0 <= text <= MAX_SIZE_BYTES:
+            raise PolicyError(f"{what}: {_shown(text)} is not a size from 0 to 8 EiB")
         return text
     m = _SIZE.match(text) if isinstance(text, str) else None
     if m is None:
-        raise PolicyError(f"{what}: {text!r} is not a size such as '500GB', '1.5GiB' or "
-                          "'4096'")
+        raise PolicyError(f"{what}: {_shown(text)} is not a size such as '500GB', "
+                          "'1.5GiB' or '4096'")
     unit = m.group(2).lower()
     power = "kmgtp".find(unit[0]) + 1 if unit and unit[0] != "b" else 0
     base = 1024 if "i" in unit else 1000
-    return int(float(m.group(1)) * base**power)
+    number = m.group(1)
+    if power == 0 and number.isdigit() and len(number) < 30:
+        exact = int(number)  # bytes as written, not through a float
+        if exact > MAX_SIZE_BYTES:
+            raise PolicyError(f"{what}: {_shown(text)} is not a size from 0 to 8 EiB")
+        return exact
+    size = float(number) * base**power
+    if not 0 <= size < 2.0**63:
+        raise PolicyError(f"{what}: {_shown(text)} is not a size from 0 to 8 EiB")
+    return int(size)
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:40]}… ({len(text)} characters)"
 
 
 @dataclass(frozen=True)
@@ -87,41 +118,41 @@ class Policy:
         return replace(self, **{k: v for k, v in overrides.items() if v is not None})
 
 
-def _int(value: object, what: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise PolicyError(f"{what}: must be an integer >= {minimum}, not {value!r}")
+def _int(value: object, what: str, minimum: int, maximum: int = (1 << 31) - 1) -> int:
+    if (isinstance(value, bool) or not isinstance(value, int)
+            or not minimum <= value <= maximum):
+        raise PolicyError(f"{what}: must be an integer from {minimum} to {maximum}, not "
+                          f"{_shown(value)}")
     return value
+
+
+def _require_backup(value: object, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise PolicyError(f"{what}: must be true or false, not {_shown(value)}")
+    return value
+
+
+def check_fields(given: dict[str, Any], name: Callable[[str], str]) -> dict[str, Any]:
+    """The policy fields in `given`, each validated (`name(key)` names it in an error):
+    one validation for the `[retention]` table and the CLI flags alike."""
+    known = {f.name for f in fields(Policy)}
+    unknown = sorted(set(given) - known)
+    if unknown:
+        raise PolicyError(f"{name(unknown[0])}: unknown retention key(s) "
+                          f"{', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    checks: dict[str, Callable[[object, str], Any]] = {
+        "keep_last": lambda v, w: _int(v, w, 0),
+        "max_age": parse_duration, "drop_after": parse_duration,
+        "downsample_after": parse_duration, "max_size": parse_size,
+        "downsample_every": lambda v, w: _int(v, w, 2),
+        "drop_kinds": check_drop_kinds, "require_backup": _require_backup,
+        "best": best_rule}
+    return {key: checks[key](value, name(key)) for key, value in given.items()}
 
 
 def policy_from_mapping(section: dict[str, Any], where: str) -> Policy:
     """A Policy from the `[retention]` table of a TOML file; PolicyError naming the key."""
-    known = {f.name for f in fields(Policy)}
-    unknown = sorted(set(section) - known)
-    if unknown:
-        raise PolicyError(f"{where}: unknown retention key(s) {', '.join(unknown)}; known: "
-                          f"{', '.join(sorted(known))}")
-    out: dict[str, Any] = {}
-    for key in ("keep_last",):
-        if key in section:
-            out[key] = _int(section[key], f"{where}: {key}", 0)
-    for key in ("max_age", "drop_after", "downsample_after"):
-        if key in section:
-            out[key] = parse_duration(section[key], f"{where}: {key}")
-    if "max_size" in section:
-        out["max_size"] = parse_size(section["max_size"], f"{where}: max_size")
-    if "downsample_every" in section:
-        out["downsample_every"] = _int(section["downsample_every"],
-                                       f"{where}: downsample_every", 2)
-    if "drop_kinds" in section:
-        out["drop_kinds"] = check_drop_kinds(section["drop_kinds"], f"{where}: drop_kinds")
-    if "require_backup" in section:
-        if not isinstance(section["require_backup"], bool):
-            raise PolicyError(f"{where}: require_backup must be true or false, not "
-                              f"{section['require_backup']!r}")
-        out["require_backup"] = section["require_backup"]
-    if "best" in section:
-        out["best"] = best_rule(section["best"], f"{where}: best")
-    return Policy(**out)
+    return Policy(**check_fields(section, lambda key: f"{where}: {key}"))
 
 
 def check_drop_kinds(kinds: object, what: str) -> tuple[str, ...]:
@@ -153,18 +184,24 @@ def best_rule(value: object, what: str) -> BestRule:
 
 def load_policy(root: Path, path: Path | None = None) -> Policy:
     """The `[retention]` policy of `path`, else of ``ROOT/tracklake.toml`` (an empty
-    policy when that file does not exist)."""
+    policy when that file does not exist). The file is read as input from outside: a
+    regular file of at most `MAX_POLICY_BYTES`, never followed into a FIFO or device."""
     chosen = path if path is not None else root / POLICY_FILE
     try:
-        raw = chosen.read_bytes()
+        # a file named on the command line may be a link; the store's own is never followed
+        raw = read_regular(chosen.resolve() if path is not None else chosen,
+                           MAX_POLICY_BYTES)
     except FileNotFoundError:
         if path is not None:
             raise PolicyError(f"policy file {chosen} does not exist") from None
         return Policy()
+    except OSError as exc:
+        raise PolicyError(f"policy file {chosen} cannot be read: {exc.strerror or exc}") from exc
     try:
         data = tomllib.loads(raw.decode())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise PolicyError(f"{chosen}: not valid TOML ({exc})") from exc
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        raise PolicyError(f"{chosen}: not valid TOML ({why})") from None
     section = data.get("retention", {})
     if not isinstance(section, dict):
         raise PolicyError(f"{chosen}: [retention] must be a table")
