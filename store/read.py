@@ -44,11 +44,19 @@ from tracklake._format import (
 )
 from tracklake._format import blob_path as _blob_path
 from tracklake._format.attempt import TERMINAL_STATUSES, effective_status
-from tracklake._format.cursor import Cursor
+from tracklake._format.cursor import MAX_STATE_BYTES, Cursor
 from tracklake._read.listing import stream_dirs as _stream_dirs
 from tracklake._read.location import is_url as _is_url
 from tracklake._read.location import read_root as resolve_root
-from tracklake._read.reader import ReadProblems, RunRecord, find_run, list_runs, read_run
+from tracklake._read.reader import (
+    ReadProblems,
+    RunRecord,
+    find_run,
+    list_runs,
+    positions_past_end,
+    read_run,
+    stream_last_seq,
+)
 
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 
@@ -97,6 +105,7 @@ def run_files(root: str | os.PathLike[str], project: str, run: str,
 __all__ = [
     "FORMAT_VERSION",
     "KINDS",
+    "MAX_STATE_BYTES",
     "PARTITION_SCHEMA",
     "SCHEMAS",
     "TERMINAL_STATUSES",
@@ -110,7 +119,9 @@ __all__ = [
     "find_run",
     "list_runs",
     "open_blob",
+    "positions_past_end",
     "read_run",
     "resolve_root",
     "run_files",
+    "stream_last_seq",
 ]

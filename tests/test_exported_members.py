@@ -85,6 +85,7 @@ READ_EXPECTED = {
     "ReadProblems",
     "RunRecord", "StreamId", "blob_path", "check_version", "effective_status", "find_run",
     "list_runs", "open_blob", "read_run", "resolve_root", "run_files",
+    "MAX_STATE_BYTES", "positions_past_end", "stream_last_seq",
 }
 
 
@@ -95,7 +96,9 @@ def test_read_api_all_is_exactly_the_intended_public_api() -> None:
     assert set(tracklake.read.__all__) == READ_EXPECTED
     for name in tracklake.read.__all__:
         assert getattr(tracklake.read, name) is not None
-    assert set(tracklake.files.__all__) == {"fsync_dir", "fsync_file", "write_atomic"}
+    assert set(tracklake.files.__all__) == {"fsync_dir", "fsync_file", "write_atomic",
+                                            "NotRegularFileError", "open_regular",
+                                            "read_regular"}
 
 
 def private_store_imports(package: Path) -> list[str]:

@@ -42,7 +42,14 @@ from tracklake.exporters._loop.state import ExportState, destination_dir, load_s
 from tracklake.exporters._loop.watched import WatchedProcess
 from tracklake.exporters._protocol import Destination, ExportContext, RunInfo
 from tracklake.files import write_atomic
-from tracklake.read import KINDS, TERMINAL_STATUSES, StreamId, read_run, resolve_root
+from tracklake.read import (
+    KINDS,
+    TERMINAL_STATUSES,
+    StreamId,
+    positions_past_end,
+    read_run,
+    resolve_root,
+)
 
 
 def _stderr(message: str) -> None:
@@ -76,6 +83,7 @@ class Exporter:
         self.state_dir = self.options.state_dir or destination_dir(
             self.root, destination.name, self.description)
         self.summary = ExportSummary(self.description)
+        self._cursor_checked: dict[str, set[str]] = {}  # per run, stream keys checked
         interval = self.options.commit_interval
         self.commit_interval = float(destination.commit_interval if interval is None
                                      else interval)
@@ -177,6 +185,7 @@ class Exporter:
                         f"run {info.key} was exported to {self.description} with --ranks "
                         f"{state.ranks}; export it with the same rank mode (or to another "
                         "destination)", retryable=False)
+                self._check_cursor(info, state)
                 sent = self._deliver(info, state)
                 outcome.records += sent
                 outcome.finished = state.finished
@@ -203,6 +212,22 @@ class Exporter:
                                                                    give_up))
                 self.sleep(pause)
                 delay = min(delay * 2, self.options.retry_max)
+
+    def _check_cursor(self, info: RunInfo, state: ExportState) -> None:
+        """Refuse a state whose cursor is past what the store holds (once per stream and
+        process): it would skip records never delivered."""
+        checked = self._cursor_checked.setdefault(info.key, set())
+        past, looked = positions_past_end(self.root, state.cursor, frozenset(checked))
+        if past:
+            key, position, last = past[0]
+            raise ExportError(
+                f"exporter state {state.path} says stream {key} of run {info.key} was "
+                f"delivered up to seq {position}, but the store holds it only up to seq "
+                f"{last}: this exporter did not write that state (planted, or restored "
+                "from another store), or fsck --repair quarantined records it had "
+                "delivered. Nothing of the run was exported now. Move the state file away "
+                "to export the run again from the start.", retryable=False)
+        checked.update(looked)
 
     def _record_error(self, info: RunInfo, exc: ExportError) -> None:
         try:

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from tracklake import CursorError, ExportError
-from tracklake.files import write_atomic
-from tracklake.read import FORMAT_VERSION, Cursor, check_version
+from tracklake.files import read_regular, write_atomic
+from tracklake.read import FORMAT_VERSION, MAX_STATE_BYTES, Cursor, check_version
 
 
 def now_iso() -> str:
@@ -65,9 +65,13 @@ def load_state(directory: Path, project: str, run: str) -> ExportState:
     """The saved state of a run, or a fresh one; ExportError (not retryable) if corrupt."""
     path = state_path(directory, project, run)
     try:
-        raw = path.read_bytes()
+        raw = read_regular(path, MAX_STATE_BYTES)
     except FileNotFoundError:
         return ExportState(path, Cursor(project, run))
+    except OSError as exc:
+        raise ExportError(f"exporter state {path} cannot be read: {exc.strerror or exc}; "
+                          f"nothing of run {project}/{run} was exported by this exporter "
+                          "now", retryable=False) from exc
     try:
         data = json.loads(raw)
         if not isinstance(data, dict):
@@ -82,7 +86,7 @@ def load_state(directory: Path, project: str, run: str) -> ExportState:
             last_time_us=data.get("last_time_us"), finished=bool(data.get("finished")),
             last_success=data.get("last_success"), last_error=data.get("last_error"),
             last_error_at=data.get("last_error_at"))
-    except (ValueError, TypeError, CursorError) as exc:
+    except (ValueError, TypeError, CursorError, RecursionError) as exc:
         raise ExportError(
             f"exporter state {path} is corrupt ({exc}); nothing of run {project}/{run} was "
             "exported by this exporter now. Restore the file from a backup, or move it "

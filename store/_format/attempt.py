@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import json
 import os
 import sys
@@ -13,6 +14,7 @@ from typing import Any
 from tracklake._errors import FormatError, NewerFormatError
 from tracklake._format import FORMAT_VERSION, attempt_file, check_version, write_atomic
 from tracklake._format import checks as c
+from tracklake._format.files import NotRegularFileError, read_regular
 from tracklake._format.liveness import writer_known_gone
 
 STATUSES = ("running", "finished", "failed", "killed", "crashed")
@@ -178,8 +180,18 @@ def check_attempt(path: Path) -> dict[str, Any] | None:
     """The attempt record at `path`, validated and checked to name the attempt its path
     names; None if it was claimed but not yet written. FormatError naming the file and
     the field if it is damaged or invalid."""
-    with path.open("rb") as f:  # a Path, or a path in an object store
-        data = f.read(MAX_ATTEMPT_BYTES + 1)
+    if isinstance(path, Path):  # a local file: never a link, FIFO or device
+        try:
+            data = read_regular(path, MAX_ATTEMPT_BYTES)
+        except NotRegularFileError as exc:
+            raise FormatError(f"{path}: not a valid attempt record: {exc.strerror}") from exc
+        except OSError as exc:
+            if exc.errno != errno.EFBIG:
+                raise
+            data = b"x" * (MAX_ATTEMPT_BYTES + 1)  # parse_attempt names the limit
+    else:  # a path in an object store
+        with path.open("rb") as f:
+            data = f.read(MAX_ATTEMPT_BYTES + 1)
     record = parse_attempt(data, path)
     named = _path_fields(path)
     if record is not None and named is not None and named != (

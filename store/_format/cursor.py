@@ -10,6 +10,9 @@ from dataclasses import dataclass, field
 from tracklake._errors import CursorError
 from tracklake._format import KINDS, StreamId, checks
 
+#: The most of an exporter's state file (its cursor and held aggregates) anyone reads.
+MAX_STATE_BYTES = 64 << 20
+
 _KEY = re.compile(r"(0|[1-9][0-9]*)/(0|[1-9][0-9]*)/([a-z]+)\Z")
 
 

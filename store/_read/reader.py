@@ -93,6 +93,38 @@ def list_stream(root: Path, stream: StreamId, directory: Path | None = None) -> 
     return out
 
 
+def stream_last_seq(root: Path, s: StreamId) -> int:
+    """The last `seq` the store holds for stream `s` (-1 if it holds none)."""
+    from tracklake._format.segment import read_segment
+
+    files = list_stream(root, s)
+    last = max((p.last_seq for p in files.parts), default=-1)
+    for seg in files.segments:
+        for batch in read_segment(seg.path).batches:
+            last = max(last, int(batch.column(0)[len(batch) - 1].as_py()))
+    return last
+
+
+def positions_past_end(root: Path, cursor: Cursor, skip: frozenset[str] = frozenset()
+                       ) -> tuple[list[tuple[str, int, int]], set[str]]:
+    """The positions of `cursor` that are past what the store holds: (stream key,
+    position, the stream's last seq) for each, and the keys looked at (streams with files,
+    not in `skip`). A cursor only moves past records it delivered, so such a position
+    was planted or restored from elsewhere, and would skip records never delivered.
+    Streams without files are not looked at: not written yet, or dropped by retention."""
+    past: list[tuple[str, int, int]] = []
+    looked: set[str] = set()
+    for s in list_streams(root, cursor.project, cursor.run):
+        key = s.key()
+        if key in skip or key not in cursor.positions:
+            continue
+        looked.add(key)
+        last = stream_last_seq(root, s)
+        if cursor.positions[key] > last:
+            past.append((key, cursor.positions[key], last))
+    return past, looked
+
+
 def _without_merged(parts: list[Part]) -> tuple[list[Part], list[Part]]:
     """(parts to read in seq order, parts whose seq range lies within another part's).
 

@@ -52,9 +52,12 @@ def _writer_gone(root: Path, s: StreamId, now: float) -> bool:
 
 def _check_segment(root: Path, s: StreamId, path: Path, last: bool, now: float,
                    report: FsckReport) -> None:
-    report.count("segments", path)
+    if not report.count("segments", path):
+        return  # compacted since it was listed
     try:
         contents = read_segment(path)
+    except FileNotFoundError:
+        return
     except FormatError as exc:
         report.problems.append(Problem(path, f"unreadable segment ({exc})",
                                        "every record of the file", "quarantine it (--repair)"))

@@ -8,12 +8,14 @@ import hashlib
 import json
 from pathlib import Path
 
-from tracklake._errors import FormatError
+from tracklake._errors import CursorError, FormatError
 from tracklake._format import SCHEMAS, StreamId, check_version
 from tracklake._format.attempt import CRASHED_AFTER_SECONDS, check_attempt
+from tracklake._format.cursor import MAX_STATE_BYTES, Cursor
+from tracklake._format.files import NotRegularFileError, open_regular, read_regular
 from tracklake._ops.backup.ledger import load_record, record_paths
 from tracklake._ops.fsck.report import FsckReport, Problem
-from tracklake._read.reader import list_stream
+from tracklake._read.reader import list_stream, positions_past_end
 
 
 def check_blobs(root: Path, report: FsckReport) -> None:
@@ -21,11 +23,21 @@ def check_blobs(root: Path, report: FsckReport) -> None:
     if not base.is_dir():
         return
     for path in sorted(base.glob("*/*")):
-        report.count("blobs", path)
+        if not report.count("blobs", path):
+            continue
         digest = hashlib.sha256()
-        with open(path, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                digest.update(chunk)
+        try:
+            with open_regular(path) as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    digest.update(chunk)
+        except FileNotFoundError:
+            continue  # retention removed it meanwhile
+        except NotRegularFileError as exc:
+            report.problems.append(Problem(path, f"not a regular file: {exc.strerror}",
+                                           "the artifact's bytes (never followed or read)",
+                                           "remove it; log the artifact again",
+                                           repairable=False))
+            continue
         if digest.hexdigest() != path.name or path.parent.name != path.name[:2]:
             report.problems.append(Problem(path, "blob content does not match its digest",
                                            "the artifact's bytes",
@@ -34,11 +46,14 @@ def check_blobs(root: Path, report: FsckReport) -> None:
 
 def check_attempts(root: Path, report: FsckReport) -> None:
     for path in sorted((root / "runs").glob("project=*/run=*/rank=*/attempt=*.json")):
-        report.count("attempt files", path)
+        if not report.count("attempt files", path):
+            continue
         parts = dict(p.split("=", 1) for p in path.relative_to(root / "runs").with_suffix(
             "").parts)
         try:  # every field checked, and that it names the attempt its path names
             record = check_attempt(path)
+        except FileNotFoundError:
+            continue  # its run was removed since it was listed
         except FormatError as exc:
             why: str | None = str(exc)
         else:
@@ -70,25 +85,37 @@ def _empty_attempt(root: Path, path: Path, parts: dict[str, str]) -> str | None:
 
 def check_exports(root: Path, report: FsckReport) -> None:
     for path in sorted((root / "exports").glob("*/project=*/run=*.json")):
-        report.count("exporter states", path)
+        if not report.count("exporter states", path):
+            continue
+        project = path.parent.name.split("=", 1)[1]
+        run = path.stem.split("=", 1)[1]
+        todo = ("restore the file from a backup, or move it away to export the run again "
+                "from the start (the destination may then get records twice)")
         try:
-            data = json.loads(path.read_bytes())
+            data = json.loads(read_regular(path, MAX_STATE_BYTES))
             check_version(data.get("format"), path)
-            positions = data["positions"]
-            if not isinstance(positions, dict) or not all(
-                    isinstance(v, int) for v in positions.values()):
-                raise ValueError("positions must map streams to ints")
-        except (ValueError, KeyError, TypeError, AttributeError, FormatError) as exc:
+            cursor = Cursor.from_json(json.dumps({"project": project, "run": run,
+                                                  "positions": data["positions"]}))
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError,
+                FormatError, CursorError) as exc:
             report.problems.append(Problem(
                 path, f"damaged exporter state ({exc})", "where this exporter stands in the "
-                "run", "restore the file from a backup, or move it away to export the run "
-                "again from the start (the destination may then get records twice)",
+                "run", todo, repairable=False))
+            continue
+        for key, position, last in positions_past_end(root, cursor)[0]:
+            report.problems.append(Problem(
+                path, f"exporter state past the end: stream {key} delivered up to seq "
+                f"{position}, but the store holds it only up to seq {last}",
+                "nothing yet (the exporter refuses it, retention protects the run)", todo,
                 repairable=False))
 
 
 def check_backup_records(root: Path, report: FsckReport) -> None:
     for path in record_paths(root):
-        report.count("backup records", path)
+        if not report.count("backup records", path):
+            continue
         try:
             load_record(path)
         except ValueError as exc:

@@ -38,7 +38,8 @@ def meta_mismatch(meta: dict[str, str], s: StreamId) -> str | None:
 
 def check_part(s: StreamId, path: Path, first: int, last: int, report: FsckReport,
                 summaries: Summaries) -> None:
-    report.count("parts", path)
+    if not report.count("parts", path):
+        return  # merged or removed since it was listed
     try:
         f = open_part(path)  # the footer's checksum, and pages verified as read
         table = f.read()
@@ -46,6 +47,8 @@ def check_part(s: StreamId, path: Path, first: int, last: int, report: FsckRepor
         check_version(meta.get("tracklake.format"), path)
         why = meta_mismatch(meta, s) or _part_contents(s, path, f, table, meta, first, last,
                                                         summaries)
+    except FileNotFoundError:
+        return  # merged or removed while it was read
     except (OSError, pa.ArrowException, ValueError, KeyError, TypeError, FormatError,
             UnicodeDecodeError) as exc:
         why = f"unreadable Parquet ({type(exc).__name__}: {exc})"

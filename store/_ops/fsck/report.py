@@ -34,6 +34,13 @@ class FsckReport:
     def clean(self) -> bool:
         return not self.problems
 
-    def count(self, what: str, path: Path) -> None:
+    def count(self, what: str, path: Path) -> bool:
+        """Count a file checked; False if it vanished since it was listed (compaction or
+        retention at work: nothing to check)."""
+        try:
+            size = path.lstat().st_size
+        except FileNotFoundError:
+            return False
         self.checked[what] = self.checked.get(what, 0) + 1
-        self.bytes += path.stat().st_size
+        self.bytes += size
+        return True

@@ -155,6 +155,7 @@ def _downsample_table(table: pa.Table, every: int) -> pa.Table:
         return con.sql(f"""
             SELECT seq, time, step, key, value FROM t
             QUALIFY (dense_rank() OVER (PARTITION BY key ORDER BY step) - 1) % {every} = 0
+              OR seq = max(seq) OVER ()  -- the stream keeps its last seq: cursors stay valid
               OR row_number() OVER (PARTITION BY key ORDER BY step, seq) = 1
               OR row_number() OVER (PARTITION BY key ORDER BY step DESC, seq DESC) = 1
               OR row_number() OVER (PARTITION BY key

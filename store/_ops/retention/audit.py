@@ -18,8 +18,7 @@ import pyarrow as pa
 
 from tracklake._format import SCHEMAS, StreamId, fsync_dir, segment_name, stream_dir
 from tracklake._format.segment import SegmentWriter, stream_schema
-from tracklake._ops.retention.inventory import stream_last_seq
-from tracklake._read.reader import list_stream, read_table
+from tracklake._read.reader import list_stream, read_table, stream_last_seq
 
 AUDIT_STREAM = StreamId("_tracklake", "retention", 0, 0, "events")
 

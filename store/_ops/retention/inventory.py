@@ -14,11 +14,18 @@ from typing import Any
 
 from tracklake._format import KINDS, StreamId, check_version, write_atomic
 from tracklake._format.attempt import attempt_numbers
+from tracklake._format.cursor import MAX_STATE_BYTES
+from tracklake._format.files import read_regular
 from tracklake._format.liveness import writer_known_gone
 from tracklake._format.part import open_part, summary_rows
 from tracklake._format.segment import read_segment
 from tracklake._ops.compact import STALE_AFTER_SECONDS
-from tracklake._read.reader import list_runs, list_stream, list_streams
+from tracklake._read.reader import (
+    list_runs,
+    list_stream,
+    list_streams,
+    stream_last_seq,
+)
 
 #: The tag that pins a run, like `tracklake pin`.
 KEEP_TAG = "keep"
@@ -171,15 +178,6 @@ def metric_extreme(root: Path, project: str, run: str, key: str, mode: str) -> f
     return max(found) if mode == "max" else min(found)
 
 
-def stream_last_seq(root: Path, s: StreamId) -> int:
-    files = list_stream(root, s)
-    last = max((p.last_seq for p in files.parts), default=-1)
-    for seg in files.segments:
-        for batch in read_segment(seg.path).batches:
-            last = max(last, int(batch.column(0)[len(batch) - 1].as_py()))
-    return last
-
-
 def pending_exports(root: Path) -> dict[tuple[str, str], list[tuple[str, str]]]:
     """Per run, the (exporter, stream) pairs holding records that an exporter registered
     in ``ROOT/exports/*/`` has not exported yet.
@@ -196,12 +194,13 @@ def pending_exports(root: Path) -> dict[tuple[str, str], list[tuple[str, str]]]:
             project = path.parent.name.split("=", 1)[1]
             run = path.stem.split("=", 1)[1]
             try:
-                data = json.loads(path.read_bytes())
+                data = json.loads(read_regular(path, MAX_STATE_BYTES))
                 check_version(data.get("format"), path)
                 positions = {str(k): int(v) for k, v in dict(data["positions"]).items()}
                 mode = str(data.get("ranks", "0"))
                 finished = bool(data.get("finished"))
-            except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+            except (OSError, ValueError, TypeError, KeyError, AttributeError,
+                    RecursionError) as exc:
                 out.setdefault((project, run), []).append(
                     (directory.name, f"its state {path} is unreadable ({exc})"))
                 continue
@@ -218,4 +217,9 @@ def pending_exports(root: Path) -> dict[tuple[str, str], list[tuple[str, str]]]:
                     out.setdefault((project, run), []).append(
                         (directory.name, f"{s.key()} up to seq {position} of "
                                          f"{last_seqs[s]}"))
+                elif position > last_seqs[s]:  # not a cursor it made: trust none of it
+                    out.setdefault((project, run), []).append(
+                        (directory.name, f"{s.key()} not trusted: its state {path} says "
+                                         f"seq {position} was exported, past the stream's "
+                                         f"last seq {last_seqs[s]}"))
     return out
