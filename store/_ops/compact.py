@@ -346,7 +346,15 @@ def compact_streams(root: Path, streams: Iterable[StreamId], *, dry_run: bool = 
     now = _dt.datetime.now(_dt.timezone.utc).timestamp()
     streams = list(streams)
     for done, s in enumerate(streams, 1):
-        _compact_stream(root, s, now, dry_run, report)
+        try:
+            _compact_stream(root, s, now, dry_run, report)
+        except FileNotFoundError:
+            directory = stream_dir(root, s)
+            if directory.is_dir():
+                raise
+            # retention (or a user) removed the run while it was listed or compacted: its
+            # segments were never deleted by us before their part was in place
+            report.skipped.append((directory, "removed while compaction ran"))
         if progress is not None:
             progress(done, len(streams), f"{s.project}/{s.run} {s.key()}")
     return report
