@@ -1,8 +1,11 @@
 """Walking a store's `name=value` directories: streams per kind, rank directories of runs.
 
-Paths stay relative POSIX strings while walking and are joined to the root only to list
-a directory, because a `Path` per directory walked costs more than listing it; the same
-walk serves a local directory and a store in an object store (`location.listdir_at`).
+Only real directories are walked: a symbolic link by a `name=value` name (or a kind's
+directory that is one) is never followed, so no read, write or delete leaves the store
+through it; fsck reports it. Paths stay relative POSIX strings while walking and are
+joined to the root only to list a directory, because a `Path` per directory walked
+costs more than listing it; the same walk serves a local directory and a store in an
+object store (`location.listdir_at`).
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tracklake._format import KINDS, StreamId
-from tracklake._read.location import listdir_at
+from tracklake._read.location import listdir_at, subdirs_at, through_no_link
 
 
 def names_in(root: Path, rel: str) -> list[str]:
@@ -28,9 +31,14 @@ def _subdirs(root: Path, rel: str, name: str, value: str | None) -> list[tuple[s
     given); none if `rel` does not exist. Paths stay strings while walking: a `Path` per
     directory would cost more than listing it."""
     if value is not None:
-        return [(value, f"{rel}/{name}={value}")]
+        named = f"{rel}/{name}={value}"
+        return [(value, named)] if through_no_link(root, named) else []
     prefix = f"{name}="
-    return [(n[len(prefix):], f"{rel}/{n}") for n in names_in(root, rel) if n.startswith(prefix)]
+    try:
+        names = subdirs_at(root, rel)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return [(n[len(prefix):], f"{rel}/{n}") for n in names if n.startswith(prefix)]
 
 
 def rank_dirs(root: Path, base: str, project: str | None, run: str | None,

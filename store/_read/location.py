@@ -11,6 +11,7 @@ environment (``AWS_*``, ``GOOGLE_*``), nothing downloaded, nothing written.
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, BinaryIO, ClassVar, cast
 
@@ -131,6 +132,51 @@ def existing_root(root: str | os.PathLike[str] | None) -> Path:
         raise StoreError(f"no tracklake store at {path}: pass root= (or --root) the store's "
                          "directory or URL, or set TRACKLAKE_ROOT")
     return path
+
+
+def subdirs_at(root: Path, rel: str) -> list[str]:
+    """Names of the directories in directory `rel` of `root`, never a symbolic link to
+    one (which would lead a read, a write or a delete out of the store); FileNotFoundError
+    if there is none, and none at all if `rel` itself is a link."""
+    if isinstance(root, ObjectPath):
+        return (root / rel).listdir()  # an object store has no links
+    path = os.path.join(root, rel)
+    if os.path.islink(path):
+        return []
+    with os.scandir(path) as entries:
+        return [e.name for e in entries if e.is_dir(follow_symlinks=False)]
+
+
+def through_no_link(root: Path, rel: str) -> bool:
+    """True if no component of `rel` (a relative POSIX path) under `root` is a symbolic
+    link (which would lead a read, write, move or delete out of the store), nor `..`;
+    components that do not exist are no link."""
+    if isinstance(root, ObjectPath):
+        return ".." not in rel.split("/")
+    path = os.fspath(root)
+    for part in rel.split("/"):
+        if part in ("", ".", ".."):
+            return False
+        path = os.path.join(path, part)
+        try:
+            if stat.S_ISLNK(os.lstat(path).st_mode):
+                return False
+        except FileNotFoundError:
+            return True
+    return True
+
+
+def regular_files_in(directory: Path) -> tuple[list[str], list[str]]:
+    """(regular files, anything else) of `directory`: links, FIFOs, devices, sockets and
+    directories are never opened by a reader (FileNotFoundError if there is none)."""
+    if isinstance(directory, ObjectPath):
+        return directory.listdir(), []
+    regular: list[str] = []
+    other: list[str] = []
+    with os.scandir(directory) as entries:
+        for e in entries:
+            (regular if e.is_file(follow_symlinks=False) else other).append(e.name)
+    return regular, other
 
 
 def listdir_at(root: Path, rel: str) -> list[str]:

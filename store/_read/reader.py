@@ -33,7 +33,7 @@ from tracklake._format.part import read_part_table
 from tracklake._format.segment import SegmentContents
 from tracklake._read.listing import list_streams as list_streams  # re-exported for _ops
 from tracklake._read.listing import names_in, rank_dirs
-from tracklake._read.location import listdir, read_root
+from tracklake._read.location import read_root, regular_files_in
 from tracklake._read.tails import read_live_segment
 
 #: Rows per batch handed out from a compacted part (cut at record-group boundaries).
@@ -73,9 +73,10 @@ def list_stream(root: Path, stream: StreamId, directory: Path | None = None) -> 
     directory = stream_dir(root, stream) if directory is None else directory
     out = StreamFiles(stream)
     try:
-        names = listdir(directory)
-    except FileNotFoundError:
+        names, others = regular_files_in(directory)
+    except (FileNotFoundError, NotADirectoryError):
         return out
+    out.foreign = [directory / name for name in others if not name.startswith(".")]
     segments: list[Segment] = []
     for name in names:
         if name.startswith("."):

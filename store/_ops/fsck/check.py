@@ -31,6 +31,7 @@ from tracklake._ops.fsck.files import (
     check_backup_records,
     check_blobs,
     check_exports,
+    check_special_files,
 )
 from tracklake._ops.fsck.parts import REBUILD, Summaries, check_part, meta_mismatch
 from tracklake._ops.fsck.rebuild import rebuild_part, salvageable
@@ -105,6 +106,8 @@ def _check_stream(root: Path, s: StreamId, now: float, report: FsckReport,
     for i, seg in enumerate(files.segments):
         _check_segment(root, s, seg.path, i + 1 == len(files.segments), now, report)
     for path in files.foreign:
+        if path.is_symlink() or not path.is_file():
+            continue  # a link, FIFO or device: check_special_files reports it
         report.problems.append(Problem(path, "a file that is not a segment or part",
                                        "nothing (readers ignore it)",
                                        "move it out of the store (--repair)"))
@@ -125,6 +128,7 @@ def fsck(root: Path, *, repair: bool = False,
                 progress(done, len(streams), f"{s.project}/{s.run} {s.key()}")
     finally:
         summaries.close()
+    check_special_files(root, report)
     check_blobs(root, report)
     check_attempts(root, report)
     check_exports(root, report)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
+import os
+import stat
 from pathlib import Path
 
 from tracklake._errors import CursorError, FormatError
@@ -18,11 +20,36 @@ from tracklake._ops.fsck.report import FsckReport, Problem
 from tracklake._read.reader import list_stream, positions_past_end
 
 
+def check_special_files(root: Path, report: FsckReport) -> None:
+    """Report every symbolic link, FIFO, socket and device inside the store: tracklake
+    never follows or opens one (readers and operations skip them), so whatever it stands
+    for is not part of the store, and someone put it there."""
+    for dirpath, dirnames, names in os.walk(root):  # links to directories: not descended
+        for name in sorted(dirnames + names):
+            path = Path(dirpath) / name
+            try:
+                mode = path.lstat().st_mode
+            except FileNotFoundError:
+                continue
+            if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+                continue
+            what = "a symbolic link" if stat.S_ISLNK(mode) else (
+                "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+                else "a device")
+            target = f" to {os.readlink(path)}" if stat.S_ISLNK(mode) else ""
+            report.problems.append(Problem(
+                path, f"{what}{target} inside the store", "nothing: tracklake never follows "
+                "or opens it (it is not part of the store)", "remove it",
+                repairable=False))
+
+
 def check_blobs(root: Path, report: FsckReport) -> None:
     base = root / "blobs" / "sha256"
     if not base.is_dir():
         return
     for path in sorted(base.glob("*/*")):
+        if base.is_symlink() or path.parent.is_symlink():
+            continue  # never followed: check_special_files reports the link
         if not report.count("blobs", path):
             continue
         digest = hashlib.sha256()

@@ -37,8 +37,9 @@ from tracklake._ops.claims import hold_claim
 from tracklake._ops.compact import compact, metric_summary
 from tracklake._ops.retention.audit import AuditLog, audit_records
 from tracklake._ops.retention.inventory import host, live_reason, now_iso, who
-from tracklake._ops.retention.journal import JournalError, read_journal, through_no_link
+from tracklake._ops.retention.journal import JournalError, read_journal
 from tracklake._ops.retention.plan import DOWNSAMPLED_KEY, Action, Plan, downsampled_already
+from tracklake._read.location import through_no_link
 from tracklake._read.reader import list_stream, list_streams, read_part, read_stream
 
 #: Fault injection for the crash tests: SIGKILL this process at the N-th step of applying.

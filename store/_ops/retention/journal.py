@@ -6,9 +6,7 @@ through no link."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import stat
 from pathlib import Path
 from typing import Any
 
@@ -93,18 +91,3 @@ def read_journal(path: Path) -> dict[str, Any]:
     return journal
 
 
-def through_no_link(root: Path, rel: str) -> bool:
-    """True if every component of `rel` under `root` that exists is a real directory or
-    file, not a symbolic link (which would lead a move or delete out of the store)."""
-    path = root
-    for part in Path(rel).parts:
-        if part in ("", ".", "..") or os.sep in part:
-            return False
-        path = path / part
-        try:
-            mode = os.lstat(path).st_mode
-        except FileNotFoundError:
-            return True
-        if stat.S_ISLNK(mode):
-            return False
-    return True
