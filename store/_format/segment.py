@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from tracklake._errors import FormatError
 from tracklake._format import FORMAT_VERSION, SCHEMAS, StreamId, check_version
+from tracklake._format.ipc_size import decoded_size
 
 EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 CONTINUATION = b"\xff\xff\xff\xff"
@@ -185,6 +186,11 @@ def _metadata(md: pa.KeyValueMetadata | None) -> dict[str, str]:
             for k, v in (md or {}).items()}
 
 
+#: The most one batch of a segment may decode to (docs/format.md, "Limits"): writers cut
+#: their batches at a quarter of it, so only a crafted or foreign file holds a larger one,
+#: and a reader never allocates more for one batch than this.
+MAX_BATCH_BYTES = 256 << 20
+
 #: What pyarrow raises for bytes that do not decode (torn or damaged messages).
 _DECODE_ERRORS = (pa.ArrowException, OSError, ValueError)
 
@@ -293,6 +299,13 @@ def _scan(path: Path, data: bytes, shift: int, out: SegmentContents
     out.schema_metadata = meta
     while True:
         pos = src.tell()
+        size = decoded_size(memoryview(data)[pos:])
+        if size is not None and size > MAX_BATCH_BYTES:
+            out.torn_bytes = len(data) - pos
+            out.damaged = (f"the batch at byte {pos + shift} would decode to {size:,} bytes, "
+                           f"more than the {MAX_BATCH_BYTES:,} a batch may hold (a crafted "
+                           "or foreign file: tracklake never writes one)")
+            return
         try:
             batch, md = reader.read_next_batch_with_custom_metadata()
         except StopIteration:

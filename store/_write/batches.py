@@ -107,6 +107,28 @@ def row_batches(kind: str, rows: Rows, on_drop: OnDrop) -> Iterator[pa.RecordBat
                       groups, lambda group: sum(len(g) for g in group), kind, on_drop)
 
 
+#: Row batches are cut (between calls) to about this size, a quarter of what a reader
+#: decodes of one batch (`segment.MAX_BATCH_BYTES`).
+WRITE_BATCH_BYTES = 64 << 20
+
+
+def cut_rows(batch: pa.RecordBatch, target: int = WRITE_BATCH_BYTES) -> list[pa.RecordBatch]:
+    """`batch` in pieces of about `target` bytes, cut only where `seq` changes (the rows
+    of one call stay together)."""
+    if batch.nbytes <= target or batch.num_rows < 2:
+        return [batch]
+    seqs = batch.column(0).to_numpy(zero_copy_only=False)
+    per_row = batch.nbytes / batch.num_rows
+    pieces, start, size = [], 0, 0.0
+    for i in range(1, batch.num_rows):
+        size += per_row
+        if size >= target and seqs[i] != seqs[i - 1]:
+            pieces.append(batch.slice(start, i - start))
+            start, size = i, 0.0
+    pieces.append(batch.slice(start))
+    return pieces
+
+
 def _built(build: Callable[[Any], pa.RecordBatch], group: Sequence[Any],
            size: Callable[[Any], int], kind: str, on_drop: OnDrop) -> Iterator[pa.RecordBatch]:
     try:

@@ -22,7 +22,13 @@ import pyarrow as pa
 
 from tracklake._format import SCHEMAS, StreamId, segment_name, stream_dir
 from tracklake._format.segment import SegmentWriter, stream_schema
-from tracklake._write.batches import KeyColumn, MetricCall, metric_batches, row_batches
+from tracklake._write.batches import (
+    KeyColumn,
+    MetricCall,
+    cut_rows,
+    metric_batches,
+    row_batches,
+)
 
 #: While closing, failed writes are retried this often (instead of the backoff).
 _CLOSE_RETRY_SECONDS = 0.2
@@ -232,7 +238,8 @@ class Flusher:
             self._add_pending("metrics", batch)
         for kind, kind_rows in rows.items():
             for batch in row_batches(kind, kind_rows, lost):
-                self._add_pending(kind, batch)
+                for piece in cut_rows(batch):
+                    self._add_pending(kind, piece)
 
     def _add_pending(self, kind: str, batch: pa.RecordBatch) -> None:
         if batch.num_rows == 0:

@@ -31,9 +31,29 @@ _BYTES_PER_BUFFERED_VALUE = 32
 _BYTES_PER_BUFFERED_ROW = 256
 
 
-def _row_bytes(rows: list[dict[str, Any]]) -> int:
-    return sum(_BYTES_PER_BUFFERED_ROW + sum(len(v) for v in row.values() if isinstance(v, str))
-               for row in rows)
+#: The most one text value may hold (UTF-8): larger ones belong in an artifact. Keeps every
+#: batch a writer makes within what readers decode (docs/format.md, "Limits").
+MAX_VALUE_BYTES = 16 << 20
+
+
+def _row_bytes(kind: str, rows: list[dict[str, Any]]) -> int:
+    """What `rows` take buffered; ValueError naming the field of a value that is larger
+    than MAX_VALUE_BYTES."""
+    total = 0
+    for row in rows:
+        total += _BYTES_PER_BUFFERED_ROW
+        for name, value in row.items():
+            if isinstance(value, str):
+                n = len(value)
+                if n * 4 > MAX_VALUE_BYTES and len(value.encode(errors="replace")) > \
+                        MAX_VALUE_BYTES:
+                    raise ValueError(
+                        f"{kind} field {name!r}"
+                        + (f" of key {row['key']!r}" if isinstance(row.get("key"), str) else "")
+                        + f" holds {n:,} characters, more than the {MAX_VALUE_BYTES >> 20} MiB "
+                        "one value may hold; log it as an artifact (run.log_artifact)")
+                total += n
+    return total
 
 
 class RankWriter:
@@ -116,7 +136,7 @@ class RankWriter:
     def _add_rows(self, kind: str, rows: list[dict[str, Any]], *, internal: bool) -> int | None:
         if not rows:
             return -1
-        nbytes = _row_bytes(rows)
+        nbytes = _row_bytes(kind, rows)
         with self._lock:
             if not self._accepting and not internal:
                 return None

@@ -1,0 +1,78 @@
+"""How many bytes an Arrow IPC record batch message decodes to, read from its flatbuffer
+header and its buffers' length prefixes, before anything is decompressed.
+
+A segment is input from outside: a few kilobytes of zstd can decode to gigabytes. Arrow
+records in the message header where each buffer of the body lies; with body compression,
+each buffer starts with its uncompressed length (an int64; -1 when stored as is). The sum
+is what decoding the batch allocates, give or take padding. Only the few flatbuffer
+fields needed are read (Message.header, .bodyLength; RecordBatch.buffers,
+.compression), by the flatbuffers wire format: little-endian offsets, a table reached
+through its vtable.
+"""
+
+from __future__ import annotations
+
+import struct
+
+_U16 = struct.Struct("<H")
+_U32 = struct.Struct("<I")
+_I32 = struct.Struct("<i")
+_I64 = struct.Struct("<q")
+_BUFFER = struct.Struct("<qq")  # Buffer { offset: long; length: long; }
+_RECORD_BATCH = 3  # MessageHeader.RecordBatch
+
+
+def _field(buf: memoryview, table: int, index: int) -> int | None:
+    """Absolute position of field `index` of the table at `table`, or None if absent."""
+    vtable = table - _I32.unpack_from(buf, table)[0]
+    size = _U16.unpack_from(buf, vtable)[0]
+    slot = 4 + 2 * index
+    if slot + 2 > size:
+        return None
+    offset = _U16.unpack_from(buf, vtable + slot)[0]
+    return table + offset if offset else None
+
+
+def _indirect(buf: memoryview, at: int) -> int:
+    return at + int(_U32.unpack_from(buf, at)[0])
+
+
+def decoded_size(message: memoryview) -> int | None:
+    """Bytes the record batch in `message` (one encapsulated IPC message: continuation,
+    metadata length, flatbuffer, body) decodes to; None if it is not a record batch
+    message whose header can be read (the decoder then says what is wrong)."""
+    try:
+        meta_len = _I32.unpack_from(message, 4)[0]
+        if meta_len <= 0 or 8 + meta_len > len(message):
+            return None
+        fb = message[8 : 8 + meta_len]
+        body = message[8 + meta_len :]
+        root = _indirect(fb, 0)
+        kind_at = _field(fb, root, 1)
+        if kind_at is None or fb[kind_at] != _RECORD_BATCH:
+            return None
+        header_at = _field(fb, root, 2)
+        if header_at is None:
+            return None
+        batch = _indirect(fb, header_at)
+        buffers_at = _field(fb, batch, 2)
+        compressed = _field(fb, batch, 3) is not None
+        if buffers_at is None:
+            return 0
+        vector = _indirect(fb, buffers_at)
+        count = _U32.unpack_from(fb, vector)[0]
+        total = 0
+        for i in range(count):
+            offset, length = _BUFFER.unpack_from(fb, vector + 4 + 16 * i)
+            if length <= 0:
+                continue
+            if not compressed:
+                total += length
+                continue
+            if offset < 0 or offset + 8 > len(body):
+                return None  # past the body: an incomplete or damaged message
+            raw = _I64.unpack_from(body, offset)[0]
+            total += length - 8 if raw == -1 else max(raw, 0)
+        return total
+    except (struct.error, IndexError):
+        return None
