@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from tracklake._cli.progress import quiet_option
-from tracklake._errors import TracklakeError
+from tracklake._errors import QueryError, TracklakeError
 from tracklake._format.naming import resolve_root
 
 if TYPE_CHECKING:
@@ -203,16 +203,40 @@ def diff(run_a: str, run_b: str, root: Path | None, section: str) -> None:
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the result to this file (required for parquet).")
 @click.option("--max-rows", default=100, show_default=True, help="Rows shown as a table.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+              help="Stop the query if it runs longer than this.")
 @_friendly
-def sql(statement: str, root: Path | None, fmt: str, output: Path | None, max_rows: int) -> None:
+def sql(statement: str, root: Path | None, fmt: str, output: Path | None, max_rows: int,
+        timeout: float | None) -> None:
     """Run a read-only SQL query over the store (views: runs, metrics, configs, texts,
-    generations, traces, artifacts, events, metric_summaries)."""
+    generations, traces, artifacts, events, metric_summaries). A query may use a quarter
+    of the machine's memory ($TRACKLAKE_SQL_MEMORY_LIMIT); Ctrl-C stops it at once."""
+    import signal
+
     from tracklake._cli.present import write_table
-    from tracklake._read.query import query
+    from tracklake._read.query import interrupt_queries, query
     from tracklake._read.reader import ReadProblems
 
     problems = ReadProblems()
-    table = query(statement, root=_store(root), problems=problems)
+    interrupted = False
+
+    def on_sigint(signum: int, frame: object) -> None:
+        nonlocal interrupted
+        interrupted = True
+        interrupt_queries()
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        table = query(statement, root=_store(root), problems=problems, timeout=timeout)
+    except QueryError:
+        if interrupted:
+            click.echo("tracklake: query interrupted", err=True)
+            sys.exit(130)
+        raise
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if interrupted:
+        sys.exit(130)
     warn_problems(problems)
     try:
         write_table(table, fmt, output, max_rows, forbidden_dir=_store(root))

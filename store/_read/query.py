@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import os
+import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -33,7 +34,7 @@ from tracklake._read.reader import (
     ReadProblems,
     add_once,
 )
-from tracklake._read.readonly import check_read_only, lock_down
+from tracklake._read.readonly import MEMORY_ENV, check_read_only, lock_down, memory_limit
 from tracklake._read.scope import EVERYTHING, Scope, scope_of_sql
 from tracklake._read.snapshot import (
     STEP_KINDS,
@@ -236,8 +237,11 @@ def _summary_views(con: duckdb.DuckDBPyConnection, snap: Snapshot) -> None:
 def query(sql: str, *, root: str | os.PathLike[str] | None = None,
           params: list[Any] | dict[str, Any] | None = None,
           connection: duckdb.DuckDBPyConnection | None = None,
-          problems: ReadProblems | None = None) -> pa.Table:
+          problems: ReadProblems | None = None, timeout: float | None = None) -> pa.Table:
     """Run a read-only SQL query over the store and return an Arrow table.
+
+    A query runs within a memory limit (`readonly.memory_limit`); with `timeout`, one
+    still running after that many seconds is stopped and raises QueryError.
 
     A file found damaged is left out of the answer and noted in `problems` (a
     `RuntimeWarning` without it); with a `connection` of the caller's, a query that hits a
@@ -246,7 +250,7 @@ def query(sql: str, *, root: str | os.PathLike[str] | None = None,
     check_read_only(sql)
     if connection is not None:
         try:
-            return _execute(connection, sql, params)
+            return _execute(connection, sql, params, timeout)
         except QueryError as exc:
             if not _may_be_damage(exc):
                 raise
@@ -259,7 +263,7 @@ def query(sql: str, *, root: str | os.PathLike[str] | None = None,
             names = "; ".join(f"{path}: {why}" for path, why in damaged)
             raise QueryError(f"{exc}; damaged: {names}") from exc
     found = ReadProblems() if problems is None else problems
-    table = with_connection(root, found, lambda con: _execute(con, sql, params),
+    table = with_connection(root, found, lambda con: _execute(con, sql, params, timeout),
                             scope_of_sql(sql))
     if problems is None:
         _warn(found)
@@ -378,10 +382,30 @@ def _damaged_parts(con: duckdb.DuckDBPyConnection) -> list[tuple[Path, str]]:
     return damaged
 
 
+_running: set[duckdb.DuckDBPyConnection] = set()  # connections executing a statement
+_running_lock = threading.Lock()
+
+
+def interrupt_queries() -> None:
+    """Stop every query running in this process now (from a signal handler: Ctrl-C); each
+    raises QueryError saying it was interrupted."""
+    with _running_lock:
+        for con in list(_running):
+            con.interrupt()
+
+
 def _execute(con: duckdb.DuckDBPyConnection, sql: str,
-             params: list[Any] | dict[str, Any] | None) -> pa.Table:
+             params: list[Any] | dict[str, Any] | None,
+             timeout: float | None = None) -> pa.Table:
     import duckdb
 
+    timer = None
+    if timeout is not None:
+        timer = threading.Timer(timeout, con.interrupt)
+        timer.daemon = True
+        timer.start()
+    with _running_lock:
+        _running.add(con)
     try:
         statements = duckdb.extract_statements(sql)
         for st in statements[:-1]:
@@ -390,5 +414,17 @@ def _execute(con: duckdb.DuckDBPyConnection, sql: str,
         if relation is None:
             return pa.table({})
         return relation.to_arrow_table()
+    except duckdb.InterruptException as exc:
+        if timer is not None and not timer.is_alive():
+            raise QueryError(f"query stopped after {timeout:g} s (its timeout)") from exc
+        raise QueryError("query interrupted") from exc
+    except duckdb.OutOfMemoryException as exc:
+        raise QueryError(f"query needs more memory than the {memory_limit()} a query may "
+                         f"use (set {MEMORY_ENV} to allow more): {exc}") from exc
     except duckdb.Error as exc:
         raise QueryError(f"query failed: {exc}") from exc
+    finally:
+        if timer is not None:
+            timer.cancel()
+        with _running_lock:
+            _running.discard(con)

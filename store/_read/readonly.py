@@ -3,6 +3,8 @@ check (only SELECT, and EXPLAIN / DESCRIBE / SUMMARIZE of one) as the second lay
 
 from __future__ import annotations
 
+import os
+import re
 from typing import TYPE_CHECKING
 
 from tracklake._errors import QueryError
@@ -13,9 +15,33 @@ if TYPE_CHECKING:
 _ALLOWED_STATEMENTS = {"SELECT", "EXPLAIN", "RELATION"}
 
 
+#: The environment variable that sets how much memory one query may use (a DuckDB size
+#: such as "8GB"); by default a quarter of the machine's memory.
+MEMORY_ENV = "TRACKLAKE_SQL_MEMORY_LIMIT"
+_SIZE = re.compile(r"^\s*\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)\s*$", re.IGNORECASE)
+
+
+def memory_limit() -> str:
+    """The memory one query may use: $TRACKLAKE_SQL_MEMORY_LIMIT, else a quarter of this
+    machine's memory (a query past it fails with DuckDB's out-of-memory error, and nothing
+    spills to disk: the connection may not write files)."""
+    given = os.environ.get(MEMORY_ENV, "").strip()
+    if given:
+        if not _SIZE.match(given):
+            raise QueryError(f"{MEMORY_ENV}={given!r} is not a size such as '8GB' or '512MiB'")
+        return given
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        total = 16 << 30
+    return f"{max(total // 4, 256 << 20) >> 20}MiB"
+
+
 def lock_down(con: duckdb.DuckDBPyConnection) -> None:
     """No file access at all (the views read through pyarrow), and no way to turn it on:
-    whatever a statement asks, DuckDB can neither write nor read a file."""
+    whatever a statement asks, DuckDB can neither write nor read a file; and a memory limit
+    no statement can raise."""
+    con.execute(f"SET memory_limit = '{memory_limit()}'")
     con.execute("SET enable_external_access = false")
     con.execute("SET autoinstall_known_extensions = false")
     con.execute("SET autoload_known_extensions = false")
