@@ -736,3 +736,30 @@ def test_a_hung_write_never_stalls_logging_and_finish_returns_by_its_deadline(
     assert_whole_steps(steps, kept)
     assert len(kept) * KEYS + report.dropped_values == 1000 * KEYS
     assert tracklake.find_run(root, "nfs").attempts[0]["status"] == "finished"
+
+
+def test_lifecycle_commands_on_a_full_disk_say_so_in_one_line(tmpfs: Path) -> None:
+    """compact, fsck --repair, retain --apply and unpack on a full disk: each either does
+    what fits or stops with one line naming the file and the error, never a traceback;
+    and the store still answers as before."""
+    root = tmpfs / "store"
+    with tracklake.init(project="p", run_id="r", root=root, compact=False) as run:
+        for step in range(2000):
+            run.log({"loss": float(step), "acc": 0.5}, step=step)
+    pack = tmpfs.parent / "r.tlpack"
+    cli = [sys.executable, "-m", "tracklake._cli"]
+    assert _run_cmd(*cli, "pack", "--root", str(root), "--run", "r",
+                    "--output", str(pack)).returncode == 0
+    before = tracklake.query("SELECT count(*) AS n FROM metrics", root=root).to_pylist()
+    fill_disk(tmpfs / "filler")
+    for args in (["compact", "--root", str(root)],
+                 ["fsck", "--root", str(root), "--repair"],
+                 ["retain", "--root", str(root), "--downsample-after", "0s", "--apply"],
+                 ["unpack", str(pack), "--root", str(tmpfs / "other")]):
+        result = _run_cmd(*cli, *args)
+        assert "Traceback" not in result.stderr, (args, result.stderr)
+        if result.returncode != 0:
+            lines = [x for x in result.stderr.splitlines() if x.startswith("tracklake: error")]
+            assert len(lines) == 1 and "No space left on device" in lines[0], (
+                args, result.stderr)
+    assert tracklake.query("SELECT count(*) AS n FROM metrics", root=root).to_pylist() == before

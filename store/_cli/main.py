@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import fnmatch
 import importlib
 import importlib.abc
@@ -104,6 +105,16 @@ def _one_form() -> Iterator[None]:
         if exc.exit_code != CliError.exit_code:
             raise
         raise CliError(exc.format_message()) from exc
+    except OSError as exc:
+        if exc.errno not in _STORAGE_ERRNOS:
+            raise
+        where = f"{exc.filename}: " if exc.filename else ""
+        raise CliError(f"{where}{exc.strerror or exc}; free some space (or fix the file "
+                       "system) and run the command again") from exc
+
+
+#: Failures of the storage itself, said in one line rather than a traceback.
+_STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO})
 
 
 def _friendly(func: F) -> F:
