@@ -62,3 +62,23 @@ def test_a_root_that_is_not_a_directory_is_refused_by_name(tmp_path: Path, kind:
         os.mkfifo(root)
     with pytest.raises(NotADirectoryError, match=f"{root} is a .*not a directory"):
         tracklake.init(project="p", root=root, compact=False)
+
+
+def test_names_that_collapse_onto_another_projects_directory_are_refused(root: Path) -> None:
+    """`pé ü`, `p!`, `ü p` and `p` are all stored as project `p`: the first to write it
+    keeps it, the others are refused by name, so no run's attempts mix across projects."""
+    with tracklake.init(project="p", run_id="shared", root=root) as run:
+        run.log({"loss": 1.0}, step=0)
+    for other in ("pé ü", "p!", "ü p"):
+        with pytest.raises(tracklake.InvalidNameError, match=r"stored as 'p'.*project 'p'"):
+            tracklake.init(project=other, run_id="shared", root=root)
+    with tracklake.init(project="p", run_id="shared", root=root) as again:  # the same name
+        assert again.attempt == 2
+    with tracklake.init(project="my run", run_id="a", root=root) as spaced:
+        spaced.log({"loss": 1.0}, step=0)
+    with tracklake.init(project="my run", run_id="b", root=root) as spaced_again:
+        assert spaced_again.project == "my_run"
+    with pytest.raises(tracklake.InvalidNameError, match="'my run'"):
+        tracklake.init(project="my_run", run_id="c", root=root)
+    assert tracklake.query("SELECT DISTINCT run FROM runs WHERE project = 'p'",
+                           root=root).to_pylist() == [{"run": "shared"}]

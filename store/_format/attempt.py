@@ -11,7 +11,7 @@ import time as _time
 from pathlib import Path
 from typing import Any
 
-from tracklake._errors import FormatError, NewerFormatError
+from tracklake._errors import FormatError, InvalidNameError, NewerFormatError
 from tracklake._format import FORMAT_VERSION, attempt_file, check_version, write_atomic
 from tracklake._format import checks as c
 from tracklake._format.files import NotRegularFileError, read_regular
@@ -49,6 +49,30 @@ def attempt_numbers(rank_dir: Path) -> list[int]:
     """The attempt numbers that have files in one rank's directory of a run."""
     numbers = (p.stem.split("=", 1)[1] for p in rank_dir.glob("attempt=*.json"))
     return [int(n) for n in numbers if n.isdigit()]
+
+
+def check_project_name(root: Path, project: str, given: str) -> None:
+    """Refuse `given`, a project name stored as `project`, if that directory already holds
+    a project given under another name (``pé ü``, ``p!`` and ``p`` are all stored as
+    ``p``): their runs would mix. Attempts written before names were recorded tell
+    nothing and are not held against it."""
+    base = root / "runs" / f"project={project}"
+    try:
+        runs = sorted(n for n in os.listdir(base) if n.startswith("run="))
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    for run_dir in runs[:1]:
+        for path in sorted((base / run_dir).glob("rank=*/attempt=*.json"))[:1]:
+            try:
+                record = read_attempt(path)
+            except (OSError, FormatError):
+                return
+            known = record.get("project_given") if record else None
+            if isinstance(known, str) and known != given:
+                raise InvalidNameError(
+                    f"project name {given!r} is stored as {project!r}, which already holds "
+                    f"the runs of project {known!r}: their runs would mix. Choose a name "
+                    "that differs in its letters, digits or ._+@- characters")
 
 
 def claim_attempt(root: Path, project: str, run: str, rank: int) -> tuple[int, Path]:
@@ -137,6 +161,7 @@ def validate_attempt(record: object, where: object) -> dict[str, Any]:
         c.optional(c.timestamp)(record.get("heartbeat_at"), "heartbeat_at")
         c.optional(c.timestamp)(record.get("finished_at"), "finished_at")
         c.optional(c.text)(record.get("name"), "name")
+        c.optional(c.text)(record.get("project_given"), "project_given")
         c.optional(lambda v, f: c.integer(v, f, 1, c.MAX_INT32))(record.get("world_size"),
                                                                   "world_size")
         c.optional(lambda v, f: c.list_of(v, f, c.text))(record.get("tags"), "tags")

@@ -11,7 +11,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tracklake._format.attempt import claim_attempt, now_iso, write_attempt
+from tracklake._format.attempt import (
+    check_project_name,
+    claim_attempt,
+    now_iso,
+    write_attempt,
+)
 from tracklake._format.liveness import process_identity
 from tracklake._format.naming import (
     check_writable_root,
@@ -271,7 +276,9 @@ def init(*, project: str, name: str | None = None, config: Any = None,
     that follows this run and ends on its own after it (docs/exporters.md, "Sidecars").
     """
     root_path = check_writable_root(resolve_root(root))
+    given_project = project
     project = safe_name(project, "project")
+    check_project_name(root_path, project, given_project)
     run = resolve_run_id(run_id, project, name)
     rank_n = resolve_rank(rank)
     sidecar_specs = None
@@ -284,7 +291,8 @@ def init(*, project: str, name: str | None = None, config: Any = None,
     root_path.mkdir(parents=True, exist_ok=True)
     attempt, path = claim_attempt(root_path, project, run, rank_n)
     record: dict[str, Any] = {
-        "project": project, "run": run, "name": name, "rank": rank_n, "attempt": attempt,
+        "project": project, "project_given": given_project, "run": run, "name": name,
+        "rank": rank_n, "attempt": attempt,
         "world_size": world_size(),
         "tags": [str(t) for t in tags or ()], "status": "running",
         "started_at": now_iso(), "heartbeat_at": now_iso(), "finished_at": None,
