@@ -16,11 +16,12 @@ the loop's backoff decides.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -109,8 +110,10 @@ class MlflowDestination(Destination):
             from mlflow.tracing.client import TracingClient
             from mlflow.tracking import MlflowClient
 
-            self._clients = (MlflowClient(tracking_uri=self.tracking_uri),
-                             TracingClient(self.tracking_uri))
+            with _schema_lock(self.tracking_uri):
+                client = MlflowClient(tracking_uri=self.tracking_uri)
+                client.search_experiments(max_results=1)  # connects, migrates the schema
+                self._clients = (client, TracingClient(self.tracking_uri))
         return self._clients
 
     @property
@@ -284,3 +287,24 @@ def _iso_ms(text: str) -> int:
     import datetime as dt
 
     return int(dt.datetime.fromisoformat(text).timestamp() * 1000)
+
+
+@contextlib.contextmanager
+def _schema_lock(uri: str | None) -> Iterator[None]:
+    """For a SQLite database, one process at a time creates and migrates it: two exporters
+    starting on a new database otherwise race in MLflow's schema migration, and one fails.
+    A lock file beside the database, held with flock; other URIs need none."""
+    prefix = "sqlite:///"
+    if not uri or not uri.startswith(prefix) or ":memory:" in uri:
+        yield
+        return
+    import fcntl
+
+    database = Path(uri[len(prefix):].split("?", 1)[0])
+    database.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{database}.tracklake-lock", "a") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)

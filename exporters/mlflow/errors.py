@@ -27,6 +27,21 @@ def boundary(destination: str, run: RunInfo, what: str) -> Iterator[None]:
         message = exc.message if isinstance(exc, MlflowException) else str(exc)
         raise ExportError(f"{destination}: {what} of {run.key} failed: {message}",
                           retryable=_retryable(exc)) from exc
+    except Exception as exc:
+        if not _is_database_error(exc):
+            raise
+        # a database URI: locked, or migrated by another process right now
+        raise ExportError(f"{destination}: {what} of {run.key} failed: the database said "
+                          f"{type(exc).__name__}: {str(exc).splitlines()[0]}",
+                          retryable=True) from exc
+
+
+def _is_database_error(exc: BaseException) -> bool:
+    try:
+        from sqlalchemy.exc import SQLAlchemyError
+    except ImportError:  # mlflow-skinny: no database URIs
+        return False
+    return isinstance(exc, SQLAlchemyError)
 
 
 def _retryable(exc: BaseException) -> bool:

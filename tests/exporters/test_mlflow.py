@@ -26,7 +26,7 @@ from tracklake import ExportError
 from tracklake.exporters import ExportContext, RunInfo
 from tracklake.exporters._shared.keys import DIGITS
 from tracklake.exporters.mlflow.destination import MlflowDestination, redact_uri
-from tracklake.exporters.mlflow.names import artifact_part, mlflow_key
+from tracklake.exporters.mlflow.names import RUN_ID_TAG, artifact_part, mlflow_key
 
 mlflow = optional("mlflow")
 from mlflow.tracking import MlflowClient
@@ -641,3 +641,28 @@ def test_an_artifact_root_keeps_new_experiments_artifacts_under_it(
     assert artifact_uri.startswith((tmp_path / "artifact-root" / PROJECT).as_uri())
     assert list((tmp_path / "artifact-root").rglob("model.bin"))
     assert not (tmp_path / "mlruns").exists()
+
+
+def test_two_exporters_starting_on_one_new_sqlite_database_both_deliver(
+        root: Path, tmp_path: Path) -> None:
+    """MLflow migrates a new database's schema when a client first connects; two exporters
+    doing so at once raced (one died with the migration's traceback). Both now deliver,
+    read back with MlflowClient."""
+    import subprocess
+
+    for run_id in ("a", "b"):
+        with tracklake.init(project=PROJECT, run_id=run_id, root=root) as run:
+            run.log({"loss": 1.0}, step=0)
+    uri = f"sqlite:///{tmp_path / 'new.db'}"
+    procs = [subprocess.Popen(
+        [sys.executable, "-m", "tracklake._cli", "export", "mlflow", "--root", str(root),
+         "--run", run_id, "--tracking-uri", uri], stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True) for run_id in ("a", "b")]
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+        assert "Traceback" not in err
+    client = MlflowClient(tracking_uri=uri)
+    [experiment] = [e for e in client.search_experiments() if e.name == PROJECT]
+    runs = client.search_runs([experiment.experiment_id])
+    assert sorted(r.data.tags[RUN_ID_TAG] for r in runs) == [f"{PROJECT}/a", f"{PROJECT}/b"]
