@@ -205,7 +205,7 @@ def test_retention_requiring_a_backup_removes_only_what_a_backup_holds(
     (store / "tracklake.toml").write_text("[retention]\nmax_age = \"1d\"\n"
                                           "require_backup = \"yes\"\n")
     bad = CliRunner().invoke(main, ["retain", "--root", str(store)])
-    assert bad.exit_code == 1 and "require_backup must be true or false" in bad.output
+    assert bad.exit_code == 1 and "require_backup: must be true or false" in bad.output
     os.remove(store / "tracklake.toml")
 
 
