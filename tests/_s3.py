@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from _env import child_env
 from _optional import optional
+from _reaper import reap_with_this_process
 
 STARTUP_TIMEOUT = 60.0
 
@@ -86,6 +87,7 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     with log.open("wb") as out:
         process = subprocess.Popen(_server_command(port), stdout=out, stderr=subprocess.STDOUT,
                                    env=child_env(), start_new_session=True)
+    reap_with_this_process(process)
     endpoint = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + STARTUP_TIMEOUT
     try:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from _env import child_env
+from _reaper import reap_with_this_process
 
 # Before anything imports mlflow: `import mlflow` creates its telemetry client unless
 # this is set, and that client would send usage data once something is logged.
@@ -65,6 +66,7 @@ class MlflowServer:
             self._process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
                                              stdin=subprocess.DEVNULL, env=env,
                                              cwd=self.directory, start_new_session=True)
+        reap_with_this_process(self._process)
         deadline = time.monotonic() + STARTUP_TIMEOUT
         while time.monotonic() < deadline:
             if self._process.poll() is not None:

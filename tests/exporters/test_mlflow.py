@@ -659,7 +659,7 @@ def test_two_exporters_starting_on_one_new_sqlite_database_both_deliver(
          "--run", run_id, "--tracking-uri", uri], stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True) for run_id in ("a", "b")]
     for proc in procs:
-        out, err = proc.communicate(timeout=300)
+        _, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err
         assert "Traceback" not in err
     client = MlflowClient(tracking_uri=uri)
