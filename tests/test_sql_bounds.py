@@ -61,3 +61,21 @@ def test_the_cli_timeout_and_ctrl_c_stop_a_query(store: Path) -> None:
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "interrupted" in err, err
     assert "Traceback" not in err
+
+
+def test_a_table_of_a_huge_answer_builds_only_the_rows_it_shows(store: Path) -> None:
+    """200 M rows (1.6 GB as Arrow) to print 100: the table format asks for 101."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    proc = subprocess.run([sys.executable, "-m", "tracklake._cli", "sql", "--root",
+                           str(store), "SELECT i FROM range(200000000) t(i) ORDER BY i DESC"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "199999999" in proc.stdout and "(more rows; raise --max-rows" in proc.stdout
+    peak_kib = max(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, before)
+    assert peak_kib < 1 << 20  # under 1 GiB
+    proc = subprocess.run([sys.executable, "-m", "tracklake._cli", "sql", "--root",
+                           str(store), "SELECT 1 AS one; SELECT 2 AS two"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "two" in proc.stdout, proc.stderr  # as before

@@ -225,7 +225,7 @@ def sql(statement: str, root: Path | None, fmt: str, output: Path | None, max_ro
     import signal
 
     from tracklake._cli.present import write_table
-    from tracklake._read.query import interrupt_queries, query
+    from tracklake._read.query import first_rows_sql, interrupt_queries, query
     from tracklake._read.reader import ReadProblems
 
     problems = ReadProblems()
@@ -236,9 +236,12 @@ def sql(statement: str, root: Path | None, fmt: str, output: Path | None, max_ro
         interrupted = True
         interrupt_queries()
 
+    # a table shows the first rows only: ask for no more than that (plus one, to tell)
+    shown = first_rows_sql(statement, max_rows + 1) if fmt == "table" else None
     previous = signal.signal(signal.SIGINT, on_sigint)
     try:
-        table = query(statement, root=_store(root), problems=problems, timeout=timeout)
+        table = query(shown or statement, root=_store(root), problems=problems,
+                      timeout=timeout)
     except QueryError:
         if interrupted:
             click.echo("tracklake: query interrupted", err=True)
@@ -250,7 +253,8 @@ def sql(statement: str, root: Path | None, fmt: str, output: Path | None, max_ro
         sys.exit(130)
     warn_problems(problems)
     try:
-        write_table(table, fmt, output, max_rows, forbidden_dir=_store(root))
+        write_table(table, fmt, output, max_rows, forbidden_dir=_store(root),
+                    counted=shown is None)
     except OSError as exc:
         raise CliError(f"cannot write {output}: {exc.strerror or exc}") from exc
 

@@ -153,7 +153,9 @@ def _show(value: Any) -> str:
 
 
 def write_table(table: pa.Table, fmt: str, output: Path | None, max_rows: int,
-                forbidden_dir: Path) -> None:
+                forbidden_dir: Path, counted: bool = True) -> None:
+    """`table` in `fmt`, to `output` or stdout; a table shows `max_rows` rows (`counted`:
+    `table` is the whole answer, so the rows left out can be counted)."""
     if output is not None and not is_url(forbidden_dir) and \
             output.resolve().is_relative_to(forbidden_dir.resolve()):
         raise QueryError(f"refusing to write {output} inside the store {forbidden_dir}")
@@ -182,8 +184,8 @@ def write_table(table: pa.Table, fmt: str, output: Path | None, max_rows: int,
         if output is None:
             _console().print(rich_table)
             if table.num_rows > max_rows:
-                click.echo(f"({table.num_rows - max_rows} more rows; raise --max-rows or "
-                           "use --format csv)")
+                more = f"{table.num_rows - max_rows} more rows" if counted else "more rows"
+                click.echo(f"({more}; raise --max-rows or use --format csv)")
             return
         console = literal_console(file=open(output, "w"), width=200)  # noqa: SIM115
         console.print(rich_table)

@@ -382,6 +382,20 @@ def _damaged_parts(con: duckdb.DuckDBPyConnection) -> list[tuple[Path, str]]:
     return damaged
 
 
+def first_rows_sql(sql: str, rows: int) -> str | None:
+    """`sql` asking for at most `rows` rows, if it is one SELECT (so that showing the first
+    rows of a huge answer does not build all of it); None otherwise."""
+    import duckdb
+
+    try:
+        statements = duckdb.extract_statements(sql)
+    except duckdb.Error:
+        return None
+    if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
+        return None
+    return f"SELECT * FROM ({statements[0].query}) LIMIT {int(rows)}"
+
+
 _running: set[duckdb.DuckDBPyConnection] = set()  # connections executing a statement
 _running_lock = threading.Lock()
 
