@@ -60,3 +60,24 @@ def test_compaction_tolerates_a_run_moved_away_under_it(
     assert any("removed while compaction ran" in why for _, why in report.skipped)
     assert not list((trash / "metrics").rglob("*.parquet"))  # nothing written there
     assert len(list((trash / "metrics").rglob("_seg-*.arrows"))) == 1  # nothing lost
+
+
+def test_fsck_reports_temporaries_left_by_killed_processes(root: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    _runs(root, ("a",))
+    dead = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                              capture_output=True, text=True, check=True).stdout)
+    [directory] = root.glob("metrics/project=p/run=a/rank=0/attempt=1")
+    old = directory / f".part-0-19-0.parquet.{dead}.tmp"
+    old.write_bytes(b"half a part")
+    os.utime(old, (1e9, 1e9))
+    young = directory / f".part-0-19-1.parquet.{dead}.tmp"  # may be being written
+    young.write_bytes(b"x")
+    mine = root / "runs" / f".attempt=1.json.{os.getpid()}.tmp"  # a live process's
+    mine.write_bytes(b"x")
+    os.utime(mine, (1e9, 1e9))
+    found = [p.path for p in fsck(root).problems if "temporary" in p.what]
+    assert found == [old]

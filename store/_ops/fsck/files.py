@@ -7,7 +7,9 @@ import datetime as _dt
 import hashlib
 import json
 import os
+import re
 import stat
+import time
 from pathlib import Path
 
 from tracklake._errors import CursorError, FormatError
@@ -15,6 +17,7 @@ from tracklake._format import SCHEMAS, StreamId, check_version
 from tracklake._format.attempt import CRASHED_AFTER_SECONDS, check_attempt
 from tracklake._format.cursor import MAX_STATE_BYTES, Cursor
 from tracklake._format.files import NotRegularFileError, open_regular, read_regular
+from tracklake._format.liveness import process_alive
 from tracklake._ops.backup.ledger import load_record, record_paths
 from tracklake._ops.fsck.report import FsckReport, Problem
 from tracklake._read.reader import list_stream, positions_past_end
@@ -32,6 +35,7 @@ def check_special_files(root: Path, report: FsckReport) -> None:
             except FileNotFoundError:
                 continue
             if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+                _check_temporary(path, report)
                 continue
             what = "a symbolic link" if stat.S_ISLNK(mode) else (
                 "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
@@ -41,6 +45,28 @@ def check_special_files(root: Path, report: FsckReport) -> None:
                 path, f"{what}{target} inside the store", "nothing: tracklake never follows "
                 "or opens it (it is not part of the store)", "remove it",
                 repairable=False))
+
+
+#: `.NAME.PID.tmp` (a file written aside, then renamed into place) and `.sort.HOST.PID.tmp`.
+_TEMPORARY = re.compile(r"^\..+\.(\d+)\.tmp$")
+#: A temporary this old whose process is gone was left by a killed process.
+TEMPORARY_STALE_SECONDS = 600.0
+
+
+def _check_temporary(path: Path, report: FsckReport) -> None:
+    m = _TEMPORARY.match(path.name)
+    if m is None:
+        return
+    try:
+        age = time.time() - path.lstat().st_mtime
+    except FileNotFoundError:
+        return
+    if age > TEMPORARY_STALE_SECONDS and not process_alive(int(m.group(1))):
+        report.problems.append(Problem(
+            path, f"a temporary left by a process that was killed (pid {m.group(1)}, "
+            f"{age / 60:.0f} min old)", "nothing: it was never moved into place",
+            "remove it (the next run of the operation that made it removes its own)",
+            repairable=False))
 
 
 def check_blobs(root: Path, report: FsckReport) -> None:
