@@ -6,12 +6,11 @@ is bounded at the call)."""
 from __future__ import annotations
 
 import itertools
-import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from _memory import peak_rss_kib
 
 import tracklake
 from tracklake._format import SCHEMAS, StreamId, segment_name, stream_dir
@@ -56,7 +55,7 @@ def test_a_segment_of_zstd_bombs_is_refused_before_decoding(tmp_path: Path) -> N
                  ["export", "tensorboard", "--root", str(root), "--run", "bomb",
                   "--logdir", str(tmp_path / "tb")],
                  ["compact", "--root", str(root)]):
-        proc, peak_kib = _peak_rss_kib(args)
+        proc, peak_kib = peak_rss_kib(args)
         assert "Traceback" not in proc.stderr, (args, proc.stderr)
         assert peak_kib < (1 << 20) * 1.5, args  # KiB: under 1.5 GiB, not 2.4+ GiB
     with pytest.warns(RuntimeWarning, match="would decode to"):
@@ -90,18 +89,3 @@ def test_a_text_value_larger_than_the_limit_is_refused_at_the_call(root: Path) -
     assert tracklake.query("SELECT key, length(text) AS n FROM texts", root=root
                            ).to_pylist() == [{"key": "ok", "n": 15 << 20}]
 
-
-def _peak_rss_kib(args: list[str]) -> tuple[subprocess.CompletedProcess[str], int]:
-    """Run the CLI with `args` in a process of its own; it and the peak RSS (KiB) of that
-    process alone, which it reports as it exits (VmHWM: unlike ru_maxrss it does not carry
-    the forking test process's size across exec)."""
-    code = ("import atexit, re, sys\n"
-            "atexit.register(lambda: sys.stderr.write('\\nMAXRSS %s\\n' % re.search("
-            "r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1)))\n"
-            "sys.argv = ['tracklake', *sys.argv[1:]]\n"
-            "from tracklake._cli.main import main\n"
-            "main()\n")
-    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True,
-                          text=True, timeout=300)
-    peak = int(proc.stderr.rsplit("MAXRSS ", 1)[1].split()[0])
-    return proc, peak

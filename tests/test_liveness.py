@@ -5,9 +5,11 @@ process runs (suspended, or its clock behind) is left alone."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -33,11 +35,21 @@ print(json.dumps({"complete": run.finish().complete}), flush=True)
 """
 
 
-def _older_attempt(root: Path, first: int) -> subprocess.Popen[str]:
+@contextlib.contextmanager
+def _older_attempt(root: Path, first: int) -> Iterator[subprocess.Popen[str]]:
+    """Attempt 1 of rank 0 running in a process of its own, killed however the test ends."""
     proc = subprocess.Popen([sys.executable, "-c", OLDER_ATTEMPT, str(root), str(first)],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-    return proc
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+        if proc.stdin is not None:
+            proc.stdin.close()
 
 
 def _later_attempt_finished(root: Path) -> None:
@@ -60,18 +72,21 @@ def _finish(proc: subprocess.Popen[str]) -> dict[str, object]:
     return report
 
 
+def _retain(root: Path, *args: str) -> str:
+    result = CliRunner().invoke(main, ["retain", "--root", str(root), "--apply", *args])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
 def test_compaction_leaves_the_segment_of_an_older_attempt_that_still_writes(
         tmp_path: Path) -> None:
     """A later attempt of the rank started and finished while the first one still appends:
     compaction must not take (and delete) the first one's segment."""
     root = tmp_path / "store"
-    proc = _older_attempt(root, 300)
-    try:
+    with _older_attempt(root, 300) as proc:
         _later_attempt_finished(root)
         tracklake.compact(root=root)
         report = _finish(proc)
-    finally:
-        proc.kill()
     tracklake.compact(root=root)  # now both writers are gone: everything is compacted
     assert report["complete"] is True
     assert _attempt_values(root, 1) == 600
@@ -82,28 +97,12 @@ def test_retention_keeps_a_run_whose_older_attempt_still_writes(tmp_path: Path) 
     """Attempt 2 of the rank ended, attempt 1 still runs: the run is live, and
     `retain --apply --max-age 0s` leaves it whole."""
     root = tmp_path / "store"
-    proc = _older_attempt(root, 300)
-    try:
+    with _older_attempt(root, 300) as proc:
         _later_attempt_finished(root)
-        result = CliRunner().invoke(main, ["retain", "--root", str(root), "--max-age", "0s",
-                                           "--apply"])
-        assert result.exit_code == 0, result.output
+        _retain(root, "--max-age", "0s")
         report = _finish(proc)
-    finally:
-        proc.kill()
     assert report["complete"] is True
     assert _attempt_values(root, 1) == 600
-
-
-def _skew_heartbeat(root: Path, hours: float) -> None:
-    """Move the running attempt's heartbeat and start `hours` into the past, as a writer
-    whose clock is behind (or that was suspended) leaves them."""
-    import datetime as dt
-    path = root / "runs" / "project=p" / "run=shared" / "rank=0" / "attempt=1.json"
-    record = json.loads(path.read_text())
-    then = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=hours)).isoformat()
-    record["heartbeat_at"] = record["started_at"] = then
-    path.write_text(json.dumps(record))
 
 
 def test_a_writer_whose_heartbeat_is_hours_old_but_whose_process_runs_is_live(
@@ -111,17 +110,12 @@ def test_a_writer_whose_heartbeat_is_hours_old_but_whose_process_runs_is_live(
     """Its heartbeat says two hours ago; its process (same host, boot and PID namespace)
     runs: neither compaction nor `retain --apply --max-age 1h` touches its data."""
     root = tmp_path / "store"
-    proc = _older_attempt(root, 300)
-    try:
-        _skew_heartbeat(root, 2.0)
+    with _older_attempt(root, 300) as proc:
+        _heartbeat_behind(root, "shared", 2.0)
         tracklake.compact(root=root)
-        result = CliRunner().invoke(main, ["retain", "--root", str(root), "--max-age", "1h",
-                                           "--apply"])
-        assert result.exit_code == 0, result.output
+        _retain(root, "--max-age", "1h")
         assert (root / "runs" / "project=p" / "run=shared").is_dir()
         report = _finish(proc)
-    finally:
-        proc.kill()
     assert report["complete"] is True
     assert _attempt_values(root, 1) == 600
 
@@ -173,22 +167,18 @@ def test_a_writer_whose_open_segment_is_replaced_at_seal_says_so(tmp_path: Path)
     assert segment.read_bytes() == data  # untouched: not sealed through the old descriptor
 
 
-def _as_another_host(root: Path, run: str, hours_behind: float, status: str = "running") -> None:
-    """Make rank 0 attempt 1 of `run` look written on another node whose last heartbeat,
-    by that node's clock, is `hours_behind` hours before ours."""
+def _heartbeat_behind(root: Path, run: str, hours: float, host: str | None = None) -> None:
+    """Move rank 0 attempt 1 of `run`'s heartbeat and start `hours` before our clock, as a
+    writer whose clock is behind (or that was suspended) leaves them; with `host`, as
+    written on that node (whose processes cannot be probed from here)."""
     import datetime as dt
     path = root / "runs" / "project=p" / f"run={run}" / "rank=0" / "attempt=1.json"
     record = json.loads(path.read_text())
-    then = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=hours_behind)).isoformat()
-    record.update(status=status, heartbeat_at=then, started_at=then, finished_at=None)
-    record["identity"]["host"] = "another-node"
+    then = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=hours)).isoformat()
+    record.update(status="running", heartbeat_at=then, started_at=then, finished_at=None)
+    if host is not None:
+        record["identity"]["host"] = host
     path.write_text(json.dumps(record))
-
-
-def _retain(root: Path, *args: str) -> str:
-    result = CliRunner().invoke(main, ["retain", "--root", str(root), "--apply", *args])
-    assert result.exit_code == 0, result.output
-    return result.output
 
 
 def _forget_watch() -> None:
@@ -203,17 +193,14 @@ def test_a_writer_on_another_host_whose_clock_is_behind_is_live(tmp_path: Path) 
     here: compaction and `retain --max-age 1h` look twice (two processes) and still leave
     it whole, because this host has not watched its heartbeat stand still for an hour."""
     root = tmp_path / "store"
-    proc = _older_attempt(root, 300)
-    try:
-        _as_another_host(root, "shared", 2.0)
+    with _older_attempt(root, 300) as proc:
+        _heartbeat_behind(root, "shared", 2.0, "another-node")
         for _ in range(2):
             tracklake.compact(root=root)
             assert "is running" in _retain(root, "--max-age", "1h")
             _forget_watch()
         assert (root / "runs" / "project=p" / "run=shared").is_dir()
         report = _finish(proc)
-    finally:
-        proc.kill()
     assert report["complete"] is True
     assert _attempt_values(root, 1) == 600
 
@@ -238,15 +225,15 @@ def test_a_writer_on_another_host_is_gone_once_watched_standing_still(tmp_path: 
     for run in ("stopped", "ancient", "moving"):
         with tracklake.init(project="p", run_id=run, root=root, rank=0) as r:
             r.log({"loss": 1.0}, step=0)
-    _as_another_host(root, "stopped", 2.0)
-    _as_another_host(root, "ancient", 30.0)
-    _as_another_host(root, "moving", 2.0)
+    _heartbeat_behind(root, "stopped", 2.0, "another-node")
+    _heartbeat_behind(root, "ancient", 30.0, "another-node")
+    _heartbeat_behind(root, "moving", 2.0, "another-node")
     out = _retain(root, "--max-age", "1h")
     assert not (root / "runs" / "project=p" / "run=ancient").exists(), out
     assert (root / "runs" / "project=p" / "run=stopped").is_dir()
     _forget_watch()
     _age_watch(root, 2.0)
-    _as_another_host(root, "moving", 1.9)  # its heartbeat moved since the first look
+    _heartbeat_behind(root, "moving", 1.9, "another-node")  # moved since
     out = _retain(root, "--max-age", "1h")
     assert not (root / "runs" / "project=p" / "run=stopped").exists(), out
     assert (root / "runs" / "project=p" / "run=moving").is_dir()

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from _memory import peak_rss_kib
 
 import tracklake
 from tracklake import QueryError
@@ -65,7 +66,7 @@ def test_the_cli_timeout_and_ctrl_c_stop_a_query(store: Path) -> None:
 
 def test_a_table_of_a_huge_answer_builds_only_the_rows_it_shows(store: Path) -> None:
     """200 M rows (1.6 GB as Arrow) to print 100: the table format asks for 101."""
-    proc, peak_kib = _peak_rss_kib(["sql", "--root", str(store),
+    proc, peak_kib = peak_rss_kib(["sql", "--root", str(store),
                                     "SELECT i FROM range(200000000) t(i) ORDER BY i DESC"])
     assert proc.returncode == 0, proc.stderr
     assert "199999999" in proc.stdout and "(more rows; raise --max-rows" in proc.stdout
@@ -75,18 +76,3 @@ def test_a_table_of_a_huge_answer_builds_only_the_rows_it_shows(store: Path) -> 
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and "two" in proc.stdout, proc.stderr  # as before
 
-
-def _peak_rss_kib(args: list[str]) -> tuple[subprocess.CompletedProcess[str], int]:
-    """Run the CLI with `args` in a process of its own; it and the peak RSS (KiB) of that
-    process alone, which it reports as it exits (VmHWM: unlike ru_maxrss it does not carry
-    the forking test process's size across exec)."""
-    code = ("import atexit, re, sys\n"
-            "atexit.register(lambda: sys.stderr.write('\\nMAXRSS %s\\n' % re.search("
-            "r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1)))\n"
-            "sys.argv = ['tracklake', *sys.argv[1:]]\n"
-            "from tracklake._cli.main import main\n"
-            "main()\n")
-    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True,
-                          text=True, timeout=300)
-    peak = int(proc.stderr.rsplit("MAXRSS ", 1)[1].split()[0])
-    return proc, peak
