@@ -213,7 +213,8 @@ def check_attempt(path: Path) -> dict[str, Any] | None:
         except OSError as exc:
             if exc.errno != errno.EFBIG:
                 raise
-            data = b"x" * (MAX_ATTEMPT_BYTES + 1)  # parse_attempt names the limit
+            raise FormatError(f"{path}: an attempt record of more than {MAX_ATTEMPT_BYTES} "
+                              f"bytes; the limit is {MAX_ATTEMPT_BYTES}") from exc
     else:  # a path in an object store
         with path.open("rb") as f:
             data = f.read(MAX_ATTEMPT_BYTES + 1)
