@@ -19,8 +19,9 @@ tracklake needs, and the built-in exporters use nothing else of the store:
   partition columns (`PARTITION_SCHEMA`: give it to any engine reading the Parquet parts,
   so that run ``0042`` stays a string), `StreamId`, and the format
   version with `check_version()` for files a tool keeps beside the store;
-- artifacts: `blob_path(root, digest)` and `open_blob(root, digest)` for the bytes of an
-  artifact record.
+- artifacts: `blob_path(root, digest)`, `stored_blob(root, digest)` (the path only if the
+  store holds the blob as a regular file) and `open_blob(root, digest)` for the bytes of
+  an artifact record.
 
 Durable file writes for tools that keep their own files (cursors, event files) are in
 `tracklake.files`.
@@ -28,6 +29,7 @@ Durable file writes for tools that keep their own files (cursors, event files) a
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 from pathlib import Path
@@ -45,9 +47,12 @@ from tracklake._format import (
 from tracklake._format import blob_path as _blob_path
 from tracklake._format.attempt import TERMINAL_STATUSES, effective_status
 from tracklake._format.cursor import MAX_STATE_BYTES, Cursor
+from tracklake._format.files import NotRegularFileError, open_regular
 from tracklake._read.listing import stream_dirs as _stream_dirs
 from tracklake._read.location import is_url as _is_url
 from tracklake._read.location import read_root as resolve_root
+from tracklake._read.location import regular_blob as _regular_blob
+from tracklake._read.location import through_no_link as _through_no_link
 from tracklake._read.reader import (
     ReadProblems,
     RunRecord,
@@ -72,10 +77,27 @@ def blob_path(root: str | os.PathLike[str], digest: str) -> Path:
     return _blob_path(resolve_root(root), digest)
 
 
+def stored_blob(root: str | os.PathLike[str], digest: str) -> Path | None:
+    """`blob_path(root, digest)` if the store holds that blob as a regular file reached
+    through no symbolic link; None if it is missing (a pack made without blobs) or is a
+    link, FIFO or device planted in its place, which no reader follows out of the store."""
+    blob_path(root, digest)  # the digest checked
+    return _regular_blob(resolve_root(root), digest)
+
+
 def open_blob(root: str | os.PathLike[str], digest: str) -> BinaryIO:
-    """The bytes of an artifact, opened for reading (`FileNotFoundError` if the store
-    does not hold them, as after a pack made without blobs)."""
-    return blob_path(root, digest).open("rb")
+    """The bytes of an artifact, opened for reading: `FileNotFoundError` if the store
+    does not hold them (as after a pack made without blobs), `NotRegularFileError` (an
+    OSError) naming the path if a link, FIFO or device stands in their place."""
+    path = blob_path(root, digest)
+    base = resolve_root(root)
+    if _is_url(base):
+        return path.open("rb")
+    if not _through_no_link(base, path.relative_to(base).as_posix()):
+        raise NotRegularFileError(errno.ELOOP, f"{path} is reached through a symbolic "
+                                  "link; tracklake does not follow links in a store",
+                                  str(path))
+    return open_regular(path)
 
 
 def run_files(root: str | os.PathLike[str], project: str, run: str,
@@ -110,6 +132,7 @@ __all__ = [
     "SCHEMAS",
     "TERMINAL_STATUSES",
     "Cursor",
+    "NotRegularFileError",
     "ReadProblems",
     "RunRecord",
     "StreamId",
@@ -123,5 +146,6 @@ __all__ = [
     "read_run",
     "resolve_root",
     "run_files",
+    "stored_blob",
     "stream_last_seq",
 ]

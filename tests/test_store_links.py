@@ -14,6 +14,8 @@ from click.testing import CliRunner
 import tracklake
 from tracklake._cli.main import main
 from tracklake._ops.fsck import fsck
+from tracklake._ops.pack.pack import pack
+from tracklake._read.location import regular_blob
 
 
 def _store(root: Path, project: str, runs: tuple[str, ...]) -> None:
@@ -95,3 +97,83 @@ def test_a_fifo_named_as_a_segment_hangs_nothing(tmp_path: Path) -> None:
         else:
             assert proc.returncode == 0, (args, proc.stdout, proc.stderr)
     assert fifo.exists()  # nobody removed or replaced what they do not own
+
+
+def _blob_store(root: Path, data: bytes) -> str:
+    with tracklake.init(project="p", run_id="r", root=root, compact=False) as r:
+        digest = r.log_artifact(data, name="weights.bin")
+    assert digest is not None
+    return digest
+
+
+def test_a_blob_replaced_by_a_link_out_of_the_store_is_never_read(tmp_path: Path) -> None:
+    from tracklake.read import NotRegularFileError, blob_path, open_blob, stored_blob
+
+    root, secret = tmp_path / "store", tmp_path / "secret"
+    secret.write_bytes(b"not the store's to give away")
+    digest = _blob_store(root, b"model bytes")
+    blob = blob_path(root, digest)
+    assert stored_blob(root, digest) == blob
+    blob.unlink()
+    blob.symlink_to(secret)
+    assert stored_blob(root, digest) is None
+    try:
+        open_blob(root, digest)
+    except NotRegularFileError as exc:
+        assert str(blob) in str(exc)
+    else:
+        raise AssertionError("open_blob followed a link out of the store")
+    report = pack(root=root, all_runs=True, output=tmp_path / "p.tar")
+    assert report.missing_blobs == [digest]
+    found = {p.path: p.what for p in fsck(root).problems}
+    assert blob in found and "symbolic link" in found[blob], found
+    # logging the same bytes again puts the real blob back in place of the link
+    _blob_store(root, b"model bytes")
+    assert stored_blob(root, digest) == blob and not blob.is_symlink()
+    assert blob.read_bytes() == b"model bytes"
+    assert secret.read_bytes() == b"not the store's to give away"
+
+
+def test_a_blob_directory_linked_elsewhere_or_a_fifo_blob_is_left_out(tmp_path: Path) -> None:
+    from tracklake.read import NotRegularFileError, blob_path, open_blob, stored_blob
+
+    root, elsewhere = tmp_path / "store", tmp_path / "elsewhere"
+    digest = _blob_store(root, b"first")
+    shard = blob_path(root, digest).parent
+    shard.rename(elsewhere)
+    shard.symlink_to(elsewhere)  # the blob is there, but only through a link
+    assert stored_blob(root, digest) is None
+    try:
+        open_blob(root, digest)
+    except NotRegularFileError:
+        pass
+    else:
+        raise AssertionError("open_blob went through a linked directory")
+    shard.unlink()
+    shard.mkdir()
+    os.mkfifo(blob_path(root, digest))
+    assert stored_blob(root, digest) is None
+    try:
+        open_blob(root, digest)  # refused at once, no read that waits for a writer
+    except NotRegularFileError as exc:
+        assert "FIFO" in str(exc)
+    else:
+        raise AssertionError("open_blob opened a FIFO")
+    assert regular_blob(root, "../" * 10 + "etc/passwd") is None
+
+
+def test_the_wandb_artifacts_leave_out_a_blob_that_is_a_link(tmp_path: Path) -> None:
+    from tracklake.exporters.wandb.artifacts import build
+    from tracklake.read import blob_path
+
+    root, secret = tmp_path / "store", tmp_path / "secret"
+    secret.write_bytes(b"secret")
+    digest = _blob_store(root, b"model bytes")
+    record = {"name": "weights.bin", "digest": digest, "step": 0, "size": 11}
+    built, missing = build([record], root)
+    assert len(built) == 1 and missing == []
+    blob = blob_path(root, digest)
+    blob.unlink()
+    blob.symlink_to(secret)
+    built, missing = build([record], root)
+    assert built == [] and missing == ["weights.bin"]

@@ -29,7 +29,7 @@ from tracklake.exporters.mlflow.names import (
 )
 from tracklake.exporters.mlflow.params import config_params, is_verl_run
 from tracklake.exporters.mlflow.target import MlflowTarget
-from tracklake.read import blob_path
+from tracklake.read import blob_path, stored_blob
 
 logger = logging.getLogger(__name__)
 
@@ -190,11 +190,12 @@ def write_artifacts(run: RunInfo, target: MlflowTarget, table: pa.Table, *,
         latest[f"artifacts/{artifact_part(name)}"] = digest
     missing: dict[str, str] = {}
     for path, digest in latest.items():
-        blob = blob_path(context.root, digest)
-        if not blob.is_file():  # lost from the store: say so, and export the rest
+        blob = stored_blob(context.root, digest)
+        if blob is None:  # lost from the store, or a link in its place: say so, go on
             missing[mlflow_key(f"tracklake.missing_artifact.{path}")] = digest
             logger.warning("%s: artifact %r of %s left out: its blob %s is missing from the "
-                           "store", destination, path, run.key, blob)
+                           "store (or is not a regular file)", destination, path, run.key,
+                           blob_path(context.root, digest))
             continue
         directory, _, filename = path.rpartition("/")
         with tempfile.TemporaryDirectory(prefix="tracklake-mlflow-") as tmp:

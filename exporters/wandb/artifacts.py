@@ -20,7 +20,7 @@ from typing import Any
 
 import wandb
 
-from tracklake.read import blob_path
+from tracklake.read import stored_blob
 
 _REFUSED = re.compile(r"[^A-Za-z0-9_.\-]")
 
@@ -45,8 +45,8 @@ def build(records: Iterable[Mapping[str, Any]], store_root: Path
         files: dict[str, Path] = {}
         metadata: dict[str, Any] = {}
         for record in members:
-            blob = blob_path(store_root, str(record["digest"]))
-            if not blob.is_file():
+            blob = stored_blob(store_root, str(record["digest"]))
+            if blob is None:  # missing, or a link or device in its place
                 missing.append(str(record["name"]))
                 continue
             files[str(record["name"])] = blob  # the last record of a file name wins

@@ -58,6 +58,14 @@ def _what(mode: int) -> str:
     return "a device or socket"
 
 
+def is_regular_file(path: Path) -> bool:
+    """True if `path` itself (not what a link there points to) is a regular file."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+
+
 def open_regular(path: Path) -> BinaryIO:
     """Open `path` for reading only if it is a regular file, never following a link and
     never blocking (a FIFO or device is refused, not opened for a read that hangs).

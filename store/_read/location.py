@@ -11,17 +11,22 @@ environment (``AWS_*``, ``GOOGLE_*``), nothing downloaded, nothing written.
 from __future__ import annotations
 
 import os
+import re
 import stat
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, BinaryIO, ClassVar, cast
 
 from tracklake._errors import StoreError
+from tracklake._format.files import is_regular_file
+from tracklake._format.layout import blob_path
 from tracklake._format.naming import env_root, resolve_root
 
 if TYPE_CHECKING:
     _PathBase = Path  # typed as a Path so the layers pass it on unchanged
 else:
     _PathBase = PurePosixPath
+
+_DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
 class ObjectPath(_PathBase):
@@ -164,6 +169,19 @@ def through_no_link(root: Path, rel: str) -> bool:
         except FileNotFoundError:
             return True
     return True
+
+
+def regular_blob(root: Path, digest: str) -> Path | None:
+    """The path of blob `digest` if the store holds it as a regular file reached through
+    no link; None if it is missing, a link, FIFO or device stands in its place, or the
+    digest is not 64 hex digits (a crafted record, which forms no path)."""
+    if not _DIGEST.fullmatch(digest):
+        return None
+    path = blob_path(root, digest)
+    if isinstance(root, ObjectPath):
+        return path if path.is_file() else None
+    rel = f"blobs/sha256/{digest[:2]}/{digest}"
+    return path if through_no_link(root, rel) and is_regular_file(path) else None
 
 
 def regular_files_in(directory: Path) -> tuple[list[str], list[str]]:

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from tracklake._format import blob_path, fsync_dir
+from tracklake._format.files import is_regular_file
 from tracklake._format.naming import safe_name
 
 
@@ -103,7 +104,7 @@ def _copy_blob(root: Path, source: bytes | Path, tmp: Path) -> tuple[str, int]:
     digest = h.hexdigest()
     final = blob_path(root, digest)
     final.parent.mkdir(parents=True, exist_ok=True)
-    if not final.exists():
+    if not is_regular_file(final):  # a link or FIFO planted in its place is replaced
         os.replace(tmp, final)
         fsync_dir(final.parent)
     return digest, size

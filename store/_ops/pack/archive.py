@@ -24,6 +24,7 @@ from typing import IO
 
 from tracklake._errors import FormatError
 from tracklake._format import blob_path, fsync_dir
+from tracklake._format.files import open_regular
 from tracklake._ops.pack.manifest import (
     CHUNK,
     MANIFEST,
@@ -85,7 +86,7 @@ def write_archive(out: Path, manifest: Manifest, streams: list[tuple[StreamEntry
                 for a, blob in attempts:
                     tar.addfile(_tar_info(a.member, a.size, mtime), io.BytesIO(blob))
                 for b in manifest.blobs:
-                    with open(blob_path(root, b.sha256), "rb") as src:
+                    with open_regular(blob_path(root, b.sha256)) as src:
                         reader = _HashingReader(src)
                         tar.addfile(_tar_info(b.member, b.size, mtime), reader)
                     if reader.hash.hexdigest() != b.sha256:

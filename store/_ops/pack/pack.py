@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tracklake._errors import FormatError, PackConflictError, RunNotFoundError, StoreError
-from tracklake._format import SCHEMAS, attempt_file, blob_path, stream_dir
+from tracklake._format import SCHEMAS, attempt_file, stream_dir
 from tracklake._format.attempt import parse_attempt
 from tracklake._format.naming import resolve_root
 from tracklake._ops.compact import write_part
@@ -45,6 +45,7 @@ from tracklake._ops.pack.manifest import (
     stream_key,
 )
 from tracklake._ops.pack.unpack import UnpackReport, unpack
+from tracklake._read.location import regular_blob
 from tracklake._read.reader import ReadProblems, list_runs, list_streams, read_stream
 
 __all__ = [
@@ -212,11 +213,11 @@ def pack(*, root: str | os.PathLike[str] | None = None, project: str | None = No
                 progress(done, len(selected), f"{record.project}/{record.run}")
         blobs: list[BlobEntry] = []
         for digest in sorted(digests - covered.blobs):
-            path = blob_path(root_path, digest)
-            if not path.is_file() or _sha256_file(path)[0] != digest:
+            blob = regular_blob(root_path, digest)
+            if blob is None or _sha256_file(blob)[0] != digest:
                 report.missing_blobs.append(digest)
                 continue
-            blobs.append(BlobEntry(digest, path.stat().st_size))
+            blobs.append(BlobEntry(digest, blob.stat().st_size))
             covered.blobs.add(digest)
         since_doc = None
         if base is not None and since is not None:

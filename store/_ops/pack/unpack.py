@@ -40,6 +40,7 @@ from tracklake._ops.pack.manifest import (
     stream_key,
 )
 from tracklake._ops.pack.parts import MAX_PART_BYTES, load_part
+from tracklake._read.location import regular_blob
 from tracklake._read.reader import list_stream, read_stream
 
 
@@ -254,7 +255,7 @@ def unpack(path: str | os.PathLike[str], *, root: str | os.PathLike[str] | None 
                  for e in manifest.streams]
         attempts = [(e, _plan_attempt(root_path, pack_path, tar, e))
                     for e in manifest.attempts]
-        blobs = [e for e in manifest.blobs if not blob_path(root_path, e.sha256).exists()]
+        blobs = [e for e in manifest.blobs if regular_blob(root_path, e.sha256) is None]
         report.blobs_skipped = len(manifest.blobs) - len(blobs)
         # write: blobs first, so no artifact record points at a missing blob; the attempt
         # files last, so a run shows up once its records are in place
