@@ -275,3 +275,26 @@ def test_unpacking_a_part_that_decodes_to_gigabytes_is_refused_in_bounded_memory
     assert outcome.startswith("refused: ") and "decode to more than" in outcome, outcome
     assert int(peak) < 2 << 30, f"peak RSS {int(peak) >> 20} MiB"
     assert _files(target) == []
+
+
+def test_a_part_within_the_limit_is_unpacked_holding_its_dictionary_not_every_value(
+        tmp_path: Path) -> None:
+    """A pack of about 30 KB whose one texts part decodes to 1 GiB (1,024 rows of one
+    1 MiB value), within the limit: unpacked, the values are held and written as the one
+    dictionary value they are (before: a peak of 2.6 times what the part decodes to, as
+    the rows were read out in full, and again when Parquet wrote them out in full)."""
+    out = tmp_path / "wide.pack"
+    _bomb_pack(out, tmp_path, rows=1024, value_bytes=1 << 20)
+    target = tmp_path / "target"
+    done = subprocess.run([sys.executable, "-c", _MEASURE, str(out), str(target)],
+                          capture_output=True, text=True, check=True)
+    peak, outcome = done.stdout.splitlines()[:2]
+    assert outcome == "unpacked", outcome
+    assert int(peak) < 512 << 20, f"peak RSS {int(peak) >> 20} MiB"
+    [part] = _files(target)
+    meta = pq.ParquetFile(part).metadata
+    assert meta.num_rows == 1024
+    assert pq.read_schema(part).remove_metadata().equals(SCHEMAS["texts"])
+    text = pq.ParquetFile(part, read_dictionary=["text"]).read(columns=["text"]).column(0)
+    assert len(text) == 1024 and text.null_count == 0
+    assert {v for c in text.chunks for v in c.dictionary.to_pylist()} == {"a" * (1 << 20)}

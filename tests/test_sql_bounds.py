@@ -76,3 +76,14 @@ def test_a_table_of_a_huge_answer_builds_only_the_rows_it_shows(store: Path) -> 
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and "two" in proc.stdout, proc.stderr  # as before
 
+
+
+def test_a_long_query_draws_no_progress_bar_into_the_callers_output(store: Path) -> None:
+    """DuckDB draws a progress bar on stdout for a query that runs over two seconds (in a
+    plain `python` process; pytest's own capture hides it); tracklake turns it off, so
+    nothing but the answer is written (a CSV stays a CSV)."""
+    code = ("import sys, tracklake; print(tracklake.query(\"SELECT current_setting("
+            "'enable_progress_bar') AS bar\", root=sys.argv[1]).to_pylist())")
+    done = subprocess.run([sys.executable, "-c", code, str(store)], capture_output=True,
+                          text=True, check=True)
+    assert done.stdout.strip() == "[{'bar': False}]", done.stdout

@@ -92,6 +92,9 @@ PAYLOAD_COLUMNS = frozenset({"text", "input", "output", "extra", "error", "attri
 #: column costs more than it saves (a part of one record per kind would be larger than
 #: the segment it replaces).
 SMALL_PART_ROWS = 4096
+#: A dictionary-encoded column is written with its dictionary as long as that holds at
+#: most this many bytes (past it, Parquet writes every row's value out in full).
+_ENCODED_DICTIONARY_BYTES = 256 << 20
 
 
 def write_part_file(path: Path, table: pa.Table, kind: str) -> None:
@@ -133,12 +136,17 @@ def write_part_stream(path: Path, schema: pa.Schema, chunks: Iterable[pa.Table],
         if kind == "metrics":
             encodings["value"] = "BYTE_STREAM_SPLIT"
         dictionary = [c for c in schema.names if c not in encodings and c != "end_time"]
+    # columns that come dictionary-encoded (records read back from a part) stay so: their
+    # dictionary is written as it is, never expanded to every row's value first
+    encoded = [f.name for f in schema if pa.types.is_dictionary(f.type)]
+    dictionary = [*dictionary, *(c for c in encoded if c not in dictionary)]
     order = PART_ORDER[kind] if order is None else order
     sorting = pq.SortingColumn.from_ordering(
         schema, [(c, "ascending") for c in order], null_placement="at_end")
     with pa.OSFile(str(path), "wb") as sink, pq.ParquetWriter(
             sink, schema, compression="zstd", compression_level=3,
             use_dictionary=dictionary, column_encoding=encodings or None,
+            dictionary_pagesize_limit=_ENCODED_DICTIONARY_BYTES if encoded else None,
             write_statistics=[c for c in schema.names if c not in PAYLOAD_COLUMNS],
             write_page_checksum=True, write_page_index=True, sorting_columns=sorting,
             store_schema=False) as writer:

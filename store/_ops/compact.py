@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -132,6 +133,11 @@ def _sealed(seg: Segment) -> bool:
 
 
 def _sorted_for_parquet(kind: str, table: pa.Table) -> pa.Table:
+    """`table` in the part's row order (a copy only if it is not in that order yet)."""
+    if kind != "metrics":
+        seq = table.column("seq").to_numpy()
+        if bool(np.all(seq[1:] >= seq[:-1])):
+            return table
     keys = [("key", "ascending"), ("step", "ascending"), ("seq", "ascending")] \
         if kind == "metrics" else [("seq", "ascending")]
     return table.take(pc.sort_indices(table, sort_keys=keys))
@@ -152,8 +158,10 @@ def metric_summary(table: pa.Table) -> list[dict[str, object]]:
 
 
 def write_part(directory: Path, s: StreamId, table: pa.Table, last_segment: int) -> Path:
-    """Write `table` (already de-duplicated) as a part, atomically; returns its path."""
-    first, last = table.column("seq")[0].as_py(), table.column("seq")[-1].as_py()
+    """Write `table` (already de-duplicated, in any order) as a part, atomically; returns
+    its path."""
+    seqs = table.column("seq")
+    first, last = pc.min(seqs).as_py(), pc.max(seqs).as_py()
     table = _sorted_for_parquet(s.kind, table)
     meta = {
         "tracklake.format": FORMAT_VERSION, "tracklake.kind": s.kind,

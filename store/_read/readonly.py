@@ -42,6 +42,7 @@ def lock_down(con: duckdb.DuckDBPyConnection) -> None:
     whatever a statement asks, DuckDB can neither write nor read a file; and a memory limit
     no statement can raise."""
     con.execute(f"SET memory_limit = '{memory_limit()}'")
+    con.execute("SET enable_progress_bar = false")  # never drawn into a caller's output
     con.execute("SET enable_external_access = false")
     con.execute("SET autoinstall_known_extensions = false")
     con.execute("SET autoload_known_extensions = false")

@@ -40,12 +40,27 @@ def _check_part_shape(where: str, pf: pq.ParquetFile, entry: StreamEntry) -> Non
                           f"says {entry.rows}")
 
 
+def _string_columns(f: IO[bytes]) -> list[str]:
+    return [field.name for field in pq.ParquetFile(f).schema_arrow
+            if pa.types.is_string(field.type)]
+
+
+def plain(table: pa.Table) -> pa.Table:
+    """`table` with its dictionary-encoded columns decoded (to compare it with records
+    read from the store)."""
+    for i, field in enumerate(table.schema):
+        if pa.types.is_dictionary(field.type):
+            column = pa.chunked_array([c.dictionary_decode() for c in table.column(i).chunks],
+                                      field.type.value_type)
+            table = table.set_column(i, field.with_type(field.type.value_type), column)
+    return table
+
+
 def _check_decoded_size(where: str, f: IO[bytes], limit: int) -> None:
     """Refuse a part whose records would decode to more than `limit` bytes, measured
     batch by batch with strings kept dictionary-encoded, so that measuring holds one
     small batch at a time whatever the part expands to."""
-    strings = [field.name for field in pq.ParquetFile(f).schema_arrow
-               if pa.types.is_string(field.type)]
+    strings = _string_columns(f)
     f.seek(0)
     total = 0
     for batch in pq.ParquetFile(f, read_dictionary=strings).iter_batches(_BATCH_ROWS):
@@ -63,8 +78,13 @@ def _check_decoded_size(where: str, f: IO[bytes], limit: int) -> None:
 
 
 def load_part(path: Path, tar: tarfile.TarFile, entry: StreamEntry,
-               limit: int = MAX_PART_BYTES) -> pa.Table:
-    """The records of a packed part, checked against the manifest, in bounded memory."""
+              limit: int = MAX_PART_BYTES, *, seq_only: bool = False) -> pa.Table:
+    """The records of a packed part, checked against the manifest, in bounded memory
+    (only their seq column with `seq_only`, the whole part checked all the same).
+
+    Their strings stay dictionary-encoded, as Parquet holds them (so a value repeated
+    a million times is held once), except in metrics, whose rows are sorted by key when
+    written; `plain()` decodes them."""
     where = f"{path}: member {entry.member!r}"
     try:
         with read_member(tar, tar.getmember(entry.member)) as f:
@@ -72,12 +92,18 @@ def load_part(path: Path, tar: tarfile.TarFile, entry: StreamEntry,
             f.seek(0)
             _check_decoded_size(where, f, limit)
             f.seek(0)
-            table = pq.ParquetFile(f).read()
+            keep = [] if entry.stream.kind == "metrics" else _string_columns(f)
+            f.seek(0)
+            table = pq.ParquetFile(f, read_dictionary=keep).read(
+                columns=["seq"] if seq_only else None)
     except (pa.ArrowException, OSError) as exc:
         raise FormatError(f"{where} is not a readable Parquet part ({exc})") from exc
     s = entry.stream
     table = table.replace_schema_metadata(None)
-    if not table.schema.equals(SCHEMAS[s.kind]):
+    expected = SCHEMAS[s.kind]
+    if seq_only:
+        expected = pa.schema([expected.field("seq")])
+    if not plain(table.slice(0, 0)).schema.equals(expected):
         raise FormatError(f"{where}: its columns are not those of {s.kind} records")
     seqs = table.column("seq")
     if (table.num_rows != entry.rows or seqs.null_count

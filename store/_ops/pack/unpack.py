@@ -39,7 +39,7 @@ from tracklake._ops.pack.manifest import (
     StreamEntry,
     stream_key,
 )
-from tracklake._ops.pack.parts import MAX_PART_BYTES, load_part
+from tracklake._ops.pack.parts import MAX_PART_BYTES, load_part, plain
 from tracklake._read.location import regular_blob
 from tracklake._read.reader import list_stream, read_stream
 
@@ -113,18 +113,23 @@ def _existing(root: Path, s: StreamId, first: int, last: int) -> pa.Table:
 def _plan_stream(root: Path, path: Path, tar: tarfile.TarFile,
                  entry: StreamEntry, limit: int) -> _StreamPlan:
     s = entry.stream
-    incoming = load_part(path, tar, entry, limit)
     have = _existing(root, s, entry.first_seq, entry.last_seq)
+    # with nothing to compare the records with, their seqs are all the plan needs
+    incoming = load_part(path, tar, entry, limit, seq_only=have.num_rows == 0)
     have_seqs = pc.unique(have.column("seq"))
     common_in = pc.is_in(incoming.column("seq"), value_set=have_seqs)
     common_have = pc.is_in(have.column("seq"), value_set=pc.unique(incoming.column("seq")))
-    if not _same_rows(incoming.filter(common_in), have.filter(common_have)):
+    # records in both are compared (the rows are copied only when there are such)
+    if (have.num_rows or pc.any(common_in).as_py()) and not _same_rows(
+            plain(incoming.filter(common_in)), have.filter(common_have)):
         raise PackConflictError(
             f"{path}: stream {stream_key(s)} holds records with seq in "
             f"{entry.first_seq}..{entry.last_seq} that differ from those in {root}; "
             "refusing to overwrite them (were the same run id and attempt used on both "
             "machines?)")
-    new = np.unique(incoming.filter(pc.invert(common_in)).column("seq").to_numpy())
+    seqs = incoming.column("seq").to_numpy()
+    new = np.unique(seqs[~common_in.to_numpy(zero_copy_only=False)])
+    del incoming
     files = list_stream(root, s)
     covered_segment = max((p.last_segment for p in files.parts), default=PACKED_SEGMENT)
     if len(new) == 0:
@@ -229,8 +234,9 @@ def _merge(root: Path, pack_path: Path, tar: tarfile.TarFile, plan: _StreamPlan,
     directory.mkdir(parents=True, exist_ok=True)
     records = 0
     for lo, hi in plan.ranges:
-        chunk = table.filter(pc.and_(pc.greater_equal(seqs, lo), pc.less_equal(seqs, hi)))
-        chunk = chunk.take(pc.sort_indices(chunk, sort_keys=[("seq", "ascending")]))
+        whole = (lo, hi) == (plan.entry.first_seq, plan.entry.last_seq)
+        chunk = table if whole else table.filter(  # the whole part is not copied
+            pc.and_(pc.greater_equal(seqs, lo), pc.less_equal(seqs, hi)))
         written.append(write_part(directory, plan.entry.stream, chunk, plan.last_segment))
         records += chunk.num_rows
     return records
