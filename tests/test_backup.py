@@ -91,6 +91,25 @@ def test_a_killed_backup_resumes_without_copying_twice(store: Path, tmp_path: Pa
     assert views(dest) == views(store)
 
 
+def test_a_backup_removes_the_temporaries_a_killed_backup_left(store: Path,
+                                                              tmp_path: Path) -> None:
+    dest = tmp_path / "backup"
+    backup(store, dest)
+    dead = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                              capture_output=True, text=True, check=True).stdout)
+    [attempt] = store.glob("runs/project=bk/run=one/**/attempt=1.json")
+    there = dest / attempt.parent.relative_to(store)
+    stale = there / f".attempt=2.json.{dead}.tmp"  # a copy killed midway, long ago
+    stale.write_bytes(b"half a file")
+    os.utime(stale, (1e9, 1e9))
+    young = there / f".attempt=9.json.{os.getpid()}.tmp"  # its process lives
+    young.write_bytes(b"x")
+    os.utime(young, (1e9, 1e9))
+    log_run(store, "one")  # attempt 2: the next backup writes into that directory
+    backup(store, dest)
+    assert not stale.exists() and young.exists()
+
+
 def test_restore_refuses_a_damaged_backup_and_conflicts(store: Path, tmp_path: Path) -> None:
     dest = tmp_path / "backup"
     backup(store, dest)

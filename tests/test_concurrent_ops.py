@@ -81,3 +81,8 @@ def test_fsck_reports_temporaries_left_by_killed_processes(root: Path) -> None:
     os.utime(mine, (1e9, 1e9))
     found = [p.path for p in fsck(root).problems if "temporary" in p.what]
     assert found == [old]
+    repaired = [p for p in fsck(root, repair=True).problems if "temporary" in p.what]
+    assert [p.repaired for p in repaired] == [
+        f"moved to quarantine/{old.relative_to(root)}"]
+    assert not old.exists() and young.exists() and mine.exists()
+    assert not [p for p in fsck(root).problems if "temporary" in p.what]  # not again

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from tracklake._format import fsync_dir, write_atomic
+from tracklake._format.temporaries import remove_left_over
 from tracklake._ops.backup.blobcopy import check_source, copy_blob, file_sha256
 from tracklake._ops.backup.errors import BackupError
 
@@ -176,6 +177,7 @@ class LocalTarget:
         dst = self.path / rel
         if dst.parent not in self._made:  # one mkdir per directory, not per file
             dst.parent.mkdir(parents=True, exist_ok=True)
+            remove_left_over(dst.parent)  # of an earlier backup that was killed
             self._made.add(dst.parent)
         return dst
 

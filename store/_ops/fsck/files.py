@@ -7,9 +7,7 @@ import datetime as _dt
 import hashlib
 import json
 import os
-import re
 import stat
-import time
 from pathlib import Path
 
 from tracklake._errors import CursorError, FormatError
@@ -17,7 +15,7 @@ from tracklake._format import SCHEMAS, StreamId, check_version
 from tracklake._format.attempt import CRASHED_AFTER_SECONDS, check_attempt
 from tracklake._format.cursor import MAX_STATE_BYTES, Cursor
 from tracklake._format.files import NotRegularFileError, open_regular, read_regular
-from tracklake._format.liveness import process_alive
+from tracklake._format.temporaries import left_over
 from tracklake._ops.backup.ledger import load_record, record_paths
 from tracklake._ops.fsck.report import FsckReport, Problem
 from tracklake._read.reader import list_stream, positions_past_end
@@ -27,6 +25,7 @@ def check_special_files(root: Path, report: FsckReport) -> None:
     """Report every symbolic link, FIFO, socket and device inside the store: tracklake
     never follows or opens one (readers and operations skip them), so whatever it stands
     for is not part of the store, and someone put it there."""
+    quarantine = root / "quarantine"
     for dirpath, dirnames, names in os.walk(root):  # links to directories: not descended
         for name in sorted(dirnames + names):
             path = Path(dirpath) / name
@@ -35,7 +34,8 @@ def check_special_files(root: Path, report: FsckReport) -> None:
             except FileNotFoundError:
                 continue
             if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
-                _check_temporary(path, report)
+                if not path.is_relative_to(quarantine):  # moved there by a repair
+                    _check_temporary(path, report)
                 continue
             what = "a symbolic link" if stat.S_ISLNK(mode) else (
                 "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
@@ -47,26 +47,16 @@ def check_special_files(root: Path, report: FsckReport) -> None:
                 repairable=False))
 
 
-#: `.NAME.PID.tmp` (a file written aside, then renamed into place) and `.sort.HOST.PID.tmp`.
-_TEMPORARY = re.compile(r"^\..+\.(\d+)\.tmp$")
-#: A temporary this old whose process is gone was left by a killed process.
-TEMPORARY_STALE_SECONDS = 600.0
-
-
 def _check_temporary(path: Path, report: FsckReport) -> None:
-    m = _TEMPORARY.match(path.name)
-    if m is None:
+    found = left_over(path)
+    if found is None:
         return
-    try:
-        age = time.time() - path.lstat().st_mtime
-    except FileNotFoundError:
-        return
-    if age > TEMPORARY_STALE_SECONDS and not process_alive(int(m.group(1))):
-        report.problems.append(Problem(
-            path, f"a temporary left by a process that was killed (pid {m.group(1)}, "
-            f"{age / 60:.0f} min old)", "nothing: it was never moved into place",
-            "remove it (the next run of the operation that made it removes its own)",
-            repairable=False))
+    pid, age = found
+    report.problems.append(Problem(
+        path, f"a temporary left by a process that was killed (pid {pid}, "
+        f"{age / 60:.0f} min old)", "nothing: it was never moved into place",
+        "remove it (--repair moves it to quarantine/; the next run of the operation that "
+        "made it removes its own)"))
 
 
 def check_blobs(root: Path, report: FsckReport) -> None:
