@@ -87,3 +87,60 @@ def test_a_long_query_draws_no_progress_bar_into_the_callers_output(store: Path)
     done = subprocess.run([sys.executable, "-c", code, str(store)], capture_output=True,
                           text=True, check=True)
     assert done.stdout.strip() == "[{'bar': False}]", done.stdout
+
+
+@pytest.mark.parametrize(("fmt", "rows"), [("csv", 4_000_000), ("json", 1_000_000),
+                                           ("parquet", 4_000_000)])
+def test_csv_json_and_parquet_answers_are_written_batch_by_batch(
+        store: Path, tmp_path: Path, fmt: str, rows: int) -> None:
+    """An answer of 4 M rows of 100 characters (400 MB as Arrow) is written as DuckDB
+    makes it: the process holds one batch, not the answer and its text (before: the
+    whole answer, then its whole CSV or JSON text, well over 1 GiB)."""
+    (tmp_path / "out").mkdir()
+    out = tmp_path / "out" / f"answer.{fmt}"
+    proc, peak_kib = peak_rss_kib([
+        "sql", "--root", str(store), "--format", fmt, "-o", str(out),
+        f"SELECT i, repeat('x', 100) AS s FROM range({rows}) t(i)"])
+    assert proc.returncode == 0, proc.stderr
+    assert peak_kib < 400 << 10, f"peak RSS {peak_kib >> 10} MiB"
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        assert pq.ParquetFile(out).metadata.num_rows == rows
+    else:
+        with out.open() as f:
+            lines = sum(1 for _ in f)
+        assert lines == rows + (fmt == "csv")  # and its header
+    assert [p.name for p in out.parent.iterdir()] == [out.name]  # no temporary left
+
+
+def test_a_query_stopped_midway_leaves_the_previous_output_file_whole(
+        store: Path, tmp_path: Path) -> None:
+    (tmp_path / "out").mkdir()
+    out = tmp_path / "out" / "answer.csv"
+    out.write_text("the answer of yesterday\n")
+    proc = _cli(store, "--timeout", "2", "--format", "csv", "-o", str(out),
+                "SELECT i FROM range(1000000000000) t(i)")
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1 and "stopped after 2 s" in err, err
+    assert out.read_text() == "the answer of yesterday\n"
+    assert [p.name for p in out.parent.iterdir()] == [out.name]
+
+
+def test_an_answer_piped_to_a_reader_that_stops_early_ends_quietly(store: Path) -> None:
+    proc = subprocess.run(
+        f"{sys.executable} -m tracklake._cli sql --root {store} --format csv "
+        "'SELECT i FROM range(100000000) t(i)' | head -3", shell=True,
+        capture_output=True, text=True, timeout=300)
+    assert proc.stdout.splitlines() == ["\"i\"", "0", "1"]
+    assert proc.stderr == "", proc.stderr
+
+
+def test_an_empty_answer_still_has_its_columns(store: Path, tmp_path: Path) -> None:
+    out = tmp_path / "none.csv"
+    proc = subprocess.run([sys.executable, "-m", "tracklake._cli", "sql", "--root",
+                           str(store), "--format", "csv", "-o", str(out),
+                           "SELECT key, value FROM metrics WHERE false"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert out.read_text() == "\"key\",\"value\"\n"

@@ -206,6 +206,14 @@ def diff(run_a: str, run_b: str, root: Path | None, section: str) -> None:
     print_diff(_store(root), run_a, run_b, section)
 
 
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's last flush of a closed pipe
+    raises nothing."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
 @main.command()
 @click.argument("statement")
 @root_option
@@ -224,37 +232,68 @@ def sql(statement: str, root: Path | None, fmt: str, output: Path | None, max_ro
     of the machine's memory ($TRACKLAKE_SQL_MEMORY_LIMIT); Ctrl-C stops it at once."""
     import signal
 
-    from tracklake._cli.present import write_table
-    from tracklake._read.query import first_rows_sql, interrupt_queries, query
+    from tracklake._cli.present import check_output_outside, write_table
+    from tracklake._cli.sql_output import AnswerWriter
+    from tracklake._read.query import first_rows_sql, interrupt_queries, query, stream_query
     from tracklake._read.reader import ReadProblems
 
     problems = ReadProblems()
     interrupted = False
+    store = _store(root)
 
     def on_sigint(signum: int, frame: object) -> None:
         nonlocal interrupted
         interrupted = True
         interrupt_queries()
 
-    # a table shows the first rows only: ask for no more than that (plus one, to tell)
+    if fmt == "parquet" and output is None:
+        raise click.UsageError("--format parquet needs --output FILE")
+    check_output_outside(output, store)
+    # a table shows the first rows only: ask for no more than that (plus one, to tell);
+    # other formats are written batch by batch as the query makes them
     shown = first_rows_sql(statement, max_rows + 1) if fmt == "table" else None
+    answer = None
     previous = signal.signal(signal.SIGINT, on_sigint)
     try:
-        table = query(shown or statement, root=_store(root), problems=problems,
-                      timeout=timeout)
+        if fmt != "table":
+            answer = AnswerWriter(fmt, output)
+        if answer is None:
+            table = query(shown or statement, root=store, problems=problems,
+                          timeout=timeout)
+        else:
+            stream_query(statement, answer.write, answer.restart, root=store,
+                         problems=problems, timeout=timeout)
+            answer.finish()
     except QueryError:
+        if answer is not None:
+            answer.abort()
         if interrupted:
             click.echo("tracklake: query interrupted", err=True)
             sys.exit(130)
+        raise
+    except BrokenPipeError:  # the reader of stdout went away (`| head`): not an error
+        _quiet_stdout()
+        return
+    except OSError as exc:
+        if answer is not None:
+            answer.abort()
+        raise CliError(f"cannot write {output or 'the answer'}: {exc.strerror or exc}"
+                       ) from exc
+    except BaseException:
+        if answer is not None:
+            answer.abort()
         raise
     finally:
         signal.signal(signal.SIGINT, previous)
     if interrupted:
         sys.exit(130)
     warn_problems(problems)
+    if answer is not None:
+        if fmt == "parquet":
+            click.echo(f"wrote {answer.rows} rows to {output}")
+        return
     try:
-        write_table(table, fmt, output, max_rows, forbidden_dir=_store(root),
-                    counted=shown is None)
+        write_table(table, output, max_rows, counted=shown is None)
     except OSError as exc:
         raise CliError(f"cannot write {output}: {exc.strerror or exc}") from exc
 

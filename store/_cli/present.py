@@ -152,46 +152,27 @@ def _show(value: Any) -> str:
     return repr(value) if isinstance(value, _Missing) else json.dumps(value, default=str)
 
 
-def write_table(table: pa.Table, fmt: str, output: Path | None, max_rows: int,
-                forbidden_dir: Path, counted: bool = True) -> None:
-    """`table` in `fmt`, to `output` or stdout; a table shows `max_rows` rows (`counted`:
+def check_output_outside(output: Path | None, store: Path) -> None:
+    """Refuse an output file inside the store (it would be taken for the store's own)."""
+    if output is not None and not is_url(store) and \
+            output.resolve().is_relative_to(store.resolve()):
+        raise QueryError(f"refusing to write {output} inside the store {store}")
+
+
+def write_table(table: pa.Table, output: Path | None, max_rows: int,
+                counted: bool = True) -> None:
+    """`table` as a table, to `output` or stdout, showing `max_rows` rows (`counted`:
     `table` is the whole answer, so the rows left out can be counted)."""
-    if output is not None and not is_url(forbidden_dir) and \
-            output.resolve().is_relative_to(forbidden_dir.resolve()):
-        raise QueryError(f"refusing to write {output} inside the store {forbidden_dir}")
-    if fmt == "parquet":
-        import pyarrow.parquet as pq
-
-        if output is None:
-            raise click.UsageError("--format parquet needs --output FILE")
-        pq.write_table(table, output, compression="zstd")
-        click.echo(f"wrote {table.num_rows} rows to {output}")
-        return
-    if fmt == "csv":
-        import pyarrow.csv as pacsv
-
-        sink = pa.BufferOutputStream()
-        pacsv.write_csv(table, sink)
-        text = sink.getvalue().to_pybytes().decode()
-    elif fmt == "json":
-        text = "\n".join(json.dumps(row, default=str) for row in table.to_pylist()) + "\n"
-    else:
-        rich_table = Table()
-        for name in table.column_names:
-            rich_table.add_column(name, overflow="fold")
-        for row in table.slice(0, max_rows).to_pylist():
-            rich_table.add_row(*(cell(v) for v in row.values()))
-        if output is None:
-            _console().print(rich_table)
-            if table.num_rows > max_rows:
-                more = f"{table.num_rows - max_rows} more rows" if counted else "more rows"
-                click.echo(f"({more}; raise --max-rows or use --format csv)")
-            return
-        console = literal_console(file=open(output, "w"), width=200)  # noqa: SIM115
-        console.print(rich_table)
-        console.file.close()
-        return
+    rich_table = Table()
+    for name in table.column_names:
+        rich_table.add_column(name, overflow="fold")
+    for row in table.slice(0, max_rows).to_pylist():
+        rich_table.add_row(*(cell(v) for v in row.values()))
     if output is None:
-        click.echo(text, nl=False)
-    else:
-        output.write_text(text)
+        _console().print(rich_table)
+        if table.num_rows > max_rows:
+            more = f"{table.num_rows - max_rows} more rows" if counted else "more rows"
+            click.echo(f"({more}; raise --max-rows or use --format csv)")
+        return
+    with open(output, "w") as f:
+        literal_console(file=f, width=200).print(rich_table)

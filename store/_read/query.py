@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import pyarrow as pa
 
@@ -408,9 +408,80 @@ def interrupt_queries() -> None:
             con.interrupt()
 
 
+def stream_query(sql: str, write: Callable[[pa.RecordBatch], None],
+                 restart: Callable[[], bool], *, root: str | os.PathLike[str] | None = None,
+                 problems: ReadProblems | None = None, timeout: float | None = None,
+                 batch_rows: int = 65536) -> int:
+    """`query`, with its answer given to `write` one record batch at a time as DuckDB
+    makes it (memory holds a batch, not the answer); the rows written.
+
+    Asking again (a part merged away under the query, a damaged part left out) calls
+    `restart()` first if anything was written: it starts the output over and returns
+    True, or returns False when it cannot (then QueryError says the store changed
+    while the answer was written)."""
+    check_read_only(sql)
+    found = ReadProblems() if problems is None else problems
+    written = 0
+    started = False  # something was given to `write`
+
+    def deliver(relation: duckdb.DuckDBPyRelation) -> int:
+        nonlocal written, started
+        import duckdb
+
+        if started:
+            if not restart():
+                raise QueryError(f"the store changed while the answer was written ({written} "
+                                 "rows were): ask again")
+            written, started = 0, False
+        reader = relation.to_arrow_reader(batch_rows) if hasattr(
+            relation, "to_arrow_reader") else relation.fetch_arrow_reader(batch_rows)
+        batches = 0
+        while True:
+            try:
+                batch = reader.read_next_batch()
+            except StopIteration:
+                if not batches:  # no rows: the columns still reach the output
+                    started = True
+                    write(pa.RecordBatch.from_pylist([], schema=reader.schema))
+                return written
+            except (OSError, pa.ArrowException) as exc:  # DuckDB's error through Arrow
+                text = str(exc)
+                kind = duckdb.InterruptException if "INTERRUPT" in text else \
+                    duckdb.OutOfMemoryException if "Out of Memory" in text else \
+                    duckdb.InvalidInputException
+                raise kind(text) from exc
+            started = True
+            write(batch)
+            batches += 1
+            written += batch.num_rows
+
+    rows = with_connection(root, found,
+                           lambda con: _execute(con, sql, None, timeout, deliver),
+                           scope_of_sql(sql))
+    if problems is None:
+        _warn(found)
+    return rows
+
+
+@overload
 def _execute(con: duckdb.DuckDBPyConnection, sql: str,
              params: list[Any] | dict[str, Any] | None,
-             timeout: float | None = None) -> pa.Table:
+             timeout: float | None = None, deliver: None = None) -> pa.Table: ...
+
+
+@overload
+def _execute(con: duckdb.DuckDBPyConnection, sql: str,
+             params: list[Any] | dict[str, Any] | None,
+             timeout: float | None, deliver: Callable[[duckdb.DuckDBPyRelation], int]) -> int: ...
+
+
+def _execute(con: duckdb.DuckDBPyConnection, sql: str,
+             params: list[Any] | dict[str, Any] | None,
+             timeout: float | None = None,
+             deliver: Callable[[duckdb.DuckDBPyRelation], int] | None = None
+             ) -> pa.Table | int:
+    """The answer of the last statement of `sql` as a table, or what `deliver(relation)`
+    makes of it."""
     import duckdb
 
     timer = None
@@ -426,8 +497,8 @@ def _execute(con: duckdb.DuckDBPyConnection, sql: str,
             con.execute(st, params).fetchall()  # run to completion before the next
         relation = con.sql(statements[-1].query, params=params)
         if relation is None:
-            return pa.table({})
-        return relation.to_arrow_table()
+            return pa.table({}) if deliver is None else 0
+        return relation.to_arrow_table() if deliver is None else deliver(relation)
     except duckdb.InterruptException as exc:
         if timer is not None and not timer.is_alive():
             raise QueryError(f"query stopped after {timeout:g} s (its timeout)") from exc

@@ -1,0 +1,118 @@
+"""`tracklake sql --format csv|json|parquet`: the answer written batch by batch as the
+query makes it, so memory holds one batch whatever the answer's size. A file is written
+under a temporary name beside it and renamed into place once the answer is complete: an
+interrupted or failed query leaves no partial file. An output that exists and is not a
+regular file (a device such as /dev/stdout, a FIFO) is written straight into, never
+replaced; a link to a file replaces the file it points to."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import stat
+import sys
+from pathlib import Path
+from typing import IO, Any
+
+import pyarrow as pa
+
+
+class AnswerWriter:
+    """Writes record batches in `fmt` to `output` (stdout when None)."""
+
+    def __init__(self, fmt: str, output: Path | None) -> None:
+        self.fmt = fmt
+        self.output = output
+        self.rows = 0
+        self._direct = output  # written straight into (stdout when None)
+        self._tmp: Path | None = None
+        if output is not None:
+            target = output.resolve()
+            try:
+                mode = target.stat().st_mode
+            except FileNotFoundError:
+                mode = stat.S_IFREG
+            if stat.S_ISDIR(mode):
+                raise IsADirectoryError(errno.EISDIR, "it is a directory", str(output))
+            if stat.S_ISREG(mode):
+                self._direct = None
+                self._target = target
+                self._tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        self._file: IO[bytes] | None = None
+        self._writer: Any = None
+        self._wrote_stdout = False
+
+    def _sink(self) -> IO[bytes]:
+        if self._file is None:
+            if self._tmp is not None:
+                self._file = open(self._tmp, "wb")  # noqa: SIM115
+            elif self._direct is not None:
+                self._file = open(self._direct, "wb")  # noqa: SIM115
+            else:
+                self._file = sys.stdout.buffer
+        return self._file
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        sink = self._sink()
+        if self.fmt == "json":
+            text = "".join(json.dumps(row, default=str) + "\n" for row in batch.to_pylist())
+            sink.write(text.encode())
+        else:
+            if self._writer is None:
+                self._writer = self._open_writer(sink, batch.schema)
+            self._writer.write_batch(batch)
+        self.rows += batch.num_rows
+        self._wrote_stdout = self._tmp is None
+        if self._tmp is None:
+            sink.flush()  # whoever reads it sees the rows as they come
+
+    def _open_writer(self, sink: IO[bytes], schema: pa.Schema) -> Any:
+        if self.fmt == "csv":
+            import pyarrow.csv as pacsv
+
+            return pacsv.CSVWriter(sink, schema)
+        import pyarrow.parquet as pq
+
+        return pq.ParquetWriter(sink, schema, compression="zstd")
+
+    def restart(self) -> bool:
+        """Start the output over (the query is asked again); False for stdout once
+        something was written to it."""
+        if self._wrote_stdout:
+            return False
+        self._close()
+        if self._tmp is not None:
+            self._tmp.unlink(missing_ok=True)
+        self.rows = 0
+        return True
+
+    def finish(self) -> None:
+        """Complete the output; a file is renamed into place."""
+        self._close()
+        if self._tmp is not None:
+            if not self._tmp.exists():
+                self._tmp.write_bytes(b"")
+            os.replace(self._tmp, self._target)
+
+    def abort(self) -> None:
+        """Leave no partial file behind."""
+        with contextlib.suppress(OSError):
+            self._close()
+            if self._tmp is not None:
+                self._tmp.unlink(missing_ok=True)
+
+    def _close(self) -> None:
+        writer, self._writer = self._writer, None
+        f, self._file = self._file, None
+        try:
+            if writer is not None:
+                writer.close()
+            if f is not None:
+                f.flush()
+                if self._tmp is not None:
+                    os.fsync(f.fileno())
+        finally:
+            if f is not None and f is not sys.stdout.buffer:
+                f.close()
