@@ -89,3 +89,79 @@ def test_a_text_value_larger_than_the_limit_is_refused_at_the_call(root: Path) -
     assert tracklake.query("SELECT key, length(text) AS n FROM texts", root=root
                            ).to_pylist() == [{"key": "ok", "n": 15 << 20}]
 
+
+
+def _part_bomb(root: Path, rows: int, value_bytes: int) -> Path:
+    """A compacted texts part of `rows` rows all pointing to one dictionary value of
+    `value_bytes` bytes, in place of the run's honest part: a few KB that decode to
+    rows * value_bytes (no footer checksum: as a part of an earlier version)."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from tracklake._format import FORMAT_VERSION
+
+    with tracklake.init(project="p", run_id="pb", root=root) as run:
+        run.log_text("k", "honest")
+    tracklake.compact(root=root)
+    s = StreamId("p", "pb", 0, 1, "texts")
+    [honest] = stream_dir(root, s).glob("part-*.parquet")
+    honest.unlink()
+    n = np.arange(rows, dtype=np.int64)
+    table = pa.table({
+        "seq": n, "time": pa.array(n, pa.timestamp("us", tz="UTC")), "step": n,
+        "key": pa.array(["k"] * rows),
+        "text": pa.DictionaryArray.from_arrays(pa.array(np.zeros(rows, dtype=np.int32)),
+                                               pa.array(["a" * value_bytes]))})
+    path = stream_dir(root, s) / f"part-{0:012d}-{rows - 1:012d}-{0:06d}.parquet"
+    with pq.ParquetWriter(path, table.schema, compression="zstd",
+                          store_schema=False) as writer:
+        writer.write_table(table)
+        writer.add_key_value_metadata({
+            "tracklake.format": FORMAT_VERSION, "tracklake.kind": "texts",
+            "tracklake.project": "p", "tracklake.run": "pb", "tracklake.rank": "0",
+            "tracklake.attempt": "1"})
+    return path
+
+
+def test_a_part_that_decodes_past_the_limit_is_refused_before_it_is_decoded(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 30 KB part that decodes to 1.5 GiB, with the read limit at 256 MiB: fsck, a
+    query and an export refuse it as damaged, each in well under what it decodes to
+    (before: every reader decoded it whole, twice its size at the peak)."""
+    root = tmp_path / "store"
+    path = _part_bomb(root, 1536, 1 << 20)
+    assert path.stat().st_size < 64 << 10
+    monkeypatch.setenv("TRACKLAKE_PART_READ_LIMIT", "256MiB")
+    proc, peak = peak_rss_kib(["fsck", "--root", str(root)])
+    assert proc.returncode == 1 and "decode to more than 268435456 bytes" in proc.stdout, \
+        proc.stdout + proc.stderr
+    assert path.name in proc.stdout and "TRACKLAKE_PART_READ_LIMIT" in proc.stdout
+    assert peak < 512 << 10, f"fsck peak RSS {peak >> 10} MiB"
+    proc, peak = peak_rss_kib(["export", "tensorboard", "--root", str(root), "--run", "pb",
+                               "--logdir", str(tmp_path / "tb")])
+    assert "decode to more than" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert peak < 512 << 10, f"export peak RSS {peak >> 10} MiB"
+    proc, peak = peak_rss_kib(["sql", "--root", str(root), "SELECT count(*) FROM texts"])
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert peak < 512 << 10, f"sql peak RSS {peak >> 10} MiB"
+    proc, peak = peak_rss_kib(["compact", "--root", str(root)])
+    assert proc.returncode == 0, proc.stderr
+    assert peak < 512 << 10, f"compact peak RSS {peak >> 10} MiB"
+    assert path.exists()  # refused, never removed
+
+
+def test_a_part_within_the_read_limit_reads_whole(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "store"
+    _part_bomb(root, 200, 1 << 20)  # 200 MiB decoded
+    monkeypatch.setenv("TRACKLAKE_PART_READ_LIMIT", "256MiB")
+    from tracklake._format.part import read_part_table
+
+    [part] = root.glob("texts/**/part-*.parquet")
+    table = read_part_table(part)
+    assert table.num_rows == 200 and table.schema.field("text").type == pa.string()
+    assert table.column("text")[199].as_py() == "a" * (1 << 20)
+    monkeypatch.setenv("TRACKLAKE_PART_READ_LIMIT", "lots")
+    with pytest.raises(tracklake.FormatError, match="TRACKLAKE_PART_READ_LIMIT='lots'"):
+        read_part_table(part)

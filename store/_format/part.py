@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from tracklake._errors import FormatError
 from tracklake._format.files import fsync_file
+from tracklake._format.part_bounds import bounded_table, string_columns
 from tracklake._format.part_summary import summary_from_rows
 from tracklake._format.schema import PART_ORDER, check_version
 
@@ -246,9 +247,10 @@ def _footer_crc_matches(footer: bytes, expected: bytes) -> bool:
     return False
 
 
-def open_part(path: Path) -> Any:
+def open_part(path: Path, encoded: bool = False) -> Any:
     """A `pyarrow.parquet.ParquetFile` of a part whose footer is intact, reading with page
     checksums verified; `FormatError` naming the file (or `NewerFormatError`) otherwise.
+    `encoded`: its string columns are read dictionary-encoded, for `part_bounds`.
 
     Parts written before footer checksums existed carry no `FOOTER_CRC_KEY`: their footer
     is only checked to decode.
@@ -277,6 +279,11 @@ def open_part(path: Path) -> Any:
         raise FormatError(f"{path}: damaged Parquet part: footer checksum mismatch")
     version = raw.get(b"tracklake.format")
     check_version(version.decode(errors="replace") if version is not None else None, path)
+    if encoded:
+        parquet = pq.ParquetFile(getattr(path, "fs_path", path),
+                                 filesystem=getattr(path, "filesystem", None),
+                                 page_checksum_verification=True,
+                                 read_dictionary=string_columns(parquet.schema_arrow))
     return parquet
 
 
@@ -289,7 +296,7 @@ def summary_rows(parquet: Any, path: Path) -> list[dict[str, Any]]:
     raw = meta.get(SUMMARY_KEY.encode())
     if raw is None and meta.get(b"tracklake.kind") == b"metrics":
         try:
-            return summary_from_rows(parquet.read())
+            return summary_from_rows(bounded_table(open_part(path, encoded=True), path))
         except _DECODE_ERRORS as exc:
             raise FormatError(f"{path}: damaged Parquet part: {exc}") from exc
     try:
@@ -302,9 +309,10 @@ def summary_rows(parquet: Any, path: Path) -> list[dict[str, Any]]:
 
 
 def read_part_table(path: Path) -> pa.Table:
-    """Every row of a part, its footer and page checksums verified (`FormatError` if not)."""
-    parquet = open_part(path)
+    """Every row of a part, its footer and page checksums verified, and what it decodes
+    to within `part_read_limit()` (`FormatError` naming the file if not)."""
+    parquet = open_part(path, encoded=True)
     try:
-        return parquet.read()
+        return bounded_table(parquet, path)
     except _DECODE_ERRORS as exc:
         raise FormatError(f"{path}: damaged Parquet part: {exc}") from exc

@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 from tracklake._errors import FormatError
 from tracklake._format import FORMAT_VERSION, SCHEMAS, StreamId, fsync_dir, part_name
 from tracklake._format.part import open_part, write_part_stream
+from tracklake._format.part_bounds import bounded_batches
 from tracklake._ops.metric_sort import SORTED_SCHEMA, MetricSorter
 
 #: Rows handed to the Parquet writer at a time (8 row groups).
@@ -87,10 +88,10 @@ def _seq_chunks(kind: str, sources: Iterable[pa.RecordBatch]) -> Iterator[pa.Tab
 def part_batches(path: Path) -> Iterator[pa.RecordBatch]:
     """The records of a part, a row group at a time, its footer and page checksums
     verified (`FormatError` naming the file if they do not)."""
-    parquet = open_part(path)
+    parquet = open_part(path, encoded=True)
     schema = SCHEMAS[parquet.schema_arrow.metadata[b"tracklake.kind"].decode()]
     try:
-        for batch in parquet.iter_batches(batch_size=CHUNK_ROWS // 8):
+        for batch in bounded_batches(parquet, path, CHUNK_ROWS // 8):
             yield batch.replace_schema_metadata(None).cast(schema)
     except (pa.ArrowException, OSError, ValueError, EOFError) as exc:
         if isinstance(exc, FileNotFoundError):

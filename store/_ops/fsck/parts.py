@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 from tracklake._errors import FormatError
 from tracklake._format import SCHEMAS, StreamId, check_version
 from tracklake._format.part import open_part
+from tracklake._format.part_bounds import bounded_table
 from tracklake._ops.compact import SUMMARY_SQL
 from tracklake._ops.fsck.footer_stats import differs, stats_mismatch_isolated
 from tracklake._ops.fsck.rebuild import lost_detail, salvageable
@@ -41,8 +42,8 @@ def check_part(s: StreamId, path: Path, first: int, last: int, report: FsckRepor
     if not report.count("parts", path):
         return  # merged or removed since it was listed
     try:
-        f = open_part(path)  # the footer's checksum, and pages verified as read
-        table = f.read()
+        f = open_part(path, encoded=True)  # the footer's checksum; pages verified as read
+        table = bounded_table(f, path)
         meta = {k.decode(): v.decode() for k, v in (f.schema_arrow.metadata or {}).items()}
         check_version(meta.get("tracklake.format"), path)
         why = meta_mismatch(meta, s) or _part_contents(s, path, f, table, meta, first, last,

@@ -14,21 +14,26 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from tracklake._errors import FormatError
 from tracklake._format import FORMAT_VERSION, SCHEMAS, StreamId, fsync_dir
 from tracklake._format.part import write_part_file
+from tracklake._format.part_bounds import bounded_table, string_columns
 from tracklake._ops.compact import metric_summary
 from tracklake._ops.fsck.footer_stats import KILLS_READER, stats_mismatch_isolated
 
 #: Metadata kept from a damaged footer when it still parses (retention's mark).
 _KEPT_KEYS = (b"tracklake.downsampled",)
-_READ_ERRORS = (OSError, pa.ArrowException, ValueError, KeyError, TypeError, EOFError)
+_READ_ERRORS = (OSError, pa.ArrowException, ValueError, KeyError, TypeError, EOFError,
+                FormatError)
 
 
 def salvageable(s: StreamId, path: Path, first: int, last: int) -> pa.Table | None:
     """The part's records if they all read with verified page checksums, have the
     stream's schema and hold every seq of first..last; None otherwise."""
     try:
-        table = pq.ParquetFile(path, page_checksum_verification=True).read()
+        strings = string_columns(pq.read_schema(path))
+        table = bounded_table(pq.ParquetFile(path, page_checksum_verification=True,
+                                             read_dictionary=strings), path)
     except _READ_ERRORS:
         return None
     if not table.schema.remove_metadata().equals(SCHEMAS[s.kind]) or not table.num_rows:

@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 
 from tracklake._errors import FormatError
 from tracklake._format import SCHEMAS, check_version
+from tracklake._format.part_bounds import decoded_bytes, plain
 from tracklake._ops.pack.archive import read_member
 from tracklake._ops.pack.manifest import StreamEntry
 
@@ -45,17 +46,6 @@ def _string_columns(f: IO[bytes]) -> list[str]:
             if pa.types.is_string(field.type)]
 
 
-def plain(table: pa.Table) -> pa.Table:
-    """`table` with its dictionary-encoded columns decoded (to compare it with records
-    read from the store)."""
-    for i, field in enumerate(table.schema):
-        if pa.types.is_dictionary(field.type):
-            column = pa.chunked_array([c.dictionary_decode() for c in table.column(i).chunks],
-                                      field.type.value_type)
-            table = table.set_column(i, field.with_type(field.type.value_type), column)
-    return table
-
-
 def _check_decoded_size(where: str, f: IO[bytes], limit: int) -> None:
     """Refuse a part whose records would decode to more than `limit` bytes, measured
     batch by batch with strings kept dictionary-encoded, so that measuring holds one
@@ -64,12 +54,7 @@ def _check_decoded_size(where: str, f: IO[bytes], limit: int) -> None:
     f.seek(0)
     total = 0
     for batch in pq.ParquetFile(f, read_dictionary=strings).iter_batches(_BATCH_ROWS):
-        for column in batch.columns:
-            if isinstance(column, pa.DictionaryArray):
-                lengths = pc.take(pc.binary_length(column.dictionary), column.indices)
-                total += (pc.sum(lengths).as_py() or 0) + 4 * len(column)
-            else:
-                total += column.nbytes
+        total += decoded_bytes(batch)
         if total > limit:
             raise FormatError(
                 f"{where}: its records decode to more than {limit} bytes (the limit per "

@@ -29,6 +29,7 @@ from tracklake._format import (
 )
 from tracklake._format.attempt import check_attempt, parse_attempt
 from tracklake._format.naming import resolve_root
+from tracklake._format.part_bounds import plain
 from tracklake._ops.compact import write_part
 from tracklake._ops.pack.archive import open_pack, read_member, verify_open
 from tracklake._ops.pack.manifest import (
@@ -39,7 +40,7 @@ from tracklake._ops.pack.manifest import (
     StreamEntry,
     stream_key,
 )
-from tracklake._ops.pack.parts import MAX_PART_BYTES, load_part, plain
+from tracklake._ops.pack.parts import MAX_PART_BYTES, load_part
 from tracklake._read.location import regular_blob
 from tracklake._read.reader import list_stream, read_stream
 
