@@ -132,7 +132,6 @@ __all__ = [
     "SCHEMAS",
     "TERMINAL_STATUSES",
     "Cursor",
-    "NotRegularFileError",
     "ReadProblems",
     "RunRecord",
     "StreamId",

@@ -84,7 +84,7 @@ READ_EXPECTED = {
     "FORMAT_VERSION", "KINDS", "PARTITION_SCHEMA", "SCHEMAS", "TERMINAL_STATUSES", "Cursor",
     "ReadProblems",
     "RunRecord", "StreamId", "blob_path", "check_version", "effective_status", "find_run",
-    "list_runs", "open_blob", "read_run", "resolve_root", "run_files",
+    "list_runs", "open_blob", "read_run", "resolve_root", "run_files", "stored_blob",
     "MAX_STATE_BYTES", "positions_past_end", "stream_last_seq",
 }
 

@@ -107,7 +107,8 @@ def _blob_store(root: Path, data: bytes) -> str:
 
 
 def test_a_blob_replaced_by_a_link_out_of_the_store_is_never_read(tmp_path: Path) -> None:
-    from tracklake.read import NotRegularFileError, blob_path, open_blob, stored_blob
+    from tracklake.files import NotRegularFileError
+    from tracklake.read import blob_path, open_blob, stored_blob
 
     root, secret = tmp_path / "store", tmp_path / "secret"
     secret.write_bytes(b"not the store's to give away")
@@ -135,7 +136,8 @@ def test_a_blob_replaced_by_a_link_out_of_the_store_is_never_read(tmp_path: Path
 
 
 def test_a_blob_directory_linked_elsewhere_or_a_fifo_blob_is_left_out(tmp_path: Path) -> None:
-    from tracklake.read import NotRegularFileError, blob_path, open_blob, stored_blob
+    from tracklake.files import NotRegularFileError
+    from tracklake.read import blob_path, open_blob, stored_blob
 
     root, elsewhere = tmp_path / "store", tmp_path / "elsewhere"
     digest = _blob_store(root, b"first")
