@@ -47,6 +47,7 @@ from tracklake._format import (
 from tracklake._format import blob_path as _blob_path
 from tracklake._format.attempt import TERMINAL_STATUSES, effective_status
 from tracklake._format.cursor import MAX_STATE_BYTES, Cursor
+from tracklake._format.cursor import read_state as read_exporter_state
 from tracklake._format.files import NotRegularFileError, open_regular
 from tracklake._read.listing import stream_dirs as _stream_dirs
 from tracklake._read.location import is_url as _is_url
@@ -142,6 +143,7 @@ __all__ = [
     "list_runs",
     "open_blob",
     "positions_past_end",
+    "read_exporter_state",
     "read_run",
     "resolve_root",
     "run_files",

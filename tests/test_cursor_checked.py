@@ -95,3 +95,27 @@ def test_an_exporter_state_that_is_a_fifo_is_refused_not_waited_on(
     code, out = _export(root, tmp_path / "tb")
     assert code != 0 and "FIFO" in out and str(state) in out
     assert any("FIFO" in p.what for p in fsck(root).problems)
+
+
+def test_a_state_with_a_field_of_the_wrong_type_is_damaged_for_every_reader(
+        root: Path, tmp_path: Path) -> None:
+    """One parser checks a state file for the exporter, fsck and retention alike (before:
+    each read its own fields; the exporter took the list as the rank mode "['all']",
+    and fsck called the file clean)."""
+    logdir = tmp_path / "tb"
+    _log(root, range(50))
+    code, out = _export(root, logdir)
+    assert code == 0, out
+    [state] = root.glob("exports/*/project=p/run=r.json")
+    data = json.loads(state.read_text())
+    data["ranks"] = ["all"]  # not a rank mode tracklake writes
+    state.write_text(json.dumps(data))
+
+    code, out = _export(root, logdir)
+    assert code != 0 and str(state) in out and "'ranks'" in out, out
+    found = [p for p in fsck(root).problems if p.path == state]
+    assert found and "damaged exporter state" in found[0].what and "'ranks'" in found[0].what
+    plan = make_plan(root, Policy(keep_last=0), 2e9)
+    assert not plan.actions
+    [skip] = plan.skipped
+    assert "unreadable" in skip.reason and "'ranks'" in skip.reason

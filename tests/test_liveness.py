@@ -6,9 +6,11 @@ process runs (suspended, or its clock behind) is left alone."""
 from __future__ import annotations
 
 import contextlib
+import datetime as _dt
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -258,3 +260,20 @@ def test_heartbeat_notes_planted_by_another_user_or_malformed_are_ignored(
     watch = HeartbeatWatch(path)
     assert watch.unchanged_for("k", "b", 1000.0) == 0.0
     assert watch.unchanged_for("k", "b", 1010.0) == 10.0
+
+
+def test_a_heartbeat_from_the_far_future_on_another_host_does_not_show_running(
+        tmp_path: Path) -> None:
+    """A restored or planted attempt file of another host whose heartbeat says 2999: no
+    clock is a day ahead, so it shows as crashed, not running for ever; one a minute
+    ahead (a clock slightly fast) still shows as running."""
+    from tracklake._format.attempt import effective_status
+
+    now = time.time()
+    record = {"project": "p", "run": "r", "rank": 0, "attempt": 1, "status": "running",
+              "started_at": "2026-01-01T00:00:00+00:00",
+              "heartbeat_at": "2999-01-01T00:00:00+00:00",
+              "identity": {"host": "another-node", "pid": 12345}}
+    assert effective_status(record, now=now) == "crashed"
+    soon = _dt.datetime.fromtimestamp(now + 60, _dt.timezone.utc).isoformat()
+    assert effective_status({**record, "heartbeat_at": soon}, now=now) == "running"

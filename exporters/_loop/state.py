@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from tracklake import CursorError, ExportError
-from tracklake.files import read_regular, write_atomic
-from tracklake.read import FORMAT_VERSION, MAX_STATE_BYTES, Cursor, check_version
+from tracklake.files import write_atomic
+from tracklake.read import FORMAT_VERSION, Cursor, read_exporter_state
 
 
 def now_iso() -> str:
@@ -65,33 +65,25 @@ def load_state(directory: Path, project: str, run: str) -> ExportState:
     """The saved state of a run, or a fresh one; ExportError (not retryable) if corrupt."""
     path = state_path(directory, project, run)
     try:
-        raw = read_regular(path, MAX_STATE_BYTES)
+        cursor, data = read_exporter_state(path, project, run)
     except FileNotFoundError:
         return ExportState(path, Cursor(project, run))
-    except OSError as exc:
-        raise ExportError(f"exporter state {path} cannot be read: {exc.strerror or exc}; "
-                          f"nothing of run {project}/{run} was exported by this exporter "
-                          "now", retryable=False) from exc
-    try:
-        data = json.loads(raw)
-        if not isinstance(data, dict):
-            raise ValueError("not a JSON object")
-        check_version(data.get("format"), path)
-        cursor = Cursor.from_json(json.dumps({"project": project, "run": run,
-                                              "positions": data.get("positions")}))
-        return ExportState(
-            path, cursor, ranks=str(data.get("ranks", "0")),
-            destination=dict(data.get("destination") or {}),
-            held=dict(data.get("held") or {}), records=int(data.get("records") or 0),
-            last_time_us=data.get("last_time_us"), finished=bool(data.get("finished")),
-            last_success=data.get("last_success"), last_error=data.get("last_error"),
-            last_error_at=data.get("last_error_at"))
-    except (ValueError, TypeError, CursorError, RecursionError) as exc:
+    except CursorError as exc:
         raise ExportError(
             f"exporter state {path} is corrupt ({exc}); nothing of run {project}/{run} was "
             "exported by this exporter now. Restore the file from a backup, or move it "
             "away to export the run again from the start (a destination may then hold "
             "what it already had twice).", retryable=False) from exc
+    except OSError as exc:
+        raise ExportError(f"exporter state {path} cannot be read: {exc.strerror or exc}; "
+                          f"nothing of run {project}/{run} was exported by this exporter "
+                          "now", retryable=False) from exc
+    return ExportState(
+        path, cursor, ranks=data.get("ranks") or "0", destination=data.get("destination") or {},
+        held=data.get("held") or {}, records=data.get("records") or 0,
+        last_time_us=data.get("last_time_us"), finished=bool(data.get("finished")),
+        last_success=data.get("last_success"), last_error=data.get("last_error"),
+        last_error_at=data.get("last_error_at"))
 
 
 def list_states(directory: Path) -> list[Path]:

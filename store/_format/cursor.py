@@ -6,9 +6,13 @@ import json
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
-from tracklake._errors import CursorError
+from tracklake._errors import CursorError, FormatError, NewerFormatError
 from tracklake._format import KINDS, StreamId, checks
+from tracklake._format.files import read_regular
+from tracklake._format.schema import check_version
 
 #: The most of an exporter's state file (its cursor and held aggregates) anyone reads.
 MAX_STATE_BYTES = 64 << 20
@@ -71,3 +75,41 @@ class Cursor:
                                   f"(and < 2**63), not {seq!r}")
             checked[key] = seq
         return cls(project, run, checked)
+
+
+def read_state(path: Path, project: str, run: str) -> tuple[Cursor, dict[str, Any]]:
+    """An exporter's state file of run `project`/`run`: its cursor, checked, and the whole
+    object (for the fields the exporter keeps beside it). Read only as a regular file of
+    at most `MAX_STATE_BYTES`; `FileNotFoundError` if there is none, `OSError` if it
+    cannot be read, `CursorError` naming the file if it is not a state tracklake wrote
+    (`NewerFormatError` if a newer tracklake did)."""
+    raw = read_regular(path, MAX_STATE_BYTES)
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError) as exc:  # JSON, UTF-8, nesting too deep
+        raise CursorError(f"{path}: not valid JSON ({exc})") from exc
+    if not isinstance(data, dict):
+        raise CursorError(f"{path}: not a JSON object")
+    try:
+        check_version(data.get("format"), path)
+    except NewerFormatError:
+        raise
+    except FormatError as exc:
+        raise CursorError(str(exc)) from exc
+    for name, types in _STATE_FIELDS.items():
+        if data.get(name) is not None and not isinstance(data[name], types):
+            raise CursorError(f"{path}: its field {name!r} is {data[name]!r}")
+    try:
+        cursor = Cursor.from_json(json.dumps({"project": project, "run": run,
+                                              "positions": data.get("positions")}))
+    except CursorError as exc:
+        raise CursorError(f"{path}: {exc}") from exc
+    return cursor, data
+
+
+#: The fields of a state file besides its cursor, and the JSON types each may have.
+_STATE_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "ranks": str, "destination": dict, "held": dict, "records": int,
+    "last_time_us": int, "finished": bool, "last_success": str, "last_error": str,
+    "last_error_at": str,
+}

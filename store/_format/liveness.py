@@ -131,8 +131,8 @@ def writer_known_gone(record: dict[str, Any], now: float, stale_after: float,
     beat = _heartbeat(record)
     if beat is None:
         return False
-    if root is None:
-        return now - beat > stale_after
+    if root is None:  # a heartbeat over a day ahead of this clock is no clock's: planted
+        return now - beat > stale_after or beat - now > UNWATCHED_LIMIT_SECONDS
     if now - beat > max(stale_after, UNWATCHED_LIMIT_SECONDS):
         return True
     key = "/".join(str(record.get(k)) for k in ("project", "run", "rank", "attempt"))

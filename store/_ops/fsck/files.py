@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
-import json
 import os
 import stat
 from pathlib import Path
 
 from tracklake._errors import CursorError, FormatError
-from tracklake._format import SCHEMAS, StreamId, check_version
+from tracklake._format import SCHEMAS, StreamId
 from tracklake._format.attempt import CRASHED_AFTER_SECONDS, check_attempt
-from tracklake._format.cursor import MAX_STATE_BYTES, Cursor
-from tracklake._format.files import NotRegularFileError, open_regular, read_regular
+from tracklake._format.cursor import read_state
+from tracklake._format.files import NotRegularFileError, open_regular
 from tracklake._format.temporaries import left_over
 from tracklake._ops.backup.ledger import load_record, record_paths
 from tracklake._ops.fsck.report import FsckReport, Problem
@@ -135,14 +134,10 @@ def check_exports(root: Path, report: FsckReport) -> None:
         todo = ("restore the file from a backup, or move it away to export the run again "
                 "from the start (the destination may then get records twice)")
         try:
-            data = json.loads(read_regular(path, MAX_STATE_BYTES))
-            check_version(data.get("format"), path)
-            cursor = Cursor.from_json(json.dumps({"project": project, "run": run,
-                                                  "positions": data["positions"]}))
+            cursor, _ = read_state(path, project, run)
         except FileNotFoundError:
             continue
-        except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError,
-                FormatError, CursorError) as exc:
+        except (OSError, FormatError, CursorError) as exc:
             report.problems.append(Problem(
                 path, f"damaged exporter state ({exc})", "where this exporter stands in the "
                 "run", todo, repairable=False))

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tracklake._format import KINDS, StreamId, check_version, write_atomic
+from tracklake._errors import CursorError, FormatError
+from tracklake._format import KINDS, StreamId, write_atomic
 from tracklake._format.attempt import attempt_numbers
-from tracklake._format.cursor import MAX_STATE_BYTES
-from tracklake._format.files import read_regular
+from tracklake._format.cursor import read_state
 from tracklake._format.liveness import writer_known_gone
 from tracklake._format.part import open_part, summary_rows
 from tracklake._format.segment import read_segment
@@ -194,13 +194,11 @@ def pending_exports(root: Path) -> dict[tuple[str, str], list[tuple[str, str]]]:
             project = path.parent.name.split("=", 1)[1]
             run = path.stem.split("=", 1)[1]
             try:
-                data = json.loads(read_regular(path, MAX_STATE_BYTES))
-                check_version(data.get("format"), path)
-                positions = {str(k): int(v) for k, v in dict(data["positions"]).items()}
-                mode = str(data.get("ranks", "0"))
+                cursor, data = read_state(path, project, run)
+                positions = cursor.positions
+                mode = data.get("ranks") or "0"
                 finished = bool(data.get("finished"))
-            except (OSError, ValueError, TypeError, KeyError, AttributeError,
-                    RecursionError) as exc:
+            except (OSError, FormatError, CursorError) as exc:
                 out.setdefault((project, run), []).append(
                     (directory.name, f"its state {path} is unreadable ({exc})"))
                 continue
