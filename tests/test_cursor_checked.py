@@ -39,14 +39,19 @@ def _steps(logdir: Path) -> list[int]:
     return sorted(set(steps))
 
 
-def test_a_cursor_planted_ahead_of_a_new_attempt_is_refused_reported_and_not_trusted(
-        root: Path, tmp_path: Path) -> None:
-    logdir = tmp_path / "tb"
+def _exported_state(root: Path, logdir: Path) -> tuple[Path, dict[str, object]]:
+    """50 steps of run p/r exported to TensorBoard: its state file, and what it holds."""
     _log(root, range(50))
     code, out = _export(root, logdir)
     assert code == 0, out
     [state] = root.glob("exports/*/project=p/run=r.json")
-    data = json.loads(state.read_text())
+    return state, json.loads(state.read_text())
+
+
+def test_a_cursor_planted_ahead_of_a_new_attempt_is_refused_reported_and_not_trusted(
+        root: Path, tmp_path: Path) -> None:
+    logdir = tmp_path / "tb"
+    state, data = _exported_state(root, logdir)
     data["positions"]["0/2/metrics"] = 10**12  # ahead of an attempt not yet started
     state.write_text(json.dumps(data))
     _log(root, range(50, 100))  # attempt 2
@@ -103,11 +108,7 @@ def test_a_state_with_a_field_of_the_wrong_type_is_damaged_for_every_reader(
     each read its own fields; the exporter took the list as the rank mode "['all']",
     and fsck called the file clean)."""
     logdir = tmp_path / "tb"
-    _log(root, range(50))
-    code, out = _export(root, logdir)
-    assert code == 0, out
-    [state] = root.glob("exports/*/project=p/run=r.json")
-    data = json.loads(state.read_text())
+    state, data = _exported_state(root, logdir)
     data["ranks"] = ["all"]  # not a rank mode tracklake writes
     state.write_text(json.dumps(data))
 
