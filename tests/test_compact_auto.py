@@ -121,7 +121,9 @@ def test_compaction_can_be_turned_off(root: Path, monkeypatch: pytest.MonkeyPatc
 def test_init_refuses_nothing_when_python_cannot_start_a_process(
         root: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A failed spawn (no processes left) is said once; logging and finish go on."""
+    """A failed spawn (no processes left) is said once, whichever path tries it (a
+    queue thread left by an earlier run of this process tried too, under load, and said
+    it a second time); logging and finish go on."""
     def refuse(*args: object, **kwargs: object) -> int:
         raise BlockingIOError(11, "Resource temporarily unavailable")
 
@@ -129,6 +131,7 @@ def test_init_refuses_nothing_when_python_cannot_start_a_process(
     # compactors earlier tests started may still run (a loaded machine): this run's
     # finish must try to start its own, not queue behind them
     monkeypatch.setattr(compactor_module, "_started", set())
+    monkeypatch.setattr(compactor_module, "_said_cannot_start", [False])
     monkeypatch.setenv("TRACKLAKE_COMPACT", "1")
     _log_run(root, "nospawn", 200)
     assert capsys.readouterr().err.count("cannot start automatic compaction") == 1
@@ -300,3 +303,25 @@ def test_a_sweep_of_many_runs_never_runs_more_compactors_than_allowed(
     assert sorted(named) == runs  # each finished rank handed to exactly one compactor
     assert len(spawned) < len(runs)  # ranks that waited shared a compactor
     assert _plain_duckdb_count(root) == 2 * 30 * len(runs)
+
+
+def test_a_failing_spawn_is_said_once_by_every_path_that_tries_it(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The seal, the finish and the queue's thread all meet a refused spawn: one line."""
+    def refuse(*args: object, **kwargs: object) -> int:
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(compactor_module.os, "posix_spawn", refuse)
+    monkeypatch.setattr(compactor_module, "_said_cannot_start", [False])
+    monkeypatch.setattr(compactor_module, "_started", set())
+    for rank in range(3):
+        c = compactor_module.Compactor(Path("/nonexistent-store"), "p", "r", rank)
+        c.segment_sealed()
+        c.run_finished()
+    monkeypatch.setattr(compactor_module, "_waiting", {"/nonexistent-store": [("p", "r", "9")]})
+    with compactor_module._lock:
+        try:
+            compactor_module._spawn_waiting("/nonexistent-store")
+        except OSError as exc:
+            compactor_module._cannot_start(exc)  # as the queue's thread does
+    assert capsys.readouterr().err.count("cannot start automatic compaction") == 1

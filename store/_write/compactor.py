@@ -76,7 +76,6 @@ class Compactor:
         self._root = str(root)
         self._rank = (project, run, str(rank))
         self._pid: int | None = None
-        self._warned = False
 
     def segment_sealed(self) -> None:
         """A segment was sealed while the run lives: compact, unless a compactor started
@@ -106,14 +105,21 @@ class Compactor:
         try:
             return spawn()
         except OSError as exc:
-            if not self._warned:
-                self._warned = True
-                _cannot_start(exc)
+            _cannot_start(exc)
             return None
 
 
+#: Whether this process said that a compactor could not start, since one last started.
+_said_cannot_start = [False]
+
+
 def _cannot_start(exc: OSError) -> None:
-    """Say that a compactor could not start (the data is safe in segments)."""
+    """Say that a compactor could not start (the data is safe in segments): once, from
+    whichever path tried (a rank's seal or finish, or the queue's thread), until one
+    starts again."""
+    if _said_cannot_start[0]:
+        return
+    _said_cannot_start[0] = True
     with contextlib.suppress(OSError):
         _messages.say(f"tracklake: cannot start automatic compaction ({exc}); "
                       "the data stays in segments until `tracklake compact` runs")
@@ -140,6 +146,7 @@ def _spawn(root: str, ranks: list[tuple[str, str, str]]) -> int | None:
     devnull = [(os.POSIX_SPAWN_OPEN, fd, os.devnull, os.O_RDWR, 0) for fd in (0, 1)]
     pid = os.posix_spawn(sys.executable, argv, os.environ, file_actions=devnull, setsid=True)
     _started.add(pid)
+    _said_cannot_start[0] = False
     return pid
 
 
