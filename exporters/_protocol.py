@@ -78,6 +78,12 @@ class Destination(Protocol):
     define them all (`tracklake.exporters.load` checks). Nothing is ever set on a
     destination from outside.
 
+    Optional: ``missing(run, state) -> str | None``, where `state` is what `commit()`
+    returned last. For a run with nothing new whose records were delivered, the loop
+    asks (once per run and process) why the destination no longer holds them (its
+    files deleted, say), and a reason stops the run with it and the ``--from-start``
+    hint.
+
     Errors: raise `tracklake.ExportError(retryable=True)` for what waiting can fix (the
     service is down, a time-out, a full disk on the destination's side) and
     ``retryable=False`` for what it cannot (a refused credential, a deleted project).

@@ -38,7 +38,13 @@ from tracklake.exporters._loop.ranks import (
     with_rank,
 )
 from tracklake.exporters._loop.select import Selection, select_runs
-from tracklake.exporters._loop.state import ExportState, destination_dir, load_state, now_iso
+from tracklake.exporters._loop.state import (
+    ExportState,
+    destination_dir,
+    forget_state,
+    load_state,
+    now_iso,
+)
 from tracklake.exporters._loop.watched import WatchedProcess
 from tracklake.exporters._protocol import Destination, ExportContext, RunInfo
 from tracklake.files import write_atomic
@@ -84,6 +90,8 @@ class Exporter:
             self.root, destination.name, self.description)
         self.summary = ExportSummary(self.description)
         self._cursor_checked: dict[str, set[str]] = {}  # per run, stream keys checked
+        self._started_over: set[str] = set()  # runs whose state --from-start forgot
+        self._held_checked: set[str] = set()  # runs the destination was seen to hold
         interval = self.options.commit_interval
         self.commit_interval = float(destination.commit_interval if interval is None
                                      else interval)
@@ -177,6 +185,9 @@ class Exporter:
         delay = self.options.retry_initial
         reported: dict[str, float] = {}  # error message -> when it was last reported
         attempt = 0
+        if self.options.from_start and info.key not in self._started_over:
+            self._started_over.add(info.key)
+            forget_state(self.state_dir, info.project, info.run)
         while True:
             try:
                 state = load_state(self.state_dir, info.project, info.run)
@@ -225,9 +236,24 @@ class Exporter:
                 f"delivered up to seq {position}, but the store holds it only up to seq "
                 f"{last}: this exporter did not write that state (planted, or restored "
                 "from another store), or fsck --repair quarantined records it had "
-                "delivered. Nothing of the run was exported now. Move the state file away "
-                "to export the run again from the start.", retryable=False)
+                "delivered. Nothing of the run was exported now. Pass --from-start to "
+                "export the run again from its start.", retryable=False)
         checked.update(looked)
+
+    def _check_still_held(self, info: RunInfo, state: ExportState) -> None:
+        """With nothing new to send, refuse (once per run and process) a run the
+        destination no longer holds though its state says it was delivered: its files
+        deleted, its file system not mounted."""
+        missing = getattr(self.destination, "missing", None)
+        if missing is None or not state.records or info.key in self._held_checked:
+            return
+        why = missing(info, state.destination)
+        if why is None:
+            self._held_checked.add(info.key)
+            return
+        raise ExportError(f"{why}; if its file system is not mounted, mount it and export "
+                          "again; to export the run again from its start, pass "
+                          "--from-start", retryable=False)
 
     def _record_error(self, info: RunInfo, exc: ExportError) -> None:
         try:
@@ -249,6 +275,7 @@ class Exporter:
         first = next(batches, None)
         terminal = info.status in TERMINAL_STATUSES
         if first is None and not (aggregator and aggregator.held and terminal):
+            self._check_still_held(info, state)
             if terminal and not state.finished:
                 self.destination.open_run(info, state.destination)
                 state.destination = dict(self.destination.commit(info))  # what it held back

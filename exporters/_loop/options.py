@@ -31,6 +31,9 @@ class ExportOptions:
     #: exporter): once it has exited, deliver what the store holds and stop, even if the
     #: run was not finished (a SIGKILLed trainer never writes its final status)
     while_pid: int | None = None
+    #: forget what was exported of the selected runs (their export states) once, before
+    #: their first delivery, and export them again from their start
+    from_start: bool = False
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,16 @@ def state_path(directory: Path, project: str, run: str) -> Path:
     return directory / f"project={project}" / f"run={run}.json"
 
 
+def forget_state(directory: Path, project: str, run: str) -> None:
+    """Delete the saved state of a run (it is exported again from its start)."""
+    path = state_path(directory, project, run)
+    try:
+        if path.is_symlink() or path.is_file():
+            path.unlink()
+    except FileNotFoundError:
+        pass
+
+
 def load_state(directory: Path, project: str, run: str) -> ExportState:
     """The saved state of a run, or a fresh one; ExportError (not retryable) if corrupt."""
     path = state_path(directory, project, run)
@@ -71,9 +81,9 @@ def load_state(directory: Path, project: str, run: str) -> ExportState:
     except CursorError as exc:
         raise ExportError(
             f"exporter state {path} is corrupt ({exc}); nothing of run {project}/{run} was "
-            "exported by this exporter now. Restore the file from a backup, or move it "
-            "away to export the run again from the start (a destination may then hold "
-            "what it already had twice).", retryable=False) from exc
+            "exported by this exporter now. Restore the file from a backup, or pass "
+            "--from-start to export the run again from its start (a destination may then "
+            "hold what it already had twice).", retryable=False) from exc
     except OSError as exc:
         raise ExportError(f"exporter state {path} cannot be read: {exc.strerror or exc}; "
                           f"nothing of run {project}/{run} was exported by this exporter "

@@ -70,8 +70,8 @@ class Routes:
             valid = False
         if not valid:
             raise ExportError(f"run {run.key}: the {self.destination} export state "
-                              f"{dict(state)!r} is not one this exporter wrote; delete the "
-                              "run's export state to export it again from its start",
+                              f"{dict(state)!r} is not one this exporter wrote; pass "
+                              "--from-start to export the run again from its start",
                               retryable=False)
 
     def _load_routes(self, state: Mapping[str, Any]) -> bool:

@@ -127,6 +127,17 @@ class TensorBoardDestination(Destination):
             handle, hparams, held = self._start(run, directory), False, Held()
         self._runs[run.key] = _OpenRun(handle, hparams, held)
 
+    def missing(self, run: RunInfo, state: Mapping[str, Any]) -> str | None:
+        """Why this log directory no longer holds what `state` says was committed of
+        `run` (its event file gone), or None."""
+        if not state:
+            return None
+        name, offset, _, _ = _parse_state(run, state)
+        path = self.run_dir(run) / name
+        if path.is_file():
+            return None
+        return f"{path} holds {offset} committed bytes of run {run.key} but is missing"
+
     def write(self, run: RunInfo, kind: str, records: pa.Table) -> None:
         current = self._open(run)
         if records.num_rows == 0:
@@ -265,7 +276,7 @@ def _parse_state(run: RunInfo, state: Mapping[str, Any]) -> tuple[str, int, bool
             or not isinstance(spans, list) or not isinstance(omitted, dict)
             or not all(isinstance(s, dict) and isinstance(s.get("id"), str) for s in spans)):
         raise ExportError(f"run {run.key}: the TensorBoard export state {dict(state)!r} is not "
-                          "one this exporter wrote; delete the run's export state to export "
+                          "one this exporter wrote; pass --from-start to export "
                           "it again from its start", retryable=False)
     held = Held({s["id"]: dict(s) for s in spans},
                  {str(k): int(v) for k, v in omitted.items()})

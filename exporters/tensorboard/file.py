@@ -156,7 +156,7 @@ def reopen(path: Path, offset: int, buffer_bytes: int) -> EventFile:
         raise ExportError(
             f"{path} holds {offset} committed bytes of this run but is missing: if its "
             "file system is not mounted, mount it and export again; to export the run "
-            "again from its start, delete its export state", retryable=False) from exc
+            "again from its start, pass --from-start", retryable=False) from exc
     except OSError as exc:
         raise io_error(exc, "open", path) from exc
     try:
@@ -164,7 +164,7 @@ def reopen(path: Path, offset: int, buffer_bytes: int) -> EventFile:
         if size < offset:
             raise ExportError(
                 f"{path} is {size} bytes, shorter than the {offset} bytes committed: it "
-                "was changed outside tracklake; delete it and the run's export state to "
+                "was changed outside tracklake; delete it and pass --from-start to "
                 "export the run again", retryable=False)
         if size > offset:  # written after the last commit: the loop sends it again
             os.ftruncate(fd, offset)

@@ -47,6 +47,10 @@ def _common_options() -> list[click.Parameter]:
                           "what the store holds and stop, even if the run was never "
                           "finished (a killed trainer). The final summary then goes to "
                           "stdout."),
+        click.Option(["--from-start"], is_flag=True,
+                     help="Export the selected runs again from their start: forget what "
+                          "this exporter delivered of them (after the destination's files "
+                          "were deleted, say). A destination may then hold records twice."),
         click.Option(["--state-dir"], type=click.Path(file_okay=False, path_type=Path),
                      help="Where the exporter keeps its cursors "
                           "(default: ROOT/exports/<destination>)."),
@@ -98,7 +102,8 @@ def _run_export(name: str, params: dict[str, Any]) -> None:
                             batch_rows=params["batch_rows"],
                             commit_interval=params["commit_interval"],
                             give_up_after=params["give_up_after"],
-                            state_dir=params["state_dir"], while_pid=params["while_pid"])
+                            state_dir=params["state_dir"], while_pid=params["while_pid"],
+                            from_start=params["from_start"])
     from tracklake._cli.export_progress import ExportDisplay
 
     if options.follow:
