@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import click
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
@@ -254,3 +255,30 @@ def test_a_missing_argument_is_named_in_the_error(args: tuple[str, ...], missing
     result = CliRunner().invoke(main, list(args), catch_exceptions=False)
     assert result.exit_code == 2
     assert f"tracklake: error: Missing argument {missing}." in result.stderr
+
+
+def test_every_commands_help_names_the_default_root_it_uses() -> None:
+    """The default root is ./tracklake-store wherever a --root option says one."""
+    from tracklake._format.naming import DEFAULT_ROOT
+
+    def commands(group: click.Group, prefix: tuple[str, ...] = ()
+                 ) -> list[tuple[str, ...]]:
+        found = []
+        ctx = click.Context(group)
+        for name in group.list_commands(ctx):  # commands load on first use
+            command = group.get_command(ctx, name)
+            if isinstance(command, click.Group):
+                found += commands(command, (*prefix, name))
+            else:
+                found.append((*prefix, name))
+        return found
+
+    checked = 0
+    for path in commands(main):
+        result = CliRunner().invoke(main, [*path, "--help"], terminal_width=200)
+        text = " ".join(result.output.split())
+        if "--root" not in text or "else ./" not in text:
+            continue
+        checked += 1
+        assert f"else ./{DEFAULT_ROOT})" in text or path == ("demo",), (path, text)
+    assert checked >= 12

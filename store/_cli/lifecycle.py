@@ -12,11 +12,11 @@ import click
 
 from tracklake._cli.progress import OperationProgress, quiet_option
 from tracklake._errors import TracklakeError
-from tracklake._format.naming import resolve_root
+from tracklake._format.naming import DEFAULT_ROOT, resolve_root
 
 _root_option = click.option(
     "--root", type=click.Path(file_okay=False, path_type=Path), default=None,
-    help="Store directory (default: $TRACKLAKE_ROOT, else ./tracklake).")
+    help=f"Store directory (default: $TRACKLAKE_ROOT, else ./{DEFAULT_ROOT}).")
 
 
 def _fail(exc: TracklakeError | click.ClickException) -> None:
