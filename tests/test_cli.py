@@ -282,3 +282,15 @@ def test_every_commands_help_names_the_default_root_it_uses() -> None:
         checked += 1
         assert f"else ./{DEFAULT_ROOT})" in text or path == ("demo",), (path, text)
     assert checked >= 12
+
+
+@pytest.mark.parametrize("command", ["compact", "demo"])
+def test_commands_that_write_refuse_a_url_root_at_once(command: str,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    result = CliRunner().invoke(main, [command, "--root", "s3://bucket/store"])
+    assert result.exit_code == 2
+    assert "writes the store" in result.output and "s3://bucket/store" in result.output
+    monkeypatch.setenv("TRACKLAKE_ROOT", "s3://bucket/store")
+    result = CliRunner().invoke(main, [command])
+    assert result.exit_code == 2 and "writes the store" in result.output
+    assert "URL" not in CliRunner().invoke(main, [command, "--help"]).output

@@ -32,6 +32,10 @@ root_option = click.option(
     "--root", type=click.Path(file_okay=False), default=None,
     help="Store directory, or a pyarrow file system URL to read (s3://bucket/store) "
          "(default: $TRACKLAKE_ROOT, else ./tracklake-store).")
+#: --root of a command that writes the store: a directory, never a URL (read-only)
+write_root_option = click.option(
+    "--root", type=click.Path(file_okay=False), default=None,
+    help="Store directory (default: $TRACKLAKE_ROOT, else ./tracklake-store).")
 
 
 #: How every error of the command line starts (the exit code says which kind it was).
@@ -126,6 +130,16 @@ def _friendly(func: F) -> F:
         except TracklakeError as exc:
             raise CliError(str(exc)) from exc
     return wrapper  # type: ignore[return-value]
+
+
+def _refuse_url(root: str | os.PathLike[str] | None, command: str) -> None:
+    """A command that writes the store refuses a URL root (those are read-only) at once."""
+    from tracklake._read.location import is_url
+
+    given = root if root is not None else os.environ.get("TRACKLAKE_ROOT")
+    if given and is_url(str(given)):
+        raise click.UsageError(f"{command} writes the store, and {given} is a URL, which "
+                               "tracklake only reads: give a directory")
 
 
 def _store(root: str | os.PathLike[str] | None) -> Path:
@@ -299,7 +313,7 @@ def sql(statement: str, root: Path | None, fmt: str, output: Path | None, max_ro
 
 
 @main.command()
-@root_option
+@write_root_option
 @click.option("--project")
 @click.option("--run")
 @click.option("--dry-run", is_flag=True, help="Only list what would be compacted.")
@@ -311,6 +325,7 @@ def compact(root: Path | None, project: str | None, run: str | None, dry_run: bo
     from tracklake._cli.progress import OperationProgress
     from tracklake._ops.compact import compact as do_compact
 
+    _refuse_url(root, "compact")
     store = _store(root)
     with OperationProgress("compact", "streams", quiet=quiet) as progress:
         report = do_compact(root=store, project=project, run=run, dry_run=dry_run,
@@ -388,7 +403,7 @@ def _echo_step(step: Step, pattern: str) -> None:
 
 
 @main.command()
-@root_option
+@write_root_option
 @click.option("--ranks", default=4, show_default=True)
 @click.option("--steps", default=2000, show_default=True)
 @click.option("--project", default="demo", show_default=True)
@@ -405,6 +420,7 @@ def demo(root: Path | None, ranks: int, steps: int, project: str, export_to: str
     export it to TensorBoard, MLflow, W&B, ... on this machine."""
     from tracklake._cli.demo import new_run_id, run_demo
 
+    _refuse_url(root, "demo")
     store = resolve_root(root)
     plan = None
     if export_to is not None:
