@@ -219,3 +219,13 @@ def test_a_report_killed_mid_way_leaves_the_previous_file_whole(
         proc.wait()
         html = out.read_text()
         assert html.startswith("<!DOCTYPE html>") and html.rstrip().endswith("</html>")
+
+
+@pytest.mark.parametrize("fmt", ["html", "md"])
+def test_a_report_into_a_missing_directory_is_refused_not_made(store: Path, tmp_path: Path,
+                                                               fmt: str) -> None:
+    out = tmp_path / "typo" / "deeper" / "report.html"
+    result = CliRunner().invoke(main, ["report", "base", "--root", str(store), "-o", str(out),
+                                       "--format", fmt])
+    assert result.exit_code == 2 and "is not an existing directory" in result.output
+    assert not (tmp_path / "typo").exists()

@@ -44,6 +44,9 @@ def report(runs: tuple[str, ...], root: Path | None, project: str | None, output
     store = _store(root)
     if output.resolve().is_relative_to(store.resolve()):
         raise click.UsageError(f"refusing to write {output} inside the store {store}")
+    if not output.absolute().parent.is_dir():  # a typo must not make directories anywhere
+        raise click.UsageError(f"cannot write {output}: {output.absolute().parent} is not an "
+                               "existing directory (create it first)")
     problems = ReadProblems()
     try:
         spec = CurveQuery(keys=keys or ("*",), ranks=parse_ranks(ranks), smooth=smooth,
