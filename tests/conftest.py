@@ -38,7 +38,8 @@ def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
-    """An empty store root, passed explicitly to every call."""
+    """An empty store root (as a store whose every run was pruned: its ``runs/`` folder
+    and nothing else), passed explicitly to every call."""
     path = tmp_path / "store"
-    path.mkdir()
+    (path / "runs").mkdir(parents=True)
     return path

@@ -288,9 +288,32 @@ def test_every_commands_help_names_the_default_root_it_uses() -> None:
 def test_commands_that_write_refuse_a_url_root_at_once(command: str,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     result = CliRunner().invoke(main, [command, "--root", "s3://bucket/store"])
-    assert result.exit_code == 2
+    assert result.exit_code == 1
     assert "writes the store" in result.output and "s3://bucket/store" in result.output
     monkeypatch.setenv("TRACKLAKE_ROOT", "s3://bucket/store")
     result = CliRunner().invoke(main, [command])
-    assert result.exit_code == 2 and "writes the store" in result.output
+    assert result.exit_code == 1 and "writes the store" in result.output
     assert "URL" not in CliRunner().invoke(main, [command, "--help"]).output
+
+
+def test_a_directory_that_is_not_a_store_is_refused_by_readers_and_compaction(
+        tmp_path: Path) -> None:
+    """An empty or unmounted mount point is no store: before, `runs` said "no runs",
+    `fsck` "clean", `compact` wrote `.cache/` into it and `query` answered 0."""
+    mount = tmp_path / "mnt"
+    mount.mkdir()
+    (mount / "lost+found").mkdir()
+    for args in (["runs"], ["fsck"], ["compact"], ["sql", "SELECT count(*) FROM metrics"],
+                 ["retain", "--keep-last", "1"]):
+        code, out = invoke(*args, "--root", str(mount))
+        assert code == 1, (args, out)
+        assert "not a tracklake store" in out and str(mount) in out, (args, out)
+    with pytest.raises(tracklake.StoreError, match="not a tracklake store"):
+        tracklake.query("SELECT 1", root=mount)
+    with pytest.raises(tracklake.StoreError, match="not a tracklake store"):
+        tracklake.compact(root=mount)
+    assert sorted(p.name for p in mount.iterdir()) == ["lost+found"]  # nothing written
+    with tracklake.init(project="p", run_id="r", root=mount) as run:  # init makes one
+        run.log({"x": 1.0}, step=0)
+    code, out = invoke("runs", "--root", str(mount))
+    assert code == 0 and "r" in out

@@ -25,11 +25,15 @@ def _fail(exc: TracklakeError | click.ClickException) -> None:
 
 
 def _store(root: Path | None) -> Path:
-    path = resolve_root(root)
-    if not path.is_dir():
-        _fail(click.ClickException(f"no tracklake store at {path}; pass --root DIR or set "
-                                   "TRACKLAKE_ROOT"))
-    return path
+    """The store an operation works on: an error, never an empty answer, for a directory
+    that is missing or is no store."""
+    from tracklake._read.location import existing_root
+
+    try:
+        return existing_root(resolve_root(root))
+    except TracklakeError as exc:
+        _fail(exc)
+        raise  # not reached: _fail exits
 
 
 def _mb(n: int) -> str:

@@ -138,8 +138,8 @@ def _refuse_url(root: str | os.PathLike[str] | None, command: str) -> None:
 
     given = root if root is not None else os.environ.get("TRACKLAKE_ROOT")
     if given and is_url(str(given)):
-        raise click.UsageError(f"{command} writes the store, and {given} is a URL, which "
-                               "tracklake only reads: give a directory")
+        raise CliError(f"{command} writes the store, and {given} is a URL, read-only to "
+                       "tracklake: give a directory")
 
 
 def _store(root: str | os.PathLike[str] | None) -> Path:

@@ -41,12 +41,12 @@ from tracklake._format import (
 )
 from tracklake._format.attempt import read_attempt
 from tracklake._format.liveness import writer_known_gone
-from tracklake._format.naming import resolve_root
 from tracklake._format.part import write_part_file
 from tracklake._format.segment import EOS
 from tracklake._ops.claims import hold_claim, remove_leftovers
 from tracklake._ops.part_sources import PartSources
 from tracklake._ops.sorted_part import write_sorted_part
+from tracklake._read.location import existing_root
 from tracklake._read.reader import Part, Segment, list_stream, list_streams
 
 if TYPE_CHECKING:
@@ -335,7 +335,7 @@ def compact(*, root: str | os.PathLike[str] | None = None, project: str | None =
     `progress(done, total, note)` is called after each stream (done and total count
     streams; note names the stream). Over a whole store it then bundles the small settled
     runs (store/_ops/bundle.py), unless another builder is at it."""
-    root_path = resolve_root(root)
+    root_path = existing_root(root)  # never writes .cache/ into a directory that is no store
     streams = list_streams(root_path, project, run, tuple(kinds))
     report = compact_streams(root_path, streams, dry_run=dry_run, progress=progress)
     if project is None and run is None and not dry_run and "metrics" in kinds:

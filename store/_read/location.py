@@ -136,7 +136,23 @@ def existing_root(root: str | os.PathLike[str] | None) -> Path:
     if not found:
         raise StoreError(f"no tracklake store at {path}: pass root= (or --root) the store's "
                          "directory or URL, or set TRACKLAKE_ROOT")
+    if not isinstance(path, ObjectPath) and not is_store(path):
+        raise StoreError(f"{path} is a directory but not a tracklake store (it holds none of "
+                         f"{', '.join(STORE_MARKS)}; an empty or unmounted mount point?): "
+                         "pass root= (or --root) the store's directory, or set "
+                         "TRACKLAKE_ROOT; only `tracklake.init()`, restore and unpack make "
+                         "a store")
     return path
+
+
+#: What a directory written by tracklake holds at least one of: `init()` makes ``runs/``
+#: first; a store pruned of every run keeps its policy, exports or backups records.
+STORE_MARKS = ("runs", "metrics", "blobs", "tracklake.toml", "exports", "backups", "trash")
+
+
+def is_store(path: Path) -> bool:
+    """True if the local directory `path` holds something only a tracklake store does."""
+    return any(os.path.lexists(os.path.join(path, mark)) for mark in STORE_MARKS)
 
 
 def subdirs_at(root: Path, rel: str) -> list[str]:
