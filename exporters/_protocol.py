@@ -97,6 +97,9 @@ class Destination(Protocol):
     #: ends in `commit()`); 0 delivers as soon as records arrive. A finished run is
     #: delivered at once. ``--commit-interval`` overrides it.
     commit_interval: ClassVar[float] = 0.0
+    #: False for a destination that is only looked at (the console): each export shows
+    #: the runs from their start, and nothing of where it stands is kept in the store.
+    keeps_state: ClassVar[bool] = True
 
     @classmethod
     def cli_options(cls) -> list[click.Parameter]:

@@ -18,6 +18,7 @@ class ConsoleDestination(Destination):
     """Prints metrics (keys matching `keys`), texts and alerts on a stream."""
 
     name: ClassVar[str] = "console"
+    keeps_state: ClassVar[bool] = False  # printed again each time, from the start
 
     def __init__(self, *, keys: str = "*", stream: TextIO | None = None) -> None:
         self.keys = keys

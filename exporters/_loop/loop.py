@@ -16,6 +16,7 @@ import json
 import math
 import random
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -86,8 +87,14 @@ class Exporter:
         self.sleep = sleep
         self.clock = clock
         self.description = destination.describe()
-        self.state_dir = self.options.state_dir or destination_dir(
-            self.root, destination.name, self.description)
+        self._scratch: tempfile.TemporaryDirectory[str] | None = None
+        if self.options.state_dir is None and not getattr(destination, "keeps_state", True):
+            # where it stands matters while it runs only (the console prints every run
+            # from its start each time): kept outside the store, removed at the end
+            self._scratch = tempfile.TemporaryDirectory(prefix="tracklake-export-")
+        self.state_dir = self.options.state_dir or (
+            Path(self._scratch.name) if self._scratch is not None
+            else destination_dir(self.root, destination.name, self.description))
         self.summary = ExportSummary(self.description)
         self._cursor_checked: dict[str, set[str]] = {}  # per run, stream keys checked
         self._started_over: set[str] = set()  # runs whose state --from-start forgot
@@ -170,6 +177,8 @@ class Exporter:
         finally:
             if pacer is not None:
                 pacer.stop()
+            if self._scratch is not None:  # a destination that keeps no state
+                self._scratch.cleanup()
         return self.summary
 
     def _writer_gone(self) -> bool:

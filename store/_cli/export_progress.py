@@ -103,8 +103,9 @@ class ExportDisplay:
     def lines(self) -> list[str]:
         """One plain line per followed run, for logs."""
         return [f"tracklake {self.what}: {run}: {lag.exported:,} records exported, "
-                f"{lag.waiting:,} behind at the last poll, {lag.seconds:.1f} s behind, "
-                f"{lag.state()}" for run, lag in sorted(self.lags.items())]
+                + ("finished, nothing behind" if lag.finished else
+                   f"{lag.waiting:,} behind at the last poll, {lag.seconds:.1f} s behind, "
+                   f"{lag.state()}") for run, lag in sorted(self.lags.items())]
 
     def table(self) -> Table:
         """The per-run lag table drawn on a terminal."""
@@ -113,6 +114,7 @@ class ExportDisplay:
             table.add_column(column, justify="left" if column in ("run", "state")
                              else "right")
         for run, lag in sorted(self.lags.items()):
-            table.add_row(run, f"{lag.exported:,}", f"{lag.waiting:,}", f"{lag.seconds:.1f}",
-                          lag.state())
+            behind = ("0", "-") if lag.finished else (f"{lag.waiting:,}",
+                                                       f"{lag.seconds:.1f}")
+            table.add_row(run, f"{lag.exported:,}", *behind, lag.state())
         return table

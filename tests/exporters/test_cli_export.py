@@ -37,6 +37,18 @@ def test_console_prints_each_step_in_verls_format(store: Path) -> None:
     assert not any("actor/pg_loss" in line for line in lines)
 
 
+def test_the_console_prints_the_run_every_time_and_keeps_nothing_in_the_store(
+        store: Path) -> None:
+    """The console is for looking: a second `export console` (or `--follow`) shows the run
+    again from its start (before: nothing, its cursor kept like a destination's)."""
+    for follow in ((), ("--follow", "--poll-interval", "0.1"), ()):
+        code, out = _invoke("export", "console", "--root", str(store), "--run", "r",
+                            "--keys", "critic/*", *follow)
+        assert code == 0, out
+        assert "step:0 - critic/score/mean:0" in out.splitlines(), out
+    assert not (store / "exports").exists()  # nothing of the console's kept in the store
+
+
 def test_status_shows_each_destination_and_how_far_behind_it_is(store: Path,
                                                                  tmp_path: Path) -> None:
     code, _ = _invoke("export", "tensorboard", "--root", str(store), "--all",
