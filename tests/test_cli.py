@@ -317,3 +317,14 @@ def test_a_directory_that_is_not_a_store_is_refused_by_readers_and_compaction(
         run.log({"x": 1.0}, step=0)
     code, out = invoke("runs", "--root", str(mount))
     assert code == 0 and "r" in out
+
+
+def test_two_demo_runs_draw_two_curves(root: Path) -> None:
+    """Seeded by run: the first comparison a user makes shows two curves, not one."""
+    for _ in range(2):
+        code, out = invoke("demo", "--root", str(root), "--ranks", "1", "--steps", "50")
+        assert code == 0, out
+    curves = tracklake.query(
+        "SELECT run, list(value ORDER BY step) AS v FROM metrics "
+        "WHERE key = 'critic/score/mean' GROUP BY run", root=root).to_pylist()
+    assert len(curves) == 2 and curves[0]["v"] != curves[1]["v"]

@@ -30,12 +30,15 @@ DEMO_CONFIG: dict[str, Any] = {
 def _rank_main(root: str, project: str, run_id: str, rank: int, steps: int) -> None:
     import tracklake
 
-    rng = random.Random(rank)
+    # seeded by run and rank: two demo runs differ (a first comparison shows two
+    # curves), while one run's ranks stay reproducible
+    rng = random.Random(f"{run_id}/{rank}")
+    ceiling = 0.5 + 0.2 * random.Random(run_id).random()  # how far this run's score gets
     with tracklake.init(project=project, name="grpo-demo", root=root, run_id=run_id,
                         rank=rank, config=DEMO_CONFIG, tags=["demo", "grpo"]) as run:
         for step in range(steps):
             progress = step / max(steps - 1, 1)
-            score = 0.2 + 0.6 * (1 - math.exp(-4 * progress)) + rng.gauss(0, 0.03)
+            score = 0.2 + ceiling * (1 - math.exp(-4 * progress)) + rng.gauss(0, 0.03)
             length = 300 + 400 * progress + rng.gauss(0, 20)
             metrics = {
                 "actor/pg_loss": rng.gauss(-0.01, 0.02),
