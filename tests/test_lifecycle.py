@@ -187,3 +187,22 @@ def test_sigterm_at_any_point_of_log_flush_or_finish_ends_the_run_killed_with_it
         expected = "finished" if trial % 3 == 2 else "killed"
         assert statuses[run_id] in (expected, "killed"), (run_id, statuses[run_id])
         assert set(acked) <= stored[run_id], (run_id, sorted(set(acked) - stored[run_id]))
+
+
+def test_show_and_the_views_say_one_status_for_a_killed_writer(root: Path) -> None:
+    """`show` printed the status as recorded ("running") where `runs` and `run_attempts`
+    say crashed: every reader shows the one status `effective_status` gives."""
+    from click.testing import CliRunner
+
+    from tracklake._cli.main import main
+
+    proc = _child(root, "run.flush(); os.kill(os.getpid(), signal.SIGKILL)")
+    proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    [row] = tracklake.query("SELECT run, status FROM run_attempts", root=root).to_pylist()
+    assert row["status"] == "crashed"
+    result = CliRunner().invoke(main, ["show", row["run"], "--root", str(root)],
+                                terminal_width=200)
+    assert result.exit_code == 0, result.output
+    [line] = [ln for ln in result.output.splitlines() if ln.lstrip("│ ").startswith("1 ")]
+    assert "crashed" in line and "running" not in line, line

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +17,7 @@ from tracklake._cli.cells import cell
 from tracklake._cli.console import literal_console
 from tracklake._cli.sparkline import UNICODE_LEVELS, trends
 from tracklake._errors import QueryError
+from tracklake._format.attempt import effective_status
 from tracklake._read.location import is_url
 from tracklake._read.query import query, with_connection
 from tracklake._read.reader import ReadProblems, RunRecord, find_run
@@ -51,12 +53,14 @@ def print_run(root: Path, run_id: str, project: str | None, problems: ReadProble
     attempts = Table(title="attempts")
     for col in ("attempt", "rank", "status", "started", "finished", "write problems"):
         attempts.add_column(col)
+    now = time.time()
     for a in record.attempts:
         report = a.get("write_report") or {}
         written = "" if report.get("complete", True) else (
             f"{report.get('failed_writes')} failed writes, {report.get('dropped_values')} "
             f"values dropped: {report.get('last_error')}")
-        attempts.add_row(str(a["attempt"]), str(a["rank"]), a.get("status", ""),
+        # the status every reader shows (a "running" attempt whose writer is gone: crashed)
+        attempts.add_row(str(a["attempt"]), str(a["rank"]), effective_status(a, now=now),
                          a.get("started_at", ""), a.get("finished_at") or "", written)
     console.print(attempts)
     rank = min(record.ranks)
