@@ -92,7 +92,7 @@ def test_an_unknown_destination_fails_before_the_job_naming_the_installed_ones(
     code, out = _invoke("demo", "--root", str(root), *SMALL, "--export", "nowhere")
     assert code == 2
     assert "no exporter named 'nowhere'" in out and "tensorboard" in out
-    assert not any(root.iterdir())  # the demo did not run
+    assert not any(p.is_file() for p in root.rglob("*"))  # the demo did not run
 
 
 def test_a_destination_that_is_not_installed_names_the_pip_extra(
@@ -104,7 +104,7 @@ def test_a_destination_that_is_not_installed_names_the_pip_extra(
     code, out = _invoke("demo", "--root", str(root), "--export", "swanlab")
     assert code == 1
     assert "pip install 'tracklake[swanlab]'" in out
-    assert not any(root.iterdir())
+    assert not any(p.is_file() for p in root.rglob("*"))
 
 
 def test_an_export_dir_inside_the_store_is_refused(root: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import time
 from pathlib import Path
 
 import duckdb
@@ -172,7 +173,7 @@ def test_runs_view_reports_status_attempts_and_ranks(root: Path) -> None:
     rows = {r["run"]: r for r in tracklake.query("SELECT * FROM runs", root=root).to_pylist()}
     assert rows["r"]["attempts"] == 2 and rows["r"]["status"] == "finished"
     assert rows["bad"]["status"] == "failed"
-    assert rows["r"]["ranks"] == 1  # the latest attempt had only rank 0
+    assert rows["r"]["ranks"] == 2  # rank 1 still counts: its latest attempt is its 1st
 
 
 def test_bad_sql_gives_a_query_error_naming_the_problem(root: Path) -> None:
@@ -191,3 +192,21 @@ def test_a_root_that_is_not_a_store_is_an_error_not_an_empty_answer(
     assert ("object store" in str(err.value)) == ("://" in root)
     with pytest.raises(tracklake.StoreError):
         tracklake.connect(where)
+
+
+def test_a_one_rank_restart_keeps_the_runs_ranks_and_whole_duration(root: Path) -> None:
+    """A 2-rank job whose rank 1 alone is restarted: `runs` says 2 ranks, 2 attempts and
+    the span from the first start to the last end (before: the latest attempt's 1 rank
+    and its own duration)."""
+    for rank in (0, 1):
+        with tracklake.init(project="p", run_id="job", root=root, rank=rank) as run:
+            run.log({"loss": 1.0}, step=0)
+    time.sleep(1.1)
+    with tracklake.init(project="p", run_id="job", root=root, rank=1) as run:
+        run.log({"loss": 0.5}, step=1)
+    [row] = tracklake.query(
+        "SELECT ranks, attempts, status, epoch(duration) AS seconds, started_at = "
+        "(SELECT min(CAST(started_at AS TIMESTAMPTZ)) FROM run_attempts) AS from_first "
+        "FROM runs", root=root).to_pylist()
+    assert (row["ranks"], row["attempts"], row["status"]) == (2, 2, "finished")
+    assert row["seconds"] >= 1.0 and row["from_first"] is True

@@ -54,22 +54,23 @@ _RUNS_VIEW = """
 CREATE VIEW runs AS
 WITH a AS (
   SELECT *, CAST(started_at AS TIMESTAMPTZ) AS started,
-         CAST(coalesce(finished_at, heartbeat_at) AS TIMESTAMPTZ) AS ended
-  FROM run_attempts),
-latest AS (SELECT project, run, max(attempt) AS attempts FROM a GROUP BY ALL)
-SELECT a.project, a.run, any_value(a.name) AS name,
-       CASE WHEN bool_or(a.status = 'running') THEN 'running'
-            WHEN bool_or(a.status = 'crashed') THEN 'crashed'
-            WHEN bool_or(a.status = 'failed') THEN 'failed'
-            WHEN bool_or(a.status = 'killed') THEN 'killed'
+         CAST(coalesce(finished_at, heartbeat_at) AS TIMESTAMPTZ) AS ended,
+         attempt = max(attempt) OVER (PARTITION BY project, run, rank) AS latest
+  FROM run_attempts)
+SELECT project, run, any_value(name) FILTER (WHERE latest) AS name,
+       CASE WHEN bool_or(status = 'running' AND latest) THEN 'running'
+            WHEN bool_or(status = 'crashed' AND latest) THEN 'crashed'
+            WHEN bool_or(status = 'failed' AND latest) THEN 'failed'
+            WHEN bool_or(status = 'killed' AND latest) THEN 'killed'
             ELSE 'finished' END AS status,
-       any_value(l.attempts) AS attempts, count(DISTINCT a.rank) AS ranks,
-       max(a.world_size) AS world_size, min(a.started) AS started_at,
-       max(a.ended) AS ended_at, max(a.ended) - min(a.started) AS duration,
-       any_value(a.tags) AS tags, any_value(a.host) AS host,
-       any_value(a.git_commit) AS git_commit
-FROM a JOIN latest l ON a.project = l.project AND a.run = l.run AND a.attempt = l.attempts
-GROUP BY a.project, a.run
+       max(attempt) AS attempts, count(DISTINCT rank) AS ranks,
+       max(world_size) FILTER (WHERE latest) AS world_size, min(started) AS started_at,
+       max(ended) AS ended_at, max(ended) - min(started) AS duration,
+       any_value(tags) FILTER (WHERE latest) AS tags,
+       any_value(host) FILTER (WHERE latest) AS host,
+       any_value(git_commit) FILTER (WHERE latest) AS git_commit
+FROM a
+GROUP BY project, run
 """
 
 

@@ -269,7 +269,7 @@ def test_other_backends_are_verls_own(root: Path) -> None:
             return await TracedClass().my_method("x")
 
     assert asyncio.run(rollout()) == "result: x, default"
-    assert not any(root.iterdir())
+    assert not any(p.is_file() for p in root.rglob("*"))
 
 
 def test_tracklake_backend_without_names_is_refused_clearly() -> None:
