@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from _tensorboard_log import scalar_steps
 from click.testing import CliRunner
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 import tracklake
 from tracklake._cli.main import main
@@ -30,13 +30,7 @@ def _export(root: Path, logdir: Path) -> tuple[int, str]:
 
 
 def _steps(logdir: Path) -> list[int]:
-    steps: list[int] = []
-    for events in sorted(logdir.rglob("events.out.tfevents.*")):
-        acc = EventAccumulator(str(events.parent), size_guidance={"scalars": 0})
-        acc.Reload()
-        if "loss" in acc.Tags()["scalars"]:
-            steps += [e.step for e in acc.Scalars("loss")]
-    return sorted(set(steps))
+    return sorted(set(scalar_steps(logdir)))
 
 
 def _exported_state(root: Path, logdir: Path) -> tuple[Path, dict[str, object]]:

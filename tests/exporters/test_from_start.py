@@ -6,8 +6,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from _tensorboard_log import scalar_steps
 from click.testing import CliRunner
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 import tracklake
 from tracklake._cli.main import main
@@ -19,15 +19,6 @@ def _export(root: Path, logdir: Path, *more: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
-def _steps(logdir: Path) -> list[int]:
-    steps: list[int] = []
-    for events in sorted(logdir.rglob("events.out.tfevents.*")):
-        acc = EventAccumulator(str(events.parent), size_guidance={"scalars": 0})
-        acc.Reload()
-        steps += [e.step for e in acc.Scalars("loss")]
-    return sorted(steps)
-
-
 def test_a_deleted_log_directory_is_said_and_from_start_exports_again(
         root: Path, tmp_path: Path) -> None:
     logdir = tmp_path / "tb"
@@ -36,7 +27,7 @@ def test_a_deleted_log_directory_is_said_and_from_start_exports_again(
             run.log({"loss": float(step)}, step=step)
     code, out = _export(root, logdir)
     assert code == 0, out
-    assert _steps(logdir) == list(range(30))
+    assert scalar_steps(logdir) == list(range(30))
     shutil.rmtree(logdir)
 
     code, out = _export(root, logdir)  # before: "0 records", exit 0, nothing written
@@ -46,7 +37,7 @@ def test_a_deleted_log_directory_is_said_and_from_start_exports_again(
 
     code, out = _export(root, logdir, "--from-start")
     assert code == 0, out
-    assert _steps(logdir) == list(range(30))
+    assert scalar_steps(logdir) == list(range(30))
     code, out = _export(root, logdir)  # the new state stands: nothing again, no error
     assert code == 0, out
-    assert _steps(logdir) == list(range(30))
+    assert scalar_steps(logdir) == list(range(30))
