@@ -49,6 +49,7 @@ from tracklake._format.attempt import TERMINAL_STATUSES, effective_status
 from tracklake._format.cursor import MAX_STATE_BYTES, Cursor
 from tracklake._format.cursor import read_state as read_exporter_state
 from tracklake._format.files import NotRegularFileError, open_regular
+from tracklake._read.cutoffs import AttemptCutoffs
 from tracklake._read.listing import stream_dirs as _stream_dirs
 from tracklake._read.location import is_url as _is_url
 from tracklake._read.location import read_root as resolve_root
@@ -132,6 +133,7 @@ __all__ = [
     "PARTITION_SCHEMA",
     "SCHEMAS",
     "TERMINAL_STATUSES",
+    "AttemptCutoffs",
     "Cursor",
     "ReadProblems",
     "RunRecord",

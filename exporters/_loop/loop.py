@@ -52,6 +52,7 @@ from tracklake.files import write_atomic
 from tracklake.read import (
     KINDS,
     TERMINAL_STATUSES,
+    AttemptCutoffs,
     StreamId,
     positions_past_end,
     read_run,
@@ -99,6 +100,7 @@ class Exporter:
         self._cursor_checked: dict[str, set[str]] = {}  # per run, stream keys checked
         self._started_over: set[str] = set()  # runs whose state --from-start forgot
         self._held_checked: set[str] = set()  # runs the destination was seen to hold
+        self._cutoffs: dict[str, AttemptCutoffs] = {}  # per run: where attempts are superseded
         interval = self.options.commit_interval
         self.commit_interval = float(destination.commit_interval if interval is None
                                      else interval)
@@ -276,8 +278,13 @@ class Exporter:
     def _deliver(self, info: RunInfo, state: ExportState) -> int:
         opts = self.options
         cursor = copy.deepcopy(state.cursor)
+        # what a later attempt logged again is left out, as the default views leave it
+        cutoffs = self._cutoffs.setdefault(info.key, AttemptCutoffs(info.project, info.run))
+        cutoffs.update(self.root, self.summary.problems)
         aggregator = Aggregator(opts.ranks, copy.deepcopy(state.held)) \
             if opts.ranks in AGGREGATES else None
+        if aggregator is not None:
+            aggregator.drop_superseded(cutoffs)
         batches: Iterator[tuple[StreamId, pa.RecordBatch]] = read_run(
             self.root, cursor, kinds=opts.kinds, ranks=ranks_to_read(opts.ranks),
             problems=self.summary.problems)
@@ -322,7 +329,10 @@ class Exporter:
             self._report(info, state, sent, delivered=False)
 
         pending_batches = [first] if first is not None else []
-        for stream, batch in _chain(pending_batches, batches):
+        for stream, read in _chain(pending_batches, batches):
+            batch = cutoffs.visible(stream, read)
+            if batch.num_rows == 0:
+                continue
             if aggregator is not None and stream.kind == "metrics":
                 aggregator.add(stream, batch)
                 ready = aggregator.ready(info.ranks, everything=False)

@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tracklake.read import SCHEMAS, StreamId
+from tracklake.read import SCHEMAS, AttemptCutoffs, StreamId
 
 AGGREGATES = ("mean", "min", "max")
 RANK_MODES = ("0", "all", *AGGREGATES)  # or any rank number
@@ -46,8 +46,9 @@ def with_rank(stream: StreamId, batch: pa.RecordBatch, mode: str) -> pa.Table | 
 
 class Aggregator:
     """Holds each (step, key) until every rank has logged it (or the run is over), then
-    emits the mean, min or max. What it holds is saved in the exporter state, so a
-    restarted exporter loses nothing it had read."""
+    emits the mean, min or max of each rank's latest attempt, as the attempt of the latest
+    of them. What it holds is saved in the exporter state, so a restarted exporter loses
+    nothing it had read."""
 
     def __init__(self, mode: str, held: dict[str, Any]) -> None:
         self.mode = mode
@@ -60,13 +61,31 @@ class Aggregator:
                                        batch.column("key").to_pylist(),
                                        batch.column("value").to_pylist(), times, strict=True):
             by_rank = self.held.setdefault(str(step), {}).setdefault(key, {})
-            by_rank[str(stream.rank)] = [value, t, stream.attempt]
+            held = by_rank.get(str(stream.rank))
+            if held is None or held[2] <= stream.attempt:
+                by_rank[str(stream.rank)] = [value, t, stream.attempt]
+
+    def drop_superseded(self, cutoffs: AttemptCutoffs) -> None:
+        """Forget what is held of an attempt that a later one has superseded at its step."""
+        for step in list(self.held):
+            keys = self.held[step]
+            for key in list(keys):
+                by_rank = keys[key]
+                for rank, (_, _, attempt) in list(by_rank.items()):
+                    cut = cutoffs.cutoff(int(rank), attempt)
+                    if cut is not None and int(step) >= cut:
+                        del by_rank[rank]
+                if not by_rank:
+                    del keys[key]
+            if not keys:
+                del self.held[step]
 
     def ready(self, ranks: tuple[int, ...], everything: bool) -> pa.Table | None:
         """The aggregates of steps every rank in `ranks` has logged (all of them if
         `everything`), removed from what is held."""
         want = {str(r) for r in ranks}
-        rows: dict[str, list[Any]] = {"seq": [], "time": [], "step": [], "key": [], "value": []}
+        rows: dict[str, list[Any]] = {"seq": [], "time": [], "step": [], "key": [], "value": [],
+                                      "attempt": []}
         for step in sorted(self.held, key=int):
             keys = self.held[step]
             for key in list(keys):
@@ -79,6 +98,7 @@ class Aggregator:
                 rows["step"].append(int(step))
                 rows["key"].append(key)
                 rows["value"].append(_aggregate(self.mode, values))
+                rows["attempt"].append(max(v[2] for v in by_rank.values()))
                 del keys[key]
             if not keys:
                 del self.held[step]
@@ -94,7 +114,7 @@ class Aggregator:
         })
         n = table.num_rows
         return table.append_column("rank", pa.nulls(n, pa.int32())).append_column(
-            "attempt", pa.nulls(n, pa.int32()))
+            "attempt", pa.array(rows["attempt"], pa.int32()))
 
 
 def _aggregate(mode: str, values: list[float]) -> float:

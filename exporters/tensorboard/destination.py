@@ -14,12 +14,13 @@ the state until their root arrives, so that a trace is written whole.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import re
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -86,6 +87,9 @@ class _OpenRun:
     file: EventFile
     hparams: bool  # the hparams summary is in the file
     held: Held
+    #: per rank ("-" for rank aggregates): the latest attempt whose metrics are in the file
+    attempts: dict[str, int] = field(default_factory=dict)
+    top_step: int | None = None  # the highest metric step in the file
 
 
 class TensorBoardDestination(Destination):
@@ -123,9 +127,9 @@ class TensorBoardDestination(Destination):
         if state:
             name, offset, hparams, held = _parse_state(run, state)
             handle = reopen(directory / name, offset, self.buffer_bytes)
+            self._runs[run.key] = _OpenRun(handle, hparams, held, *_parse_attempts(run, state))
         else:
-            handle, hparams, held = self._start(run, directory), False, Held()
-        self._runs[run.key] = _OpenRun(handle, hparams, held)
+            self._runs[run.key] = _OpenRun(self._start(run, directory), False, Held())
 
     def missing(self, run: RunInfo, state: Mapping[str, Any]) -> str | None:
         """Why this log directory no longer holds what `state` says was committed of
@@ -144,8 +148,12 @@ class TensorBoardDestination(Destination):
             return
         held = current.held
         events: Iterable[Any]
+        attempts, top_step = current.attempts, current.top_step
         if kind == "metrics":
             events = metric_events(records)
+            attempts, top_step, restart = _restart(records, attempts, top_step)
+            if restart is not None:
+                events = itertools.chain([_restart_event(run, restart)], events)
         elif kind == "texts":
             events = text_events(records)
         elif kind == "configs":
@@ -163,6 +171,7 @@ class TensorBoardDestination(Destination):
             return  # a kind added by a newer format: optional, so skipped
         current.file.append(frames(events))
         current.held = held
+        current.attempts, current.top_step = attempts, top_step
         current.hparams = current.hparams or kind == "configs"
 
     def commit(self, run: RunInfo) -> Mapping[str, Any]:
@@ -170,7 +179,8 @@ class TensorBoardDestination(Destination):
         offset = current.file.sync()
         return {"file": current.file.path.name, "offset": offset, "hparams": current.hparams,
                 "held_spans": list(current.held.spans.values()),
-                "omitted_spans": dict(current.held.omitted)}
+                "omitted_spans": dict(current.held.omitted),
+                "attempts": dict(current.attempts), "top_step": current.top_step}
 
     def finish_run(self, run: RunInfo) -> None:
         """Write the final status (and held spans whose root never came), fsync, and close
@@ -281,3 +291,57 @@ def _parse_state(run: RunInfo, state: Mapping[str, Any]) -> tuple[str, int, bool
     held = Held({s["id"]: dict(s) for s in spans},
                  {str(k): int(v) for k, v in omitted.items()})
     return name, offset, bool(state.get("hparams")), held
+
+
+def _parse_attempts(run: RunInfo, state: Mapping[str, Any]) -> tuple[dict[str, int], int | None]:
+    """The latest attempt per rank and the highest metric step of a state (none in a state
+    written before they were kept: an attempt after it is then taken as the first)."""
+    attempts, top = state.get("attempts", {}), state.get("top_step")
+    if (not isinstance(attempts, dict) or not all(
+            isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
+            for k, v in attempts.items())
+            or not (top is None or (isinstance(top, int) and not isinstance(top, bool)))):
+        raise ExportError(f"run {run.key}: the TensorBoard export state {dict(state)!r} is not "
+                          "one this exporter wrote; pass --from-start to export "
+                          "it again from its start", retryable=False)
+    return dict(attempts), top
+
+
+def _restart(records: pa.Table, attempts: dict[str, int], top_step: int | None
+             ) -> tuple[dict[str, int], int | None, int | None]:
+    """The attempts and top step once `records` (metrics) are written, and the step at
+    which they restart the run: the lowest step of an attempt later than the file holds
+    for its rank, if the file holds metrics at or after it. TensorBoard's loaders then
+    drop what they read before at that step and after, as the default views do."""
+    attempts = dict(attempts)
+    restart: int | None = None
+    ranks = records.column("rank").to_pylist() if "rank" in records.column_names else None
+    numbers = records.column("attempt").to_pylist() if "attempt" in records.column_names \
+        else None
+    steps = records.column("step").to_pylist()
+    if numbers is not None:
+        lowest: dict[str, int] = {}  # per rank: the lowest step of its new attempt
+        for i, attempt in enumerate(numbers):
+            if attempt is None:
+                continue
+            rank = "-" if ranks is None or ranks[i] is None else str(ranks[i])
+            seen = attempts.get(rank)
+            if seen is None or attempt > seen:
+                if seen is not None and steps[i] is not None:
+                    lowest[rank] = min(lowest.get(rank, steps[i]), steps[i])
+                attempts[rank] = attempt
+            elif attempt == attempts[rank] and rank in lowest and steps[i] is not None:
+                lowest[rank] = min(lowest[rank], steps[i])
+        first = min(lowest.values(), default=None)
+        if first is not None and top_step is not None and first <= top_step:
+            restart = first
+    present = [s for s in steps if s is not None]
+    if present:
+        top_step = max(present) if top_step is None else max(top_step, max(present))
+    return attempts, top_step, restart
+
+
+def _restart_event(run: RunInfo, step: int) -> Any:
+    return event_pb2.Event(wall_time=time.time(), step=step, session_log=event_pb2.SessionLog(
+        status=event_pb2.SessionLog.START,
+        msg=f"tracklake: a later attempt of run {run.key} logs again from step {step}"))
