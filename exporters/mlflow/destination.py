@@ -27,9 +27,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import click
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from tracklake import ExportError
 from tracklake.exporters._protocol import Destination, ExportContext, RunInfo
+from tracklake.exporters._shared.attempt_routes import Routes, Target, attempt_label, by_attempt
 from tracklake.exporters.mlflow.errors import boundary
 from tracklake.exporters.mlflow.names import MAX_TAG_VAL_LENGTH, RUN_ID_TAG, mlflow_key
 from tracklake.exporters.mlflow.records import (
@@ -81,6 +83,22 @@ def _configure_mlflow_environment(telemetry: bool) -> None:
         set_telemetry_client()  # type: ignore[no-untyped-call]
 
 
+class MlflowRoutes(Routes):
+    """Which MLflow run each attempt of a run goes to (`_shared.attempt_routes`): an
+    attempt that logs again steps already delivered gets a run of its own."""
+
+    destination = "MLflow"
+
+    def __init__(self, run: RunInfo, state: Mapping[str, Any]) -> None:
+        super().__init__(run, run.key, state)
+
+
+def attempt_run_tag(run: RunInfo, attempt: int) -> str:
+    """The ``tracklake.run_id`` tag of a resumed attempt's MLflow run (a run id never holds
+    a space, so no run's own tag is one of these)."""
+    return f"{run.key} (attempt {attempt})"
+
+
 class MlflowDestination(Destination):
     """Exports tracklake runs to an MLflow tracking server or database."""
 
@@ -101,7 +119,8 @@ class MlflowDestination(Destination):
         _configure_mlflow_environment(telemetry)
         self._clients: tuple[MlflowClient, TracingClient] | None = None
         self._experiments: dict[str, str] = {}
-        self._targets: dict[str, MlflowTarget] = {}
+        self._targets: dict[str, dict[str, MlflowTarget]] = {}  # run key -> route id -> run
+        self._routes: dict[str, MlflowRoutes] = {}
 
     def _make_clients(self) -> tuple[MlflowClient, TracingClient]:
         """The clients, made on first use, inside an error boundary (for a database URI,
@@ -152,17 +171,13 @@ class MlflowDestination(Destination):
     def open_run(self, run: RunInfo, state: Mapping[str, Any]) -> None:
         with boundary(self.describe(), run, "opening the run"):
             experiment_id = self._experiment(run.project)
-            found = self._find_run(experiment_id, run.key)
-            mlrun = found if found is not None else self._create_run(experiment_id, run)
-            target = MlflowTarget(self._client, self.tracking_uri, mlrun.info.run_id,
-                            experiment_id, mlrun.info.artifact_uri,
-                            dict(mlrun.data.params), dict(mlrun.data.tags),
-                            mlrun.info.status)
-            self._targets[run.key] = target
-            target.log_tags(self._run_tags(run))  # those that changed
-            if run.status == "running" and target.status != "RUNNING":
-                self._client.update_run(target.run_id, status="RUNNING")
-                target.status = "RUNNING"
+            # a state written before attempts were routed holds only the base run's id
+            self._routes[run.key] = MlflowRoutes(run, state if "id" in state else {})
+            self._targets[run.key] = {}
+            base = self._open_target(run, experiment_id, self._routes[run.key].targets[0])
+            if run.status == "running" and base.status != "RUNNING":
+                self._client.update_run(base.run_id, status="RUNNING")
+                base.status = "RUNNING"
 
     def write(self, run: RunInfo, kind: str, records: pa.Table) -> None:
         writers: dict[str, Callable[[RunInfo, MlflowTarget, pa.Table], None]] = {
@@ -177,25 +192,37 @@ class MlflowDestination(Destination):
                               f"run {run.key}; upgrade tracklake", retryable=False)
         if records.num_rows == 0:
             return
+        routes = self._open_routes(run)
         with boundary(self.describe(), run, f"writing {records.num_rows} {kind} records"):
-            writer(run, self._target(run), records)
+            for attempt, part in by_attempt(records):
+                steps = part.column("step") if kind == "metrics" else None
+                first = None if steps is None else pc.min(steps).as_py()
+                route = routes.route(attempt, first, routes.current().last_step)
+                writer(run, self._target(run, route), part)
+                last = None if steps is None else pc.max(steps).as_py()
+                if last is not None:
+                    route.last_step = last if route.last_step is None else max(
+                        route.last_step, last)
 
     def commit(self, run: RunInfo) -> Mapping[str, Any]:
-        target = self._target(run)  # every write is synchronous: nothing is pending
-        return {"run_id": target.run_id, "experiment_id": target.experiment_id}
+        routes = self._open_routes(run)  # every write is synchronous: nothing is pending
+        base = self._target(run, routes.targets[0])
+        return {**routes.dump(), "run_id": base.run_id, "experiment_id": base.experiment_id}
 
     def finish_run(self, run: RunInfo) -> None:
         status = STATUSES.get(run.status)
         if status is None:
             return  # still running: it stays RUNNING
         with boundary(self.describe(), run, f"marking the run {status}"):
-            target = self._target(run)
-            if target.status != status:
-                self._client.set_terminated(target.run_id, status=status)
-                target.status = status
+            for route in self._open_routes(run).targets:
+                target = self._target(run, route)
+                if target.status != status:
+                    self._client.set_terminated(target.run_id, status=status)
+                    target.status = status
 
     def close(self) -> None:
         self._targets.clear()
+        self._routes.clear()
         self._experiments.clear()
 
     # -- records (the other kinds need no more than the target) ------------------------
@@ -209,10 +236,40 @@ class MlflowDestination(Destination):
 
     # -- runs and experiments ----------------------------------------------------------
 
-    def _target(self, run: RunInfo) -> MlflowTarget:
-        target = self._targets.get(run.key)
-        if target is None:
+    def _open_routes(self, run: RunInfo) -> MlflowRoutes:
+        routes = self._routes.get(run.key)
+        if routes is None:
             raise RuntimeError(f"open_run() was not called for {run.key}")
+        return routes
+
+    def _target(self, run: RunInfo, route: Target) -> MlflowTarget:
+        """The MLflow run of `route`: the base one, or a resumed attempt's (found or made
+        on first use)."""
+        target = self._targets[run.key].get(route.id)
+        if target is None:
+            target = self._open_target(run, self._experiment(run.project), route)
+        return target
+
+    def _open_target(self, run: RunInfo, experiment_id: str, route: Target) -> MlflowTarget:
+        tags = self._run_tags(run)
+        parent = None
+        if route.attempt is not None:
+            parent = self._target(run, self._open_routes(run).targets[0]).run_id
+            tags[RUN_ID_TAG] = attempt_run_tag(run, route.attempt)
+            tags.update({"tracklake.attempt": str(route.attempt),
+                         "mlflow.parentRunId": parent})
+        name, label_tags = attempt_label(run, route)
+        for tag in label_tags:
+            tags[mlflow_key(tag)] = ""
+        found = self._find_run(experiment_id, tags[RUN_ID_TAG])
+        mlrun = found if found is not None else self._create_run(
+            experiment_id, run, tags, name)
+        target = MlflowTarget(self._client, self.tracking_uri, mlrun.info.run_id,
+                              experiment_id, mlrun.info.artifact_uri,
+                              dict(mlrun.data.params), dict(mlrun.data.tags),
+                              mlrun.info.status)
+        self._targets[run.key][route.id] = target
+        target.log_tags(tags)  # those that changed
         return target
 
     def _artifact_location(self, project: str) -> str | None:
@@ -260,12 +317,12 @@ class MlflowDestination(Destination):
                                         max_results=100)
         return min(runs, key=lambda r: (r.info.start_time or 0, r.info.run_id), default=None)
 
-    def _create_run(self, experiment_id: str, run: RunInfo) -> MlflowRun:
+    def _create_run(self, experiment_id: str, run: RunInfo, tags: dict[str, str],
+                    name: str) -> MlflowRun:
         start = _iso_ms(run.started_at) if run.started_at else None
-        created = self._client.create_run(experiment_id, start_time=start,
-                                          tags=self._run_tags(run),
-                                          run_name=run.name or run.run)
-        chosen = self._find_run(experiment_id, run.key) or created
+        created = self._client.create_run(experiment_id, start_time=start, tags=tags,
+                                          run_name=name)
+        chosen = self._find_run(experiment_id, tags[RUN_ID_TAG]) or created
         if chosen.info.run_id != created.info.run_id:
             self._client.delete_run(created.info.run_id)  # another exporter won the race
         return chosen

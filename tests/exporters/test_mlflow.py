@@ -85,7 +85,7 @@ def _log_run(root: Path, run_id: str) -> None:
     with tracklake.init(project=PROJECT, run_id=run_id, name="my run", root=root, rank=0,
                         capture_identity=False, tags=["baseline", "team:nlp"],
                         config=config | {"lr": 0.2}) as run:
-        run.log({"loss": 0.05}, step=3)
+        run.log({"loss": 0.05}, step=4)  # continues after attempt 1
         run.log_generations([("q4", "a4", 0.25)], step=2, key="val")  # supersedes attempt 1
 
 

@@ -21,9 +21,10 @@ from tracklake.exporters import (
 ALL = Selection(all_runs=True)
 
 
-def _attempt(root: Path, steps: range, *, rank: int = 0, offset: float) -> None:
-    """One attempt of run p/r on `rank`: loss = offset + step (+ 1000 per rank)."""
-    with tracklake.init(project="p", run_id="r", root=root, rank=rank,
+def _attempt(root: Path, steps: range, *, rank: int = 0, offset: float,
+             project: str = "p") -> None:
+    """One attempt of run r on `rank`: loss = offset + step (+ 1000 per rank)."""
+    with tracklake.init(project=project, run_id="r", root=root, rank=rank,
                         capture_identity=False) as run:
         for step in steps:
             run.log({"loss": offset + step + rank * 1000}, step=step)
@@ -152,3 +153,52 @@ def test_tensorboard_shows_each_step_once_with_the_later_attempts_value(
     assert len(view) == 150 and (60, 60.5) in view
     for loader, points in _tb_values(logdir).items():
         assert sorted(points) == view, loader
+
+
+# -- MLflow, read back with MlflowClient -----------------------------------------------
+
+
+def _mlflow_runs(uri: str, project: str) -> dict[str, list[tuple[int, float]]]:
+    """Per MLflow run of `project` (by its ``tracklake.run_id`` tag): loss points."""
+    client = optional("mlflow.tracking").MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name(project)
+    found: dict[str, list[tuple[int, float]]] = {}
+    for mlrun in client.search_runs([experiment.experiment_id]):
+        points = [(m.step, round(m.value, 3))
+                  for m in client.get_metric_history(mlrun.info.run_id, "loss")]
+        found[mlrun.data.tags["tracklake.run_id"]] = sorted(points)
+    return found
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["resumed-before", "resumed-while-exporting"])
+def test_mlflow_holds_each_step_once_per_run_with_the_later_attempt_in_its_own(
+        root: Path, tmp_path: Path, mlflow_server: str, live: bool) -> None:
+    """Exported after the fact, the run is one MLflow run holding what the views show.
+    Exported while it ran, attempt 1's steps 60-99 were delivered before attempt 2 logged
+    them again: attempt 2 goes to an MLflow run of its own (a child of the first), so that
+    no MLflow run holds two values at one step (before: 190 points for 150 steps)."""
+    mlflow_destination = optional("tracklake.exporters.mlflow")
+    uri = mlflow_server
+    project = f"supersession-{'live' if live else 'after'}-{tmp_path.name}"[:60]
+    _attempt(root, range(100), offset=0.0, project=project)
+    if live:
+        _export(mlflow_destination.MlflowDestination(tracking_uri=uri), root)
+    _attempt(root, range(60, 150), offset=0.5, project=project)
+    _export(mlflow_destination.MlflowDestination(tracking_uri=uri), root)
+    runs = _mlflow_runs(uri, project)
+    for points in runs.values():
+        assert len({s for s, _ in points}) == len(points)  # one value per step
+    key = f"{project}/r"
+    if not live:
+        assert runs == {key: _view_points(root)}
+        return
+    assert runs == {
+        key: [(s, float(s)) for s in range(100)],
+        f"{key} (attempt 2)": [(s, s + 0.5) for s in range(60, 150)]}
+    client = optional("mlflow.tracking").MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name(project)
+    by_tag = {r.data.tags["tracklake.run_id"]: r
+              for r in client.search_runs([experiment.experiment_id])}
+    child = by_tag[f"{key} (attempt 2)"]
+    assert child.data.tags["mlflow.parentRunId"] == by_tag[key].info.run_id
+    assert child.info.run_name == "r (attempt 2)" and child.info.status == "FINISHED"
