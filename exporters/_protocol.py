@@ -82,7 +82,13 @@ class Destination(Protocol):
     returned last. For a run with nothing new whose records were delivered, the loop
     asks (once per run and process) why the destination no longer holds them (its
     files deleted, say), and a reason stops the run with it and the ``--from-start``
-    hint.
+    hint. ``ending(run) -> None``: for a run that has ended, called once everything of
+    it was written, before the last `commit()` of that delivery (a destination that
+    holds records back until the other ranks pass them lets them go then).
+
+    Records come per run after their stream's cursor, leaving out what a later attempt of
+    the rank logged again (the default views' rule); with ``--ranks all`` the ranks are
+    read side by side, the one whose metrics reached the lowest step first.
 
     Errors: raise `tracklake.ExportError(retryable=True)` for what waiting can fix (the
     service is down, a time-out, a full disk on the destination's side) and

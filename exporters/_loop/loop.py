@@ -12,6 +12,7 @@ neither skips nor repeats what reaches the destination.
 from __future__ import annotations
 
 import copy
+import heapq
 import json
 import math
 import random
@@ -22,6 +23,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from tracklake import ExportError
 from tracklake.exporters._loop.options import (
@@ -53,6 +55,8 @@ from tracklake.read import (
     KINDS,
     TERMINAL_STATUSES,
     AttemptCutoffs,
+    Cursor,
+    ReadProblems,
     StreamId,
     positions_past_end,
     read_run,
@@ -285,9 +289,11 @@ class Exporter:
             if opts.ranks in AGGREGATES else None
         if aggregator is not None:
             aggregator.drop_superseded(cutoffs)
-        batches: Iterator[tuple[StreamId, pa.RecordBatch]] = read_run(
-            self.root, cursor, kinds=opts.kinds, ranks=ranks_to_read(opts.ranks),
-            problems=self.summary.problems)
+        batches: Iterator[tuple[StreamId, pa.RecordBatch]] = (
+            _rank_by_rank(self.root, cursor, opts.kinds, info.ranks, self.summary.problems)
+            if opts.ranks == "all" else read_run(
+                self.root, cursor, kinds=opts.kinds, ranks=ranks_to_read(opts.ranks),
+                problems=self.summary.problems))
         first = next(batches, None)
         terminal = info.status in TERMINAL_STATUSES
         if first is None and not (aggregator and aggregator.held and terminal):
@@ -351,6 +357,9 @@ class Exporter:
             if rest is not None:
                 pending.setdefault("metrics", []).append(rest)
                 rows += rest.num_rows
+        ending = getattr(self.destination, "ending", None)
+        if terminal and ending is not None:
+            ending(info)  # everything of the run is read: the next commit is its last
         send_and_commit()
         if terminal:
             self.destination.finish_run(info)
@@ -378,6 +387,29 @@ def _retry_plan(attempt: int, pause: float, waited: float, give_up: float | None
     if give_up is None:
         return plan + " (retrying until it succeeds: --follow)"
     return plan + f", giving up in {max(give_up - waited, 0):.0f} s (--give-up-after)"
+
+
+def _rank_by_rank(root: Path, cursor: Cursor, kinds: tuple[str, ...], ranks: tuple[int, ...],
+                  problems: ReadProblems) -> Iterator[tuple[StreamId, pa.RecordBatch]]:
+    """The batches of every rank, taken next from the rank whose metrics reached the lowest
+    step so far, so that what a commit holds spans the same steps of every rank (``--ranks
+    all``: a destination that takes only increasing steps need not hold a whole rank back
+    until the others come); a rank not listed in `ranks` comes last."""
+    readers = {r: read_run(root, cursor, kinds=kinds, ranks=(r,), problems=problems)
+               for r in ranks}
+    queue = [(-1, r) for r in ranks]
+    heapq.heapify(queue)
+    while queue:
+        reach, rank = heapq.heappop(queue)
+        item = next(readers[rank], None)
+        if item is None:
+            continue
+        stream, batch = item
+        if stream.kind == "metrics" and batch.num_rows:
+            reach = max(reach, pc.max(batch.column("step")).as_py() or reach)
+        heapq.heappush(queue, (reach, rank))
+        yield item
+    yield from read_run(root, cursor, kinds=kinds, problems=problems)  # ranks since listed
 
 
 def _chain(first: list[tuple[StreamId, pa.RecordBatch]],

@@ -34,7 +34,6 @@ from tracklake.exporters.wandb import rows
 from tracklake.exporters.wandb.artifacts import build as build_artifacts
 from tracklake.exporters.wandb.session import Sessions
 from tracklake.exporters.wandb.state import WandbState, wandb_run_id
-from tracklake.read import TERMINAL_STATUSES
 
 __all__ = ["WandbDestination", "wandb_run_id"]
 
@@ -74,6 +73,7 @@ class WandbDestination(Destination):
         self._context: ExportContext | None = None  # from `start()`
         self._states: dict[str, WandbState] = {}
         self._collecting = Collecting(rows.WandbPending)
+        self._ending: set[str] = set()  # runs whose next commit is their last
 
     @classmethod
     def cli_options(cls) -> list[click.Parameter]:
@@ -113,6 +113,7 @@ class WandbDestination(Destination):
 
 
     def open_run(self, run: RunInfo, state: Mapping[str, Any]) -> None:
+        self._ending.discard(run.key)
         current = WandbState(run, state)
         self._sessions.set_aside(run, current)
         self._states[run.key] = current
@@ -141,6 +142,10 @@ class WandbDestination(Destination):
         self._collecting.committed(run.key)
         return current.dump()
 
+    def ending(self, run: RunInfo) -> None:
+        """Everything of the (ended) run was written: its next commit holds nothing back."""
+        self._ending.add(run.key)
+
     def finish_run(self, run: RunInfo) -> None:
         """Record the final status in a session of each W&B run (not part of a commit: a
         later `open_run()` sets it aside, and the next `finish_run()` writes it again)."""
@@ -165,18 +170,18 @@ class WandbDestination(Destination):
 
     def _hold(self, run: RunInfo, current: WandbState,
               pending: dict[int | None, rows.WandbPending]) -> None:
-        """With ``--ranks all`` on a live run, a rank that lags would log steps W&B already
-        passed: metric steps above the watermark (the lowest latest step of the run's
-        ranks) wait in the state; earlier held steps join this commit. All go once the
-        run is over."""
+        """With ``--ranks all``, a rank that lags (or is read after another, in a run
+        exported in several commits) would log steps W&B already passed: metric steps above
+        the watermark (the lowest latest step of the run's ranks) wait in the state;
+        earlier held steps join this commit. All go in the last commit of an ended run
+        (`ending`)."""
         for name, steps in current.held.items():
             attempt = None if name == "-" else int(name)
             held = rows.WandbPending(metrics={int(s): dict(v) for s, v in steps.items()})
             held.merge(pending.get(attempt, rows.WandbPending()))
             pending[attempt] = held
         current.held = {}
-        if (self._ranks != "all" or run.status in TERMINAL_STATUSES
-                or len(run.ranks) < 2):
+        if self._ranks != "all" or run.key in self._ending or len(run.ranks) < 2:
             return
         mark = min(current.reach.get(str(r), -1) for r in run.ranks)
         for attempt, collected in pending.items():

@@ -451,3 +451,34 @@ def test_a_bug_in_building_rows_stops_the_export_at_once_with_its_traceback(
     assert "Traceback (most recent call last)" in done.stderr
     assert done.stderr.rstrip().endswith("TypeError: injected bug in building W&B rows")
     assert "retry" not in done.stderr
+
+
+@pytest.mark.parametrize("mode", ["all", "0", "1", "mean"])
+def test_every_value_of_a_finished_run_arrives_whatever_the_batch_size(
+        root: Path, tmp_path: Path, mode: str) -> None:
+    """4 ranks, 150 steps, 2 keys, exported with 100 rows a commit: each commit is a W&B
+    session, and the ranks are read one after another, so with --ranks all a later
+    session would bring rank 1's step 0 after rank 0's step 149 (before: W&B's increasing
+    steps made the exporter drop 3 of the 4 ranks but for the last commit)."""
+    from tracklake.exporters import ExportOptions, Selection, export
+    for rank in range(4):
+        with tracklake.init(project=PROJECT, run_id="r1", root=root, rank=rank,
+                            capture_identity=False) as run:
+            for step in range(150):
+                run.log({"loss": rank * 1000.0 + step, "acc": step / 150}, step=step)
+    export(WandbDestination(dir=str(tmp_path / "out")), root=root,
+           selection=Selection(runs=("r1",)), options=ExportOptions(ranks=mode, batch_rows=100),
+           log=lambda _: None)
+    points = wlog.points(wlog.history(_files(tmp_path)))
+    if mode == "all":
+        want = Counter((s, f"rank{r}/{k}", v) for r in range(4) for s in range(150)
+                       for k, v in (("loss", r * 1000.0 + s), ("acc", s / 150)))
+    elif mode == "mean":
+        want = Counter((s, k, v) for s in range(150)
+                       for k, v in (("loss", 1500.0 + s), ("acc", s / 150)))
+    else:
+        r = int(mode)
+        want = Counter((s, k, v) for s in range(150)
+                       for k, v in (("loss", r * 1000.0 + s), ("acc", s / 150)))
+    assert sum(points.values()) == sum(want.values())
+    assert points == want
