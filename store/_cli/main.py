@@ -93,8 +93,48 @@ class _Main(click.Group):
             return super().make_context(*args, **kwargs)
 
     def invoke(self, ctx: click.Context) -> Any:
-        with _one_form():
+        with _ends_on_interrupt(), _one_form():
             return super().invoke(ctx)
+
+
+@contextlib.contextmanager
+def _ends_on_interrupt() -> Iterator[None]:
+    """Ctrl-C ends any command with one line and exit status 130, as `export` does: no
+    traceback, and no click "Aborted!". An error raised because of it (DuckDB's "query
+    interrupted", say) counts as the interruption. What a command writes goes under a
+    temporary name and is renamed into place whole, so nothing half-written is left."""
+    import signal
+
+    import threading
+
+    seen: list[bool] = []
+    previous = signal.getsignal(signal.SIGINT)
+    if (previous is not signal.default_int_handler
+            or threading.current_thread() is not threading.main_thread()):
+        yield  # not ours to change (a host program's handler, a test's thread)
+        return
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        seen.append(True)
+        signal.default_int_handler(signum, frame)
+
+    signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield
+    except KeyboardInterrupt:
+        _interrupted()
+    except Exception:
+        if seen:
+            _interrupted()
+        raise
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _interrupted() -> None:
+    click.echo("tracklake: interrupted; what was complete before is kept, nothing "
+               "half-written is left", err=True)
+    sys.exit(130)
 
 
 @contextlib.contextmanager
@@ -467,7 +507,10 @@ def run() -> None:
     command = sys.argv[1] if len(sys.argv) > 1 else None
     if command in _WITHOUT_PANDAS and "pandas" not in sys.modules:
         sys.meta_path.insert(0, _NoPandas())
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:  # before a command ran, or once it returned
+        _interrupted()
 
 
 if __name__ == "__main__":
