@@ -104,7 +104,6 @@ def _ends_on_interrupt() -> Iterator[None]:
     interrupted", say) counts as the interruption. What a command writes goes under a
     temporary name and is renamed into place whole, so nothing half-written is left."""
     import signal
-
     import threading
 
     seen: list[bool] = []
