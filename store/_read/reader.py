@@ -193,9 +193,13 @@ def runs_from(root: Path, project: str | None, run: str | None,
 
 def find_run(root: str | os.PathLike[str] | None, run: str, project: str | None = None
              ) -> RunRecord:
-    """The run with id `run` (in `project` if given); RunNotFoundError otherwise."""
+    """The run with id `run` (in `project` if given), or with the id and project `init()`
+    stores for those names (``my run`` → ``my_run``); RunNotFoundError otherwise."""
     root = read_root(root)
     matches = [r for r in list_runs(root, project, run) if r.run == run]
+    stored = _stored_names(run, project)
+    if not matches and stored is not None and stored != (run, project):
+        matches = [r for r in list_runs(root, stored[1], stored[0]) if r.run == stored[0]]
     if not matches:
         raise RunNotFoundError(f"no run {run!r} in {root}" + (f" project {project!r}"
                                                                if project else "")
@@ -204,6 +208,18 @@ def find_run(root: str | os.PathLike[str] | None, run: str, project: str | None 
         raise RunNotFoundError(f"run id {run!r} exists in projects "
                                f"{', '.join(m.project for m in matches)}; pass --project")
     return matches[0]
+
+
+def _stored_names(run: str, project: str | None) -> tuple[str, str | None] | None:
+    """`run` and `project` as `init()` stores them, or None if it would refuse them."""
+    from tracklake._errors import InvalidNameError
+    from tracklake._format.naming import safe_name
+
+    try:
+        return safe_name(run, "run"), None if project is None else safe_name(project,
+                                                                              "project")
+    except InvalidNameError:
+        return None
 
 
 def read_part(part: Part) -> pa.Table:

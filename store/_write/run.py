@@ -306,6 +306,12 @@ def init(*, project: str, name: str | None = None, config: Any = None,
         with contextlib.suppress(OSError):
             path.unlink()  # give the attempt number back
         raise
+    from tracklake._write.failures import say
+    from tracklake._write.identity_notes import identity_notes
+
+    for note in identity_notes(project=project, given_project=given_project, run=run,
+                               run_id=run_id, attempt=attempt):
+        say(note)
     r = Run(root=root_path, project=project, run_id=run, name=name, rank=rank_n,
             attempt=attempt, attempt_path=path, record=record,
             writer_options={"flush_interval": flush_interval, "segment_bytes": segment_bytes,
