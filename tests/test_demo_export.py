@@ -57,7 +57,7 @@ def test_export_without_a_name_writes_tensorboard_beside_the_store(
 
 
 @pytest.mark.filterwarnings(  # MLflow 3.17's SQL store on SQLAlchemy 2.1 (see test_mlflow)
-    "ignore:The ``noload`` loader strategy is deprecated:sqlalchemy.exc.SADeprecationWarning")
+    "ignore:The ``noload`` loader strategy is deprecated")
 def test_export_mlflow_writes_a_sqlite_database_mlflow_client_reads(
         root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     optional("mlflow")

@@ -22,21 +22,23 @@ from _records import records_by_kind
 from click.testing import CliRunner
 
 import tracklake
+
+mlflow = optional("mlflow")  # before the destination, which needs it
+
+from mlflow.tracking import MlflowClient
+
 from tracklake import ExportError
 from tracklake.exporters import ExportContext, RunInfo
 from tracklake.exporters._shared.keys import DIGITS
 from tracklake.exporters.mlflow.destination import MlflowDestination, redact_uri
 from tracklake.exporters.mlflow.names import RUN_ID_TAG, artifact_part, mlflow_key
 
-mlflow = optional("mlflow")
-from mlflow.tracking import MlflowClient
-
 pytestmark = [
     # MLflow 3.17's SQL store maps a relationship with `lazy="noload"`, which SQLAlchemy 2.1
     # deprecates; the warning comes once, when mlflow.store.tracking.sqlalchemy_store is
     # first imported (by whichever test opens a sqlite URI first).
     pytest.mark.filterwarnings(
-        "ignore:The ``noload`` loader strategy is deprecated:sqlalchemy.exc.SADeprecationWarning"),
+        "ignore:The ``noload`` loader strategy is deprecated"),
 ]
 
 PROJECT = "tracklake-tests"

@@ -10,6 +10,8 @@ import re
 import pytest
 from _optional import optional
 
+optional("mlflow")  # the mlflow destination package needs it
+
 from tracklake.exporters._shared.keys import DIGITS
 from tracklake.exporters.mlflow.names import mlflow_key
 

@@ -60,7 +60,7 @@ def test_wandb_gets_verls_wide_val_generations_rows(root: Path, tmp_path: Path) 
 
 
 @pytest.mark.filterwarnings(  # MLflow's SQL store on SQLAlchemy 2.1 (as in test_mlflow.py)
-    "ignore:The ``noload`` loader strategy is deprecated:sqlalchemy.exc.SADeprecationWarning")
+    "ignore:The ``noload`` loader strategy is deprecated")
 def test_mlflow_gets_verls_val_step_files_and_pass_at_k_names(
         root: Path, tmp_path: Path, mlflow_server: str) -> None:
     optional("mlflow")

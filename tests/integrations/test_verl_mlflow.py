@@ -41,7 +41,7 @@ from tracklake.integrations import verl as integration  # noqa: E402
 pytestmark = [
     # MLflow's SQL store on SQLAlchemy 2.1 (as in tests/exporters/test_mlflow.py)
     pytest.mark.filterwarnings(
-        "ignore:The ``noload`` loader strategy is deprecated:sqlalchemy.exc.SADeprecationWarning"),
+        "ignore:The ``noload`` loader strategy is deprecated"),
 ]
 
 CONFIG_DIR = Path(verl.__file__).parent / "trainer" / "config"
