@@ -166,7 +166,7 @@ def test_nan_infinite_huge_and_single_values_are_drawn_or_left_out_not_crashing(
     for key in ("huge", "mixed", "one", "neg"):
         assert key in text
     assert "only-nan\n  (nothing to draw)" in text  # no finite value: said, not drawn
-    assert "huge [values in units of 1e+308]" in text
+    assert "huge [values in units of 1e+308; y -1.7…1.7]" in text
     log_text = recorded(root, ["odd"], CurveQuery(keys=("neg", "one")),
                         Screen(80, 24, log=True))
     assert "neg (log) [29 points <= 0 left out of the log scale]\n  (nothing to draw)" in log_text
@@ -222,3 +222,22 @@ def test_plot_command_with_wall_time_all_ranks_and_since(store: Path) -> None:
     for label in ("base rank 0", "base rank 1", "tuned rank 0"):
         assert label in out
     assert " s" in out.splitlines()[-2]  # x labels in seconds
+
+
+def test_the_y_axis_labels_show_the_datas_range_and_a_constant_is_drawn_at_its_value() -> None:
+    """Before: data in 0.13-0.88 labelled 1 and 0 in a short chart, and a constant 1e-6
+    drawn on the 0 line."""
+    from tracklake._report.series import Curve
+    from tracklake._report.terminal import CHART_FRAME_LINES, draw_chart
+
+    ys = [0.13 + 0.75 * i / 99 for i in range(100)]
+    text = draw_chart("score", [Curve("r", "score", "0", list(range(100)), ys, 100)],
+                      Screen(80, 24), CHART_FRAME_LINES + 3)
+    labels = [line.rsplit("│", 1)[1].strip() for line in text.splitlines()[2:5]]
+    assert "[y 0.13…0.88]" in text.splitlines()[0]
+    assert all(0.1 <= float(label) <= 0.9 for label in labels), labels
+    text = draw_chart("lr", [Curve("r", "lr", "0", list(range(50)), [1e-6] * 50, 50)],
+                      Screen(80, 24), CHART_FRAME_LINES + 3)
+    rows = text.splitlines()[2:5]
+    drawn = [line for line in rows if "⠤" in line]
+    assert len(drawn) == 1 and float(drawn[0].rsplit("│", 1)[1]) == pytest.approx(1e-6)

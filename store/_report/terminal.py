@@ -75,6 +75,16 @@ def draw_chart(key: str, curves: list[Curve], screen: Screen, lines: int) -> str
         kept = [(c, xs, [y / unit for y in ys]) for c, xs, ys in kept]
     if any(c.downsampled for c in curves):
         notes.append(f"{max(c.points for c in curves):,} points in buckets")
+    finite = [y for _, _, ys in kept for y in ys if math.isfinite(y)]
+    bounds: dict[str, float] = {}
+    if finite:
+        low, high = min(finite), max(finite)
+        notes.append(f"y {low:.4g}…{high:.4g}" if screen.unicode else f"y {low:.4g}..{high:.4g}")
+        if not screen.log:  # the axis spans the data: its labels show its range
+            pad = (high - low) * 0.05  # a constant gets a band around it
+            if not pad:
+                pad = abs(low) * 0.1 if low else 1.0
+            bounds = {"y_min": low - pad, "y_max": high + pad}
     title = printable(key) + (" (log)" if screen.log else "")
     title += f" [{'; '.join(notes)}]" if notes else ""
     if not kept:
@@ -90,6 +100,6 @@ def draw_chart(key: str, curves: list[Curve], screen: Screen, lines: int) -> str
         character_set="ascii" if letters else "braille",
         color=screen.color and len(kept) > 1,
         x_unit=" s" if screen.x_label == "time" else "",
-        y_gridlines=[], x_gridlines=[])
+        y_gridlines=[], x_gridlines=[], **bounds)
     text = "\n".join(line.rstrip() for line in text.splitlines())
     return text if screen.unicode else text.translate(_ASCII_FRAME)
