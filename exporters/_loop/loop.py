@@ -405,8 +405,9 @@ def _rank_by_rank(root: Path, cursor: Cursor, kinds: tuple[str, ...], ranks: tup
         if item is None:
             continue
         stream, batch = item
-        if stream.kind == "metrics" and batch.num_rows:
-            reach = max(reach, pc.max(batch.column("step")).as_py() or reach)
+        top = pc.max(batch.column("step")).as_py() if stream.kind == "metrics" else None
+        if top is not None:
+            reach = max(reach, top)
         heapq.heappush(queue, (reach, rank))
         yield item
     yield from read_run(root, cursor, kinds=kinds, problems=problems)  # ranks since listed
