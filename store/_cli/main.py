@@ -339,6 +339,7 @@ def sql(statement: str, root: Path | None, fmt: str, output: Path | None, max_ro
     finally:
         signal.signal(signal.SIGINT, previous)
     if interrupted:
+        click.echo("tracklake: query interrupted", err=True)
         sys.exit(130)
     warn_problems(problems)
     if answer is not None:
