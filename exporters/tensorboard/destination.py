@@ -272,9 +272,8 @@ class TensorBoardDestination(Destination):
             event_pb2.Event(wall_time=now, file_version="brain.Event:2",
                             source_metadata=event_pb2.SourceMetadata(
                                 writer="tracklake.exporters.tensorboard.destination")),
-            event_pb2.Event(wall_time=now, step=_MIN_STEP, session_log=event_pb2.SessionLog(
-                status=event_pb2.SessionLog.START,
-                msg=f"tracklake: run {run.key} exported from its start"))]))
+            _session_start(_MIN_STEP, f"tracklake: run {run.key} exported from its start",
+                           now)]))
         return handle
 
 
@@ -342,6 +341,12 @@ def _restart(records: pa.Table, attempts: dict[str, int], top_step: int | None
 
 
 def _restart_event(run: RunInfo, step: int) -> Any:
-    return event_pb2.Event(wall_time=time.time(), step=step, session_log=event_pb2.SessionLog(
-        status=event_pb2.SessionLog.START,
-        msg=f"tracklake: a later attempt of run {run.key} logs again from step {step}"))
+    return _session_start(step, f"tracklake: a later attempt of run {run.key} logs again "
+                                f"from step {step}", time.time())
+
+
+def _session_start(step: int, msg: str, now: float) -> Any:
+    """A ``SessionLog.START`` at `step`: TensorBoard's loaders drop what they read before
+    it at that step and after."""
+    return event_pb2.Event(wall_time=now, step=step, session_log=event_pb2.SessionLog(
+        status=event_pb2.SessionLog.START, msg=msg))
