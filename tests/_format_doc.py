@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "format.md"
 _NAMED = re.compile(r"-- ([a-z_]+): (.*)\n")
@@ -38,3 +39,18 @@ def questions() -> dict[str, str]:
         if m and m.group(1) == "question":
             found[m.group(2)] = block[m.end():]
     return found
+
+
+def exec_python(text: str, root: Path, scope: dict[str, Any]) -> None:
+    """Run the page's Python block containing `text` for the store at `root`, in `scope`,
+    after the page's listing rule (`part_files`), as the page's reader would."""
+    if "part_files" not in scope:
+        exec(block_with("python", "def part_files(").replace("ROOT", str(root)), scope)
+    exec(block_with("python", text).replace("ROOT", str(root)), scope)
+
+
+def set_listings(con: Any, root: Path, kinds: tuple[str, ...]) -> None:
+    """Set each kind's `KIND_files` variable on DuckDB connection `con`, as the page says."""
+    listing = block_with("sql", "SET VARIABLE metrics_files").replace("ROOT", str(root))
+    for kind in kinds:
+        con.execute(listing.replace("metrics", kind))

@@ -25,6 +25,13 @@ from tracklake._write import compactor as compactor_module
 SETTLE_SECONDS = 180.0
 
 
+@pytest.fixture(autouse=True)
+def _no_grace(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests count the files compaction leaves, with a plain glob: replaced parts go
+    at once, as with TRACKLAKE_PART_GRACE=0 (the grace period is test_replaced_parts.py's)."""
+    monkeypatch.setenv("TRACKLAKE_PART_GRACE", "0")
+
+
 def _settled(root: Path) -> bool:
     """No segment left, no compactor at work."""
     return not list(root.rglob("*.arrows")) and not list(root.rglob(".compacting"))

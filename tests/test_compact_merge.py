@@ -27,6 +27,13 @@ from tracklake._read.reader import list_stream, read_table
 STREAM = StreamId("p", "r", 0, 1, "metrics")
 
 
+@pytest.fixture(autouse=True)
+def _no_grace(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests pin the files a merge leaves: replaced parts go at once, as with
+    TRACKLAKE_PART_GRACE=0 (the grace period is test_replaced_parts.py's)."""
+    monkeypatch.setenv("TRACKLAKE_PART_GRACE", "0")
+
+
 def _parts(root: Path, kind: str = "metrics") -> list[str]:
     return sorted(glob.glob(f"{root}/{kind}/**/part-*.parquet", recursive=True))
 
@@ -135,7 +142,7 @@ def test_a_merge_killed_before_removing_its_inputs_is_read_once_and_finished_lat
     assert tracklake.query("SELECT count(*) AS n FROM metrics", root=root
                            ).to_pylist() == [{"n": 3}]
     report = tracklake.compact(root=root)
-    assert len(report.parts_merged) == 3 and _parts(root) == [str(merged)]
+    assert len(report.parts_removed) == 3 and _parts(root) == [str(merged)]
 
 
 def test_a_damaged_small_part_is_kept_and_the_segments_are_compacted_without_it(

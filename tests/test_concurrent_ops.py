@@ -47,13 +47,13 @@ def test_compaction_tolerates_a_run_moved_away_under_it(
     trash = tmp_path / "trash"
     idle = compact_module._idle
 
-    def moved_first(r: Path, s: Any) -> bool:
+    def moved_first(r: Path, s: Any, *rest: Any) -> bool:
         for kind_dir in r.glob(f"*/project=p/run={s.run}"):
             if kind_dir.parts[-3] != "runs":  # as retention moves a run to its trash
                 target = trash / kind_dir.relative_to(r)
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.move(kind_dir, target)
-        return bool(idle(r, s))
+        return bool(idle(r, s, *rest))
 
     monkeypatch.setattr(compact_module, "_idle", moved_first)
     report = tracklake.compact(root=root, run="a")

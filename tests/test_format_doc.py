@@ -14,7 +14,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
-from _format_doc import block_with, reference_views
+from _format_doc import block_with, exec_python, reference_views, set_listings
 
 import tracklake
 from tracklake._format.segment import read_segment
@@ -41,15 +41,15 @@ def store(root: Path) -> Path:
 
 
 def test_the_duckdb_example_reads_the_parts_beside_a_live_segment(store: Path) -> None:
-    sql = block_with("sql", "AS best").replace("ROOT", str(store))
-    rows = duckdb.sql(sql).fetchall()
+    con = duckdb.connect()
+    set_listings(con, store, ("metrics",))
+    rows = con.sql(block_with("sql", "AS best").replace("ROOT", str(store))).fetchall()
     assert sorted((run, key) for run, key, _ in rows) == [("a", "acc"), ("a", "loss")]
 
 
 def test_the_pyarrow_example_reads_the_parts_beside_a_live_segment(store: Path) -> None:
-    code = block_with("python", "ds.partitioning(").replace("ROOT", str(store))
     scope: dict[str, Any] = {}
-    exec(code, scope)  # the documented example, as written
+    exec_python("ds.partitioning(", store, scope)  # the documented example, as written
     table = scope["metrics"]
     assert table.num_rows == 2 * (50 + 30)
     assert set(table.column("run").to_pylist()) == {"a"}
@@ -64,8 +64,10 @@ def test_a_format_1_0_store_with_live_segments_is_read_with_the_glob(tmp_path: P
     assert list(golden.glob("metrics/**/seg-*.arrows"))
     with pytest.raises(pa.ArrowInvalid):
         ds.dataset(str(golden / "metrics"), format="parquet", partitioning="hive").to_table()
+    con = duckdb.connect()
+    set_listings(con, golden, ("metrics",))
     sql = block_with("sql", "AS best").replace("ROOT", str(golden))
-    assert {run for run, _, _ in duckdb.sql(sql).fetchall()} == {"done"}
+    assert {run for run, _, _ in con.sql(sql).fetchall()} == {"done"}
 
 
 def test_the_segment_example_reads_every_batch_before_a_torn_tail(store: Path,
@@ -88,6 +90,7 @@ def test_the_segment_example_reads_every_batch_before_a_torn_tail(store: Path,
 def test_the_reference_supersession_sql_gives_the_metrics_view(store: Path) -> None:
     tracklake.compact(root=store)  # the reference reads the parts only
     con = duckdb.connect()
+    set_listings(con, store, ("metrics",))
     con.execute(block_with("sql", "CREATE VIEW KIND_parts").replace("KIND", "metrics")
                 .replace("ROOT", str(store)))
     for name, sql in reference_views():

@@ -15,7 +15,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
-from _format_doc import block_with, questions, reference_views
+from _format_doc import block_with, exec_python, questions, reference_views, set_listings
 
 import tracklake
 from tracklake.read import PARTITION_SCHEMA
@@ -79,6 +79,7 @@ def _duckdb_reference(root: Path) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with the parts opened and the reference views defined, as the
     page says."""
     con = duckdb.connect()
+    set_listings(con, root, _KINDS)
     opening = block_with("sql", "CREATE VIEW KIND_parts")
     for kind in _KINDS:
         con.execute(opening.replace("KIND", kind).replace("ROOT", str(root)))
@@ -94,7 +95,7 @@ def _duckdb_answers(root: Path) -> dict[str, list[tuple[Any, ...]]]:
 
 def _polars_answers(root: Path) -> dict[str, list[tuple[Any, ...]]]:
     scope: dict[str, Any] = {}
-    exec(block_with("python", "pl.SQLContext").replace("ROOT", str(root)), scope)
+    exec_python("pl.SQLContext", root, scope)
     sql = scope["sql"]
     for name, query in reference_views():
         sql.register(name, sql.execute(query))
@@ -104,8 +105,8 @@ def _polars_answers(root: Path) -> dict[str, list[tuple[Any, ...]]]:
 
 def _pyarrow_answers(root: Path) -> dict[str, list[tuple[Any, ...]]]:
     scope: dict[str, Any] = {}
-    exec(block_with("python", "ds.partitioning(").replace("ROOT", str(root)), scope)
-    exec(block_with("python", "def visible(").replace("ROOT", str(root)), scope)
+    exec_python("ds.partitioning(", root, scope)
+    exec_python("def visible(", root, scope)
     by_question = {
         "last value per run, rank and key": scope["last_values"],
         "points per run": scope["points"],
@@ -156,13 +157,13 @@ def test_a_plain_engine_gets_the_views_answers(store: Path, engine: Any) -> None
 
 def test_run_ids_that_look_like_numbers_or_dates_stay_strings(store: Path) -> None:
     scope: dict[str, Any] = {}
-    exec(block_with("python", "ds.partitioning(").replace("ROOT", str(store)), scope)
+    exec_python("ds.partitioning(", store, scope)
     table = scope["metrics"]
     assert table.schema.field("run").type == pa.string()
     assert set(table.column("run").to_pylist()) == {"0042", "2025-01-01", "1e5", "a+b@c"}
     assert table.schema.field("rank").type == pa.int32()
     assert PARTITION_SCHEMA.equals(scope["partitioning"].schema)
-    exec(block_with("python", "pd.read_parquet").replace("ROOT", str(store)), scope)
+    exec_python("to_pandas()", store, scope)
     frame = scope["frame"]
     assert set(frame["run"]) == {"0042", "2025-01-01", "1e5", "a+b@c"}
     assert len(frame) == table.num_rows
@@ -184,7 +185,7 @@ def test_the_documented_datasets_open_while_a_run_is_being_written(root: Path) -
         (segment,) = root.glob("metrics/project=p/run=live/**/*.arrows")
         assert segment.name.startswith("_seg-")
         scope: dict[str, Any] = {}
-        exec(block_with("python", "ds.partitioning(").replace("ROOT", str(root)), scope)
+        exec_python("ds.partitioning(", root, scope)
         assert set(scope["metrics"].column("run").to_pylist()) == {"done"}
         assert scope["metrics"].num_rows == 20
         plain = ds.dataset(str(root / "metrics"), format="parquet",
@@ -192,7 +193,7 @@ def test_the_documented_datasets_open_while_a_run_is_being_written(root: Path) -
         assert plain.num_rows == 20  # Hive discovery skips `_seg-…` by itself
         assert _duckdb_answers(root)["points per run"] == [("p", "done", 20)]
         assert _polars_answers(root)["points per run"] == [("p", "done", 20)]
-        exec(block_with("python", "pd.read_parquet").replace("ROOT", str(root)), scope)
+        exec_python("to_pandas()", root, scope)
         assert len(scope["frame"]) == 20  # pandas too
     finally:
         live.finish()

@@ -352,6 +352,16 @@ def sql(statement: str, root: Path | None, fmt: str, output: Path | None, max_ro
         raise CliError(f"cannot write {output}: {exc.strerror or exc}") from exc
 
 
+def _until(epoch: float) -> str:
+    """A local wall-clock time, to the second (at most a grace period away)."""
+    import datetime as dt
+
+    try:
+        return dt.datetime.fromtimestamp(epoch).strftime("%H:%M:%S")
+    except (OverflowError, OSError, ValueError):  # a holder dated past year 9999
+        return "a time no clock reaches"
+
+
 @main.command()
 @write_root_option
 @click.option("--project")
@@ -376,6 +386,13 @@ def compact(root: Path | None, project: str | None, run: str | None, dry_run: bo
                    f"records: {report.bytes_before:,} bytes" +
                    ("" if dry_run else f" -> {report.bytes_after:,} bytes in "
                     f"{len(report.parts_written)} parts"))
+        if report.parts_removed or report.parts_kept:
+            kept = f"; {len(report.parts_kept)} kept for plain engines " \
+                   f"until {_until(max(u for _, u in report.parts_kept))}" \
+                if report.parts_kept else ""
+            click.echo(f"replaced parts: {len(report.parts_removed)} "
+                       f"{'to delete' if dry_run else 'deleted'}{kept} "
+                       "(TRACKLAKE_PART_GRACE, docs/format.md)")
         for path, nbytes in report.torn:
             click.echo(f"note: {path}: dropped a torn tail of {nbytes} bytes (a writer "
                        "stopped mid-batch)", err=True)

@@ -7,6 +7,11 @@ Streams another compactor holds are tried again every few seconds, for at most
 `WAIT_FOR_BUSY_SECONDS`: the one started at `finish()` must not give up because the one
 started at the last seal is still at work. Killed at any moment, it leaves what
 `compact` leaves (docs/format.md): the next compaction takes over.
+
+Parts a merge replaced stay readable for a grace period (`replaced.py`); while the run
+lives, a later seal's compaction deletes them. When every attempt of the rank is done,
+no seal comes again: the compactor then starts one more compactor of the rank, in a
+process that sleeps (a bare interpreter, nothing imported) until the last of them may go.
 """
 
 from __future__ import annotations
@@ -17,12 +22,19 @@ import time
 from pathlib import Path
 
 from tracklake._format import KINDS, stream_dir
-from tracklake._ops.compact import CompactionReport, compact_streams
+from tracklake._ops.compact import CompactionReport, compact_streams, writer_done
+from tracklake._ops.replaced import grace_seconds
 from tracklake._read.reader import list_streams
 
 #: How long streams held by another compactor are waited for.
 WAIT_FOR_BUSY_SECONDS = 600.0
 _RETRY_SECONDS = 2.0
+#: The process that waits for replaced parts' grace period: sleeps, then becomes the
+#: compactor (argv: seconds, then the compactor's argv).
+_SLEEP_THEN_EXEC = "import os, sys, time; time.sleep(float(sys.argv[1])); " \
+                   "os.execv(sys.argv[2], sys.argv[2:])"
+#: Slack past the last deadline, so that the later compactor finds every part past it.
+_LATER_SLACK_SECONDS = 1.0
 
 
 def compact_rank(root: Path, project: str, run: str, rank: int) -> CompactionReport:
@@ -32,7 +44,8 @@ def compact_rank(root: Path, project: str, run: str, rank: int) -> CompactionRep
     total = CompactionReport()
     while streams:
         report = compact_streams(root, streams)
-        for name in ("parts_written", "segments_removed", "parts_merged", "torn", "skipped"):
+        for name in ("parts_written", "segments_removed", "parts_merged", "parts_removed",
+                     "parts_kept", "torn", "skipped"):
             getattr(total, name).extend(getattr(report, name))
         total.records += report.records
         total.bytes_before += report.bytes_before
@@ -45,6 +58,32 @@ def compact_rank(root: Path, project: str, run: str, rank: int) -> CompactionRep
             total.busy.extend(report.busy)
             break
     return total
+
+
+def _later(root: Path, project: str, run: str, rank: int, report: CompactionReport
+           ) -> float | None:
+    """Seconds until the rank's replaced parts may all go, if no seal will compact it
+    again (every attempt's writer is done) and they may go within one grace period;
+    None if no later compaction is owed."""
+    if not report.parts_kept:
+        return None
+    now = time.time()
+    streams = [s for s in list_streams(root, project, run, KINDS) if s.rank == rank]
+    if not all(writer_done(root, s, now) for s in streams):
+        return None  # a live writer's next seal compacts again
+    wait = max(until for _, until in report.parts_kept) - now + _LATER_SLACK_SECONDS
+    if wait > grace_seconds() + _LATER_SLACK_SECONDS:
+        return None  # a holder dated in the future (another clock): `compact` deletes them
+    return max(wait, 0.0)
+
+
+def _start_later(argv: list[str], seconds: float) -> None:
+    """Start the compactor `argv` after `seconds`, in a process of its own session that
+    outlives this one; nobody waits for it."""
+    devnull = [(os.POSIX_SPAWN_OPEN, fd, os.devnull, os.O_RDWR, 0) for fd in (0, 1)]
+    os.posix_spawn(sys.executable, [sys.executable, "-S", "-c", _SLEEP_THEN_EXEC,
+                                    f"{seconds:.3f}", sys.executable, *argv],
+                   os.environ, file_actions=devnull, setsid=True)
 
 
 def main(argv: list[str]) -> int:
@@ -60,7 +99,10 @@ def main(argv: list[str]) -> int:
     for at in range(0, len(rest), 3):
         project, run, rank = rest[at], rest[at + 1], int(rest[at + 2])
         try:
-            compact_rank(root, project, run, rank)
+            wait = _later(root, project, run, rank, compact_rank(root, project, run, rank))
+            if wait is not None:
+                _start_later(["-m", "tracklake._ops.auto", str(root), project, run,
+                              str(rank)], wait)
         except Exception as exc:  # reported, never raised into anyone: the segments stay
             print(f"tracklake: automatic compaction of run {run!r} rank {rank} under {root} "
                   f"failed: {exc.__class__.__name__}: {exc}; its data stays in segments, "

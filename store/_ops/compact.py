@@ -4,13 +4,15 @@ For each stream, the oldest segments that no writer will append to again are rea
 the stream's small trailing parts (the merge rule, `SMALL_PART_BYTES`), de-duplicated by
 seq, sorted (metrics by key, step, seq) in bounded memory and written as one part under
 a temporary name, fsynced and renamed into place; only then are the merged parts and the
-segments deleted. The part's name gives the seq range it covers, so a reader never counts
-a record twice (a part within another's range is skipped).
+segments deleted (the merged parts stay readable for a grace period, `replaced.py`). The
+part's name gives the seq range it covers, so a reader never counts a record twice (a part
+within another's range is skipped).
 
 One compactor works on a stream at a time: it holds the stream's `.compacting` claim, which
 names its host, boot, pid and start time, so a claim left by a killed compactor is known
-stale at once on its host. Segments and parts a part already holds (a kill between the
-rename and the deletions) are deleted by the next compaction. Runs start compaction by
+stale at once on its host. Segments a part already holds (a kill between the rename and
+the deletions) are deleted by the next compaction, and so are replaced parts once their
+grace period is over. Runs start compaction by
 themselves (`_ops/auto.py`); `compact()` is the same for a whole store, by hand.
 """
 
@@ -45,6 +47,7 @@ from tracklake._format.part import write_part_file
 from tracklake._format.segment import EOS
 from tracklake._ops.claims import hold_claim, remove_leftovers
 from tracklake._ops.part_sources import PartSources
+from tracklake._ops.replaced import Replaced, grace_seconds, replaced_parts
 from tracklake._ops.sorted_part import write_sorted_part
 from tracklake._read.location import existing_root
 from tracklake._read.reader import Part, Segment, list_stream, list_streams
@@ -78,7 +81,10 @@ class CompactionReport:
 
     parts_written: list[Path] = field(default_factory=list)
     segments_removed: list[Path] = field(default_factory=list)
-    parts_merged: list[Path] = field(default_factory=list)  # merged into a new part, removed
+    parts_merged: list[Path] = field(default_factory=list)  # merged into a new part
+    parts_removed: list[Path] = field(default_factory=list)  # replaced, grace period over
+    #: replaced parts kept readable for plain engines, each with when it may go (epoch s)
+    parts_kept: list[tuple[Path, float]] = field(default_factory=list)
     busy: list[Path] = field(default_factory=list)  # streams another compactor was working on
     records: int = 0
     bytes_before: int = 0
@@ -88,7 +94,7 @@ class CompactionReport:
     bundles: BundleReport | None = None  # small runs bundled (a whole store's compaction)
 
 
-def _writer_done(root: Path, s: StreamId, now: float) -> bool:
+def writer_done(root: Path, s: StreamId, now: float) -> bool:
     """True if no writer will append to this stream again (`writer_known_gone`)."""
     try:
         record = read_attempt(attempt_file(root, s.project, s.run, s.rank, s.attempt))
@@ -101,7 +107,7 @@ def _writer_done(root: Path, s: StreamId, now: float) -> bool:
 
 def _compactable(root: Path, s: StreamId, segments: list[Segment], now: float,
                  report: CompactionReport) -> list[Segment]:
-    done = _writer_done(root, s, now)
+    done = writer_done(root, s, now)
     chosen: list[Segment] = []
     for i, seg in enumerate(segments):
         followed = i + 1 < len(segments)
@@ -201,31 +207,36 @@ def _compact_stream(root: Path, s: StreamId, now: float, dry_run: bool,
     if dry_run:
         _compact_claimed(root, s, now, dry_run, report)
         return
-    if _idle(root, s):
+    if _idle(root, s, now, report):
         return  # not even claimed: a claim changes the directory's mtime (docs/concepts.md)
     with _claim(stream_dir(root, s), report) as claim:
         if claim is not None:
             _compact_claimed(root, s, now, dry_run, report, claim)
 
 
-def _idle(root: Path, s: StreamId) -> bool:
-    """True if the stream has nothing to compact, merge or clean up: no segment, no part
-    merged or consumed and not yet removed, at most one small part at its end, and no
-    temporary or claim (a dot name) left in its directory."""
+def _idle(root: Path, s: StreamId, now: float, report: CompactionReport) -> bool:
+    """True if the stream has nothing to compact, merge or clean up: no segment, no
+    segment consumed or replaced part past its grace period not yet removed, at most one
+    small part at its end, and no temporary or claim (a dot name) left in its directory.
+    Replaced parts still in their grace period are noted in `report`."""
     try:
         files = list_stream(root, s)
         names = os.listdir(stream_dir(root, s))
-        return not (files.segments or files.consumed or files.merged
-                    or len(small_tail(files.parts)) > 1
-                    or any(n.startswith(".") for n in names))
+        replaced = replaced_parts(files, grace_seconds())
+        busy = (files.segments or files.consumed or any(r.until <= now for r in replaced)
+                or len(small_tail(files.parts)) > 1 or any(n.startswith(".") for n in names))
     except FileNotFoundError:
         return False  # changed under the listing: the claimed pass sees what is there
+    if not busy:
+        report.parts_kept.extend((r.part.path, r.until) for r in replaced)
+    return not busy
 
 
 def _compact_claimed(root: Path, s: StreamId, now: float, dry_run: bool,
                      report: CompactionReport, claim: Path | None = None) -> None:
     files = list_stream(root, s)
-    _remove_consumed(files.consumed, files.merged, dry_run, report)
+    grace = grace_seconds()
+    _remove_consumed(files.consumed, replaced_parts(files, grace), now, dry_run, report)
     todo = _compactable(root, s, files.segments, now, report)
     tail = small_tail(files.parts)
     last = max((p.last_seq for p in files.parts), default=-1)
@@ -250,7 +261,7 @@ def _compact_claimed(root: Path, s: StreamId, now: float, dry_run: bool,
         last = max(last, sources.last)
         _account(sources, part, dry_run, report)
         if not dry_run:
-            _remove_sources(stream_dir(root, s), sources, part)
+            _remove_sources(stream_dir(root, s), sources, part, grace, report)
         if sources.stopped:
             return  # a damaged segment: compact nothing past it
 
@@ -285,33 +296,45 @@ def _account(sources: PartSources, part: Path | None, dry_run: bool,
         report.bytes_after += part.stat().st_size
 
 
-def _remove_sources(directory: Path, sources: PartSources, part: Path | None) -> None:
-    """Delete what the new part holds (it is renamed into place and its directory fsynced
-    already): the parts merged into it, then the segments."""
-    for old in [p.path for p in sources.parts] + [g.path for g in sources.used]:
-        if old != part:
-            with contextlib.suppress(FileNotFoundError):
-                old.unlink()
-    if sources.parts or sources.used:
+def _remove_sources(directory: Path, sources: PartSources, part: Path | None,
+                    grace: float, report: CompactionReport) -> None:
+    """Delete the segments the new part holds (it is renamed into place and its directory
+    fsynced already). The parts merged into it stay for their grace period, a plain engine
+    may have listed them before the rename (`replaced.py`); with none, they go too."""
+    if part is None:
+        merged, until = [], 0.0  # nothing was written: nothing is replaced
+    else:
+        merged, until = [p.path for p in sources.parts if p.path != part], \
+            part.stat().st_mtime + grace
+    gone = merged if grace <= 0 else []
+    report.parts_kept.extend((path, until) for path in merged if path not in gone)
+    report.parts_removed.extend(gone)
+    for old in gone + [g.path for g in sources.used]:
+        with contextlib.suppress(FileNotFoundError):
+            old.unlink()
+    if sources.used or gone:
         fsync_dir(directory)
 
 
-def _remove_consumed(consumed: list[Segment], merged: list[Part], dry_run: bool,
-                     report: CompactionReport) -> None:
-    """Delete segments and parts that a part already holds (left by a compactor killed
-    between writing the part and deleting them); readers skip them anyway."""
+def _remove_consumed(consumed: list[Segment], replaced: list[Replaced], now: float,
+                     dry_run: bool, report: CompactionReport) -> None:
+    """Delete the segments a part already holds (left by a compactor killed between
+    writing the part and deleting them) and the replaced parts whose grace period is
+    over; readers skip both anyway. Replaced parts still in theirs are noted."""
+    gone = [r.part for r in replaced if r.until <= now]
+    report.parts_kept.extend((r.part.path, r.until) for r in replaced if r.until > now)
     for seg in consumed:
         if not dry_run:
             with contextlib.suppress(FileNotFoundError):
                 seg.path.unlink()
         report.segments_removed.append(seg.path)
-    for part in merged:
+    for part in gone:
         if not dry_run:
             with contextlib.suppress(FileNotFoundError):
                 part.path.unlink()
-        report.parts_merged.append(part.path)
-    if (consumed or merged) and not dry_run:
-        fsync_dir((consumed[0].path if consumed else merged[0].path).parent)
+        report.parts_removed.append(part.path)
+    if (consumed or gone) and not dry_run:
+        fsync_dir((consumed[0].path if consumed else gone[0].path).parent)
 
 
 def small_tail(parts: list[Part]) -> list[Part]:

@@ -103,6 +103,8 @@ def _check_stream(root: Path, s: StreamId, now: float, report: FsckReport,
     files = list_stream(root, s)
     for part in files.parts:
         check_part(s, part.path, part.first_seq, part.last_seq, report, summaries)
+    for part in files.merged:  # kept a while for plain engines (docs/format.md), never read
+        report.count("replaced parts", part.path)
     for i, seg in enumerate(files.segments):
         _check_segment(root, s, seg.path, i + 1 == len(files.segments), now, report)
     for path in files.foreign:
