@@ -7,6 +7,7 @@ by the compaction its compactor leaves for that moment."""
 from __future__ import annotations
 
 import os
+import random
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -180,3 +181,48 @@ def test_fsck_counts_replaced_parts_apart_and_calls_the_store_clean(
     report = fsck(root)
     merged = list_stream(root, STREAM).merged
     assert report.clean and report.checked["replaced parts"] == len(merged) >= 2
+
+
+@pytest.mark.slow
+def test_plain_engines_reading_in_a_loop_while_a_live_run_compacts_itself_never_fail(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reported case: DuckDB, Polars and pyarrow read as the page says, over and over,
+    while a live run seals a segment at every flush and its compactors merge; each read
+    succeeds, holds each record once, and holds no fewer records than the read before."""
+    import threading
+
+    monkeypatch.setenv("TRACKLAKE_COMPACT", "1")
+    run = tracklake.init(project="p", run_id="r", root=root, capture_identity=False,
+                         segment_bytes=1)
+    stop = threading.Event()
+
+    def write() -> None:
+        step = 0
+        while not stop.is_set():
+            run.log({"loss": float(step), "acc": step / 2}, step=step)
+            step += 1
+            if step % 5 == 0:
+                run.flush()
+                time.sleep(0.02)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    reads: dict[str, list[int]] = {name: [] for name in ENGINES}
+    rng = random.Random(7)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            for name, listing in ENGINES.items():
+                if not list(root.glob("metrics/**/part-*.parquet")):
+                    continue  # nothing compacted yet: DuckDB refuses an empty listing
+                read = listing(root)
+                time.sleep(rng.uniform(0, 1))  # a question that takes a while after its listing
+                rows = _seqs(read())
+                assert len(rows) == len(set(rows)), name
+                assert not reads[name] or len(rows) >= reads[name][-1], name
+                reads[name].append(len(rows))
+    finally:
+        stop.set()
+        writer.join()
+        run.finish()
+    assert all(len(counts) >= 3 and counts[-1] > counts[0] for counts in reads.values()), reads
