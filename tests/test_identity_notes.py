@@ -63,3 +63,26 @@ def test_rewritten_names_are_said_and_the_cli_finds_the_run_by_the_given_ones(
     assert "my_run_1" in result.output
     _init(root, project="p", run_id="plain")
     assert "stored as" not in capfd.readouterr().err  # nothing rewritten: nothing said
+
+
+@pytest.mark.parametrize("command", [
+    ["export", "console", "--run", "my run 1", "--project", "a/b"],
+    ["pack", "--run", "my run 1", "--project", "a/b", "-o", "{tmp}/out.tlpack"],
+    ["compact", "--run", "my run 1", "--project", "a/b"],
+    ["runs", "--project", "a/b", "--format", "tsv"],
+])
+def test_options_that_select_runs_take_the_names_given_at_init(
+        root: Path, tmp_path: Path, clean_env: pytest.MonkeyPatch, command: list[str]) -> None:
+    """Before: `export console --run "my run 1"` said "no run my run 1" for the run that
+    `init(run_id="my run 1")` made."""
+    _init(root, project="a/b", run_id="my run 1")
+    args = [a.replace("{tmp}", str(tmp_path)) for a in command] + ["--root", str(root)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert "no run" not in result.output
+    if command[0] in ("export", "runs"):
+        assert "my_run_1" in result.output
+    if command[0] == "pack":
+        assert (tmp_path / "out.tlpack").stat().st_size > 0
+    if command[0] == "compact":
+        assert "compacted 0 segments" not in result.output and "compacted " in result.output

@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from tracklake._cli.names import stored_projects, stored_runs
 from tracklake._errors import TracklakeError
 
 
@@ -20,8 +21,10 @@ def _common_options() -> list[click.Parameter]:
                      help="Store directory, or a pyarrow file system URL (s3://bucket/store; "
                           "then --state-dir too) (default: $TRACKLAKE_ROOT, else "
                           "./tracklake-store)."),
-        click.Option(["--project"], help="Export the runs of this project."),
-        click.Option(["--run", "runs"], multiple=True, help="Export this run id (repeatable)."),
+        click.Option(["--project"], callback=stored_projects,
+                     help="Export the runs of this project."),
+        click.Option(["--run", "runs"], multiple=True, callback=stored_runs,
+                     help="Export this run id (repeatable)."),
         click.Option(["--tag", "tags"], multiple=True, help="Only runs with this tag."),
         click.Option(["--all", "all_runs"], is_flag=True, help="Export every run."),
         click.Option(["--since"], type=click.DateTime(),

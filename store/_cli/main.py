@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from tracklake._cli.names import stored_projects, stored_runs
 from tracklake._cli.progress import quiet_option
 from tracklake._errors import QueryError, TracklakeError
 from tracklake._format.naming import resolve_root
@@ -205,7 +206,7 @@ def main() -> None:
 
 @main.command()
 @root_option
-@click.option("--project", help="Only runs of this project.")
+@click.option("--project", callback=stored_projects, help="Only runs of this project.")
 @click.option("--metric", "metrics", multiple=True,
               help="Metric key (or glob) whose last value is shown; repeatable.")
 @click.option("--limit", type=click.IntRange(min=1),
@@ -364,8 +365,8 @@ def _until(epoch: float) -> str:
 
 @main.command()
 @write_root_option
-@click.option("--project")
-@click.option("--run")
+@click.option("--project", callback=stored_projects)
+@click.option("--run", callback=stored_runs)
 @click.option("--dry-run", is_flag=True, help="Only list what would be compacted.")
 @quiet_option
 @_friendly

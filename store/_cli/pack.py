@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from tracklake._cli.names import stored_projects, stored_runs
 from tracklake._cli.progress import OperationProgress, quiet_option
 from tracklake._errors import TracklakeError
 
@@ -20,8 +21,9 @@ def _fail(exc: TracklakeError) -> None:
 @click.command()
 @click.option("--root", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Store to pack from (default: $TRACKLAKE_ROOT, else ./tracklake-store).")
-@click.option("--project", help="Pack the runs of this project.")
-@click.option("--run", "runs", multiple=True, help="Pack this run id (repeatable).")
+@click.option("--project", callback=stored_projects, help="Pack the runs of this project.")
+@click.option("--run", "runs", multiple=True, callback=stored_runs,
+              help="Pack this run id (repeatable).")
 @click.option("--all", "all_runs", is_flag=True, help="Pack every run of the store.")
 @click.option("-o", "--output", required=True,
               type=click.Path(dir_okay=False, path_type=Path),
