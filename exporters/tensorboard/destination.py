@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeGuard
 
 import click
 import pyarrow as pa
@@ -125,9 +125,10 @@ class TensorBoardDestination(Destination):
         self._drop(run.key)  # an earlier pass's handle: what it did not commit goes
         directory = self.run_dir(run)
         if state:
-            name, offset, hparams, held = _parse_state(run, state)
-            handle = reopen(directory / name, offset, self.buffer_bytes)
-            self._runs[run.key] = _OpenRun(handle, hparams, held, *_parse_attempts(run, state))
+            saved = _parse_state(run, state)
+            handle = reopen(directory / saved.file, saved.offset, self.buffer_bytes)
+            self._runs[run.key] = _OpenRun(handle, saved.hparams, saved.held, saved.attempts,
+                                           saved.top_step)
         else:
             self._runs[run.key] = _OpenRun(self._start(run, directory), False, Held())
 
@@ -136,11 +137,11 @@ class TensorBoardDestination(Destination):
         `run` (its event file gone), or None."""
         if not state:
             return None
-        name, offset, _, _ = _parse_state(run, state)
-        path = self.run_dir(run) / name
+        saved = _parse_state(run, state)
+        path = self.run_dir(run) / saved.file
         if path.is_file():
             return None
-        return f"{path} holds {offset} committed bytes of run {run.key} but is missing"
+        return f"{path} holds {saved.offset} committed bytes of run {run.key} but is missing"
 
     def write(self, run: RunInfo, kind: str, records: pa.Table) -> None:
         current = self._open(run)
@@ -277,33 +278,40 @@ class TensorBoardDestination(Destination):
         return handle
 
 
-def _parse_state(run: RunInfo, state: Mapping[str, Any]) -> tuple[str, int, bool, Held]:
+@dataclass(frozen=True)
+class _Saved:
+    """What an export state says of a run's event file."""
+
+    file: str
+    offset: int
+    hparams: bool
+    held: Held
+    attempts: dict[str, int]  # none in a state written before they were kept: an
+    top_step: int | None      # attempt after it is then taken as the first
+
+
+def _is_int(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _parse_state(run: RunInfo, state: Mapping[str, Any]) -> _Saved:
+    """The state, every field checked (a state file is input: it may have been planted)."""
     name, offset = state.get("file"), state.get("offset")
     spans, omitted = state.get("held_spans", []), state.get("omitted_spans", {})
-    if (not isinstance(name, str) or generation_of(base_name(run.run), name) is None
-            or isinstance(offset, bool) or not isinstance(offset, int) or offset < 0
-            or not isinstance(spans, list) or not isinstance(omitted, dict)
-            or not all(isinstance(s, dict) and isinstance(s.get("id"), str) for s in spans)):
-        raise ExportError(f"run {run.key}: the TensorBoard export state {dict(state)!r} is not "
-                          "one this exporter wrote; pass --from-start to export "
-                          "it again from its start", retryable=False)
-    held = Held({s["id"]: dict(s) for s in spans},
-                 {str(k): int(v) for k, v in omitted.items()})
-    return name, offset, bool(state.get("hparams")), held
-
-
-def _parse_attempts(run: RunInfo, state: Mapping[str, Any]) -> tuple[dict[str, int], int | None]:
-    """The latest attempt per rank and the highest metric step of a state (none in a state
-    written before they were kept: an attempt after it is then taken as the first)."""
     attempts, top = state.get("attempts", {}), state.get("top_step")
-    if (not isinstance(attempts, dict) or not all(
-            isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
-            for k, v in attempts.items())
-            or not (top is None or (isinstance(top, int) and not isinstance(top, bool)))):
+    if (not isinstance(name, str) or generation_of(base_name(run.run), name) is None
+            or not _is_int(offset) or offset < 0
+            or not isinstance(spans, list) or not isinstance(omitted, dict)
+            or not all(isinstance(s, dict) and isinstance(s.get("id"), str) for s in spans)
+            or not all(_is_int(v) for v in omitted.values())
+            or not isinstance(attempts, dict)
+            or not all(isinstance(k, str) and _is_int(v) for k, v in attempts.items())
+            or not (top is None or _is_int(top))):
         raise ExportError(f"run {run.key}: the TensorBoard export state {dict(state)!r} is not "
                           "one this exporter wrote; pass --from-start to export "
                           "it again from its start", retryable=False)
-    return dict(attempts), top
+    held = Held({s["id"]: dict(s) for s in spans}, {str(k): v for k, v in omitted.items()})
+    return _Saved(name, offset, bool(state.get("hparams")), held, dict(attempts), top)
 
 
 def _restart(records: pa.Table, attempts: dict[str, int], top_step: int | None

@@ -565,3 +565,23 @@ def test_writing_to_a_run_that_is_not_open_is_a_bug(logdir: Path,
     dest = TensorBoardDestination(logdir=logdir)
     with pytest.raises(RuntimeError, match="open_run"):
         dest.write(_info(), "metrics", tables["metrics"])
+
+
+@pytest.mark.parametrize("planted", [
+    {"omitted_spans": {"a": "many"}}, {"omitted_spans": {"a": [1]}},
+    {"attempts": {"0": "2"}}, {"attempts": ["0"]}, {"top_step": "9"}, {"top_step": True},
+    {"offset": -1}, {"file": "../../etc/passwd"},
+])
+def test_a_planted_state_field_of_the_wrong_type_stops_the_export_naming_the_run(
+        tmp_path: Path, planted: dict[str, Any]) -> None:
+    """Every field of a state is checked before use (before: a wrong `omitted_spans` value
+    raised ValueError/TypeError out of the exporter instead of its error)."""
+    from tracklake import ExportError
+    from tracklake.exporters._protocol import RunInfo
+    from tracklake.exporters.tensorboard.destination import _parse_state
+
+    run = RunInfo(project="p", run="r", name=None, status="finished", attempts=1, ranks=(0,),
+                  tags=(), started_at=None, config={}, identity={})
+    state = {"file": "events.out.tfevents.tracklake.r", "offset": 0, **planted}
+    with pytest.raises(ExportError, match="run p/r: the TensorBoard export state"):
+        _parse_state(run, state)
