@@ -38,6 +38,23 @@ WRITER = textwrap.dedent("""
 """).replace("STEPS", str(STEPS))
 
 
+#: Each rank runs attempt 1 to step 899 and finishes; attempt 2 logs again from step 600
+#: (other loss values): the views, and every destination, show attempt 2 from step 600.
+RESUMED_WRITER = textwrap.dedent("""
+    import sys, time, tracklake
+    root, rank = sys.argv[1], int(sys.argv[2])
+    for first, end in ((0, 900), (600, STEPS)):
+        run = tracklake.init(project="p", run_id="live", root=root, rank=rank,
+                             capture_identity=False, flush_interval=0.05,
+                             segment_bytes=64 << 10)
+        for step in range(first, end):
+            run.log({"loss": step * 0.5 + rank + (1000 if first else 0),
+                     "acc": step / 1000.0}, step=step)
+            time.sleep(PAUSE)
+        run.finish()
+""").replace("STEPS", str(STEPS))
+
+
 def _store_points(root: Path) -> Counter[tuple[int, str, float]]:
     rows = tracklake.query("SELECT step, key, value FROM metrics WHERE rank = 0",
                            root=root).to_pylist()
@@ -46,12 +63,12 @@ def _store_points(root: Path) -> Counter[tuple[int, str, float]]:
 
 def _export_under_fire(root: Path, tmp_path: Path, dest_args: list[str], *,
                        kills: int = KILLS, window: tuple[float, float] = (0.3, 1.5),
-                       pause: float = 0.012) -> int:
+                       pause: float = 0.012, writer: str = WRITER) -> int:
     """Kill exporters until `kills` were killed or one finished the run by itself after
     the writers (`pause` seconds between steps) ended; then export once more. Returns
     how many were killed."""
     script = tmp_path / "writer.py"
-    script.write_text(WRITER.replace("PAUSE", str(pause)))
+    script.write_text(writer.replace("PAUSE", str(pause)))
     writers = [subprocess.Popen([sys.executable, str(script), str(root), str(rank)])
                for rank in range(RANKS)]
     once = [sys.executable, "-m", "tracklake._cli.main", "export", *dest_args, "--root",
@@ -102,6 +119,21 @@ def test_tensorboard_holds_exactly_the_store_after_kills(root: Path, tmp_path: P
     assert len(expected) == STEPS * 2
     got = _tensorboard_points(logdir)
     assert got == expected
+
+
+def test_tensorboard_shows_the_views_of_a_resumed_run_after_kills(root: Path, tmp_path: Path
+                                                                 ) -> None:
+    """Kills while attempt 2 restarts each rank at step 600: the restart state survives
+    them, and TensorBoard's reader shows each step once, attempt 2's from step 600."""
+    optional("tensorboard")
+    logdir = tmp_path / "tb"
+    assert _export_under_fire(root, tmp_path, ["tensorboard", "--logdir", str(logdir)],
+                              writer=RESUMED_WRITER, pause=0.008) >= 10
+    expected = Counter({(s, k, float(np.float32(v))): n
+                        for (s, k, v), n in _store_points(root).items()})
+    assert len(expected) == STEPS * 2
+    assert expected[(700, "loss", 700 * 0.5 + 1000)] == 1  # attempt 2's value
+    assert _tensorboard_points(logdir) == expected
 
 
 def _mlflow_points(uri: str) -> Counter[tuple[int, str, float]]:
@@ -160,3 +192,30 @@ def test_swanlab_holds_exactly_the_store_after_kills(root: Path, tmp_path: Path)
     sessions = sorted(logdir.glob("run-*-tracklake[0-9]*"))
     assert Counter((s, k, float(v)) for s, k, v in slog.points(sessions).elements()
                    if k in ("loss", "acc")) == _store_points(root)
+
+
+def test_mlflow_shows_the_views_of_a_resumed_run_after_kills(root: Path, tmp_path: Path,
+                                                             mlflow_server: str) -> None:
+    """Kills while attempt 2 restarts each rank at step 600: no MLflow run holds two values
+    at one step, and reading each step from the latest attempt's run gives the views."""
+    from mlflow.tracking import MlflowClient
+
+    assert _export_under_fire(root, tmp_path, ["mlflow", "--tracking-uri", mlflow_server],
+                              writer=RESUMED_WRITER, pause=0.008) >= 10
+    client = MlflowClient(mlflow_server)
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()],
+                              filter_string="tags.`tracklake.run_id` LIKE 'p/live%'")
+    newest: dict[tuple[int, str], tuple[int, float]] = {}
+    for found in runs:
+        tag = found.data.tags["tracklake.run_id"]
+        attempt = 1 if tag == "p/live" else int(tag.removeprefix("p/live (attempt ")[:-1])
+        for key in ("loss", "acc"):
+            steps: Counter[int] = Counter()
+            for m in client.get_metric_history(found.info.run_id, key):
+                steps[m.step] += 1
+                if newest.get((m.step, key), (0, 0.0))[0] < attempt:
+                    newest[(m.step, key)] = (attempt, m.value)
+            assert max(steps.values()) == 1, (tag, key)  # one value per step in each run
+    got = Counter((step, key, value) for (step, key), (_, value) in newest.items())
+    assert got == _store_points(root)
+    assert newest[(700, "loss")][1] == 700 * 0.5 + 1000
