@@ -18,7 +18,7 @@ $(VENV)/.demo: pyproject.toml | $(BIN)/python
 	touch $@
 
 $(VENV)/.test: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[test,lint,tensorboard,mlflow,wandb,swanlab,follow]'
+	$(BIN)/python -m pip install --quiet -e '.[test,lint,tensorboard,mlflow,wandb,swanlab,follow,gpu]'
 	# the CPU build (a plain torch==2.13.0 is the multi-GB CUDA build): from a local wheel
 	# where pip's configuration has one, else from PyTorch's CPU index
 	$(BIN)/python -m pip install --quiet 'torch==2.13.0+cpu' 2>/dev/null \

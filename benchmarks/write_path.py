@@ -277,18 +277,24 @@ def setup_floor(tmp: Path) -> tuple[Callable[..., Any], Callable[[], Any], list[
     return log, finish, [f"pyarrow {pa.__version__}, Parquet with default (snappy) compression"]
 
 
-def make_setup_tracklake(run_name: str) -> Setup:
+def make_setup_tracklake(run_name: str, system_metrics: float | bool = False) -> Setup:
+    """tracklake with its default options; system metrics off, or sampled every
+    `system_metrics` seconds (the loop's cost of sampling, side by side)."""
     def setup(tmp: Path) -> tuple[Callable[..., Any], Callable[[], Any], list[str]]:
         import tracklake
 
-        run = tracklake.init(project="bench", name=run_name, root=tmp, capture_identity=False)
+        run = tracklake.init(project="bench", name=run_name, root=tmp, capture_identity=False,
+                             system_metrics=system_metrics)
         report: dict[str, Any] = {}
 
         def finish() -> None:
             report["finish"] = run.finish()
 
         setup.report = report  # type: ignore[attr-defined]
-        return run.log, finish, ["default init options (fsync=True, flush_interval=0.5 s)"]
+        sampling = f"system metrics every {system_metrics:g} s" if system_metrics \
+            else "system metrics off"
+        return run.log, finish, ["default init options (fsync=True, flush_interval=0.5 s), "
+                                 + sampling]
 
     return setup
 
@@ -627,8 +633,8 @@ def print_results(results: list[Result], ratios: list[dict[str, Any]],
 
 # -- main -------------------------------------------------------------------------------
 
-CONTENDERS = ("floor", "tracklake", "wandb", "mlflow-sqlite", "mlflow-file", "tensorboard",
-              "swanlab")
+CONTENDERS = ("floor", "tracklake", "tracklake-system", "wandb", "mlflow-sqlite", "mlflow-file",
+              "tensorboard", "swanlab")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -677,6 +683,9 @@ def main(argv: list[str] | None = None) -> int:
         "floor": ("floor (append+Parquet)", versions["pyarrow"], setup_floor, None, None),
         "tracklake": ("tracklake", versions["tracklake"], tl_setup, None,
                       tracklake_after(tl_setup)),
+        # sampling 100 times as often as the default 10 s, so that its cost shows
+        "tracklake-system": ("tracklake + system metrics (0.1 s)", versions["tracklake"],
+                             make_setup_tracklake("write-path-system", 0.1), None, None),
         "wandb": ("wandb offline", versions["wandb"], setup_wandb, _wandb_settle, None),
         "mlflow-sqlite": ("mlflow sqlite", versions["mlflow"] or versions["mlflow-skinny"],
                           setup_mlflow_sqlite, None, None),

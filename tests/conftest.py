@@ -29,11 +29,14 @@ def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     """No test sees the developer's TRACKLAKE_/WANDB_/MLFLOW_ settings or launcher ids.
 
     Runs do not compact themselves unless a test asks: a detached compactor would change
-    the files under tests that look at segments (tests/test_compact_auto.py asks)."""
+    the files under tests that look at segments (tests/test_compact_auto.py asks). Nor do
+    they sample system metrics, whose values and events no other test expects
+    (tests/test_system_metrics.py asks)."""
     for name in list(os.environ):
         if stripped(name):
             monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("TRACKLAKE_COMPACT", "0")
+    monkeypatch.setenv("TRACKLAKE_SYSTEM_METRICS", "0")
 
 
 @pytest.fixture

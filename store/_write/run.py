@@ -61,6 +61,7 @@ class Run(RunHandle):
         self._known_keys: set[tuple[str, ...]] = set()
         self._last_keys: tuple[str, ...] = ()
         self._sidecars: Any = None  # tracklake._sidecar.Sidecars, with init(export=...)
+        self._system: Any = None  # tracklake._write.system.SystemMetrics, when sampling
 
     # -- metrics: the hot path ---------------------------------------------------------
 
@@ -112,7 +113,31 @@ class Run(RunHandle):
             raise ValueError(f"step {step} is outside the int64 range of the step column")
         return step
 
+    def _start_system_metrics(self, interval: float) -> None:
+        from tracklake._write.system import SystemMetrics
+
+        self._system = SystemMetrics(interval, self._log_system, self._say_system)
+        self._system.start()
+
+    def _log_system(self, values: dict[str, float]) -> bool:
+        """One sample of system metrics, at the current step (0 before any); False once
+        the run takes no more values."""
+        keys = tuple(values)
+        if keys not in self._known_keys:
+            for key in keys:
+                check_key(key)
+            self._known_keys.add(keys)
+        return self._writer.add_metrics(max(self._step, 0), _now_us(), keys,
+                                        list(values.values()))
+
+    def _say_system(self, title: str, text: str) -> None:
+        self._writer.add_rows("events", [{"time": _now_us(), "step": None, "level": "info",
+                                          "kind": "system_metrics", "title": title,
+                                          "text": text}])
+
     def finish(self, status: str = "finished", *, timeout: float = 30.0) -> FinishReport:
+        if self._system is not None:
+            self._system.stop()
         report = super().finish(status, timeout=timeout)
         sidecars, self._sidecars = self._sidecars, None
         if sidecars is not None:  # they drain and exit on their own; say so, do not wait
@@ -264,7 +289,8 @@ def init(*, project: str, name: str | None = None, config: Any = None,
          segment_seconds: float = 600.0, max_buffer_bytes: int = 256 << 20,
          fsync: bool = True, capture_identity: bool = True,
          compact: bool | None = None,
-         export: Sequence[str] | Mapping[str, Mapping[str, Any] | None] | None = None) -> Run:
+         export: Sequence[str] | Mapping[str, Mapping[str, Any] | None] | None = None,
+         system_metrics: bool | float | None = None) -> Run:
     """Start (or resume, as a new attempt) a run and return this rank's `Run`.
 
     Sealed segments are compacted to Parquet by a detached low-priority process, started
@@ -274,7 +300,14 @@ def init(*, project: str, name: str | None = None, config: Any = None,
     `export` names destinations (``["wandb", "mlflow"]``, or a mapping of names to their
     `tracklake export` options): global rank 0 starts one exporter process per destination
     that follows this run and ends on its own after it (docs/exporters.md, "Sidecars").
+
+    `system_metrics` (True, False or seconds between samples; default: on, every 10 s,
+    unless TRACKLAKE_SYSTEM_METRICS says otherwise) samples CPU, memory, disk, network and
+    NVIDIA GPUs into metrics under ``system/`` (docs/concepts.md, "System metrics").
     """
+    from tracklake._write.system import system_interval
+
+    interval = system_interval(system_metrics)  # refused before anything is written
     root_path = check_writable_root(resolve_root(root))
     given_project = project
     project = safe_name(project, "project")
@@ -321,6 +354,8 @@ def init(*, project: str, name: str | None = None, config: Any = None,
     if config is not None:
         r.log_config(config)
     _lifecycle.track(r)
+    if interval is not None:
+        r._start_system_metrics(interval)
     if sidecar_specs and rank_n == 0:
         from tracklake._sidecar import start_sidecars
 
