@@ -15,10 +15,14 @@ KEYS = ["critic/score/mean", "critic/score/max", "critic/score/min", "actor/pg_l
         "val-core/gsm8k/reward/mean@5", "val-core/math/reward/mean@5"]
 
 names = st.text(alphabet="ab/-_.x1é漢", min_size=1, max_size=40)
+#: keys built like real ones: shared starts, middles and ends around a few differences
+keys = st.lists(st.sampled_from(["actor", "critic", "layers.1", "layers.10", "experts.5",
+                                 "experts.6", "grad_norm", "mean", "x"]),
+                min_size=1, max_size=8).map("/".join)
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(names, min_size=1, max_size=25, unique=True), st.integers(0, 30))
+@given(st.lists(names | keys, min_size=1, max_size=25, unique=True), st.integers(0, 30))
 def test_names_shortened_at_their_distinct_width_or_wider_stay_distinct_and_fit(
         given_names: list[str], extra: int) -> None:
     width = distinct_width(given_names) + extra

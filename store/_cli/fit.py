@@ -29,8 +29,9 @@ from tracklake._cli.shorten import distinct_width, name_parts, shorten, wrap_nam
 #: How a column narrows: "never" (numbers, times: whole or left out), "shorten" (names:
 #: cut in the middle, kept distinct), "wrap" (prose: over several lines).
 Narrow = Literal["never", "shorten", "wrap"]
-#: A header part wider than this is folded rather than widen its column.
-_HEADER_PART = 10
+#: A header part wider than this is folded rather than widen its column, and a header
+#: takes at most this many lines at its column's narrowest.
+_HEADER_PART, _HEADER_LINES = 10, 4
 #: Cells of a box table with edges and a space either side of each cell: between two
 #: columns, and around all of them.
 BOX_GAP, BOX_EDGE = 3, 4
@@ -54,8 +55,11 @@ class Column:
     @property
     def least(self) -> int:
         """The narrowest width at which the column reads: whole numbers, distinct names,
-        header words unbroken (up to `_HEADER_PART` cells)."""
+        header words unbroken (up to `_HEADER_PART` cells), the header in at most
+        `_HEADER_LINES` lines."""
         header = min(max(map(cell_len, name_parts(self.header)), default=0), _HEADER_PART)
+        while wrap_name(self.header, header).count("\n") >= _HEADER_LINES:
+            header += 1
         widest = max(map(cell_len, self.cells), default=0)
         if self.narrow == "never":
             cells = widest

@@ -112,18 +112,33 @@ def _start(name: str, width: int) -> str:
     return name[:head] + ELLIPSIS
 
 
-def shorten(names: Sequence[str], width: int) -> list[str]:
-    """Each name in `width` cells (`shorten_one`), the forms of different names kept
-    different wherever the width allows."""
-    keep = telling_index(names)
-    forms = [shorten_one(n, width, keep[n]) for n in names]
+def _end(name: str, width: int) -> str:
+    """The end of `name` in `width` cells, after its first characters and an ellipsis."""
+    head = name[:min(_HEAD, max(width - 2, 0))]
+    tail = len(head) + 1
+    while tail < len(name) and cell_len(head + ELLIPSIS + name[tail:]) > width:
+        tail += 1
+    return head + ELLIPSIS + name[tail:]
+
+
+def _clashing(names: Sequence[str], forms: list[str]) -> list[int]:
+    """Where different names got the same form."""
     owners: dict[str, set[str]] = {}
     for name, form in zip(names, forms, strict=True):
         owners.setdefault(form, set()).add(name)
-    for i, name in enumerate(names):
-        if len(owners[forms[i]]) > 1:
-            # the start up to the telling character is no other name's start
-            forms[i] = _start(name, width)
+    return [i for i, form in enumerate(forms) if len(owners[form]) > 1]
+
+
+def shorten(names: Sequence[str], width: int) -> list[str]:
+    """Each name in `width` cells (`shorten_one`), the forms of different names kept
+    different wherever the width allows: names whose forms clash get their longest end
+    instead (names mostly differ there), and if they still clash, their longest start."""
+    keep = telling_index(names)
+    forms = [shorten_one(n, width, keep[n]) for n in names]
+    for remedy in (_end, _start):
+        clash = _clashing(names, forms)
+        for i in clash:
+            forms[i] = remedy(names[i], width)
     return forms
 
 
@@ -136,10 +151,15 @@ def distinct_width(names: Sequence[str], floor: int = 1) -> int:
     widest = max(cell_len(n) for n in unique)
     keep = telling_index(unique)
     width = max(min(len(n), keep[n] + 2, len(n) - keep[n] + 2) for n in unique)
-    width = min(max(width, floor), widest)
-    while width < widest and len(set(shorten(unique, width))) < len(unique):
-        width += 1
-    return width
+    low = min(max(width, floor), widest)
+    high = widest  # whole names are distinct
+    while low < high:  # the narrowest distinct width, by bisection
+        middle = (low + high) // 2
+        if len(set(shorten(unique, middle))) == len(unique):
+            high = middle
+        else:
+            low = middle + 1
+    return low
 
 
 def name_parts(name: str) -> list[str]:
