@@ -1,0 +1,200 @@
+"""What `tracklake runs` leaves on a real 80x24 and 200x50 terminal (tmux), compared
+with golden text: every run one line, numbers whole, ids distinct, the columns left out
+named.
+
+The data set is fixed: run ids, values, and the times of the attempt files (rewritten
+after the runs end; the terminal's TZ is UTC). The store's directory differs from one
+run of the tests to the next: it is /tmp/tracklake-XXXXXXXX, of fixed length so that the
+titles naming it are laid out alike, and its random part is masked before a screen is
+compared. `UPDATE_GOLDEN=1` rewrites the golden files from what is drawn now (then
+review the diff).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import os
+import re
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from _terminal import run_in_terminal
+
+import tracklake
+from tracklake._cli.cells import cell
+from tracklake._format.attempt import read_attempt, write_attempt
+
+GOLDEN = Path(__file__).parent / "screen_golden"
+UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
+TRACKLAKE = str(Path(sys.executable).with_name("tracklake"))
+UTC = {"TZ": "UTC"}
+
+PROJECT = "rlhf-math-reasoning"
+LONG_KEYS = [f"actor/grad_norm/model.layers.17.self_attn.{p}_proj" for p in "qkv"]
+#: run id, ranks, attempts of rank 0, status, hours after BASE it started, seconds it took
+RUNS = [
+    ("grpo-qwen2.5-7b-lr1e-6-kl0.001-seed42", 2, 1, "finished", 0, 5_025),
+    ("grpo-qwen2.5-7b-lr3e-6-kl0.001-seed42", 2, 2, "finished", 3, 36_000),
+    ("ppo-llama3-8b-baseline-20250105-a1b2c3", 1, 1, "running", 14, 1_200),
+    ("r7", 1, 1, "failed", 20, 61),
+]
+BASE = dt.datetime(2025, 6, 1, 8, 0, tzinfo=dt.timezone.utc)
+IDENTITY = {"host": "gpu-node-07", "pid": 4242, "python": "3.11.9",
+            "command": ["python", "-m", "verl.trainer.main_ppo", "trainer.total_epochs=1"],
+            "git": {"commit": "0123456789abcdef0123456789abcdef01234567", "dirty": True}}
+
+
+def _values(i: int, rank: int, step: int) -> dict[str, float]:
+    s = step / 100
+    values = {
+        "critic/score/mean": 0.2 + 0.6 * (1 - math.exp(-s / 15)) - 0.05 * i + 0.001 * rank,
+        "critic/score/max": 1.0, "critic/score/min": 0.0,
+        "actor/pg_loss": -0.01 * (i + 1) * math.cos(s / 7),
+        "actor/entropy": 1.2 - 0.01 * s,
+        "perf/throughput": 181_818.0 + s,
+        "timing_s/step": 12_345.678 - s,
+        "response_length/mean": 300 + 8 * s,
+    }
+    if step % 1000 == 0:
+        values["val-core/gsm8k/reward/mean@5"] = 0.5 + 0.005 * s - 0.02 * i
+        values["val-core/math/reward/mean@5"] = 0.3 + 0.004 * s
+    if i == 0:
+        values.update({k: 0.1 * (n + 1) + 0.001 * s for n, k in enumerate(LONG_KEYS)})
+        if rank == 1:
+            values["only/rank1/debug"] = 0.5
+    return values
+
+
+def write_store(root: Path) -> None:
+    """The runs of `RUNS` in `PROJECT`, and `sft-base` in project `baselines`; 50 steps
+    per attempt, every time in the attempt files fixed."""
+    for i, (run_id, ranks, attempts, _, _, _) in enumerate(RUNS):
+        for rank in range(ranks):
+            for _ in range(attempts if rank == 0 else 1):
+                with tracklake.init(project=PROJECT, run_id=run_id, rank=rank, root=root,
+                                    name=f"run {i}", capture_identity=False,
+                                    config={"trainer": {"total_training_steps": 4900},
+                                            "actor": {"optim": {"lr": 1e-6 * (i + 1)}}}
+                                    ) as run:
+                    for step in range(0, 5000, 100):
+                        run.log(_values(i, rank, step), step=step)
+    with tracklake.init(project="baselines", run_id="sft-base", root=root,
+                        capture_identity=False) as run:
+        run.log({"critic/score/mean": 0.25, "actor/pg_loss": 0.0}, step=0)
+    for i, (run_id, _, _, status, hours, seconds) in enumerate([*RUNS, ("sft-base", 1, 1,
+                                                                        "finished", 30, 9)]):
+        project = "baselines" if run_id == "sft-base" else PROJECT
+        for path in sorted((root / "runs" / f"project={project}" / f"run={run_id}")
+                           .rglob("attempt=*.json")):
+            record = read_attempt(path)
+            assert record is not None
+            attempt = int(path.stem.split("=")[1])
+            start = BASE + dt.timedelta(hours=hours, minutes=i + 10 * (attempt - 1))
+            end = start + dt.timedelta(seconds=seconds)
+            # written on another machine: a "running" attempt is judged by its heartbeat
+            record.update(started_at=start.isoformat(), heartbeat_at=end.isoformat(),
+                          finished_at=None if status == "running" else end.isoformat(),
+                          status=status, identity=IDENTITY)
+            record.pop("format")
+            write_attempt(path, record)
+
+
+@pytest.fixture(scope="module")
+def store() -> Iterator[Path]:
+    """The data set, in a directory whose path always has the same length."""
+    home = Path(tempfile.mkdtemp(prefix="tracklake-", dir="/tmp"))
+    try:
+        write_store(home / "store")
+        yield home / "store"
+    finally:
+        shutil.rmtree(home)
+
+
+def masked(text: str, store: Path) -> str:
+    return text.replace(str(store.parent), "/tmp/tracklake-XXXXXXXX")
+
+
+def check_golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if UPDATE:
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text)
+    assert text == path.read_text(), f"differs from {path} (UPDATE_GOLDEN=1 rewrites it)"
+
+
+def screen(store: Path, args: list[str], width: int, height: int) -> str:
+    return masked(run_in_terminal([TRACKLAKE, *args, "--root", str(store)], width, height,
+                                  env=UTC), store)
+
+
+def table_rows(text: str) -> list[str]:
+    """The body rows of the tables of a screen (lines between │ and │)."""
+    return [line for line in text.splitlines() if line.startswith("│")]
+
+
+def assert_tables_unbroken(text: str, width: int) -> None:
+    """Every line of a table is one whole line of it: it starts and ends with the box."""
+    for line in text.splitlines():
+        assert len(line) <= width
+        if line[:1] in ("┏", "┃", "┡", "│", "└"):
+            assert line[-1] in ("┓", "┃", "┩", "│", "┘"), line
+
+
+def cells(row: str) -> list[str]:
+    """The cells of a table's line (a body or a header line)."""
+    return [c.strip() for c in re.split("[│┃]", row.strip("│┃"))]
+
+
+def table_header(text: str) -> str:
+    """The last header line of the first table (the one with every column's name)."""
+    lines = text.splitlines()
+    return lines[next(i for i, line in enumerate(lines) if line.startswith("┡")) - 1]
+
+
+# -- tracklake runs -------------------------------------------------------------------------
+
+def _last_numbers() -> dict[str, list[str]]:
+    """Per run, the numbers its row must show whole: last step and last metric values."""
+    out: dict[str, list[str]] = {}
+    for i, (run_id, *_rest) in enumerate(RUNS):
+        last = _values(i, 0, 4900)
+        out[run_id] = ["4900", cell(last["critic/score/mean"]), cell(last["actor/pg_loss"])]
+    return out
+
+
+@pytest.mark.parametrize(("width", "height"), [(80, 24), (200, 50)])
+def test_runs_in_a_real_terminal_show_the_golden_table(store: Path, width: int,
+                                                       height: int) -> None:
+    """Before: at 80 columns ids folded over up to 10 lines and numbers wrapped
+    (`0.81` over `46`); now each run is one line, the numbers whole, the ids distinct,
+    and a line names the columns left out."""
+    text = screen(store, ["runs"], width, height)
+    assert_tables_unbroken(text, width)
+    rows = table_rows(text)
+    assert len(rows) == len(RUNS) + 1  # one line per run
+    shown = {c for row in rows for c in cells(row)}
+    ids = [cells(row)[cells(table_header(text)).index("run")] for row in rows]
+    assert len(set(ids)) == len(ids)
+    for run_id, numbers in _last_numbers().items():
+        row = next(r for r, i in zip(rows, ids, strict=True) if run_id.startswith(
+            i.split("…")[0]) and run_id.endswith(i.split("…")[-1]))
+        for number in numbers:
+            assert number in cells(row), (run_id, number, row)
+    assert "crashed" in shown and "failed" in shown  # a stale heartbeat is a crash
+    if width == 80:
+        assert re.search(r"^\(\d+ columns hidden at 80 columns: ", text, re.MULTILINE)
+    else:
+        assert "hidden" not in text and "grpo-qwen2.5-7b-lr1e-6-kl0.001-seed42" in shown
+    check_golden(f"runs_{width}x{height}.txt", text)
+
+
+def test_no_color_changes_no_character(store: Path) -> None:
+    """NO_COLOR drops colours only: the screen is the golden one."""
+    text = masked(run_in_terminal([TRACKLAKE, "runs", "--root", str(store)], 80, 24,
+                                  env={**UTC, "NO_COLOR": "1"}), store)
+    assert text == (GOLDEN / "runs_80x24.txt").read_text()
