@@ -1,5 +1,5 @@
-"""What `tracklake runs` leaves on a real 80x24 and 200x50 terminal (tmux), compared
-with golden text: every run one line, numbers whole, ids distinct, the columns left out
+"""What `tracklake runs` and `show` leave on a real 80x24 and 200x50 terminal (tmux), compared
+with golden text: every row one line, numbers whole, ids and keys distinct, the columns left out
 named.
 
 The data set is fixed: run ids, values, and the times of the attempt files (rewritten
@@ -198,3 +198,28 @@ def test_no_color_changes_no_character(store: Path) -> None:
     text = masked(run_in_terminal([TRACKLAKE, "runs", "--root", str(store)], 80, 24,
                                   env={**UTC, "NO_COLOR": "1"}), store)
     assert text == (GOLDEN / "runs_80x24.txt").read_text()
+
+
+# -- tracklake show ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("width", "height"), [(80, 24), (200, 50)])
+def test_show_in_a_real_terminal_shows_the_golden_text(store: Path, width: int,
+                                                       height: int) -> None:
+    """Before: at 80 columns every key was cut to 11 characters (`critic/sco…` three
+    times) and the attempt times to `2025-06-01T08…`; now keys are whole where they fit,
+    else cut in their middle and distinct, and numbers and times whole."""
+    text = screen(store, ["show", RUNS[0][0]], width, height)
+    assert_tables_unbroken(text, width)
+    metrics = [c for c in map(cells, table_rows(text)) if len(c) > 1 and ".." in c[1]]
+    keys = [m[0] for m in metrics]
+    assert len(keys) == len(set(keys)) == 14
+    for key in ("critic/score/mean", "critic/score/max", "critic/score/min", *LONG_KEYS):
+        assert sum(k == key or (key.startswith(k.split("…")[0]) and key.endswith(
+            k.split("…")[-1])) for k in keys) == 1, (key, keys)
+    last = _values(0, 0, 4900)
+    by_key = {m[0]: m for m in metrics}
+    for key in ("critic/score/mean", "perf/throughput", "timing_s/step"):
+        assert cell(last[key]) in by_key[key]
+    assert "0.5 (rank 1)" in by_key["only/rank1/debug"]
+    assert "2025-06-01 08:00:00" in text  # the attempt's start, local (UTC) to the second
+    check_golden(f"show_{width}x{height}.txt", text)
