@@ -1,13 +1,16 @@
-"""What `tracklake runs` and `show` leave on a real 80x24 and 200x50 terminal (tmux), compared
-with golden text: every row one line, numbers whole, ids and keys distinct, the columns left out
-named.
+"""What `tracklake runs`, `show` and a progress bar leave on a real 80x24 and 200x50
+terminal (tmux), compared with golden text: every row one line, numbers whole, ids and
+keys distinct, the columns left out named.
 
 The data set is fixed: run ids, values, and the times of the attempt files (rewritten
-after the runs end; the terminal's TZ is UTC). The store's directory differs from one
-run of the tests to the next: it is /tmp/tracklake-XXXXXXXX, of fixed length so that the
-titles naming it are laid out alike, and its random part is masked before a screen is
-compared. `UPDATE_GOLDEN=1` rewrites the golden files from what is drawn now (then
-review the diff).
+after the runs end; the terminal's TZ is UTC). Two things differ from one run of the
+tests to the next and are masked before a screen is compared, each by text of the same
+width, so the layout is compared as drawn:
+- the store's directory, /tmp/tracklake-XXXXXXXX (of fixed length, so that the titles
+  naming it are laid out alike), its random part;
+- in the progress bar, the rate (5 cells before " records/s", a fixed width) and the
+  memory destination's random name (`memory:` and 12 hex digits).
+`UPDATE_GOLDEN=1` rewrites the golden files from what is drawn now (then review the diff).
 """
 
 from __future__ import annotations
@@ -116,7 +119,9 @@ def store() -> Iterator[Path]:
 
 
 def masked(text: str, store: Path) -> str:
-    return text.replace(str(store.parent), "/tmp/tracklake-XXXXXXXX")
+    text = text.replace(str(store.parent), "/tmp/tracklake-XXXXXXXX")
+    text = re.sub(r"[ \d.kMG]{5}(?= records/s)", "#####", text)
+    return re.sub(r"memory:[0-9a-f]{12}", "memory:" + "X" * 12, text)
 
 
 def check_golden(name: str, text: str) -> None:
@@ -223,3 +228,23 @@ def test_show_in_a_real_terminal_shows_the_golden_text(store: Path, width: int,
     assert "0.5 (rank 1)" in by_key["only/rank1/debug"]
     assert "2025-06-01 08:00:00" in text  # the attempt's start, local (UTC) to the second
     check_golden(f"show_{width}x{height}.txt", text)
+
+
+# -- a progress bar ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("width", "height"), [(80, 24), (200, 50)])
+def test_an_exports_progress_bar_keeps_its_counts_whole(store: Path, tmp_path: Path,
+                                                        width: int, height: int) -> None:
+    """Before: at 80 columns the rate was cut (`20,30…`), and with larger counts or a
+    longer description the counts too (`181… r…`, tests/test_progress.py); now the counts
+    and the rate are whole, and the bar, the note and the description give way."""
+    copy = tmp_path / "store"  # the export keeps its state in the store
+    shutil.copytree(store, copy)
+    text = masked(run_in_terminal([TRACKLAKE, "export", "memory", "--all", "--root",
+                                   str(copy)], width, height, env=UTC), store)
+    bar = text.splitlines()[0]
+    counted = re.search(r" (\d+)/\? records ##### records/s ", bar)
+    summary = re.search(r"^memory:X{12}: (\d+) records from 5 runs$", text, re.MULTILINE)
+    assert counted and summary, text
+    assert counted.group(1) == summary.group(1)
+    check_golden(f"export_{width}x{height}.txt", text)
