@@ -1,6 +1,7 @@
 """What `tracklake runs`, `show` and a progress bar leave on a real 80x24 and 200x50
-terminal (tmux), compared with golden text: every row one line, numbers whole, ids and
-keys distinct, the columns left out named.
+terminal (tmux), compared with golden text, and what they print at 40 columns, for 100
+runs, for 300 keys and into a pipe: every row one line, numbers whole, ids and keys
+distinct, the columns left out named.
 
 The data set is fixed: run ids, values, and the times of the attempt files (rewritten
 after the runs end; the terminal's TZ is UTC). Two things differ from one run of the
@@ -27,9 +28,11 @@ from pathlib import Path
 
 import pytest
 from _terminal import run_in_terminal
+from click.testing import CliRunner
 
 import tracklake
 from tracklake._cli.cells import cell
+from tracklake._cli.main import main
 from tracklake._format.attempt import read_attempt, write_attempt
 
 GOLDEN = Path(__file__).parent / "screen_golden"
@@ -248,3 +251,77 @@ def test_an_exports_progress_bar_keeps_its_counts_whole(store: Path, tmp_path: P
     assert counted and summary, text
     assert counted.group(1) == summary.group(1)
     check_golden(f"export_{width}x{height}.txt", text)
+
+
+# -- a narrow terminal, many runs, many keys, a pipe -------------------------------------------
+
+def test_a_40_column_terminal_keeps_each_run_and_key_on_one_line(store: Path) -> None:
+    text = screen(store, ["runs"], 40, 24)
+    assert_tables_unbroken(text, 40)
+    ids = [cells(row)[0] for row in table_rows(text)]
+    assert len(ids) == len(set(ids)) == len(RUNS) + 1
+    assert re.search(r"^\(\d+ columns hidden", text, re.MULTILINE)
+    text = screen(store, ["show", RUNS[0][0]], 40, 24)
+    assert_tables_unbroken(text, 40)
+    keys = [c[0] for c in map(cells, table_rows(text)) if len(c) > 1 and ".." in c[1]]
+    assert len(keys) == len(set(keys)) == 14
+
+
+@pytest.fixture(scope="module")
+def crowded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """100 runs whose long ids share their start and end, in a project with a long
+    name, and a run of 300 keys that share a long start and differ in two places."""
+    root = tmp_path_factory.mktemp("crowded") / "store"
+    for i in range(100):
+        with tracklake.init(project="sweeps-of-a-team-with-a-long-project-name", root=root,
+                            run_id=f"grpo-qwen2.5-7b-instruct-lr{i % 10}e-6-warmup{i // 10}-"
+                                   f"cosine-seed{i}", capture_identity=False) as run:
+            run.log({"critic/score/mean": 0.5 + i / 1000}, step=10 * i)
+    with tracklake.init(project="p", run_id="many-keys", root=root,
+                        capture_identity=False) as run:
+        for step in range(3):
+            run.log({key: n + step for n, key in enumerate(MANY_KEYS)}, step=step)
+    return root
+
+
+MANY_KEYS = [f"actor_rollout_ref/actor/fsdp/model.layers.{layer}.mlp.experts.{e}.grad_norm"
+             for layer in range(30) for e in range(10)]
+
+
+@pytest.mark.parametrize("width", [80, 40])
+def test_a_hundred_runs_with_long_ids_are_a_line_each_with_distinct_ids(
+        crowded: Path, width: int) -> None:
+    text = screen(crowded, ["runs", "--all"], width, 24)
+    assert_tables_unbroken(text, width)
+    rows = [cells(row) for row in table_rows(text)]
+    header = cells(table_header(text))
+    ids = [row[header.index("run")] for row in rows]
+    assert len(rows) == len(set(ids)) == 101
+    if "last step" in header:  # each number whole: the last steps are 0, 10, ..., 990
+        steps = {int(row[header.index("last step")]) for row in rows}
+        assert steps == {10 * i for i in range(100)} | {2}
+
+
+@pytest.mark.parametrize("width", [80, 40])
+def test_300_keys_sharing_a_long_start_stay_distinct(crowded: Path, width: int) -> None:
+    text = screen(crowded, ["show", "many-keys"], width, 24)
+    assert_tables_unbroken(text, width)
+    rows = [c for c in map(cells, table_rows(text)) if "grad_norm" in c[0]]
+    assert len({row[0] for row in rows}) == len(rows) == 300
+    for row, key in zip(rows, sorted(MANY_KEYS), strict=True):  # in the order of keys
+        head, _, tail = row[0].partition("…")
+        assert key.startswith(head) and key.endswith(tail)
+
+
+def test_a_pipe_gets_every_column_and_every_name_whole(store: Path, crowded: Path) -> None:
+    """Not a terminal (a pipe, a file): nothing is cut or left out, as before (a table
+    wider than 200 columns folds its cells over lines)."""
+    out = CliRunner().invoke(main, ["show", RUNS[0][0], "--root", str(store)]).output
+    assert all(key in out for key in LONG_KEYS) and "trend" in out and "values" in out
+    for root, args in ((store, ["runs"]), (crowded, ["runs", "--all"]),
+                       (crowded, ["show", "many-keys"])):
+        out = CliRunner().invoke(main, [*args, "--root", str(root)]).output
+        assert "…" not in out and "hidden" not in out
+        for header in (("project", "attempts", "ranks", "start", "duration")
+                       if args[0] == "runs" else ("steps", "values", "min", "trend")):
+            assert header in out
