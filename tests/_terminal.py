@@ -1,17 +1,19 @@
 """A command run in a real terminal of a given size, and the text it leaves there.
 
-tmux is the terminal: a server of its own (its own socket, no user configuration, no
-status line, so the pane is the whole width x height), the command started in a shell
-of the pane, and the pane's text, scrolled-off lines included, read once the command
-has ended. Colours and styles are dropped; lines lose their trailing blanks.
+tmux is the terminal: a server of its own (its socket in a temporary directory removed
+afterwards, no user configuration, no status line, so the pane is the whole width x
+height), the command started in a shell of the pane, and the pane's text, scrolled-off
+lines included, read once the command has ended. Colours and styles are dropped; lines
+lose their trailing blanks.
 """
 
 from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import subprocess
-import uuid
+import tempfile
 from collections.abc import Mapping, Sequence
 
 from _programs import program
@@ -25,7 +27,8 @@ def run_in_terminal(argv: Sequence[str], width: int, height: int, *,
     """The screen (and scrollback) of a `width` x `height` terminal in which `argv` ran to
     its end, with `env` added to the environment."""
     tmux = program("tmux")
-    server = [tmux, "-L", f"tracklake-test-{uuid.uuid4().hex[:12]}", "-f", os.devnull]
+    home = tempfile.mkdtemp(prefix="tracklake-tmux-")
+    server = [tmux, "-S", os.path.join(home, "socket"), "-f", os.devnull]
     # the size is the terminal's: not COLUMNS or LINES inherited from the test process
     command = shlex.join(["env", "-u", "COLUMNS", "-u", "LINES",
                           *(f"{k}={v}" for k, v in {**UTF8, **(env or {})}.items()), *argv])
@@ -41,6 +44,7 @@ def run_in_terminal(argv: Sequence[str], width: int, height: int, *,
                                  "main"], capture_output=True, text=True, check=True).stdout
     finally:
         subprocess.run([*server, "kill-server"], check=False, capture_output=True)
+        shutil.rmtree(home, ignore_errors=True)
     lines = [line.rstrip() for line in screen.splitlines()]
     while lines and not lines[-1]:
         lines.pop()
