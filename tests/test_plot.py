@@ -10,13 +10,11 @@ import math
 import os
 import subprocess
 import sys
-import time
-import uuid
 from pathlib import Path
 
 import pytest
 from _pictures import write_runs
-from _programs import program
+from _terminal import run_in_terminal
 from click.testing import CliRunner
 from rich.console import Console
 from rich.text import Text
@@ -86,25 +84,10 @@ def test_ascii_mode_draws_no_character_outside_ascii(store: Path) -> None:
 
 def test_plot_in_a_real_80x24_terminal_shows_the_golden_text(store: Path) -> None:
     """tmux runs the command in an 80x24 terminal; its screen is the recorded golden."""
-    tmux = program("tmux")
-    session = f"tracklake-plot-{uuid.uuid4().hex[:8]}"
-    command = (f"env LANG=C.UTF-8 LC_ALL= {TRACKLAKE} plot base tuned --key loss --key reward "
-               f"--root {store}; sleep 60")
-    subprocess.run([tmux, "new-session", "-d", "-s", session, "-x", "80", "-y", "24",
-                    command], check=True)
-    try:
-        screen = ""
-        for _ in range(600):  # until the legend of the second chart is drawn
-            screen = subprocess.run([tmux, "capture-pane", "-p", "-t", session],
-                                    capture_output=True, text=True, check=True).stdout
-            if screen.count("⣿⣿ tuned") == 2:
-                break
-            time.sleep(0.1)
-    finally:
-        subprocess.run([tmux, "kill-session", "-t", session], check=False)
-    shown = "\n".join(line.rstrip() for line in screen.splitlines()).strip("\n")
+    shown = run_in_terminal([TRACKLAKE, "plot", "base", "tuned", "--key", "loss", "--key",
+                             "reward", "--root", str(store)], 80, 24)
     golden = (GOLDEN / "two_runs_80x24.txt").read_text().strip("\n")
-    assert shown == golden
+    assert shown.strip("\n") == golden
 
 
 def test_plot_command_falls_back_to_ascii_under_lang_c(store: Path) -> None:

@@ -98,6 +98,40 @@ def test_a_terminal_gets_a_bar_that_reaches_the_total() -> None:
     assert "fsck" in final and "4/4" in final and "streams" in final and "100%" in final
 
 
+def _final_line(text: str) -> str:
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)
+    return [line for line in plain.replace("\r", "\n").splitlines() if line.strip()][-1]
+
+
+@pytest.mark.parametrize("width", [40, 60, 80, 120])
+def test_a_narrow_terminal_cuts_the_bar_and_names_never_the_counts(width: int) -> None:
+    """Before: at 80 columns `181818/? records` read `181… r…` over two lines. Now the
+    counts, percent and time left are whole; the bar, the note and the description give
+    way, in that order."""
+    note = "rlhf-math-reasoning/grpo-qwen2.5-7b-lr1e-6-kl0.001-seed42 (run 1 of 4)"
+    for total, counts in ((None, "181818/? records"), (363_636, "181818/363636 records")):
+        out = io.StringIO()
+        console = Console(file=out, force_terminal=True, width=width, color_system=None)
+        with OperationProgress("export tensorboard", "records", console=console) as progress:
+            progress(181_818, total, note)
+        line = _final_line(out.getvalue())
+        assert counts in line and len(line) <= width, line
+        if total is not None:
+            assert " 50% " in line
+        if width >= 120:
+            assert line.startswith("export tensorboard ━━━━") and "(run 1 of 4)" in line
+
+
+def test_the_bars_rate_keeps_one_width() -> None:
+    from tracklake._cli.progress_bar import rate_text
+
+    rates = [rate_text(v, "records") for v in (0.004, 0.5, 9.99, 974.4, 10_974.4, 999_999,
+                                               1.05e6, 3e9)]
+    assert [r.split()[0] for r in rates] == ["0.00", "0.50", "9.99", "974", "11.0k", "1000k",
+                                             "1.05M", "3.00G"]
+    assert len({len(r) for r in rates}) == 1
+
+
 def test_quiet_draws_nothing_anywhere() -> None:
     for terminal in (True, False):
         console, out = _console(terminal=terminal)

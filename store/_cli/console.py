@@ -13,3 +13,9 @@ def literal_console(**options: Any) -> Console:
     in a run name, key or value is printed literally (styles come only from `Text`)."""
     options.setdefault("width", None if sys.stdout.isatty() else 200)
     return Console(markup=False, emoji=False, **options)
+
+
+def terminal_width(console: Console) -> int | None:
+    """The width to fit tables to: the terminal's, or None when `console` writes to a pipe
+    or a file (whose readers get every column whole)."""
+    return console.width if console.is_terminal else None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -14,7 +15,8 @@ from rich.table import Table
 from rich.text import Text
 
 from tracklake._cli.cells import cell
-from tracklake._cli.console import literal_console
+from tracklake._cli.console import literal_console, terminal_width
+from tracklake._cli.fit import Column, Whole, fitted_table, hidden_note
 from tracklake._cli.sparkline import UNICODE_LEVELS, trends
 from tracklake._errors import QueryError
 from tracklake._format.attempt import effective_status
@@ -50,19 +52,8 @@ def print_run(root: Path, run_id: str, project: str | None, problems: ReadProble
     console.print(f"command: {' '.join(ident.get('command') or [])}")
     console.print(f"host: {ident.get('host')}  python: {ident.get('python')}  "
                   f"git: {git.get('commit')}{' (dirty)' if git.get('dirty') else ''}")
-    attempts = Table(title="attempts")
-    for col in ("attempt", "rank", "status", "started", "finished", "write problems"):
-        attempts.add_column(col)
-    now = time.time()
-    for a in record.attempts:
-        report = a.get("write_report") or {}
-        written = "" if report.get("complete", True) else (
-            f"{report.get('failed_writes')} failed writes, {report.get('dropped_values')} "
-            f"values dropped: {report.get('last_error')}")
-        # the status every reader shows (a "running" attempt whose writer is gone: crashed)
-        attempts.add_row(str(a["attempt"]), str(a["rank"]), effective_status(a, now=now),
-                         a.get("started_at", ""), a.get("finished_at") or "", written)
-    console.print(attempts)
+    width = terminal_width(console)
+    _print_fitted(console, width, attempts_table(record.attempts, width, time.time()))
     rank = min(record.ranks)
     unicode = _can_draw(console)
     counts, summary, curves = with_connection(root, problems, lambda con: (
@@ -70,24 +61,74 @@ def print_run(root: Path, run_id: str, project: str | None, problems: ReadProble
         trends(con, record.project, record.run, rank, unicode)),
         EVERYTHING.for_run(record.project, record.run))
     console.print("records: " + ", ".join(f"{c['kind']}={c['records']}" for c in counts))
-    metrics = Table(title=f"metrics (all ranks; last and trend: rank {rank}'s, as in `runs`)")
-    for col in ("key", "steps", "values", "min", "max", "last", "trend"):
-        metrics.add_column(col)
+    _print_fitted(console, width, metrics_table(summary, curves, rank, width))
+    config = latest.get("config") or {}
+    if config:
+        columns = [Column("key", list(config), "shorten"),
+                   Column("value", [json.dumps(v) for v in config.values()], "wrap", floor=20)]
+        _print_fitted(console, width, fitted_table(columns, [0, 1, Whole(0), Whole(1)], width,
+                                                   title="config"))
+
+
+def _print_fitted(console: Console, width: int | None, fitted: tuple[Table, list[str]]
+                  ) -> None:
+    table, hidden = fitted
+    console.print(table)
+    if hidden and width is not None:
+        console.print(hidden_note(hidden, width, "a wider terminal shows them"),
+                      highlight=False)
+
+
+def attempts_table(attempts: Sequence[dict[str, Any]], width: int | None, now: float
+                   ) -> tuple[Table, list[str]]:
+    """Each attempt of each rank: status (as every reader shows it: a "running" attempt
+    whose writer is gone is "crashed"), times, write problems. On a terminal the times
+    are local and to the second, as `runs` shows its start; elsewhere as recorded."""
+    rows = []
+    for a in attempts:
+        report = a.get("write_report") or {}
+        written = "" if report.get("complete", True) else (
+            f"{report.get('failed_writes')} failed writes, {report.get('dropped_values')} "
+            f"values dropped: {report.get('last_error')}")
+        times = [a.get("started_at") or "", a.get("finished_at") or ""]
+        if width is not None:
+            times = [_local_time(t) for t in times]
+        rows.append([str(a["attempt"]), str(a["rank"]), effective_status(a, now=now),
+                     *times, written])
+    headers = ("attempt", "rank", "status", "started", "finished", "write problems")
+    columns = [Column(h, [r[i] for r in rows], "wrap" if i == 5 else "never", floor=20)
+               for i, h in enumerate(headers)]
+    return fitted_table(columns, [2, 0, 1, 3, 4, 5, Whole(5)], width, title="attempts")
+
+
+def _local_time(iso: str) -> str:
+    """An ISO time from an attempt file as `runs` shows times (local, to the second)."""
+    import datetime as dt
+
+    try:
+        return dt.datetime.fromisoformat(iso).astimezone().strftime("%Y-%m-%d %H:%M:%S")
+    except ValueError:
+        return iso
+
+
+def metrics_table(summary: list[dict[str, Any]], curves: dict[str, str], rank: int,
+                  width: int | None) -> tuple[Table, list[str]]:
+    """Per key: steps, values, min, max, last value, trend. The key matters most: whole
+    if the terminal has room, else cut in its middle (`critic/…/mean`), distinct."""
+    rows = []
     for m in summary:
         last = cell(m["last_value"])
         if m["last_rank"] != rank:
             last += f" (rank {m['last_rank']})"  # a key the lowest rank did not log
-        metrics.add_row(m["key"], f"{m['first']}..{m['last']}", cell(m["n"]), cell(m["min"]),
-                        cell(m["max"]), last, curves.get(m["key"], ""))
-    console.print(metrics)
-    config = latest.get("config") or {}
-    if config:
-        cfg = Table(title="config")
-        cfg.add_column("key")
-        cfg.add_column("value", overflow="fold")
-        for k, v in config.items():
-            cfg.add_row(k, json.dumps(v))
-        console.print(cfg)
+        rows.append([m["key"], f"{m['first']}..{m['last']}", cell(m["n"]), cell(m["min"]),
+                     cell(m["max"]), last, curves.get(m["key"], "")])
+    headers = ("key", "steps", "values", "min", "max", "last", "trend")
+    columns = [Column(h, [r[i] for r in rows], "shorten" if i == 0 else "never")
+               for i, h in enumerate(headers)]
+    key, steps, values, low, high, last_, trend = range(len(headers))
+    return fitted_table(columns, [key, last_, steps, Whole(key), low, high, trend, values],
+                        width, title=f"metrics (all ranks; last and trend: rank {rank}'s, "
+                                     "as in `runs`)")
 
 
 def _run_rows(con: duckdb.DuckDBPyConnection, project: str, run: str

@@ -4,7 +4,8 @@ The operations report through a plain callback, ``progress(done, total, note)``,
 unit of their own (streams, runs, files, records); this module shows it on stderr, so
 that what a command prints on stdout stays what it was:
 
-- on a terminal, a rich progress bar: what is being done, done/total, rate, time left;
+- on a terminal, a rich progress bar: what is being done, done/total, rate, time left
+  (`progress_bar`, fitted to the terminal's width);
 - anywhere else (CI logs, ``nohup``, a pipe), a plain line every few seconds and one at
   the end, since a bar redrawn with escape codes makes an unreadable log;
 - with ``--quiet``, nothing.
@@ -38,35 +39,6 @@ def stderr_console() -> Console:
     return Console(stderr=True)
 
 
-def _bar(what: str, unit: str, console: Console) -> Progress:
-    """A rich progress bar: what, bar, done/total, percent, rate, time left, note."""
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        ProgressColumn,
-        Task,
-        TaskProgressColumn,
-        TextColumn,
-        TimeRemainingColumn,
-    )
-    from rich.text import Text
-
-    class Rate(ProgressColumn):
-        """Units per second, in the operation's own unit."""
-
-        def render(self, task: Task) -> Text:
-            speed = task.finished_speed or task.speed
-            return Text("" if speed is None else f"{speed:,.1f} {unit}/s",
-                        style="progress.data.speed")
-
-    return Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(bar_width=20),
-        MofNCompleteColumn(), TextColumn(unit, markup=False), TaskProgressColumn(), Rate(),
-        TimeRemainingColumn(), TextColumn("{task.fields[note]}", markup=False),
-        console=console, transient=False)
-
-
 class OperationProgress:
     """Shows how far one operation is; call it as ``progress(done, total, note)``.
 
@@ -94,7 +66,9 @@ class OperationProgress:
     def __enter__(self) -> OperationProgress:
         self._started = self._last_line = self.clock()
         if not self.quiet and self.console.is_terminal:
-            self._bar = _bar(self.what, self.unit, self.console)
+            from tracklake._cli.progress_bar import progress_bar
+
+            self._bar = progress_bar(self.unit, self.console)
             self._bar.start()
             self._task = self._bar.add_task(self.what, total=None, note="")
         return self

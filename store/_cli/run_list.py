@@ -24,6 +24,7 @@ from tracklake._read.scope import scope_of_views
 
 if TYPE_CHECKING:
     import duckdb
+    from rich.table import Table
 
 #: Keys shown by `tracklake runs` when none are chosen, if the runs have them.
 DEFAULT_RUN_METRICS = ("critic/score/mean", "actor/pg_loss", "val-core/*")
@@ -112,16 +113,42 @@ def _cells(run: dict[str, Any], chosen: list[str],
 
 def _print_table(root: Path, runs: list[dict[str, Any]], chosen: list[str],
                  last: dict[tuple[str, str, str], Any]) -> None:
-    from rich.table import Table
+    """The table, fitted to the terminal (every column whole when not on one); a line
+    names the columns it had no room for."""
+    from tracklake._cli.console import literal_console, terminal_width
+    from tracklake._cli.fit import hidden_note
 
-    from tracklake._cli.console import literal_console
+    console = literal_console(soft_wrap=False)
+    width = terminal_width(console)
+    table, hidden = runs_table(root, runs, chosen, last, width)
+    console.print(table)
+    if hidden and width is not None:
+        console.print(hidden_note(hidden, width, "--format tsv lists them"), highlight=False)
 
-    table = Table(title=f"runs in {root}")
-    for col in (*_COLUMNS, *chosen):
-        table.add_column(col, overflow="fold")
-    for r in runs:
-        table.add_row(*_cells(r, chosen, last))
-    literal_console(soft_wrap=False).print(table)
+
+def runs_table(root: Path, runs: list[dict[str, Any]], chosen: list[str],
+               last: dict[tuple[str, str, str], Any], width: int | None
+               ) -> tuple[Table, list[str]]:
+    """The run table in `width` cells (None: not a terminal), and the columns left out.
+
+    Most important first: the run id (cut in its middle if it must be, distinct), its
+    status, the first metric, the last step, the project when the runs are of several,
+    the whole run id, the other metrics, duration, start, then the project, ranks and
+    attempts; numbers are never cut."""
+    from tracklake._cli.fit import Column, Whole, fitted_table
+
+    rows = [_cells(r, chosen, last) for r in runs]
+    columns = [Column(header, [row[i] for row in rows],
+                      narrow="shorten" if i in (0, 1) else "never")  # project, run
+               for i, header in enumerate((*_COLUMNS, *chosen))]
+    project, run, status, attempts, ranks, step, start, took = range(len(_COLUMNS))
+    metrics = list(range(len(_COLUMNS), len(columns)))
+    several = len({r["project"] for r in runs}) > 1
+    claims: list[int | Whole] = [
+        run, status, *metrics[:1], step, *([project] if several else []), Whole(run),
+        *metrics[1:], took, start, project, ranks, attempts, Whole(project),
+        *map(Whole, metrics)]
+    return fitted_table(columns, claims, width, title=f"runs in {root}")
 
 
 def _print_tsv(runs: list[dict[str, Any]], chosen: list[str],
