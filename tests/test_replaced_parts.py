@@ -75,6 +75,17 @@ def _log_and_compact(run: tracklake.Run, root: Path, steps: range) -> None:
         tracklake.compact(root=root, project="p", run="r")
 
 
+def _finished_after_merges(root: Path, monkeypatch: pytest.MonkeyPatch, grace: str
+                           ) -> tracklake.CompactionReport:
+    """A run compacted after each of 4 steps, finished and compacted once more, with the
+    grace period `grace`: the last compaction's report."""
+    monkeypatch.setenv("TRACKLAKE_PART_GRACE", grace)
+    run = _live_run(root)
+    _log_and_compact(run, root, range(4))
+    run.finish()
+    return tracklake.compact(root=root)
+
+
 def _seqs(table: pa.Table) -> list[tuple[int, str]]:
     return sorted(zip(table.column("seq").to_pylist(), table.column("key").to_pylist(),
                       strict=True))
@@ -99,11 +110,7 @@ def test_a_plain_engine_that_listed_before_a_merge_reads_every_record_once(
 
 def test_replaced_parts_go_after_the_grace_period_and_no_sooner(
         root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TRACKLAKE_PART_GRACE", "300")
-    run = _live_run(root)
-    _log_and_compact(run, root, range(4))
-    run.finish()
-    report = tracklake.compact(root=root)
+    report = _finished_after_merges(root, monkeypatch, "300")
     files = list_stream(root, STREAM)
     (holder,) = files.parts
     assert len(files.merged) >= 2 and report.parts_removed == []
@@ -122,11 +129,7 @@ def test_replaced_parts_go_after_the_grace_period_and_no_sooner(
 
 def test_no_grace_period_deletes_replaced_parts_at_once(
         root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TRACKLAKE_PART_GRACE", "0")
-    run = _live_run(root)
-    _log_and_compact(run, root, range(4))
-    run.finish()
-    tracklake.compact(root=root)
+    _finished_after_merges(root, monkeypatch, "0")
     files = list_stream(root, STREAM)
     assert len(files.parts) == 1 and files.merged == []
 
@@ -173,11 +176,7 @@ def test_fsck_counts_replaced_parts_apart_and_calls_the_store_clean(
         root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from tracklake._ops.fsck.check import fsck
 
-    monkeypatch.setenv("TRACKLAKE_PART_GRACE", "300")
-    run = _live_run(root)
-    _log_and_compact(run, root, range(4))
-    run.finish()
-    tracklake.compact(root=root)
+    _finished_after_merges(root, monkeypatch, "300")
     report = fsck(root)
     merged = list_stream(root, STREAM).merged
     assert report.clean and report.checked["replaced parts"] == len(merged) >= 2
