@@ -40,11 +40,12 @@ WRITER = textwrap.dedent("""
 
 #: Each rank runs attempt 1 to step 899 and finishes; attempt 2 logs again from step 600
 #: (other loss values): the views, and every destination, show attempt 2 from step 600.
+#: Its own project: a destination shared by the module's tests holds `p/live` already.
 RESUMED_WRITER = textwrap.dedent("""
     import sys, time, tracklake
     root, rank = sys.argv[1], int(sys.argv[2])
     for first, end in ((0, 900), (600, STEPS)):
-        run = tracklake.init(project="p", run_id="live", root=root, rank=rank,
+        run = tracklake.init(project="resumed", run_id="live", root=root, rank=rank,
                              capture_identity=False, flush_interval=0.05,
                              segment_bytes=64 << 10)
         for step in range(first, end):
@@ -98,10 +99,10 @@ def _export_under_fire(root: Path, tmp_path: Path, dest_args: list[str], *,
     return killed
 
 
-def _tensorboard_points(logdir: Path) -> Counter[tuple[int, str, float]]:
+def _tensorboard_points(logdir: Path, project: str = "p") -> Counter[tuple[int, str, float]]:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    run_dir = logdir / "p" / "live"
+    run_dir = logdir / project / "live"
     acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
     acc.Reload()
     return Counter((e.step, tag, e.value) for tag in acc.Tags()["scalars"]
@@ -133,7 +134,7 @@ def test_tensorboard_shows_the_views_of_a_resumed_run_after_kills(root: Path, tm
                         for (s, k, v), n in _store_points(root).items()})
     assert len(expected) == STEPS * 2
     assert expected[(700, "loss", 700 * 0.5 + 1000)] == 1  # attempt 2's value
-    assert _tensorboard_points(logdir) == expected
+    assert _tensorboard_points(logdir, "resumed") == expected
 
 
 def _mlflow_points(uri: str) -> Counter[tuple[int, str, float]]:
@@ -204,11 +205,12 @@ def test_mlflow_shows_the_views_of_a_resumed_run_after_kills(root: Path, tmp_pat
                               writer=RESUMED_WRITER, pause=0.008) >= 10
     client = MlflowClient(mlflow_server)
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()],
-                              filter_string="tags.`tracklake.run_id` LIKE 'p/live%'")
+                              filter_string="tags.`tracklake.run_id` LIKE 'resumed/live%'")
     newest: dict[tuple[int, str], tuple[int, float]] = {}
     for found in runs:
         tag = found.data.tags["tracklake.run_id"]
-        attempt = 1 if tag == "p/live" else int(tag.removeprefix("p/live (attempt ")[:-1])
+        attempt = 1 if tag == "resumed/live" else int(
+            tag.removeprefix("resumed/live (attempt ")[:-1])
         for key in ("loss", "acc"):
             steps: Counter[int] = Counter()
             for m in client.get_metric_history(found.info.run_id, key):
