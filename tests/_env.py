@@ -20,6 +20,7 @@ def stripped(name: str) -> bool:
 
 def child_env(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
     """The environment for a child process, without the stripped variables (but with
-    the tests' choice of automatic compaction, TRACKLAKE_COMPACT)."""
+    the tests' choice of automatic compaction and system metrics, TRACKLAKE_COMPACT and
+    TRACKLAKE_SYSTEM_METRICS)."""
     return {k: v for k, v in environ.items()
-            if not stripped(k) or k == "TRACKLAKE_COMPACT"}
+            if not stripped(k) or k in ("TRACKLAKE_COMPACT", "TRACKLAKE_SYSTEM_METRICS")}
