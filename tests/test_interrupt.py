@@ -21,6 +21,9 @@ import pytest
 
 import tracklake
 
+# one pytest worker: the store that every command reads is written once (module fixture)
+pytestmark = pytest.mark.xdist_group("interrupt")
+
 
 @pytest.fixture(scope="module")
 def big_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
