@@ -104,7 +104,7 @@ test-pythons:
 # adds pip, as `python -m venv` does (tests/exporters/test_plugin.py installs with it)
 .venv-%/.test: pyproject.toml | $(BIN)/uv
 	$(BIN)/uv venv --quiet --seed --allow-existing --python $(PYTHON_X) .venv-$*
-	$(BIN)/uv pip install --quiet --python .venv-$*/bin/python -e '.[$(OTHER_EXTRAS)]'
+	$(BIN)/uv pip install --quiet --compile-bytecode --python .venv-$*/bin/python -e '.[$(OTHER_EXTRAS)]'
 	touch $@
 
 $(BIN)/uv: | $(BIN)/python
