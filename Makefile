@@ -1,13 +1,46 @@
 # Two commands for a fresh machine with Python 3.10+ and PyPI:
 #   make demo   creates .venv, installs tracklake, runs the simulated RL job end to end
 #               and exports its run to TensorBoard files
-#   make test   creates .venv, installs tracklake with its test extras, runs every test
+#   make test   creates .venv, installs tracklake with its test extras, runs every test on
+#               the default Python, then `make test-pythons`
 PYTHON ?= python3
 VENV ?= .venv
 BIN = $(VENV)/bin
 DEMO_ROOT ?= tracklake-demo
+#: pytest workers: tests run side by side, except those of one xdist_group (tests/conftest.py)
+WORKERS ?= 2
 
-.PHONY: demo test typecheck bench clean
+#: The other Pythons that pyproject.toml claims. `make test-pythons` gives each one that is
+#: installed here (python3.X on PATH, else pyenv's) a .venv-3.X with every extra that
+#: installs there, and runs PYTHONS_TESTS in it; one that is not installed is skipped with a
+#: line saying so. torch is not installed there: PyPI's torch is the multi-GB CUDA build,
+#: and the CPU wheel on this kind of machine is for the default Python only; verl needs
+#: torch. Their tests skip there (--extras-not-required); any other missing extra fails.
+OTHER_PYTHONS ?= 3.10 3.12 3.13
+PYTHON_X ?= python$*
+OTHER_EXTRAS = test,tensorboard,mlflow,wandb,swanlab,follow,gpu
+NOT_INSTALLED_THERE = torch,verl,ray,hydra
+#: what each of them runs (not the tests marked slow): writing, reading, compaction and
+#: packing, each destination's export, the command line, and what differs by Python (tomli
+#: before 3.11, each Python's pyarrow, DuckDB, numpy and pandas)
+PYTHONS_TESTS ?= tests/test_run_api.py tests/test_segment.py tests/test_coerce.py \
+	tests/test_write_hardening.py tests/test_lifecycle.py tests/test_naming.py \
+	tests/test_identity.py tests/test_init_inputs.py tests/test_trace_decorator.py \
+	tests/test_query.py tests/test_read_scope.py tests/test_run_list.py \
+	tests/test_golden_corpus.py tests/test_plain_engines.py tests/test_sql_readonly.py \
+	tests/test_cursor.py tests/test_live_tail.py tests/test_compact_merge.py \
+	tests/test_compact_sealed.py tests/test_compact_bytes.py tests/test_part_format.py \
+	tests/test_replaced_parts.py tests/test_system_metrics.py \
+	tests/test_part_summary.py tests/test_pack.py tests/test_retention_inputs.py \
+	tests/test_cli.py tests/test_exported_members.py tests/test_optional.py \
+	tests/exporters/test_tensorboard.py tests/exporters/test_mlflow.py \
+	tests/exporters/test_wandb.py tests/exporters/test_swanlab.py \
+	tests/exporters/test_loop.py tests/exporters/test_keys.py \
+	tests/exporters/test_rank_modes.py tests/exporters/test_supersession.py \
+	tests/exporters/test_cli_export.py tests/exporters/test_from_start.py \
+	tests/exporters/test_follow_pacing.py tests/exporters/test_verl_names.py
+
+.PHONY: demo test test-pythons typecheck bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -52,7 +85,31 @@ demo: $(VENV)/.demo
 test: $(VENV)/.test
 	$(BIN)/ruff check store exporters tests benchmarks
 	$(MAKE) typecheck
-	$(BIN)/pytest --require-extras
+	$(BIN)/pytest --require-extras -n $(WORKERS) --dist loadgroup --durations=25
+	$(MAKE) test-pythons
+
+test-pythons:
+	@failed=; for v in $(OTHER_PYTHONS); do \
+		py=$$(for c in python$$v $${PYENV_ROOT:-$$HOME/.pyenv}/versions/$$v.*/bin/python$$v; do \
+			"$$c" -c '' 2>/dev/null && { echo "$$c"; break; }; done); \
+		if [ -z "$$py" ]; then echo "Python $$v: not installed here, skipped"; continue; fi; \
+		echo "Python $$v: $$py"; \
+		$(MAKE) --no-print-directory .venv-$$v/.test PYTHON_X=$$py || { failed="$$failed $$v"; continue; }; \
+		.venv-$$v/bin/pytest -q -n $(WORKERS) --require-extras \
+			--extras-not-required $(NOT_INSTALLED_THERE) -m 'not slow' $(PYTHONS_TESTS) \
+			|| failed="$$failed $$v"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "failed on Python$$failed"; exit 1; fi
+
+# uv (from PyPI) installs these in seconds where pip takes minutes per Python; --seed
+# adds pip, as `python -m venv` does (tests/exporters/test_plugin.py installs with it)
+.venv-%/.test: pyproject.toml | $(BIN)/uv
+	$(BIN)/uv venv --quiet --seed --allow-existing --python $(PYTHON_X) .venv-$*
+	$(BIN)/uv pip install --quiet --compile-bytecode --python .venv-$*/bin/python -e '.[$(OTHER_EXTRAS)]'
+	touch $@
+
+$(BIN)/uv: | $(BIN)/python
+	$(BIN)/python -m pip install --quiet 'uv>=0.5'
 
 typecheck: $(VENV)/.test
 	rm -rf build/typecheck && mkdir -p build/typecheck/tracklake
@@ -67,4 +124,4 @@ bench: $(VENV)/.test
 	$(BIN)/python benchmarks/sql_scale.py
 
 clean:
-	rm -rf $(VENV) $(DEMO_ROOT) $(DEMO_ROOT)-*/
+	rm -rf $(VENV) .venv-3.* $(DEMO_ROOT) $(DEMO_ROOT)-*/

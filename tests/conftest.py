@@ -16,12 +16,19 @@ pytest_plugins = ["_s3"]
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--require-extras", action="store_true",
                      help="fail, instead of skipping, tests whose optional extra is missing")
+    parser.addoption("--extras-not-required", default="", metavar="MODULES",
+                     help="with --require-extras: these top-level modules (comma-separated) "
+                          "still skip where missing, as extras that do not install on this "
+                          "Python")
 
 
 def pytest_configure(config: pytest.Config) -> None:
     _optional.REQUIRED = bool(config.getoption("--require-extras"))
+    _optional.NOT_REQUIRED = frozenset(
+        name for name in config.getoption("--extras-not-required").split(",") if name)
     # also for module-scoped fixtures, which run before `clean_environment`
     os.environ["TRACKLAKE_COMPACT"] = "0"
+    os.environ["TRACKLAKE_SYSTEM_METRICS"] = "0"
 
 
 @pytest.fixture(autouse=True)

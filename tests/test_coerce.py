@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
+from _optional import optional
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -320,7 +321,7 @@ def test_nested_mappings_are_stored_under_slash_keys(root: Path) -> None:
 def test_torch_scalar_tensors_are_accepted(root: Path) -> None:
     """0-d CPU tensors of several dtypes (bfloat16 and bool included) and a 1-element
     tensor are logged as floats; a 2x2 tensor is refused with a TypeError naming the key."""
-    torch = pytest.importorskip("torch")
+    torch = optional("torch")  # make test installs the CPU build on the default Python
     cases = {
         "f32": (torch.tensor(1.5, dtype=torch.float32), 1.5),
         "f64": (torch.tensor(-2.25, dtype=torch.float64), -2.25),

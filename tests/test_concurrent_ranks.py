@@ -29,7 +29,8 @@ from _env import child_env
 
 import tracklake
 
-pytestmark = pytest.mark.slow
+# one pytest worker: the 8 writers, compactor and readers run once (module fixture)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("concurrent_ranks")]
 
 PROJECT = "conc"
 RUN = "eight-ranks"

@@ -19,3 +19,14 @@ def test_a_missing_extra_fails_when_extras_are_required(
     with pytest.raises(ModuleNotFoundError, match="tracklake_no_such_extra"):
         _optional.optional("tracklake_no_such_extra")
     assert _optional.optional("json").dumps([]) == "[]"
+
+
+def test_an_extra_named_not_required_skips_though_extras_are_required(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """--extras-not-required, for a Python where that extra does not install."""
+    monkeypatch.setattr(_optional, "REQUIRED", True)
+    monkeypatch.setattr(_optional, "NOT_REQUIRED", frozenset({"tracklake_no_such_extra"}))
+    with pytest.raises(pytest.skip.Exception):
+        _optional.optional("tracklake_no_such_extra.sub")
+    with pytest.raises(ModuleNotFoundError, match="tracklake_no_such_other"):
+        _optional.optional("tracklake_no_such_other")

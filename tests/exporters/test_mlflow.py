@@ -4,6 +4,7 @@ found again by its tag, and errors say whether retrying helps."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -167,7 +168,9 @@ def _expected_metrics(records: dict[str, pa.Table]) -> list[tuple[Any, ...]]:
 
 
 def _database_metrics(database: Path, mlflow_run_id: str) -> list[tuple[Any, ...]]:
-    with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as db:
+    # closed, not only ended: a sqlite3 connection's own `with` leaves it open, which
+    # Python 3.13 reports (ResourceWarning) when it is collected
+    with contextlib.closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as db:
         rows = db.execute("SELECT key, step, value, is_nan, timestamp FROM metrics "
                           "WHERE run_uuid = ?", (mlflow_run_id,)).fetchall()
     return sorted(((k, s, "nan" if nan else v, ts) for k, s, v, nan, ts in rows), key=repr)

@@ -42,6 +42,8 @@ pytestmark = [
     # MLflow's SQL store on SQLAlchemy 2.1 (as in tests/exporters/test_mlflow.py)
     pytest.mark.filterwarnings(
         "ignore:The ``noload`` loader strategy is deprecated"),
+    # one pytest worker: the module's MLflow server starts once, not on each worker
+    pytest.mark.xdist_group("verl_mlflow"),
 ]
 
 CONFIG_DIR = Path(verl.__file__).parent / "trainer" / "config"

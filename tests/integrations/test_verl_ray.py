@@ -33,7 +33,8 @@ from tensorboard.backend.event_processing.event_accumulator import (  # noqa: E4
 
 from tracklake.integrations import verl as integration  # noqa: E402
 
-pytestmark = pytest.mark.slow
+# one pytest worker: one local Ray cluster at a time on the machine
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]
 STEPS = 30
 #: verl's agent-loop worker 3, as verl names the actor (``agent_loop_worker_<i>_<hex>``)
 AGENT_LOOP_ACTOR = "agent_loop_worker_3_5e1f"
