@@ -7,7 +7,10 @@ import multiprocessing
 import os
 import random
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tracklake._ops.compact import CompactionReport
 
 #: Where `python -m tracklake._cli.demo` writes unless $TRACKLAKE_ROOT is set: like the
 #: store's default, not a Python identifier, so that it can never shadow the package.
@@ -134,15 +137,26 @@ def run_demo(root: Path, *, ranks: int = 4, steps: int = 2000, project: str = "d
     table = query(SUMMARY_SQL, root=root, params={"project": project})
     rows = table.to_pylist()
     lines = [f"run {run_id}: {ranks} ranks x {steps} steps written to {root}",
-             f"compacted {len(report.segments_removed)} segments into "
-             f"{len(report.parts_written)} Parquet parts ({report.bytes_before:,} -> "
-             f"{report.bytes_after:,} bytes)"]
+             _compaction_line(root, project, run_id, report)]
     for row in rows:
         lines.append("  " + ", ".join(f"{k}={v}" for k, v in row.items()))
     lines.append(f"try: tracklake runs --root {root}")
     lines.append(f"     tracklake sql \"SELECT key, max(value) FROM metrics WHERE run = "
                  f"'{run_id}' GROUP BY key\" --root {root}")
     return "\n".join(lines)
+
+
+def _compaction_line(root: Path, project: str, run_id: str, report: CompactionReport) -> str:
+    """What compaction made of the run. Each rank compacts its own segments as it finishes
+    (docs/concepts.md), so the demo's own pass finds some or none of them left."""
+    from tracklake._format.layout import PART_SUFFIX
+    from tracklake._format.schema import KINDS
+
+    parts = [p for kind in KINDS
+             for p in root.glob(f"{kind}/project={project}/run={run_id}/*/*/*{PART_SUFFIX}")]
+    size = sum(p.stat().st_size for p in parts)
+    return (f"compacted into Parquet: {len(report.segments_removed)} segments by this pass, "
+            f"the others by each rank as it finished ({len(parts)} part files, {size:,} bytes)")
 
 
 def default_root() -> Path:
