@@ -173,3 +173,32 @@ def test_trl_completions_files_become_generations_at_their_step(tmp_path: Path,
         (2, 0, "1+1?", "2", 1.0), (2, 1, "3+3?", "7", 0.0), (4, 0, json.dumps(chat), "4", None)]
     assert json.loads(rows[0]["extra"]) == {"accuracy": 1.0, "advantage": 0.5}
     assert json.loads(rows[2]["extra"]) == {"accuracy": 1.0, "length": 0.2, "advantage": 0.0}
+
+
+def test_each_trial_of_a_hyperparameter_search_is_a_run_of_its_own(tmp_path: Path,
+                                                                  root: Path) -> None:
+    """The Trainer's events as `hyperparameter_search` sends them (one `train()` per
+    trial, the state naming the trial and its parameters)."""
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
+    from tracklake.integrations.transformers import TracklakeCallback
+
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), report_to="none",
+                             use_cpu=True, run_name="search")
+    callback, control = TracklakeCallback(project="hp", root=str(root)), TrainerControl()
+    for trial, lr in (("trial-0", 0.1), ("trial-1", 0.01)):
+        state = TrainerState()
+        state.is_hyper_param_search, state.trial_name = True, trial
+        state.trial_params = {"learning_rate": lr}
+        callback.on_train_begin(args, state, control)
+        state.global_step = 1
+        callback.on_log(args, state, control, logs={"loss": lr * 10})
+    callback._run.finish()  # type: ignore[union-attr]
+    runs = _rows(root, "SELECT name, status, tags FROM runs ORDER BY name")
+    assert runs == [{"name": "trial-0", "status": "finished", "tags": ["search:search"]},
+                    {"name": "trial-1", "status": "finished", "tags": ["search:search"]}]
+    rows = _rows(root, "SELECT r.name, m.value, c.value AS lr FROM metrics m "
+                       "JOIN runs r USING (project, run) JOIN configs c USING (project, run) "
+                       "WHERE c.key = 'trial/learning_rate' ORDER BY r.name")
+    assert [(r["name"], r["value"], json.loads(r["lr"])) for r in rows] == [
+        ("trial-0", 1.0, 0.1), ("trial-1", 0.1, 0.01)]
