@@ -125,6 +125,7 @@ bench: $(VENV)/.test
 	$(BIN)/python -m pip install --quiet -e '.[bench]'
 	$(BIN)/python benchmarks/write_path.py
 	$(BIN)/python benchmarks/sql_scale.py
+	$(BIN)/python benchmarks/integrations.py
 
 clean:
 	rm -rf $(VENV) .venv-3.* $(DEMO_ROOT) $(DEMO_ROOT)-*/
