@@ -72,6 +72,9 @@ $(VENV)/.test: pyproject.toml | $(BIN)/python
 	# tested): 12 MB of pure-Python wheels, no compiled code
 	$(BIN)/python -m pip install --quiet --no-deps torchdata==0.11.0 peft==0.21.2 \
 		accelerate==1.15.0
+	# the Lightning integration's tests: both package names, 1.6 MB of pure-Python wheels
+	$(BIN)/python -m pip install --quiet --no-deps lightning==2.6.6 pytorch-lightning==2.6.6 \
+		lightning-utilities==0.15.3 torchmetrics==1.9.0
 	# the report's tests open it in headless Chromium, the plot's run it in tmux (Debian's)
 	command -v chromium >/dev/null && command -v tmux >/dev/null \
 		|| (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
@@ -122,6 +125,7 @@ bench: $(VENV)/.test
 	$(BIN)/python -m pip install --quiet -e '.[bench]'
 	$(BIN)/python benchmarks/write_path.py
 	$(BIN)/python benchmarks/sql_scale.py
+	$(BIN)/python benchmarks/integrations.py
 
 clean:
 	rm -rf $(VENV) .venv-3.* $(DEMO_ROOT) $(DEMO_ROOT)-*/

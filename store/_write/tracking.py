@@ -146,7 +146,8 @@ class StoreBackend:
         self.run = run
         self.skipped: dict[str, int] = {}
 
-    def log(self, data: Mapping[str, Any], step: int) -> None:
+    def log(self, data: Mapping[str, Any], step: int | None) -> None:
+        """Log `data` at `step` (None: the step after the last), metrics only."""
         try:
             self.run.log(data, step=step)
         except TypeError:
