@@ -1,0 +1,172 @@
+"""What each value of a W&B history row becomes in the store (docs/integrations.md):
+
+- numbers (Python, NumPy, torch scalars, bools) → metrics; str → texts;
+- `Table` → generations: with prompt- and response-like columns, ``input``/``output``/
+  ``score`` are those columns and ``extra`` the others; without, every column is in
+  ``extra``. Either way ``extra[LAYOUT]`` keeps the columns and their roles, so that the
+  W&B exporter logs the table W&B would have shown;
+- `Histogram` → metrics ``key/count``, ``key/min``, ``key/max``, ``key/mean``, ``key/std``
+  (`histogram_metrics`, until the store has a histogram record kind);
+- `Image`/`Video`/`Audio` → artifacts with their media type (`media_artifact`);
+- `Html` → texts;
+- anything else W&B accepts (None, lists, arrays, objects) is skipped and counted per key,
+  said once: W&B would have taken it, so training must not fail on it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from tracklake._integrations.wandb.data_types import Histogram, Html, Media, Table
+from tracklake._write.coerce import jsonable, to_float
+from tracklake._write.run import Run
+
+#: The key in a generation's ``extra`` that keeps its W&B table's columns and roles.
+LAYOUT = "_wandb_table"
+INPUT_COLUMNS = ("prompt", "prompts", "input", "inputs", "question", "query", "instruction")
+OUTPUT_COLUMNS = ("completion", "completions", "response", "responses", "output", "outputs",
+                  "generation", "generations", "answer")
+SCORE_COLUMNS = ("reward", "rewards", "score", "scores")
+
+
+def flat_row(row: Mapping[str, Any], skip: Callable[[str, Any], None],
+             prefix: str = "") -> dict[str, Any]:
+    """A history row with nested dicts joined by ``/``; a nested key that cannot name a
+    record (not a str, empty, NUL) is skipped."""
+    out: dict[str, Any] = {}
+    for key, value in row.items():
+        if not isinstance(key, str) or not key or "\x00" in key:
+            skip(f"{prefix}{key!r}", value)
+            continue
+        if isinstance(value, Mapping):
+            out.update(flat_row(value, skip, f"{prefix}{key}/"))
+        else:
+            out[prefix + key] = value
+    return out
+
+
+def histogram_metrics(key: str, histogram: Histogram) -> dict[str, float]:
+    """A histogram as the metrics that stand for it until histograms are records."""
+    return {f"{key}/{name}": value for name, value in histogram.summary().items()}
+
+
+def media_artifact(run: Run, key: str, media: Media, step: int, index: int | None = None
+                   ) -> None:
+    """An image, video or audio as an artifact named after its key and step."""
+    data, media_type, suffix = media.encoded()
+    name = f"{key}_{step}" + ("" if index is None else f"_{index}") + suffix
+    metadata = {"wandb_key": key, "wandb_type": type(media).__name__,
+                "caption": media.caption, **media.options}
+    run.log_artifact(data, name=name.replace("/", "_"), media_type=media_type,
+                     metadata=jsonable(metadata), step=step)
+
+
+def table_samples(table: Table) -> list[dict[str, Any]]:
+    """A table's rows as generations: roles by column name (the module docstring)."""
+    roles = _roles(table.columns)
+    layout = {"columns": table.columns, **roles}
+    role_of = {column: role for role, column in roles.items() if column is not None}
+    samples = []
+    for row in table.data:
+        sample: dict[str, Any] = {}
+        extra: dict[str, Any] = {}
+        for column, value in zip(table.columns, row, strict=True):
+            role = role_of.get(column)
+            cell = _cell(value)
+            if role == "score":
+                try:
+                    number = to_float(column, value)
+                except TypeError:
+                    number = None
+                if isinstance(number, float):
+                    sample["score"] = number
+                    continue
+                role = None  # not a number: kept as it is in extra
+            if role is None:
+                extra[column] = cell
+            else:
+                sample[role] = cell
+        samples.append(sample | extra | {LAYOUT: layout})
+    return samples
+
+
+def _roles(columns: list[str]) -> dict[str, str | None]:
+    lowered = {c.lower(): c for c in reversed(columns)}  # the first of equal names wins
+
+    def first(names: tuple[str, ...]) -> str | None:
+        return next((lowered[n] for n in names if n in lowered), None)
+
+    source, target = first(INPUT_COLUMNS), first(OUTPUT_COLUMNS)
+    if source is None or target is None:
+        return {"input": None, "output": None, "score": None}
+    return {"input": source, "output": target, "score": first(SCORE_COLUMNS)}
+
+
+def _cell(value: Any) -> Any:
+    if isinstance(value, Media):
+        return f"<{type(value).__name__}>"
+    if isinstance(value, Html):
+        return value.html
+    return jsonable(value)
+
+
+class RowWriter:
+    """Writes committed rows to a tracklake `Run`, skipping and counting what is not
+    storable (said once per key on stderr)."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self.skipped: dict[str, int] = {}
+
+    def skip(self, key: str, value: Any) -> None:
+        count = self.skipped.get(key, 0)
+        self.skipped[key] = count + 1
+        if not count:
+            print(f"tracklake.wandb: run {self.run.id!r}: {key!r} is a "
+                  f"{type(value).__module__}.{type(value).__qualname__}, which the store does "
+                  "not hold; skipped (W&B would have logged it), here and at later steps",
+                  file=sys.stderr, flush=True)
+
+    def write(self, step: int, values: Mapping[str, Any]) -> dict[str, float]:
+        """Store `values` at `step`; returns the metrics written (for the summary)."""
+        metrics: dict[str, float] = {}
+        for key, value in values.items():
+            if isinstance(value, Table):
+                self.run.log_generations(table_samples(value), step=step, key=key)
+            elif isinstance(value, Histogram):
+                metrics.update(histogram_metrics(key, value))
+            elif isinstance(value, Media):
+                media_artifact(self.run, key, value, step)
+            elif isinstance(value, Html):
+                self.run.log_text(key, value.html, step=step)
+            elif isinstance(value, (list, tuple)) and value and all(
+                    isinstance(v, Media) for v in value):
+                for i, media in enumerate(value):
+                    media_artifact(self.run, key, media, step, i)
+            else:
+                try:
+                    number = to_float(key, value)
+                except (TypeError, ValueError):
+                    self.skip(key, value)
+                    continue
+                if isinstance(number, str):
+                    self.run.log_text(key, number, step=step)
+                else:
+                    metrics[key] = number
+        if metrics:
+            self.run.log(metrics, step=step)
+        return metrics
+
+    def report(self) -> str | None:
+        if not self.skipped:
+            return None
+        return (f"tracklake.wandb: run {self.run.id!r}: skipped values the store does not "
+                "hold: " + ", ".join(f"{k} ×{n}" for k, n in sorted(self.skipped.items())))
+
+
+def summary_text(values: Mapping[str, Any]) -> str:
+    """Explicit summary values as the JSON text of their event."""
+    return json.dumps(jsonable(dict(values)), allow_nan=True, sort_keys=True)
