@@ -43,7 +43,7 @@ _EXIT_CODES = {"finished": 0}
 _ADD: dict[str, Callable[[rows.WandbPending, pa.Table], None]] = {
     "metrics": rows.add_metrics, "texts": rows.add_texts, "configs": rows.add_configs,
     "generations": rows.add_generations, "traces": rows.add_traces,
-    "artifacts": rows.add_artifacts, "events": rows.add_alerts}
+    "artifacts": rows.add_artifacts, "events": rows.add_events}
 
 
 class WandbDestination(Destination):
@@ -204,8 +204,12 @@ class WandbDestination(Destination):
         def send(wb: Any) -> None:
             if pending.config:
                 wb.config.update(nest(pending.config), allow_val_change=True)
+            for rule in pending.metric_rules:  # before the rows, so that they use the axes
+                wb.define_metric(**rule)
             for step, row in history:
                 wb.log(row, step=step)
+            if pending.summary:
+                wb.summary.update(pending.summary)
             for artifact, aliases in artifacts:
                 wb.log_artifact(artifact, aliases=aliases)
             if missing:
