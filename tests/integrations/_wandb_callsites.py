@@ -153,5 +153,26 @@ def verl_tracking(wandb: ModuleType) -> None:
     wandb.finish(exit_code=0)
 
 
+def edge_cases(wandb: ModuleType) -> None:
+    """W&B's step rules at their edges, and values of every kind W&B takes as numbers:
+    an empty row, a lower step (ignored), one step twice, ``commit=False`` then a step
+    jump, NumPy scalars, an int beyond float64's exact range, nested dicts, odd keys,
+    NaN and infinities, and an open row that only `finish()` commits."""
+    wandb.init(project="edge")
+    wandb.log({})
+    wandb.log({"a": 1}, step=0)
+    wandb.log({"a": 1}, step=1)
+    wandb.log({"b": 2}, step=1)
+    wandb.log({"c": 3}, commit=False)
+    wandb.log({"d": 4}, step=4)
+    wandb.log({"e": np.int64(5), "f": np.float16(0.5), "g": 2**70, "t": True,
+               "h": {"x": 1, "y": {"z": 2.5}}, "odd key.with dots": 1, "sp ace": 2,
+               "/lead": 3, "ünï": 4})
+    wandb.log({"nan": float("nan"), "inf": float("inf"), "-inf": -float("inf")})
+    wandb.log({"a": 0}, step=0)
+    wandb.log({"last": 1}, commit=False)
+    wandb.finish()
+
+
 CALLSITES = {f.__name__: f for f in (slime, transformers_trainer, nemo_rl, openrlhf,
-                                     trl_completions, verl_tracking)}
+                                     trl_completions, verl_tracking, edge_cases)}

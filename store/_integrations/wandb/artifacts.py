@@ -111,7 +111,8 @@ def matched_files(glob_str: str | os.PathLike[str], base_path: str | os.PathLike
                   use_glob: bool) -> list[tuple[str, Path]]:
     """``save()``'s files: (name relative to `base_path` or the glob's folder, path)."""
     pattern = os.fspath(glob_str)
-    paths = [Path(p) for p in (_glob.glob(pattern, recursive=True) if use_glob else [pattern])]
+    paths = [Path(p) for p in (sorted(_glob.glob(pattern, recursive=True)) if use_glob
+                               else [pattern])]
     base = Path(base_path) if base_path is not None else Path(os.path.dirname(pattern) or ".")
     out = []
     for path in paths:
