@@ -4,6 +4,10 @@ codebase's own sequence of calls, with small synthetic values in place of traini
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from types import ModuleType
 from typing import Any
 
@@ -172,6 +176,50 @@ def edge_cases(wandb: ModuleType) -> None:
     wandb.log({"a": 0}, step=0)
     wandb.log({"last": 1}, commit=False)
     wandb.finish()
+
+
+def slime_shared(wandb: ModuleType) -> None:
+    """slime's shared mode: the primary (the trainer's rank 0) creates the run, then a
+    secondary process (a Ray actor without a rank: here a child process) joins it by id
+    with ``resume="allow", reinit=True`` and ``Settings(mode=..., x_primary=False)``.
+    $FIXTURE_WANDB_MODE is the mode (``shared``; ``offline`` for the real wandb, where
+    slime too makes each process an offline run); $FIXTURE_WANDB_MODULE is the module the
+    child imports; $FIXTURE_SECONDARY_ENV holds variables only the child gets (JSON)."""
+    mode = os.environ.get("FIXTURE_WANDB_MODE", "shared")
+    wandb.init(entity="team", project="slime", group="exp", name="exp", config=CONFIG,
+               settings=wandb.Settings(mode=mode, x_primary=True))
+    _slime_axes(wandb)
+    for rollout in range(3):
+        wandb.log({"rollout/step": rollout, "rollout/raw_reward": 0.25 * rollout})
+    code = (f"import importlib, _wandb_callsites as c; "
+            f"c.slime_secondary(importlib.import_module({os.environ['FIXTURE_WANDB_MODULE']!r}),"
+            f" {wandb.run.id!r})")
+    # a process of its own, as a Ray actor is: not wandb's service of this one
+    env = {k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"}
+    env.update(json.loads(os.environ.get("FIXTURE_SECONDARY_ENV", "{}")))
+    subprocess.run([sys.executable, "-c", code], env=env, check=True)
+    wandb.log({"rollout/step": 3, "rollout/raw_reward": 0.75})
+    wandb.finish()
+
+
+def slime_secondary(wandb: ModuleType, run_id: str) -> None:
+    """slime's `init_wandb_secondary`, then the train steps it logs."""
+    mode = os.environ.get("FIXTURE_WANDB_MODE", "shared")
+    settings = dict(mode=mode) if mode == "offline" else dict(
+        mode=mode, x_primary=False, x_update_finish_state=False)
+    wandb.init(id=run_id, entity="team", project="slime", config=CONFIG, resume="allow",
+               reinit=True, settings=wandb.Settings(**settings))
+    _slime_axes(wandb)
+    for step in range(4):
+        wandb.log({"train/step": step, "train/loss": 1.0 / (step + 1)})
+    wandb.finish()
+
+
+def _slime_axes(wandb: ModuleType) -> None:
+    wandb.define_metric("train/step")
+    wandb.define_metric("train/*", step_metric="train/step")
+    wandb.define_metric("rollout/step")
+    wandb.define_metric("rollout/*", step_metric="rollout/step")
 
 
 CALLSITES = {f.__name__: f for f in (slime, transformers_trainer, nemo_rl, openrlhf,

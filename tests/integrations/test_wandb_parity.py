@@ -6,6 +6,7 @@ and the summary values the code set."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -19,7 +20,8 @@ from _wandb_callsites import CALLSITES
 
 import tracklake
 import tracklake.wandb as tlwandb
-from tracklake.exporters import Selection, export
+from tracklake._integrations.wandb.init import SECONDARY_RANK_BASE
+from tracklake.exporters import ExportOptions, Selection, export
 
 optional("wandb")
 
@@ -109,3 +111,35 @@ def test_histograms_are_their_count_min_max_mean_and_std(
     at_1 = {r["key"].rsplit("/", 1)[1]: r["value"] for r in rows if r["step"] == 1}
     assert at_1["count"] == 9 and at_1["min"] == 0 and at_1["max"] == 2
     assert at_1["mean"] == pytest.approx(1.0) and at_1["std"] == pytest.approx(0.6455, 1e-3)
+
+
+def test_the_processes_of_slimes_shared_mode_are_ranks_of_one_run_that_agree_with_wandb(
+        tmp_path: Path, root: Path) -> None:
+    """Primary and secondary of one run id: the real wandb (offline, as slime runs it
+    offline) makes one run per process; tracklake.wandb (shared mode) one run with the
+    primary at rank 0 and the secondary at a rank of its own. Exported rank by rank, each
+    agrees with its process's W&B run."""
+    base = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent)])}
+    real = tmp_path / "real"
+    code = "import wandb, _wandb_callsites as c; c.slime_shared(wandb)"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300, cwd=tmp_path, env={
+        **base, "WANDB_MODE": "offline", "FIXTURE_WANDB_MODE": "offline",
+        "FIXTURE_WANDB_MODULE": "wandb", "WANDB_DIR": str(real / "primary"),
+        "FIXTURE_SECONDARY_ENV": json.dumps({"WANDB_DIR": str(real / "secondary")})})
+    code = "import tracklake.wandb as w, _wandb_callsites as c; c.slime_shared(w)"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300, cwd=tmp_path, env={
+        **base, "TRACKLAKE_ROOT": str(root), "FIXTURE_WANDB_MODULE": "tracklake.wandb"})
+    assert len(tracklake.list_runs(root=root)) == 1  # one run id for both processes
+    ranks = sorted(r["rank"] for r in tracklake.query(
+        "SELECT DISTINCT rank FROM metrics", root=root).to_pylist())
+    assert ranks[0] == 0 and len(ranks) == 2 and ranks[1] >= SECONDARY_RANK_BASE
+    for rank, process in zip(ranks, ("primary", "secondary"), strict=True):
+        want = wruns.read(wruns.offline_files(real / process / "wandb"))
+        out = tmp_path / f"exported-{rank}"
+        summary = export(WandbDestination(dir=str(out)), root=root,
+                         selection=Selection(all_runs=True),
+                         options=ExportOptions(ranks=str(rank)))
+        assert not summary.failed, summary
+        got = wruns.read(wruns.offline_files(out / "wandb"))
+        assert want.points and set(got.points) == set(want.points), process
+        assert got.axes == want.axes and got.config == want.config, process
