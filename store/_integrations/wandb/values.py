@@ -16,13 +16,13 @@
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from tracklake._integrations.wandb.data_types import Histogram, Html, Media, Table
 from tracklake._write.coerce import jsonable, to_float
 from tracklake._write.run import Run
+from tracklake._write.skips import Skips
 
 #: The key in a generation's ``extra`` that keeps its W&B table's columns and roles.
 LAYOUT = "_wandb_table"
@@ -119,16 +119,12 @@ class RowWriter:
 
     def __init__(self, run: Run) -> None:
         self.run = run
-        self.skipped: dict[str, int] = {}
+        self.skips = Skips(f"tracklake.wandb: run {run.id!r}",
+                           "which the store does not hold; skipped (W&B would have logged it)",
+                           "skipped values the store does not hold")
 
     def skip(self, key: str, value: Any) -> None:
-        count = self.skipped.get(key, 0)
-        self.skipped[key] = count + 1
-        if not count:
-            print(f"tracklake.wandb: run {self.run.id!r}: {key!r} is a "
-                  f"{type(value).__module__}.{type(value).__qualname__}, which the store does "
-                  "not hold; skipped (W&B would have logged it), here and at later steps",
-                  file=sys.stderr, flush=True)
+        self.skips.add(key, value)
 
     def write(self, step: int, values: Mapping[str, Any]) -> dict[str, float]:
         """Store `values` at `step`; returns the metrics written (for the summary)."""
@@ -161,10 +157,7 @@ class RowWriter:
         return metrics
 
     def report(self) -> str | None:
-        if not self.skipped:
-            return None
-        return (f"tracklake.wandb: run {self.run.id!r}: skipped values the store does not "
-                "hold: " + ", ".join(f"{k} ×{n}" for k, n in sorted(self.skipped.items())))
+        return self.skips.report()
 
 
 def summary_text(values: Mapping[str, Any]) -> str:
