@@ -500,3 +500,36 @@ def test_processes_of_one_shared_run_are_its_ranks(
         assert again.store_run is not None and again.store_run.rank == run.store_run.rank
     else:
         assert run.store_run.rank == rank
+
+
+def test_a_restarted_job_with_the_same_id_is_a_new_attempt_of_the_run(root: Path) -> None:
+    for loss in (1.0, 0.5):
+        run = wandb.init(project="p", id="job", root=root)
+        wandb.log({"loss": loss}, step=0)
+        wandb.finish()
+    assert run.resumed
+    # the second attempt's step 0 supersedes the first's in the default view
+    assert _q(root, "SELECT attempt, value FROM metrics") == [{"attempt": 2, "value": 0.5}]
+    assert len(tracklake.list_runs(root=root)) == 1
+
+
+def test_logging_from_two_threads_loses_nothing(root: Path) -> None:
+    """slime logs engine gauges from a scraper thread while the loop logs."""
+    import threading
+
+    wandb.init(project="p", root=root)
+
+    def scrape() -> None:
+        for i in range(500):
+            wandb.log({"gauge": float(i)})
+
+    thread = threading.Thread(target=scrape)
+    thread.start()
+    for i in range(500):
+        wandb.log({"loss": float(i)})
+    thread.join()
+    wandb.finish()
+    counts = _q(root, "SELECT key, count(*) AS n, count(DISTINCT step) AS steps FROM metrics "
+                      "GROUP BY key ORDER BY key")
+    assert counts == [{"key": "gauge", "n": 500, "steps": 500},
+                      {"key": "loss", "n": 500, "steps": 500}]

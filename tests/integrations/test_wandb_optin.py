@@ -167,6 +167,36 @@ def test_transformers_own_wandb_callback_writes_into_the_store(root: Path,
     assert status == [{"status": "finished"}]
 
 
+def test_verls_own_wandb_backend_and_generations_logger_write_into_the_store(
+        root: Path) -> None:
+    """verl's `Tracking` with the ``wandb`` backend and its `ValidationGenerationsLogger`
+    (verl's code, importing wandb itself) with TRACKLAKE_WANDB=1."""
+    pytest.importorskip("verl")
+    out = _python("""
+        from verl.utils.tracking import Tracking, ValidationGenerationsLogger
+        tracking = Tracking(project_name="proj", experiment_name="exp",
+                            default_backend=["wandb"],
+                            config={"lr": 0.1, "trainer": {"wandb_proxy": None}})
+        generations = ValidationGenerationsLogger("proj", "exp")
+        for step in (1, 2):
+            tracking.log({"actor/loss": 1.0 / step}, step=step)
+            generations.log(["wandb"], [("in", f"out{step}", 1.0)], step)
+        import wandb
+        print(type(wandb).__module__)
+        wandb.finish()
+    """, env=_env(root, TRACKLAKE_WANDB="1"))
+    assert out.split()[-1] == "tracklake._integrations.wandb.alias"
+    assert tracklake.query("SELECT step, key, value FROM metrics ORDER BY step",
+                           root=root).to_pylist() == [
+        {"step": 1, "key": "actor/loss", "value": 1.0},
+        {"step": 2, "key": "actor/loss", "value": 0.5}]
+    rows = tracklake.query("SELECT step, extra FROM generations WHERE key = 'val/generations' "
+                           "ORDER BY step, sample", root=root).to_pylist()
+    # verl logs its whole table at each step: row 1 again at step 2, then row 2
+    assert [(r["step"], json.loads(r["extra"])["output_1"]) for r in rows] == [
+        (1, "out1"), (2, "out1"), (2, "out2")]
+
+
 def test_the_editable_install_has_the_pth_file_in_site_packages() -> None:
     installed = Path(sysconfig.get_paths()["purelib"]) / PTH
     assert installed.read_text() == (REPO / "store/_integrations/wandb" / PTH).read_text()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -51,6 +52,7 @@ class WandbRun:
         self._saved: dict[str, tuple[float, int]] = {}  # live save() files: mtime, size
         self._live_globs: list[tuple[str, str | None]] = []
         self._finished = False
+        self._lock = threading.RLock()  # the open row, from the loop and from other threads
         self.id = run_id
         self.name = name if name is not None else run_id
         self.project = project
@@ -63,7 +65,7 @@ class WandbRun:
         self.dir = str(store.root) if store is not None else os.getcwd()
         self.url = None  # nothing is online
         self.start_time = time.time()
-        self.resumed = store is not None and store.attempt > 0
+        self.resumed = store is not None and store.attempt > 1  # attempts count from 1
         self.offline = True
         self.disabled = store is None
         self.sweep_id = None
@@ -99,14 +101,15 @@ class WandbRun:
             raise TypeError("wandb.log must be passed a dictionary")
         if any(not isinstance(key, str) for key in data):
             raise TypeError("Key values passed to `wandb.log` must be strings.")
-        current = self._history.step
-        rows = self._history.log(dict(data), step, commit)
+        with self._lock:
+            current = self._history.step
+            rows = self._history.log(dict(data), step, commit)
+            if rows is not None:
+                self._commit(rows)
         if rows is None:
             self._say_once("lower-step", f"tried to log to step {step} that is less than the "
                            f"current step {current}; W&B ignores such data, and so does "
                            "tracklake.wandb (said once; `finish()` reports how many calls)")
-            return
-        self._commit(rows)
 
     def _commit(self, rows: list[tuple[int, dict[str, Any]]]) -> None:
         if self._writer is None:
@@ -139,8 +142,9 @@ class WandbRun:
         if goal is not None and goal not in ("minimize", "maximize"):
             raise WandbError(f"Unhandled define_metric() arg: goal: {goal!r}")
         try:
-            rule = self._axes.define(MetricRule(name, step_metric, step_sync, hidden, summary,
-                                                goal), overwrite=overwrite)
+            with self._lock:
+                rule = self._axes.define(MetricRule(name, step_metric, step_sync, hidden,
+                                                    summary, goal), overwrite=overwrite)
         except ValueError as exc:
             raise WandbError(str(exc)) from None
         self._event(DEFINE_METRIC_EVENT, name, json.dumps(rule.options(), sort_keys=True))
@@ -263,8 +267,9 @@ class WandbRun:
 
     def flush_row(self) -> None:
         """Commit the open row (at exit and `finish()`, as W&B does)."""
-        if not self._finished:
-            self._commit(self._history.flush())
+        with self._lock:
+            if not self._finished:
+                self._commit(self._history.flush())
 
     def __enter__(self) -> WandbRun:
         return self
