@@ -46,11 +46,11 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(VENV)/.demo: pyproject.toml | $(BIN)/python
+$(VENV)/.demo: pyproject.toml setup.py | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[tensorboard]'
 	touch $@
 
-$(VENV)/.test: pyproject.toml | $(BIN)/python
+$(VENV)/.test: pyproject.toml setup.py | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[test,lint,tensorboard,mlflow,wandb,swanlab,follow,gpu]'
 	# the CPU build (a plain torch==2.13.0 is the multi-GB CUDA build): from a local wheel
 	# where pip's configuration has one, else from PyTorch's CPU index
@@ -103,7 +103,7 @@ test-pythons:
 
 # uv (from PyPI) installs these in seconds where pip takes minutes per Python; --seed
 # adds pip, as `python -m venv` does (tests/exporters/test_plugin.py installs with it)
-.venv-%/.test: pyproject.toml | $(BIN)/uv
+.venv-%/.test: pyproject.toml setup.py | $(BIN)/uv
 	$(BIN)/uv venv --quiet --seed --allow-existing --python $(PYTHON_X) .venv-$*
 	$(BIN)/uv pip install --quiet --compile-bytecode --python .venv-$*/bin/python -e '.[$(OTHER_EXTRAS)]'
 	touch $@
