@@ -49,6 +49,8 @@ class Axes:
         self.globs: dict[str, MetricRule] = {}  # prefix (the name without its "*") -> rule
         self.last: dict[str, int] = {}  # step metric -> its last whole value
         self.not_whole: set[str] = set()  # step metrics already said to have other values
+        self._rules: dict[str, MetricRule | None] = {}  # rule_for's answers, per key
+        self._axes: set[str] = set()  # the step metrics
 
     def define(self, rule: MetricRule, *, overwrite: bool | None = None) -> MetricRule:
         """Add `rule`; without ``overwrite=True`` what it leaves unset keeps the earlier
@@ -62,15 +64,24 @@ class Axes:
         if earlier is not None and not overwrite:
             rule = replace(earlier, **rule.options())
         table[stripped] = rule
+        self._rules.clear()
+        self._axes = {r.step_metric for r in (*self.exact.values(), *self.globs.values())
+                      if r.step_metric}
         return rule
 
     @property
     def step_metrics(self) -> set[str]:
-        return {r.step_metric for r in (*self.exact.values(), *self.globs.values())
-                if r.step_metric}
+        return self._axes
 
     def rule_for(self, key: str) -> MetricRule | None:
         """The exact rule of `key`, else the glob with the longest matching prefix."""
+        try:
+            return self._rules[key]
+        except KeyError:
+            rule = self._rules[key] = self._find_rule(key)
+            return rule
+
+    def _find_rule(self, key: str) -> MetricRule | None:
         rule = self.exact.get(key)
         if rule is not None and rule.step_metric:
             return rule
@@ -82,7 +93,9 @@ class Axes:
     def split(self, row: dict[str, Any], wandb_step: int
               ) -> tuple[dict[int, dict[str, Any]], list[str]]:
         """({store step: {key: value}}, notes to say once) for one committed flat row."""
-        axes = self.step_metrics
+        if not self._axes:
+            return {wandb_step: row}, []
+        axes = self._axes
         notes: list[str] = []
         own: dict[str, int | None] = {}
         for axis in axes & row.keys():

@@ -115,7 +115,7 @@ class WandbRun:
         if self._writer is None:
             return
         for wandb_step, row in rows:
-            flat = flat_row(row, self._writer.skip)
+            flat = row if self._writer.plain(row) else flat_row(row, self._writer.skip)
             by_step, notes = self._axes.split(flat, wandb_step)
             for note in notes:
                 self._say(note)

@@ -21,7 +21,7 @@ from typing import Any
 
 from tracklake._integrations.wandb.data_types import Histogram, Html, Media, Table
 from tracklake._write.coerce import jsonable, to_float
-from tracklake._write.run import Run
+from tracklake._write.run import Run, _plain_numbers
 from tracklake._write.skips import Skips
 
 #: The key in a generation's ``extra`` that keeps its W&B table's columns and roles.
@@ -123,11 +123,29 @@ class RowWriter:
                            "which the store does not hold; skipped (W&B would have logged it)",
                            "skipped values the store does not hold")
 
+        self._plain_keys: set[tuple[str, ...]] = set()  # key sets known to name records
+
     def skip(self, key: str, value: Any) -> None:
         self.skips.add(key, value)
 
-    def write(self, step: int, values: Mapping[str, Any]) -> dict[str, float]:
+    def plain(self, row: Mapping[str, Any]) -> bool:
+        """True if `row` is flat, of plain numbers, under keys that can name records:
+        the common row, stored as it is (the fast path of `Run.log` does the rest)."""
+        if not _plain_numbers(list(row.values())):
+            return False
+        keys = tuple(row)
+        if keys in self._plain_keys:
+            return True
+        if all(isinstance(k, str) and k and "\x00" not in k for k in keys):
+            self._plain_keys.add(keys)
+            return True
+        return False
+
+    def write(self, step: int, values: Mapping[str, Any]) -> Mapping[str, float]:
         """Store `values` at `step`; returns the metrics written (for the summary)."""
+        if self.plain(values):
+            self.run.log(values, step=step)
+            return values  # ints and floats
         metrics: dict[str, float] = {}
         for key, value in values.items():
             if isinstance(value, Table):
