@@ -52,6 +52,10 @@ class AlertLevel(str, enum.Enum):
     ERROR = "ERROR"
 
 
+#: The wandb release whose module API this one follows (code that checks the version,
+#: such as verl's INCREMENTAL tables from 0.20, takes the paths it would take there).
+__version__ = "0.31.0"
+
 _PRE_INIT = {"config": PreInit("wandb.config"), "summary": PreInit("wandb.summary")}
 
 

@@ -354,6 +354,22 @@ def test_another_table_is_stored_whole_in_extra(root: Path) -> None:
     assert json.loads(row["extra"])["n"] == 2.0
 
 
+def test_an_incremental_table_stores_the_rows_added_since_its_last_log(root: Path) -> None:
+    """verl's DAPO reward table: one INCREMENTAL table, a row added and logged per step
+    (verl picks it by ``wandb.__version__ >= 0.20``)."""
+    assert wandb.__version__ == "0.31.0"
+    wandb.init(project="p", root=root)
+    table = wandb.Table(columns=["step", "reward_counts"], log_mode="INCREMENTAL")
+    for step in (1, 2, 3):
+        table.add_data(step, f"1:{step}")
+        wandb.log({"training/filter_groups/filtered_reward_counts": table}, step=step)
+    wandb.log({"training/filter_groups/filtered_reward_counts": table}, step=4)  # no new row
+    wandb.finish()
+    rows = _q(root, "SELECT step, extra FROM generations ORDER BY step")
+    assert [(r["step"], json.loads(r["extra"])["reward_counts"]) for r in rows] == [
+        (1, "1:1"), (2, "1:2"), (3, "1:3")]
+
+
 def test_a_histogram_becomes_its_summary_metrics(root: Path) -> None:
     wandb.init(project="p", root=root)
     wandb.log({"h": wandb.Histogram([1, 2, 3, 4])}, step=1)

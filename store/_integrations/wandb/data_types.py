@@ -13,8 +13,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-#: W&B's table log modes (`Table(log_mode=...)`); each `log()` of a table stores the rows
-#: the table holds then, whatever the mode.
+#: W&B's table log modes (`Table(log_mode=...)`): each `log()` of a table stores the rows
+#: it holds then, except INCREMENTAL, which stores the rows added since its last `log()`
+#: (as W&B uploads them; verl's DAPO reward table is one).
 LOG_MODES = ("IMMUTABLE", "MUTABLE", "INCREMENTAL")
 
 
@@ -28,6 +29,7 @@ class Table:
         if log_mode is not None and log_mode not in LOG_MODES:
             raise ValueError(f"Table log_mode must be one of {LOG_MODES}, not {log_mode!r}")
         self.log_mode = log_mode or "IMMUTABLE"
+        self.logged_rows = 0  # rows an INCREMENTAL table stored already
         if dataframe is not None:
             self.columns = [str(c) for c in dataframe.columns]
             self.data = [list(r) for r in dataframe.itertuples(index=False, name=None)]
@@ -66,6 +68,13 @@ class Table:
     def get_column(self, name: str, convert_to: str | None = None) -> list[Any]:
         index = self.columns.index(name)
         return [row[index] for row in self.data]
+
+    def rows_to_store(self) -> list[list[Any]]:
+        """The rows a `log()` of this table stores now (see `LOG_MODES`)."""
+        if self.log_mode != "INCREMENTAL":
+            return self.data
+        new, self.logged_rows = self.data[self.logged_rows:], len(self.data)
+        return new
 
     def records(self) -> list[dict[str, Any]]:
         """The rows as mappings of column name to value."""

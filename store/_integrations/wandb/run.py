@@ -23,7 +23,7 @@ from tracklake._integrations.wandb.config import Config, Summary
 from tracklake._integrations.wandb.history import Axes, History, MetricRule
 from tracklake._integrations.wandb.missing import missing_attribute
 from tracklake._integrations.wandb.settings import Settings
-from tracklake._integrations.wandb.values import RowWriter, flat_row, summary_text
+from tracklake._integrations.wandb.values import RowWriter, flat_row, frozen, summary_text
 from tracklake._write.coerce import jsonable
 from tracklake._write.run import Run
 from tracklake._write.tracking import status_for_exit_code
@@ -103,7 +103,7 @@ class WandbRun:
             raise TypeError("Key values passed to `wandb.log` must be strings.")
         with self._lock:
             current = self._history.step
-            rows = self._history.log(dict(data), step, commit)
+            rows = self._history.log(frozen(data), step, commit)
             if rows is not None:
                 self._commit(rows)
         if rows is None:

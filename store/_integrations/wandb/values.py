@@ -48,6 +48,21 @@ def flat_row(row: Mapping[str, Any], skip: Callable[[str, Any], None],
     return out
 
 
+def frozen(data: Mapping[str, Any]) -> dict[str, Any]:
+    """`data` as `log()` got it: each table's rows taken now, as W&B serialises a table at
+    the call (a table changed before its row is committed must not change what it logged)."""
+    if _plain_numbers(list(data.values())):
+        return dict(data)
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, Table):
+            value = Table(columns=list(value.columns), data=value.rows_to_store())
+        elif isinstance(value, Mapping):
+            value = frozen(value)
+        out[key] = value
+    return out
+
+
 def histogram_metrics(key: str, histogram: Histogram) -> dict[str, float]:
     """A histogram as the metrics that stand for it until histograms are records."""
     return {f"{key}/{name}": value for name, value in histogram.summary().items()}
@@ -70,7 +85,7 @@ def table_samples(table: Table) -> list[dict[str, Any]]:
     layout = {"columns": table.columns, **roles}
     role_of = {column: role for role, column in roles.items() if column is not None}
     samples = []
-    for row in table.data:
+    for row in table.rows_to_store():
         sample: dict[str, Any] = {}
         extra: dict[str, Any] = {}
         for column, value in zip(table.columns, row, strict=True):
@@ -149,7 +164,9 @@ class RowWriter:
         metrics: dict[str, float] = {}
         for key, value in values.items():
             if isinstance(value, Table):
-                self.run.log_generations(table_samples(value), step=step, key=key)
+                samples = table_samples(value)
+                if samples:
+                    self.run.log_generations(samples, step=step, key=key)
             elif isinstance(value, Histogram):
                 metrics.update(histogram_metrics(key, value))
             elif isinstance(value, Media):
