@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _optional import optional
 
 import tracklake
 import tracklake.wandb as wandb
@@ -70,7 +71,7 @@ def test_a_missing_w_and_b_name_raises_attribute_error_naming_what_to_use(root: 
 
 
 def test_init_takes_every_argument_of_the_installed_wandb_init(root: Path) -> None:
-    real = pytest.importorskip("wandb")
+    real = optional("wandb")
     names = [p for p in inspect.signature(real.init).parameters if p != "anonymous"]
     ours = inspect.signature(wandb.init).parameters
     assert [n for n in names if n not in ours] == []
@@ -292,7 +293,7 @@ def test_define_metric_refuses_what_w_and_b_refuses(root: Path) -> None:
 
 
 def test_values_w_and_b_takes_as_numbers_become_metrics(root: Path) -> None:
-    torch = pytest.importorskip("torch")
+    torch = optional("torch")
     wandb.init(project="p", root=root)
     wandb.log({"np32": np.float32(0.5), "np64": np.int64(3), "npbool": np.bool_(True),
                "arr0": np.array(2.0), "big": 2**70, "tensor": torch.tensor(1.5),
@@ -383,7 +384,7 @@ def test_a_histogram_becomes_its_summary_metrics(root: Path) -> None:
 
 
 def test_media_become_artifacts_with_their_media_type(root: Path, tmp_path: Path) -> None:
-    pytest.importorskip("PIL")
+    optional("PIL")
     clip = tmp_path / "clip.mp4"
     clip.write_bytes(b"\x00\x00\x00 ftypisom")
     wandb.init(project="p", root=root)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from _env import child_env
+from _optional import optional
 
 import tracklake
 
@@ -39,7 +40,7 @@ def _env(root: Path, **more: str) -> dict[str, str]:
 @pytest.mark.parametrize("value", [None, "0", ""])
 def test_without_the_opt_in_import_wandb_is_the_real_wandb(value: str | None,
                                                           root: Path) -> None:
-    pytest.importorskip("wandb")
+    optional("wandb")
     env = _env(root) if value is None else _env(root, TRACKLAKE_WANDB=value)
     out = _python("import wandb, sys; print(wandb.__file__); "
                   "print('tracklake' in sys.modules)", env=env)
@@ -77,7 +78,7 @@ def test_the_variable_serves_import_wandb_in_a_process_and_in_its_children(
 
 def test_install_serves_later_imports_and_uninstall_gives_the_real_one_back(
         root: Path) -> None:
-    pytest.importorskip("wandb")
+    optional("wandb")
     out = _python("""
         from tracklake.integrations import wandb as optin
         assert not optin.installed()
@@ -99,7 +100,7 @@ def test_install_serves_later_imports_and_uninstall_gives_the_real_one_back(
 
 
 def test_install_after_the_real_wandb_was_imported_says_so(root: Path) -> None:
-    pytest.importorskip("wandb")
+    optional("wandb")
     out = _python("""
         import warnings
         import wandb as real
@@ -119,8 +120,8 @@ def test_transformers_own_wandb_callback_writes_into_the_store(root: Path,
     """``report_to="wandb"`` with TRACKLAKE_WANDB=1: transformers' WandbCallback (its
     config, define_metric axis, per-step logs, eval logs and summary scalars) ends in the
     store, and the real wandb is never imported."""
-    pytest.importorskip("transformers")
-    pytest.importorskip("torch")
+    optional("transformers")
+    optional("torch")
     out = _python(f"""
         import sys, torch
         from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
@@ -171,7 +172,7 @@ def test_verls_own_wandb_backend_and_generations_logger_write_into_the_store(
         root: Path) -> None:
     """verl's `Tracking` with the ``wandb`` backend and its `ValidationGenerationsLogger`
     (verl's code, importing wandb itself) with TRACKLAKE_WANDB=1."""
-    pytest.importorskip("verl")
+    optional("verl")
     out = _python("""
         from verl.utils.tracking import Tracking, ValidationGenerationsLogger
         tracking = Tracking(project_name="proj", experiment_name="exp",
