@@ -383,6 +383,17 @@ def test_a_histogram_becomes_its_summary_metrics(root: Path) -> None:
     assert got[(2, "g/count")] == 4 and got[(2, "g/mean")] == pytest.approx(1.25)
 
 
+def test_media_that_cannot_be_stored_are_skipped_not_raised(
+        root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    optional("PIL")
+    wandb.init(project="p", root=root)
+    wandb.log({"gone": wandb.Image(str(tmp_path / "missing.png")),
+               "odd": wandb.Image(np.zeros((2, 2, 2, 2))), "loss": 1.0})
+    wandb.finish()
+    assert _metrics(root) == [(0, "loss", 1.0)]
+    assert "gone ×1" in capsys.readouterr().err
+
+
 def test_media_become_artifacts_with_their_media_type(root: Path, tmp_path: Path) -> None:
     optional("PIL")
     clip = tmp_path / "clip.mp4"

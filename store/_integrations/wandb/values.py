@@ -170,13 +170,13 @@ class RowWriter:
             elif isinstance(value, Histogram):
                 metrics.update(histogram_metrics(key, value))
             elif isinstance(value, Media):
-                media_artifact(self.run, key, value, step)
+                self._media(key, value, step)
             elif isinstance(value, Html):
                 self.run.log_text(key, value.html, step=step)
             elif isinstance(value, (list, tuple)) and value and all(
                     isinstance(v, Media) for v in value):
                 for i, media in enumerate(value):
-                    media_artifact(self.run, key, media, step, i)
+                    self._media(key, media, step, i)
             else:
                 try:
                     number = to_float(key, value)
@@ -190,6 +190,14 @@ class RowWriter:
         if metrics:
             self.run.log(metrics, step=step)
         return metrics
+
+    def _media(self, key: str, media: Media, step: int, index: int | None = None) -> None:
+        """An image, video or audio, or skipped (counted) if it cannot be encoded: a
+        missing file, an array pillow cannot make an image of."""
+        try:
+            media_artifact(self.run, key, media, step, index)
+        except (TypeError, ValueError, OSError):
+            self.skip(key, media)
 
     def report(self) -> str | None:
         return self.skips.report()
