@@ -198,6 +198,37 @@ def test_verls_own_wandb_backend_and_generations_logger_write_into_the_store(
         (1, "out1"), (2, "out1"), (2, "out2")]
 
 
+@pytest.mark.slow
+def test_ray_workers_inherit_the_opt_in_from_the_driver(root: Path) -> None:
+    """Ray's workers (started by the raylet that ray.init starts) inherit the driver's
+    environment: two tasks that import wandb write ranks of one shared-mode run."""
+    optional("ray")
+    out = _python("""
+        import tempfile, warnings
+        import ray
+        warnings.simplefilter("ignore")  # Ray's own notices at start
+        ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False,
+                 _temp_dir=tempfile.mkdtemp(prefix="ray", dir="/tmp"),
+                 object_store_memory=80 << 20, configure_logging=False)
+
+        @ray.remote(num_cpus=0)
+        def work(rank):
+            import wandb
+            wandb.init(project="ray", id="ray-job", settings=wandb.Settings(
+                mode="shared", x_primary=False, x_label=f"rank_{rank}"))
+            wandb.log({"loss": 1.0 + rank}, step=1)
+            wandb.finish()
+            return type(wandb).__module__
+
+        print(sorted(set(ray.get([work.remote(1), work.remote(2)]))))
+        ray.shutdown()
+    """, env=_env(root, TRACKLAKE_WANDB="1"))
+    assert out.strip().splitlines()[-1] == "['tracklake._integrations.wandb.alias']"
+    assert tracklake.query("SELECT rank, value FROM metrics ORDER BY rank",
+                           root=root).to_pylist() == [{"rank": 1, "value": 2.0},
+                                                      {"rank": 2, "value": 3.0}]
+
+
 def test_the_editable_install_has_the_pth_file_in_site_packages() -> None:
     installed = Path(sysconfig.get_paths()["purelib"]) / PTH
     assert installed.read_text() == (REPO / "store/_integrations/wandb" / PTH).read_text()
