@@ -198,6 +198,38 @@ def test_verls_own_wandb_backend_and_generations_logger_write_into_the_store(
         (1, "out1"), (2, "out1"), (2, "out2")]
 
 
+def test_accelerates_own_wandb_tracker_writes_into_the_store(root: Path) -> None:
+    """accelerate's `WandBTracker` (config, metrics, a table and images at one step)."""
+    optional("accelerate")
+    _python("""
+        import numpy as np
+        from accelerate import PartialState
+        from accelerate.tracking import WandBTracker
+
+        PartialState(cpu=True)
+        tracker = WandBTracker("accproj", name="acc-run")
+        tracker.start()
+        tracker.store_init_configuration({"lr": 0.1, "nested": {"a": 1}})
+        for step in range(3):
+            tracker.log({"loss": 1.0 / (step + 1)}, step=step)
+        tracker.log_table("samples", columns=["prompt", "completion"], data=[["q", "a"]],
+                          step=2)
+        tracker.log_images({"imgs": [np.zeros((4, 4, 3), dtype=np.uint8)]}, step=2)
+        tracker.finish()
+    """, env=_env(root, TRACKLAKE_WANDB="1"))
+    (run,) = tracklake.list_runs(root=root)
+    assert run.project == "accproj"
+    assert [r["step"] for r in tracklake.query("SELECT step FROM metrics ORDER BY step",
+                                               root=root).to_pylist()] == [0, 1, 2]
+    assert tracklake.query("SELECT step, input, output FROM generations",
+                           root=root).to_pylist() == [{"step": 2, "input": "q", "output": "a"}]
+    assert tracklake.query("SELECT step, name, media_type FROM artifacts",
+                           root=root).to_pylist() == [
+        {"step": 2, "name": "imgs_2_0.png", "media_type": "image/png"}]
+    configs = tracklake.query("SELECT key FROM configs ORDER BY key", root=root).to_pylist()
+    assert configs == [{"key": "lr"}, {"key": "nested/a"}]
+
+
 @pytest.mark.slow
 def test_ray_workers_inherit_the_opt_in_from_the_driver(root: Path) -> None:
     """Ray's workers (started by the raylet that ray.init starts) inherit the driver's
