@@ -489,6 +489,17 @@ def test_save_stores_files_and_again_at_finish_when_they_changed(root: Path,
                     {"name": "b.txt", "size": 1}]
 
 
+def test_files_written_to_run_dir_are_stored_at_finish_and_dir_is_not_the_store(
+        root: Path) -> None:
+    run = wandb.init(project="p", root=root)
+    assert not Path(run.dir).resolve().is_relative_to(root.resolve())
+    (Path(run.dir) / "sub").mkdir()
+    (Path(run.dir) / "sub" / "model.txt").write_text("weights")
+    wandb.finish()
+    assert _q(root, "SELECT name, size FROM artifacts") == [{"name": "sub_model.txt",
+                                                             "size": 7}]
+
+
 def test_alert_watch_and_mark_preempting(root: Path, capsys: pytest.CaptureFixture[str]
                                          ) -> None:
     wandb.init(project="p", root=root)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -62,7 +63,7 @@ class WandbRun:
         self.notes = identity.get("notes")
         self.tags: tuple[str, ...] = tuple(identity.get("tags") or ())
         self.settings = settings
-        self.dir = str(store.root) if store is not None else os.getcwd()
+        self._dir: str | None = None  # made when first asked for
         self.url = None  # nothing is online
         self.start_time = time.time()
         self.resumed = store is not None and store.attempt > 1  # attempts count from 1
@@ -78,6 +79,14 @@ class WandbRun:
     def step(self) -> int:
         """W&B's current step (the row the next call logs to)."""
         return self._history.step
+
+    @property
+    def dir(self) -> str:
+        """W&B's run directory: files written here are stored as artifacts at `finish()`
+        (as W&B uploads them). A temporary directory of this run, never the store."""
+        if self._dir is None:
+            self._dir = tempfile.mkdtemp(prefix=f"tracklake-wandb-{self.id}-")
+        return self._dir
 
     @property
     def path(self) -> str:
@@ -245,6 +254,10 @@ class WandbRun:
         if self._store is not None:
             for glob_str, base in self._live_globs:
                 for name, path in matched_files(glob_str, base, True):
+                    self._store_saved(name, path)
+            if self._dir is not None:
+                for name, path in matched_files(os.path.join(self._dir, "**", "*"),
+                                                self._dir, True):
                     self._store_saved(name, path)
         self._finished = True
         from tracklake._integrations.wandb import current
