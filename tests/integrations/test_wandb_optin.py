@@ -81,6 +81,7 @@ def test_install_serves_later_imports_and_uninstall_gives_the_real_one_back(
     optional("wandb")
     out = _python("""
         from tracklake.integrations import wandb as optin
+        assert set(optin.__all__) == {"ENV", "install", "installed", "uninstall"}
         assert not optin.installed()
         optin.install()
         import wandb
