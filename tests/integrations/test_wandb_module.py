@@ -572,3 +572,18 @@ def test_logging_from_two_threads_loses_nothing(root: Path) -> None:
                       "GROUP BY key ORDER BY key")
     assert counts == [{"key": "gauge", "n": 500, "steps": 500},
                       {"key": "loss", "n": 500, "steps": 500}]
+
+
+def test_an_open_row_is_stored_at_exit_without_finish(root: Path) -> None:
+    """W&B commits the open row when the process ends; so does tracklake.wandb, before
+    tracklake finishes the run at exit (also after a disabled run came first)."""
+    import subprocess
+    import sys
+
+    from _env import child_env
+
+    code = ("import tracklake.wandb as w; w.init(project='p', mode='disabled'); w.finish(); "
+            f"w.init(project='p', root={str(root)!r}); w.log({{'a': 1}}, step=3)")
+    subprocess.run([sys.executable, "-c", code], env=child_env(), check=True, timeout=120)
+    assert _metrics(root) == [(3, "a", 1.0)]
+    assert _q(root, "SELECT status FROM runs") == [{"status": "finished"}]

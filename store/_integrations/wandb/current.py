@@ -19,9 +19,9 @@ def started(new: WandbRun) -> None:
     global run, _exit_hook
     run = new
     _active.append(new)
-    if not _exit_hook:
-        # registered after tracklake's own exit hook (installed by the first init), so it
-        # runs first: the open rows are stored before the store runs are finished
+    if not _exit_hook and new.store_run is not None:
+        # registered after tracklake's own exit hook (installed by the first store run's
+        # init), so it runs first: the open rows are stored before the runs are finished
         _exit_hook = True
         atexit.register(_commit_open_rows)
 
