@@ -9,6 +9,9 @@ naming what to use instead.
 
 Frameworks that ``import wandb`` themselves (transformers, TRL, verl) reach this module
 with the opt-in of `tracklake.integrations.wandb` (``TRACKLAKE_WANDB=1``).
+
+Signatures are W&B's, positional parameters included (W&B code calls ``wandb.init`` and
+``wandb.log`` so), unlike the keyword-only options of tracklake's own API.
 """
 
 from __future__ import annotations
