@@ -161,7 +161,8 @@ def edge_cases(wandb: ModuleType) -> None:
     """W&B's step rules at their edges, and values of every kind W&B takes as numbers:
     an empty row, a lower step (ignored), one step twice, ``commit=False`` then a step
     jump, NumPy scalars, an int beyond float64's exact range, nested dicts, odd keys,
-    NaN and infinities, and an open row that only `finish()` commits."""
+    NaN and infinities, an array W&B makes a histogram of, and an open row that only
+    `finish()` commits."""
     wandb.init(project="edge")
     wandb.log({})
     wandb.log({"a": 1}, step=0)
@@ -172,7 +173,8 @@ def edge_cases(wandb: ModuleType) -> None:
     wandb.log({"e": np.int64(5), "f": np.float16(0.5), "g": 2**70, "t": True,
                "h": {"x": 1, "y": {"z": 2.5}}, "odd key.with dots": 1, "sp ace": 2,
                "/lead": 3, "ünï": 4})
-    wandb.log({"nan": float("nan"), "inf": float("inf"), "-inf": -float("inf")})
+    wandb.log({"nan": float("nan"), "inf": float("inf"), "-inf": -float("inf"),
+               "weights": np.arange(40, dtype=np.float64)})  # W&B: a histogram
     wandb.log({"a": 0}, step=0)
     wandb.log({"last": 1}, commit=False)
     wandb.finish()

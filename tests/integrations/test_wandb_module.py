@@ -309,7 +309,7 @@ def test_values_the_store_does_not_hold_are_skipped_counted_and_said_once(
         root: Path, capsys: pytest.CaptureFixture[str]) -> None:
     wandb.init(project="p", root=root)
     for _ in range(3):
-        wandb.log({"loss": 1.0, "none": None, "list": [1, 2], "arr": np.zeros(3),
+        wandb.log({"loss": 1.0, "none": None, "list": [1, 2], "arr": np.zeros(32),
                    "obj": object(), "": 1, "n": {"": 2, 3: 4}})
     wandb.finish()
     assert {k for _, k, _ in _metrics(root)} == {"loss"}
@@ -369,6 +369,16 @@ def test_an_incremental_table_stores_the_rows_added_since_its_last_log(root: Pat
     rows = _q(root, "SELECT step, extra FROM generations ORDER BY step")
     assert [(r["step"], json.loads(r["extra"])["reward_counts"]) for r in rows] == [
         (1, "1:1"), (2, "1:2"), (3, "1:3")]
+
+
+def test_an_array_of_more_than_32_numbers_is_a_histogram_as_in_w_and_b(root: Path) -> None:
+    torch = optional("torch")
+    wandb.init(project="p", root=root)
+    wandb.log({"np": np.arange(33), "t": torch.ones(40), "small": np.ones(32)}, step=1)
+    wandb.finish()
+    got = {k: v for _, k, v in _metrics(root)}
+    assert got["np/count"] == 33 and got["np/max"] == 32 and got["t/count"] == 40
+    assert not any(k.startswith("small") for k in got)
 
 
 def test_a_histogram_becomes_its_summary_metrics(root: Path) -> None:

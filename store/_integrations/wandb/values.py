@@ -5,17 +5,19 @@
   ``score`` are those columns and ``extra`` the others; without, every column is in
   ``extra``. Either way ``extra[LAYOUT]`` keeps the columns and their roles, so that the
   W&B exporter logs the table W&B would have shown;
-- `Histogram` → metrics ``key/count``, ``key/min``, ``key/max``, ``key/mean``, ``key/std``
-  (`histogram_metrics`, until the store has a histogram record kind);
+- `Histogram`, and a NumPy array or torch tensor of more than 32 numbers (which W&B logs
+  as a histogram) → metrics ``key/count``, ``key/min``, ``key/max``, ``key/mean``,
+  ``key/std`` (`histogram_metrics`, until the store has a histogram record kind);
 - `Image`/`Video`/`Audio` → artifacts with their media type (`media_artifact`);
 - `Html` → texts;
-- anything else W&B accepts (None, lists, arrays, objects) is skipped and counted per key,
+- anything else W&B accepts (None, lists, small arrays, objects) is skipped and counted per key,
   said once: W&B would have taken it, so training must not fail on it.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -77,6 +79,22 @@ def media_artifact(run: Run, key: str, media: Media, step: int, index: int | Non
                 "caption": media.caption, **media.options}
     run.log_artifact(data, name=name.replace("/", "_"), media_type=media_type,
                      metadata=jsonable(metadata), step=step)
+
+
+#: W&B logs a NumPy array (or torch tensor) of more values than this as a histogram.
+HISTOGRAM_ABOVE = 32
+
+
+def _big_array(value: Any) -> bool:
+    """A real NumPy array or torch tensor W&B would log as a histogram."""
+    np = sys.modules.get("numpy")
+    if np is not None and isinstance(value, np.ndarray):
+        return bool(value.size > HISTOGRAM_ABOVE and value.dtype.kind in "biuf")
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor):
+        return bool(value.numel() > HISTOGRAM_ABOVE and not value.is_complex()
+                    and value.dtype != torch.bool)
+    return False
 
 
 def table_samples(table: Table) -> list[dict[str, Any]]:
@@ -177,6 +195,8 @@ class RowWriter:
                     isinstance(v, Media) for v in value):
                 for i, media in enumerate(value):
                     self._media(key, media, step, i)
+            elif _big_array(value):  # W&B logs it as a histogram of 32 bins
+                metrics.update(histogram_metrics(key, Histogram(value, num_bins=32)))
             else:
                 try:
                     number = to_float(key, value)
