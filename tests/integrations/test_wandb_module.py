@@ -454,8 +454,19 @@ def test_summary_holds_the_last_values_and_records_what_the_code_sets(root: Path
     wandb.summary.extra = "x"
     assert dict(wandb.summary) == {"loss": 1.0, "best": 0.9, "final": 1, "extra": "x"}
     wandb.finish()
+    # the first at once, the rest within 10 s of it together (at finish here)
     assert [json.loads(e["text"]) for e in _events(root, "wandb.summary")] == [
-        {"best": 0.9}, {"final": 1}, {"extra": "x"}]
+        {"best": 0.9}, {"final": 1, "extra": "x"}]
+
+
+def test_a_summary_value_set_at_every_step_makes_few_events(root: Path) -> None:
+    wandb.init(project="p", root=root)
+    for step in range(1000):
+        wandb.log({"acc": step / 1000})
+        wandb.summary["best_acc"] = step / 1000
+    wandb.finish()
+    events = [json.loads(e["text"]) for e in _events(root, "wandb.summary")]
+    assert len(events) <= 3 and events[-1] == {"best_acc": 0.999}
 
 
 # -- artifacts, files, alerts, the rest ----------------------------------------------------

@@ -35,6 +35,9 @@ SUMMARY_EVENT = "wandb.summary"
 INIT_EVENT = "wandb.init"
 PREEMPTING_EVENT = "wandb.mark_preempting"
 
+#: Summary values set within this many seconds go into one event.
+SUMMARY_SECONDS = 10.0
+
 _ALERT_LEVELS = {"INFO": "info", "WARN": "warning", "WARNING": "warning", "ERROR": "error"}
 
 
@@ -54,6 +57,8 @@ class WandbRun:
         self._live_globs: list[tuple[str, str | None]] = []
         self._finished = False
         self._lock = threading.RLock()  # the open row, from the loop and from other threads
+        self._summary_pending: dict[str, Any] = {}  # set, not yet in an event
+        self._summary_written = -SUMMARY_SECONDS  # when the last summary event was written
         self.id = run_id
         self.name = name if name is not None else run_id
         self.project = project
@@ -130,6 +135,7 @@ class WandbRun:
                 self._say(note)
             for step, values in sorted(by_step.items()):
                 self.summary._logged(self._writer.write(step, values))
+        self._flush_summary(force=False)
 
     def define_metric(self, name: str, step_metric: str | Any = None,
                       step_sync: bool | None = None, hidden: bool | None = None,
@@ -168,7 +174,21 @@ class WandbRun:
             self._say_once(f"config:{exc}", f"config not stored: {exc}")
 
     def _summary_set(self, values: dict[str, Any]) -> None:
-        self._event(SUMMARY_EVENT, "summary", summary_text(values))
+        """Values the code set: one event for what was set within `SUMMARY_SECONDS` (code
+        that sets a best value at every step makes a few events, not one a step)."""
+        with self._lock:
+            self._summary_pending.update(values)
+        self._flush_summary(force=False)
+
+    def _flush_summary(self, *, force: bool) -> None:
+        with self._lock:
+            now = time.monotonic()
+            if not self._summary_pending or (
+                    not force and now - self._summary_written < SUMMARY_SECONDS):
+                return
+            pending, self._summary_pending = self._summary_pending, {}
+            self._summary_written = now
+        self._event(SUMMARY_EVENT, "summary", summary_text(pending))
 
     def _event(self, kind: str, title: str, text: str, level: str = "info") -> None:
         if self._store is not None and not self._finished:
@@ -279,10 +299,11 @@ class WandbRun:
         self._store.finish(status)
 
     def flush_row(self) -> None:
-        """Commit the open row (at exit and `finish()`, as W&B does)."""
+        """Commit the open row and the summary values set (at exit and `finish()`)."""
         with self._lock:
             if not self._finished:
                 self._commit(self._history.flush())
+                self._flush_summary(force=True)
 
     def __enter__(self) -> WandbRun:
         return self
