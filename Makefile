@@ -21,8 +21,9 @@ PYTHON_X ?= python$*
 OTHER_EXTRAS = test,tensorboard,mlflow,wandb,swanlab,follow,gpu
 NOT_INSTALLED_THERE = torch,verl,ray,hydra
 #: what each of them runs (not the tests marked slow): writing, reading, compaction and
-#: packing, each destination's export, the command line, and what differs by Python (tomli
-#: before 3.11, each Python's pyarrow, DuckDB, numpy and pandas)
+#: packing, each destination's export, the command line, tracklake.wandb against that
+#: Python's wandb, and what differs by Python (tomli before 3.11, each Python's pyarrow,
+#: DuckDB, numpy and pandas)
 PYTHONS_TESTS ?= tests/test_run_api.py tests/test_segment.py tests/test_coerce.py \
 	tests/test_write_hardening.py tests/test_lifecycle.py tests/test_naming.py \
 	tests/test_identity.py tests/test_init_inputs.py tests/test_trace_decorator.py \
@@ -38,7 +39,8 @@ PYTHONS_TESTS ?= tests/test_run_api.py tests/test_segment.py tests/test_coerce.p
 	tests/exporters/test_loop.py tests/exporters/test_keys.py \
 	tests/exporters/test_rank_modes.py tests/exporters/test_supersession.py \
 	tests/exporters/test_cli_export.py tests/exporters/test_from_start.py \
-	tests/exporters/test_follow_pacing.py tests/exporters/test_verl_names.py
+	tests/exporters/test_follow_pacing.py tests/exporters/test_verl_names.py \
+	tests/integrations/test_wandb_module.py tests/integrations/test_wandb_parity.py
 
 .PHONY: demo test test-pythons typecheck bench clean
 
