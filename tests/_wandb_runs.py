@@ -26,6 +26,7 @@ class WandbView:
     axes: dict[str, str] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
     summary: dict[str, Any] = field(default_factory=dict)
+    identity: dict[str, str] = field(default_factory=dict)  # group, job type, notes given
 
 
 def offline_files(wandb_dir: Path) -> list[Path]:
@@ -43,7 +44,12 @@ def read(files: list[Path]) -> WandbView:
             kind = r.WhichOneof("record_type")
             if kind == "metric" and r.metric.step_metric:
                 view.axes[r.metric.name or r.metric.glob_name] = r.metric.step_metric
-            elif kind in ("run", "config"):  # init's config is in the run record
+            if kind == "run":
+                for name, value in (("group", r.run.run_group), ("job_type", r.run.job_type),
+                                    ("notes", r.run.notes)):
+                    if value:
+                        view.identity[name] = value
+            if kind in ("run", "config"):  # init's config is in the run record
                 updates = r.run.config.update if kind == "run" else r.config.update
                 for item in updates:
                     node = config

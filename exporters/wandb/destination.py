@@ -136,6 +136,9 @@ class WandbDestination(Destination):
         pending = self._collecting.pending(run.key)
         current = self._states[run.key]
         self._hold(run, current, pending)
+        for collected in pending.values():
+            if collected.identity and not current.identity:
+                current.identity = dict(collected.identity)
         for target, collected in current.split(pending, rows.WandbPending):
             if not collected.empty():
                 self._commit_target(run, current, target, collected)
@@ -158,7 +161,8 @@ class WandbDestination(Destination):
                                "tracklake/ranks": ",".join(str(r) for r in run.ranks)})
 
         for target in current.targets:
-            self._sessions.run(run, target, send, exit_code=_EXIT_CODES.get(run.status, 1))
+            self._sessions.run(run, target, send, exit_code=_EXIT_CODES.get(run.status, 1),
+                               identity=current.identity)
         self._collecting.close(run.key)
 
     def close(self) -> None:
@@ -222,7 +226,7 @@ class WandbDestination(Destination):
             if dropped_steps:
                 wb.summary["tracklake/dropped_steps"] = total
 
-        self._sessions.run(run, target, send, exit_code=0)
+        self._sessions.run(run, target, send, exit_code=0, identity=current.identity)
         target.sessions += 1
         if history:
             last = history[-1][0]

@@ -29,6 +29,9 @@ ARTIFACT_COLUMNS = ["step", "name", "digest", "size", "media_type", "rank", "att
 #: columns and roles of the W&B table it came from.
 DEFINE_METRIC_EVENT = "wandb.define_metric"
 SUMMARY_EVENT = "wandb.summary"
+INIT_EVENT = "wandb.init"
+#: What of a `wandb.init` event the W&B run takes (its other fields are only recorded).
+IDENTITY = ("group", "job_type", "notes")
 TABLE_LAYOUT = "_wandb_table"
 #: `define_metric` options wandb 0.31 takes (``goal`` is recorded, W&B no longer has it).
 METRIC_OPTIONS = ("step_metric", "step_sync", "hidden", "summary")
@@ -50,6 +53,7 @@ class WandbPending:
     artifacts: list[dict[str, Any]] = field(default_factory=list)  # records, for their files
     metric_rules: list[dict[str, Any]] = field(default_factory=list)  # define_metric calls
     summary: dict[str, Any] = field(default_factory=dict)  # values set by the training code
+    identity: dict[str, str] = field(default_factory=dict)  # group, job type, notes given
 
     def empty(self) -> bool:
         return not (self.metrics or self.tables or self.config or self.artifacts
@@ -68,6 +72,7 @@ class WandbPending:
         self.artifacts.extend(later.artifacts)
         self.metric_rules.extend(later.metric_rules)
         self.summary.update(later.summary)
+        self.identity = {**later.identity, **self.identity}  # the first init's wins
 
     def _widen(self, key: str, columns: list[str]) -> None:
         """Keep the widest column list of a key (verl's wide rows grow with the samples)."""
@@ -163,14 +168,19 @@ def _add_verl_rows(pending: WandbPending, rows: list[dict[str, Any]]) -> None:
 
 
 def add_events(pending: WandbPending, records: pa.Table) -> None:
-    """Alerts, and the `define_metric` calls and summary values of `tracklake.wandb`."""
+    """Alerts, and the `define_metric` calls, summary values and init identity (group,
+    job type, notes) of `tracklake.wandb`."""
     add_alerts(pending, records)
     for row in records.filter(pc.is_in(records.column("kind"), pa.array(
-            [DEFINE_METRIC_EVENT, SUMMARY_EVENT]))).to_pylist():
+            [DEFINE_METRIC_EVENT, SUMMARY_EVENT, INIT_EVENT]))).to_pylist():
         value = _json_value(row.get("text"))
         if not isinstance(value, dict):
             continue
-        if row["kind"] == SUMMARY_EVENT:
+        if row["kind"] == INIT_EVENT:
+            if not pending.identity:
+                pending.identity = {k: value[k] for k in IDENTITY
+                                    if isinstance(value.get(k), str) and value[k]}
+        elif row["kind"] == SUMMARY_EVENT:
             pending.summary.update(value)
         elif row.get("title"):
             pending.metric_rules.append(

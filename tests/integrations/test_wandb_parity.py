@@ -29,10 +29,15 @@ from tracklake.exporters.wandb.destination import WandbDestination  # noqa: E402
 
 HERE = Path(__file__).parent
 #: what each call site must have produced, so that agreeing is not agreeing on nothing
-NOT_EMPTY = {"slime": ["axes", "config"], "transformers_trainer": ["axes", "config", "summary"],
-             "nemo_rl": ["histograms", "config"], "openrlhf": ["axes", "tables", "config"],
-             "trl_completions": ["axes", "tables"], "verl_tracking": ["tables", "config"],
-             "edge_cases": ["histograms"]}
+NOT_EMPTY = {
+    "slime": ["axes", "config", "identity"],
+    "transformers_trainer": ["axes", "config", "summary"],
+    "nemo_rl": ["histograms", "config"],
+    "openrlhf": ["axes", "tables", "config", "identity"],
+    "trl_completions": ["axes", "tables"],
+    "verl_tracking": ["tables", "config"],
+    "edge_cases": ["histograms"],
+}
 
 
 @pytest.fixture(autouse=True)
@@ -85,6 +90,9 @@ def test_the_exported_run_agrees_with_what_wandb_itself_recorded(
     assert real.media == ours.media
     assert ours.config == real.config
     assert ours.summary == real.summary
+    # the group, job type and notes the code gave (without one, the export's group is the
+    # tracklake run id)
+    assert {k: ours.identity.get(k) for k in real.identity} == real.identity
 
 
 def _without_histograms(ours: wruns.WandbView, real: wruns.WandbView
