@@ -450,7 +450,7 @@ def test_summary_holds_the_last_values_and_records_what_the_code_sets(root: Path
     wandb.log({"loss": 2.0})
     wandb.log({"loss": 1.0})
     run.summary["best"] = 0.9
-    run.summary.update({"final": 1})
+    run.summary.update({"final": 1}, allow_val_change=True)  # not a key
     wandb.summary.extra = "x"
     assert dict(wandb.summary) == {"loss": 1.0, "best": 0.9, "final": 1, "extra": "x"}
     wandb.finish()

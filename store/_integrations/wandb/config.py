@@ -99,8 +99,11 @@ class Summary:
     def _logged(self, metrics: Mapping[str, float]) -> None:
         self._last.update(metrics)
 
-    def update(self, d: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
-        values = {**(d or {}), **kwargs}
+    def update(self, d: Mapping[str, Any] | None = None,
+               allow_val_change: bool | None = None) -> None:
+        """Set the values of `d` (``allow_val_change``, which config.update takes, is
+        accepted and means nothing here, rather than becoming a summary key)."""
+        values = dict(d or {})
         if values:
             self._set.update(values)
             self._on_set(values)
