@@ -21,8 +21,9 @@ PYTHON_X ?= python$*
 OTHER_EXTRAS = test,tensorboard,mlflow,wandb,swanlab,follow,gpu
 NOT_INSTALLED_THERE = torch,verl,ray,hydra
 #: what each of them runs (not the tests marked slow): writing, reading, compaction and
-#: packing, each destination's export, the command line, and what differs by Python (tomli
-#: before 3.11, each Python's pyarrow, DuckDB, numpy and pandas)
+#: packing, each destination's export, the command line, tracklake.wandb against that
+#: Python's wandb, and what differs by Python (tomli before 3.11, each Python's pyarrow,
+#: DuckDB, numpy and pandas)
 PYTHONS_TESTS ?= tests/test_run_api.py tests/test_segment.py tests/test_coerce.py \
 	tests/test_write_hardening.py tests/test_lifecycle.py tests/test_naming.py \
 	tests/test_identity.py tests/test_init_inputs.py tests/test_trace_decorator.py \
@@ -38,7 +39,8 @@ PYTHONS_TESTS ?= tests/test_run_api.py tests/test_segment.py tests/test_coerce.p
 	tests/exporters/test_loop.py tests/exporters/test_keys.py \
 	tests/exporters/test_rank_modes.py tests/exporters/test_supersession.py \
 	tests/exporters/test_cli_export.py tests/exporters/test_from_start.py \
-	tests/exporters/test_follow_pacing.py tests/exporters/test_verl_names.py
+	tests/exporters/test_follow_pacing.py tests/exporters/test_verl_names.py \
+	tests/integrations/test_wandb_module.py tests/integrations/test_wandb_parity.py
 
 .PHONY: demo test test-pythons typecheck bench clean
 
@@ -46,11 +48,11 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(VENV)/.demo: pyproject.toml | $(BIN)/python
+$(VENV)/.demo: pyproject.toml setup.py | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[tensorboard]'
 	touch $@
 
-$(VENV)/.test: pyproject.toml | $(BIN)/python
+$(VENV)/.test: pyproject.toml setup.py | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[test,lint,tensorboard,mlflow,wandb,swanlab,follow,gpu]'
 	# the CPU build (a plain torch==2.13.0 is the multi-GB CUDA build): from a local wheel
 	# where pip's configuration has one, else from PyTorch's CPU index
@@ -106,7 +108,7 @@ test-pythons:
 
 # uv (from PyPI) installs these in seconds where pip takes minutes per Python; --seed
 # adds pip, as `python -m venv` does (tests/exporters/test_plugin.py installs with it)
-.venv-%/.test: pyproject.toml | $(BIN)/uv
+.venv-%/.test: pyproject.toml setup.py | $(BIN)/uv
 	$(BIN)/uv venv --quiet --seed --allow-existing --python $(PYTHON_X) .venv-$*
 	$(BIN)/uv pip install --quiet --compile-bytecode --python .venv-$*/bin/python -e '.[$(OTHER_EXTRAS)]'
 	touch $@

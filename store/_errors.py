@@ -10,7 +10,12 @@
     │   ├── QueryError             a SQL query failed or tried to change the store
     │   └── PackConflictError      a pack holds records that differ from the target's
     ├── CursorError                a serialised cursor is malformed
-    └── ExportError                a destination refused or failed; says if retrying can help
+    ├── ExportError                a destination refused or failed; says if retrying can help
+    └── WandbError                 `tracklake.wandb` refuses a call as W&B refuses it
+        ├── WandbUsageError        W&B's UsageError: e.g. logging to a finished run
+        ├── WandbCommError         W&B's CommError (never raised: nothing is online)
+        └── WandbConfigError       W&B's ConfigError: changing a config value without
+                                   allow_val_change
 
 Value errors in what a caller logs raise the builtin `TypeError` or `ValueError`, naming
 the key, because they are misuse of the API rather than trouble with the store.
@@ -69,3 +74,19 @@ class ExportError(TracklakeError):
     def __init__(self, message: str, *, retryable: bool) -> None:
         super().__init__(message)
         self.retryable = retryable
+
+
+class WandbError(TracklakeError):
+    """`tracklake.wandb` refuses a call as W&B refuses it (``wandb.Error``)."""
+
+
+class WandbUsageError(WandbError):
+    """W&B's ``UsageError``: e.g. a call on a finished run."""
+
+
+class WandbConfigError(WandbError):
+    """W&B's ``ConfigError``: a config value changed without ``allow_val_change``."""
+
+
+class WandbCommError(WandbError):
+    """W&B's ``CommError``: never raised, since nothing talks to a network."""

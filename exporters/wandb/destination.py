@@ -43,7 +43,7 @@ _EXIT_CODES = {"finished": 0}
 _ADD: dict[str, Callable[[rows.WandbPending, pa.Table], None]] = {
     "metrics": rows.add_metrics, "texts": rows.add_texts, "configs": rows.add_configs,
     "generations": rows.add_generations, "traces": rows.add_traces,
-    "artifacts": rows.add_artifacts, "events": rows.add_alerts}
+    "artifacts": rows.add_artifacts, "events": rows.add_events}
 
 
 class WandbDestination(Destination):
@@ -136,6 +136,9 @@ class WandbDestination(Destination):
         pending = self._collecting.pending(run.key)
         current = self._states[run.key]
         self._hold(run, current, pending)
+        for collected in pending.values():
+            if collected.identity and not current.identity:
+                current.identity = dict(collected.identity)
         for target, collected in current.split(pending, rows.WandbPending):
             if not collected.empty():
                 self._commit_target(run, current, target, collected)
@@ -158,7 +161,8 @@ class WandbDestination(Destination):
                                "tracklake/ranks": ",".join(str(r) for r in run.ranks)})
 
         for target in current.targets:
-            self._sessions.run(run, target, send, exit_code=_EXIT_CODES.get(run.status, 1))
+            self._sessions.run(run, target, send, exit_code=_EXIT_CODES.get(run.status, 1),
+                               identity=current.identity)
         self._collecting.close(run.key)
 
     def close(self) -> None:
@@ -204,8 +208,12 @@ class WandbDestination(Destination):
         def send(wb: Any) -> None:
             if pending.config:
                 wb.config.update(nest(pending.config), allow_val_change=True)
+            for rule in pending.metric_rules:  # before the rows, so that they use the axes
+                wb.define_metric(**rule)
             for step, row in history:
                 wb.log(row, step=step)
+            if pending.summary:
+                wb.summary.update(pending.summary)
             for artifact, aliases in artifacts:
                 wb.log_artifact(artifact, aliases=aliases)
             if missing:
@@ -218,7 +226,7 @@ class WandbDestination(Destination):
             if dropped_steps:
                 wb.summary["tracklake/dropped_steps"] = total
 
-        self._sessions.run(run, target, send, exit_code=0)
+        self._sessions.run(run, target, send, exit_code=0, identity=current.identity)
         target.sessions += 1
         if history:
             last = history[-1][0]

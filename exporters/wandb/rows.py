@@ -24,6 +24,18 @@ SPAN_COLUMNS = ["step", "trace_id", "span_id", "parent_id", "name", "status", "e
 ARTIFACT_COLUMNS = ["step", "name", "digest", "size", "media_type", "rank", "attempt"]
 
 
+#: What `tracklake.wandb` records for the W&B exporter (docs/format.md, "Records of
+#: tracklake.wandb"): event kinds, and the key in a generation's ``extra`` that keeps the
+#: columns and roles of the W&B table it came from.
+DEFINE_METRIC_EVENT = "wandb.define_metric"
+SUMMARY_EVENT = "wandb.summary"
+INIT_EVENT = "wandb.init"
+#: What of a `wandb.init` event the W&B run takes (its other fields are only recorded).
+IDENTITY = ("group", "job_type", "notes")
+TABLE_LAYOUT = "_wandb_table"
+#: `define_metric` options wandb 0.31 takes (``goal`` is recorded, W&B no longer has it).
+METRIC_OPTIONS = ("step_metric", "step_sync", "hidden", "summary")
+
 #: Longest table key kept as it is: W&B names an artifact `run-<run id>-<key>` (at most
 #: 128 characters, the run id is 18) and a file after it.
 MAX_TABLE_KEY = 100
@@ -39,9 +51,13 @@ class WandbPending:
     config: dict[str, Any] = field(default_factory=dict)  # flattened key -> value
     alerts: list[dict[str, Any]] = field(default_factory=list)
     artifacts: list[dict[str, Any]] = field(default_factory=list)  # records, for their files
+    metric_rules: list[dict[str, Any]] = field(default_factory=list)  # define_metric calls
+    summary: dict[str, Any] = field(default_factory=dict)  # values set by the training code
+    identity: dict[str, str] = field(default_factory=dict)  # group, job type, notes given
 
     def empty(self) -> bool:
-        return not (self.metrics or self.tables or self.config or self.artifacts)
+        return not (self.metrics or self.tables or self.config or self.artifacts
+                    or self.metric_rules or self.summary)
 
     def merge(self, later: WandbPending) -> None:
         """Add what `later` collected; its metric values win at the same step and key."""
@@ -54,6 +70,9 @@ class WandbPending:
         self.config.update(later.config)
         self.alerts.extend(later.alerts)
         self.artifacts.extend(later.artifacts)
+        self.metric_rules.extend(later.metric_rules)
+        self.summary.update(later.summary)
+        self.identity = {**later.identity, **self.identity}  # the first init's wins
 
     def _widen(self, key: str, columns: list[str]) -> None:
         """Keep the widest column list of a key (verl's wide rows grow with the samples)."""
@@ -111,10 +130,29 @@ def add_texts(pending: WandbPending, records: pa.Table) -> None:
 def add_generations(pending: WandbPending, records: pa.Table) -> None:
     for key in dict.fromkeys(_column(records, "key")):
         rows = records.filter(pc.equal(records.column("key"), key)).to_pylist()
+        samples = []
+        for row in rows:
+            extra = _json_value(row.get("extra"))
+            if isinstance(extra, dict) and isinstance(extra.get(TABLE_LAYOUT), dict):
+                _add_wandb_table_row(pending, key, row, extra)
+            else:
+                samples.append(row)
         if key == verl.VAL_GENERATIONS:
-            _add_verl_rows(pending, rows)
-        else:
-            pending.add_rows(f"generations/{key}", GENERATION_COLUMNS, rows)
+            _add_verl_rows(pending, samples)
+        elif samples:
+            pending.add_rows(f"generations/{key}", GENERATION_COLUMNS, samples)
+
+
+def _add_wandb_table_row(pending: WandbPending, key: str, row: dict[str, Any],
+                         extra: dict[str, Any]) -> None:
+    """A sample logged as a row of a W&B table (by `tracklake.wandb`): that row again,
+    under the table's own key and columns."""
+    layout = extra.pop(TABLE_LAYOUT)
+    columns = [str(c) for c in layout.get("columns") or ()]
+    roles = {layout.get(role): role for role in ("input", "output", "score")
+             if layout.get(role) is not None}
+    cells = [row.get(roles[c]) if c in roles else extra.get(c) for c in columns]
+    pending.add_row(key, columns, row.get("step"), cells)
 
 
 def _add_verl_rows(pending: WandbPending, rows: list[dict[str, Any]]) -> None:
@@ -127,6 +165,26 @@ def _add_verl_rows(pending: WandbPending, rows: list[dict[str, Any]]) -> None:
         samples.sort(key=lambda r: (r.get("rank") or 0, r.get("seq") or 0, r["sample"]))
         pending.add_row(verl.VAL_GENERATIONS, verl.wide_columns(len(samples)), step,
                         verl.wide_row(step, samples))
+
+
+def add_events(pending: WandbPending, records: pa.Table) -> None:
+    """Alerts, and the `define_metric` calls, summary values and init identity (group,
+    job type, notes) of `tracklake.wandb`."""
+    add_alerts(pending, records)
+    for row in records.filter(pc.is_in(records.column("kind"), pa.array(
+            [DEFINE_METRIC_EVENT, SUMMARY_EVENT, INIT_EVENT]))).to_pylist():
+        value = _json_value(row.get("text"))
+        if not isinstance(value, dict):
+            continue
+        if row["kind"] == INIT_EVENT:
+            if not pending.identity:
+                pending.identity = {k: value[k] for k in IDENTITY
+                                    if isinstance(value.get(k), str) and value[k]}
+        elif row["kind"] == SUMMARY_EVENT:
+            pending.summary.update(value)
+        elif row.get("title"):
+            pending.metric_rules.append(
+                {"name": row["title"]} | {k: value[k] for k in METRIC_OPTIONS if k in value})
 
 
 def add_alerts(pending: WandbPending, records: pa.Table) -> None:

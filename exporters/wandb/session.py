@@ -8,7 +8,7 @@ import logging
 import os
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,9 +58,12 @@ class Sessions:
         return wandb.Settings(**options)
 
     def run(self, run: RunInfo, target: Target, send: Callable[[Any], None],
-            exit_code: int) -> None:
+            exit_code: int, identity: Mapping[str, str] | None = None) -> None:
         """init → send → finish; the transaction log fsynced. A session that fails is
-        finished and set aside, and the error is retryable (the loop sends again)."""
+        finished and set aside, and the error is retryable (the loop sends again).
+        `identity`: the group, job type and notes a tracklake.wandb run was given (the
+        group defaults to the tracklake run id)."""
+        identity = identity or {}
         config = nest({**run.config})
         name, extra = attempt_label(run, target)
         tags = [*run.tags, *extra]
@@ -68,7 +71,8 @@ class Sessions:
             wb = wandb.init(
                 entity=self.entity, project=self.wandb_project or run.project,
                 dir=str(self.dir), id=target.id, resume="allow", name=name,
-                group=run.run, tags=tags, config=config or None,
+                group=identity.get("group", run.run), job_type=identity.get("job_type"),
+                notes=identity.get("notes"), tags=tags, config=config or None,
                 reinit="create_new", settings=self.settings(target))
         except Exception as exc:  # cleaned up whatever it is, then `translate`d
             _forget_failed_init()

@@ -31,11 +31,15 @@ class WandbState(Routes):
         # lowest of them, held per attempt ("-" for none) and step until it passes
         self.reach: dict[str, int] = dict(state.get("reach", {}))
         self.held: dict[str, dict[str, dict[str, float]]] = dict(state.get("held", {}))
+        # a tracklake.wandb run's group, job type and notes, from its wandb.init event
+        self.identity: dict[str, str] = dict(state.get("identity", {}))
         return (is_count(self.dropped_steps) and is_count(self.dropped_records)
+                and all(isinstance(v, str) for v in self.identity.values())
                 and all(isinstance(v, int) for v in self.reach.values())
                 and all(isinstance(v, dict) for v in self.held.values()))
 
     def dump(self) -> dict[str, Any]:
         return {**super().dump(),
                 "dropped_steps": self.dropped_steps, "dropped_records": self.dropped_records,
-                "reach": dict(sorted(self.reach.items())), "held": self.held}
+                "reach": dict(sorted(self.reach.items())), "held": self.held,
+                **({"identity": self.identity} if self.identity else {})}

@@ -13,6 +13,7 @@ from typing import IO, Any
 from tracklake._write.coerce import flatten, jsonable, to_float
 from tracklake._write.finish import FinishReport
 from tracklake._write.run import Run, init
+from tracklake._write.skips import Skips
 
 #: Backends that verl runs in-process and tracklake replaces with exporters.
 EXPORTED_BACKENDS = frozenset({"wandb", "mlflow", "swanlab", "tensorboard"})
@@ -144,7 +145,10 @@ class StoreBackend:
 
     def __init__(self, run: Run) -> None:
         self.run = run
-        self.skipped: dict[str, int] = {}
+        self._skips = Skips(f"tracklake: run {run.id!r}",
+                            "not a metric; skipped (as verl's console skips it)",
+                            "skipped values that are not metrics")
+        self.skipped: dict[str, int] = self._skips.counts
 
     def log(self, data: Mapping[str, Any], step: int | None) -> None:
         """Log `data` at `step` (None: the step after the last), metrics only."""
@@ -161,22 +165,15 @@ class StoreBackend:
             try:
                 to_float(key, value)
             except TypeError:
-                count = self.skipped.get(key, 0)
-                self.skipped[key] = count + 1
-                if not count:
-                    print(f"tracklake: run {self.run.id!r}: {key!r} is a "
-                          f"{type(value).__module__}.{type(value).__qualname__}, not a metric; "
-                          "skipped (as verl's console skips it), here and at later steps",
-                          file=sys.stderr, flush=True)
+                self._skips.add(key, value)
                 continue
             kept[key] = value
         return kept
 
     def finish(self, status: str) -> FinishReport:
-        if self.skipped and not self.run.finished:
-            print(f"tracklake: run {self.run.id!r}: skipped values that are not metrics: "
-                  + ", ".join(f"{k} ×{n}" for k, n in sorted(self.skipped.items())),
-                  file=sys.stderr, flush=True)
+        report = self._skips.report()
+        if report is not None and not self.run.finished:
+            print(report, file=sys.stderr, flush=True)
         return self.run.finish(status)
 
 
