@@ -87,7 +87,7 @@ KEY_GROUP_MIN_ROWS = 1 << 14
 #: chunk's statistics and the column index), more than the value in a part of a few rows.
 PAYLOAD_COLUMNS = frozenset({"text", "input", "output", "extra", "error", "attributes",
                              "inputs", "outputs", "token_ids", "metadata", "title",
-                             "digest"})
+                             "digest", "edges", "counts"})
 #: A part of fewer rows is written with plain encodings (no dictionary, delta or
 #: byte-stream-split): for so few values a dictionary page or an encoding's header per
 #: column costs more than it saves (a part of one record per kind would be larger than

@@ -12,7 +12,7 @@ from tracklake._errors import FormatError, NewerFormatError
 
 #: Major.minor of the on-disk format. Readers refuse a newer major version; a newer minor
 #: version only adds what older readers may ignore (docs/format.md, "Versioning").
-FORMAT_VERSION = "1.1"
+FORMAT_VERSION = "1.2"
 FORMAT_MAJOR = 1
 
 _TIME = pa.timestamp("us", tz="UTC")
@@ -53,6 +53,12 @@ SCHEMAS: dict[str, pa.Schema] = {
         [("seq", pa.int64()), ("time", _TIME), ("step", pa.int64()), ("name", pa.string()),
          ("digest", pa.string()), ("size", pa.int64()), ("media_type", pa.string()),
          ("metadata", pa.string())]
+    ),
+    "histograms": pa.schema(
+        [("seq", pa.int64()), ("time", _TIME), ("step", pa.int64()), ("key", pa.string()),
+         ("count", pa.int64()), ("nonfinite", pa.int64()), ("min", pa.float64()),
+         ("max", pa.float64()), ("mean", pa.float64()), ("std", pa.float64()),
+         ("edges", pa.list_(pa.float64())), ("counts", pa.list_(pa.int64()))]
     ),
     "events": pa.schema(
         [("seq", pa.int64()), ("time", _TIME), ("step", pa.int64()), ("level", pa.string()),

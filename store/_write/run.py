@@ -35,6 +35,7 @@ from tracklake._write.coerce import (
     jsonable,
 )
 from tracklake._write.finish import FinishReport, Lifecycle, RunHandle
+from tracklake._write.histogram import DEFAULT_BINS, Histogram, histogram
 from tracklake._write.identity import capture, redact_config
 from tracklake._write.trace import Span
 
@@ -65,8 +66,12 @@ class Run(RunHandle):
 
     # -- metrics: the hot path ---------------------------------------------------------
 
-    def log(self, metrics: Mapping[str, Any], *, step: int | None = None) -> None:
-        """Record metrics at `step` (default: one after the last step). Strings become texts."""
+    def log(self, metrics: Mapping[str, Any], *, step: int | None = None,
+            histograms: bool = False) -> None:
+        """Record metrics at `step` (default: one after the last step). Strings become texts.
+
+        With `histograms=True`, an array or tensor of more than one element is recorded as
+        a histogram (`log_histogram`, default bins); without, it is refused."""
         if self._state is not Lifecycle.RUNNING:
             self._refuse("log()")
         if type(metrics) is not dict and not isinstance(metrics, Mapping):
@@ -79,7 +84,9 @@ class Run(RunHandle):
         if not _INT64_MIN <= step <= _INT64_MAX:
             step = self._check_step(step)  # raises, naming the step
         values = list(metrics.values())
-        if _plain_numbers(values):
+        arrays: dict[str, Any] | None = {} if histograms else None
+        found: list[tuple[str, Histogram]] = []
+        if not histograms and _plain_numbers(values):
             keys = tuple(metrics)
             if keys != self._last_keys:  # usually the same keys as the call before
                 if keys not in self._known_keys:
@@ -88,13 +95,45 @@ class Run(RunHandle):
                     self._known_keys.add(keys)
                 self._last_keys = keys
         else:
-            key_list, values, texts = coerce_metrics(metrics)
+            key_list, values, texts = coerce_metrics(metrics, arrays)
             keys = tuple(key_list)
+            if arrays:  # computed before anything is recorded: a bad array refuses the call
+                found = [(k, histogram(k, v)) for k, v in arrays.items()]
             for key, text in texts.items():
                 self.log_text(key, text, step=step)
         self._step = step  # only once the call is known to be valid
         if values and not self._writer.add_metrics(step, time.time_ns() // 1000, keys, values):
             self._refuse("log()")  # finish() began while this call was being checked
+        if found:
+            self._add_histograms(found, step)
+
+    def log_histogram(self, key: str, values: Any, *, step: int | None = None,
+                      bins: int | Sequence[float] = DEFAULT_BINS) -> None:
+        """Record the histogram of `values` (an array, a tensor on any device, a sequence of
+        numbers) under `key` at `step` (default: the current step, 0 before any): its bin
+        edges and counts, and its count, min, max, mean and std also as the metrics
+        ``<key>/count`` ... ``<key>/std``. `bins`: how many (at most 512), or the edges."""
+        if self._state is not Lifecycle.RUNNING:
+            self._refuse("log_histogram()")
+        check_key(key, "histogram")
+        if step is None:
+            step = max(self._step, 0)
+        else:
+            step = self._step = self._check_step(step)
+        self._add_histograms([(key, histogram(key, values, bins))], step)
+
+    def _add_histograms(self, found: list[tuple[str, Histogram]], step: int) -> None:
+        """One record group of histograms, and their statistics as one group of metrics."""
+        t = _now_us()
+        summary = {k: v for key, h in found for k, v in h.summary(key).items()}
+        keys = tuple(summary)
+        if keys not in self._known_keys:
+            for key in keys:
+                check_key(key)
+            self._known_keys.add(keys)
+        self._add("histograms", [h.row(key, step, t) for key, h in found])
+        if not self._writer.add_metrics(step, t, keys, list(summary.values())):
+            self._refuse("log_histogram()")
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
         """`ExperimentLogger.log_metrics`: the same as `log()`."""

@@ -6,6 +6,7 @@ later tracklake that cannot read an old store fails CI. Never regenerate an old 
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -18,6 +19,10 @@ HERE = Path(__file__).parent
 
 def expected_value(step: int, key: int, attempt: int) -> float:
     return step * 0.5 + key + 1000 * (attempt - 1)
+
+
+def histogram_values(step: int) -> list[float]:
+    return [float(step + i) for i in range(8)]
 
 
 def write(root: Path) -> None:
@@ -36,6 +41,8 @@ def write(root: Path) -> None:
                     pass
                 span.outputs = {"a": 2}
             run.log_artifact(b"artifact-bytes", name="blob.bin")
+            for step in (10, 19):  # format 1.2: histograms (and their statistics as metrics)
+                run.log_histogram("h", histogram_values(step), step=step, bins=4)
             run.alert("golden alert", "text", level="info", step=9)
     tracklake.compact(root=root)
     # run "resumed": live segments only, attempt 2 re-logs steps >= 10
@@ -57,6 +64,9 @@ def write(root: Path) -> None:
 
 
 if __name__ == "__main__":
+    # only the explicit compact() of run "done": the others keep their live segments
+    os.environ["TRACKLAKE_COMPACT"] = "0"
+    os.environ["TRACKLAKE_SYSTEM_METRICS"] = "0"
     target = HERE / FORMAT_VERSION
     if target.exists() and "--force" not in sys.argv:
         sys.exit(f"{target} exists; golden corpora are never regenerated")

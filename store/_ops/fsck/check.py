@@ -33,7 +33,13 @@ from tracklake._ops.fsck.files import (
     check_exports,
     check_special_files,
 )
-from tracklake._ops.fsck.parts import REBUILD, Summaries, check_part, meta_mismatch
+from tracklake._ops.fsck.parts import (
+    REBUILD,
+    Summaries,
+    check_part,
+    meta_mismatch,
+    report_invalid,
+)
 from tracklake._ops.fsck.rebuild import rebuild_part, salvageable
 from tracklake._ops.fsck.report import FsckReport, Problem
 from tracklake._read.reader import list_stream, list_streams
@@ -82,6 +88,8 @@ def _check_segment(root: Path, s: StreamId, path: Path, last: bool, now: float,
                                        f"every record of the file ({rows} rows)",
                                        "quarantine it (--repair)"))
         return
+    if batches:
+        report_invalid(s, path, pa.Table.from_batches(batches), report)
     if contents.damaged:
         report.problems.append(Problem(
             path, contents.damaged, f"{contents.torn_bytes} bytes after batch "
