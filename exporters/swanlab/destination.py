@@ -44,7 +44,7 @@ _ADD: dict[str, Callable[[mapping.SwanlabPending, pa.Table], None]] = {
     "metrics": mapping.add_metrics, "texts": mapping.add_texts,
     "configs": mapping.add_configs, "generations": mapping.add_generations,
     "traces": mapping.add_traces, "artifacts": mapping.add_artifacts,
-    "events": mapping.add_alerts}
+    "events": mapping.add_alerts, "histograms": mapping.add_histograms}
 STATUS_KEY = "tracklake/status"
 
 
@@ -236,6 +236,10 @@ class SwanlabDestination(Destination):
 
 
 def _value(value: Any) -> Any:
+    if isinstance(value, mapping.HistogramItem):
+        chart = swanlab.echarts.Bar().add_xaxis(value.labels()).add_yaxis(
+            "count", list(value.counts))
+        return swanlab.ECharts(chart, caption=value.caption)
     if isinstance(value, list):
         return [swanlab.Text(item.content, caption=item.caption) for item in value]
     return value

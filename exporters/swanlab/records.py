@@ -11,6 +11,7 @@ key's next step, their caption naming the step they were logged at.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -40,11 +41,25 @@ class TextItem:
     step: int
 
 
+@dataclass(frozen=True)
+class HistogramItem:
+    """One histogram, shown as a SwanLab bar chart (SwanLab has no histogram type)."""
+
+    edges: tuple[float, ...]
+    counts: tuple[int, ...]
+    caption: str
+
+    def labels(self) -> list[str]:
+        """Each bin's range, to 6 significant digits."""
+        return [f"[{lo:.6g}, {hi:.6g})" for lo, hi in itertools.pairwise(self.edges)]
+
+
 @dataclass
 class SwanlabPending:
     """What `write()` received since the last commit."""
 
-    metrics: dict[int, dict[str, float]] = field(default_factory=dict)  # step -> key -> value
+    # step -> key -> value (a histogram's is the bar chart to draw)
+    metrics: dict[int, dict[str, float | HistogramItem]] = field(default_factory=dict)
     texts: dict[str, list[TextItem]] = field(default_factory=dict)  # SwanLab key -> items
     config: dict[str, Any] = field(default_factory=dict)  # flattened key -> value
 
@@ -100,6 +115,17 @@ def add_metrics(pending: SwanlabPending, records: pa.Table) -> None:
     for step, key, value in zip(steps, keys, values, strict=True):
         if key is not None and value is not None:
             pending.metrics.setdefault(_step(step), {})[swanlab_key(key)] = float(value)
+
+
+def add_histograms(pending: SwanlabPending, records: pa.Table) -> None:
+    """Histograms with bins join their step's row, as metric values do (a record of only
+    NaN/inf values has none: its statistics went as metrics)."""
+    for row in _rows(records):
+        if row.get("edges") and row.get("key") is not None:
+            caption = (f"{row.get('count')} values from {row.get('min')} to {row.get('max')}"
+                       f" · {_origin(row)}")
+            pending.metrics.setdefault(_step(row.get("step")), {})[swanlab_key(row["key"])] = \
+                HistogramItem(tuple(row["edges"]), tuple(row["counts"]), caption)
 
 
 def add_texts(pending: SwanlabPending, records: pa.Table) -> None:

@@ -67,6 +67,7 @@ from tracklake.exporters.tensorboard.file import (
     make_dirs,
     reopen,
 )
+from tracklake.exporters.tensorboard.histograms import histogram_events
 from tracklake.files import fsync_dir
 
 logger = logging.getLogger(__name__)
@@ -168,6 +169,8 @@ class TensorBoardDestination(Destination):
             events = artifact_events(records)
         elif kind == "events":
             events = alert_events(records)
+        elif kind == "histograms":
+            events = histogram_events(records)
         else:
             return  # a kind added by a newer format: optional, so skipped
         current.file.append(frames(events))

@@ -43,7 +43,8 @@ _EXIT_CODES = {"finished": 0}
 _ADD: dict[str, Callable[[rows.WandbPending, pa.Table], None]] = {
     "metrics": rows.add_metrics, "texts": rows.add_texts, "configs": rows.add_configs,
     "generations": rows.add_generations, "traces": rows.add_traces,
-    "artifacts": rows.add_artifacts, "events": rows.add_alerts}
+    "artifacts": rows.add_artifacts, "events": rows.add_alerts,
+    "histograms": rows.add_histograms}
 
 
 class WandbDestination(Destination):

@@ -24,6 +24,10 @@ SPAN_COLUMNS = ["step", "trace_id", "span_id", "parent_id", "name", "status", "e
 ARTIFACT_COLUMNS = ["step", "name", "digest", "size", "media_type", "rank", "attempt"]
 
 
+#: A history value: a metric, or a histogram as W&B's JSON form of it (``{"_type":
+#: "histogram", "values": counts, "bins": edges}``), which the state can hold as it is.
+Value = float | dict[str, Any]
+
 #: Longest table key kept as it is: W&B names an artifact `run-<run id>-<key>` (at most
 #: 128 characters, the run id is 18) and a file after it.
 MAX_TABLE_KEY = 100
@@ -33,7 +37,7 @@ MAX_TABLE_KEY = 100
 class WandbPending:
     """What `write()` received since the last commit, grouped per step and key."""
 
-    metrics: dict[int, dict[str, float]] = field(default_factory=dict)
+    metrics: dict[int, dict[str, Value]] = field(default_factory=dict)
     tables: dict[tuple[int, str], list[list[Any]]] = field(default_factory=dict)
     columns: dict[str, list[str]] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)  # flattened key -> value
@@ -100,6 +104,23 @@ def add_metrics(pending: WandbPending, records: pa.Table) -> None:
                                 _column(records, "value"), strict=True):
         if value is not None and key is not None:
             pending.metrics.setdefault(_step(step), {})[key] = float(value)
+
+
+def add_histograms(pending: WandbPending, records: pa.Table) -> None:
+    """Histograms with bins join their step's row (a record of only NaN/inf values has
+    none: its statistics went as metrics)."""
+    for step, key, edges, counts in zip(_column(records, "step"), _column(records, "key"),
+                                        _column(records, "edges"), _column(records, "counts"),
+                                        strict=True):
+        if edges and key is not None:
+            pending.metrics.setdefault(_step(step), {})[key] = {
+                "_type": "histogram", "values": counts, "bins": edges}
+
+
+def _history_value(value: Value) -> Any:
+    if isinstance(value, dict):
+        return wandb.Histogram(np_histogram=(value["values"], value["bins"]))
+    return value
 
 
 def add_texts(pending: WandbPending, records: pa.Table) -> None:
@@ -188,7 +209,7 @@ def rows_by_step(pending: WandbPending, last_step: int | None
             dropped_steps += 1
             dropped_records += len(values)
             continue
-        rows.setdefault(step, {}).update(values)
+        rows.setdefault(step, {}).update({k: _history_value(v) for k, v in values.items()})
     tables: dict[tuple[int, str], list[list[Any]]] = {}
     for (step, key), cells in sorted(pending.tables.items()):
         at = step if last_step is None or step > last_step else last_step
