@@ -255,3 +255,33 @@ def test_a_pack_with_crafted_histograms_is_refused_and_nothing_unpacked(tmp_path
                                                     r"seq 1: 100000 bins"):
         unpack(out, root=target)
     assert not any(p.is_file() for p in target.rglob("*")) if target.exists() else True
+
+
+def test_a_kind_of_a_newer_format_is_never_read_and_what_would_drop_it_refuses(
+        tmp_path: Path) -> None:
+    """What this version meets of a later format's new kind (as 1.1 met `histograms`):
+    queries and exports do not see it, fsck names it, pack and backup refuse to leave it
+    out silently."""
+    root = tmp_path / "s"
+    with _init(root) as run:
+        run.log_histogram("w", [1.0, 2.0], step=0)
+    tracklake.compact(root=root)
+    [part] = (root / "histograms").rglob("part-*.parquet")
+    future = root / "images" / part.relative_to(root / "histograms")
+    future.parent.mkdir(parents=True)
+    future.write_bytes(part.read_bytes())
+    assert tracklake.query("SELECT count(*) AS n FROM histograms",
+                           root=root).to_pylist() == [{"n": 1}]
+    read = list(tracklake.read_run(root, tracklake.Cursor("p", "r")))
+    assert {s.kind for s, _ in read} == {"metrics", "histograms"}
+    [problem] = [p for p in fsck(root).problems if p.path == root / "images"]
+    assert "kind 'images', which this tracklake (store format 1.2) does not know" in \
+        problem.what and problem.todo == "upgrade tracklake"
+    with pytest.raises(tracklake.StoreError, match=r"kind 'images'.*a pack would leave "
+                                                   r"them out; upgrade tracklake"):
+        pack(root=root, project="p", output=tmp_path / "x.pack")
+    from tracklake._ops.backup import backup
+
+    with pytest.raises(tracklake.StoreError, match=r"kind 'images'.*a backup would leave"):
+        backup(root, tmp_path / "backup")
+    assert not (tmp_path / "x.pack").exists() and not (tmp_path / "backup").exists()

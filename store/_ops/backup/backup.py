@@ -17,6 +17,7 @@ from tracklake._ops.backup.ledger import record_backup
 from tracklake._ops.backup.manifest import read_manifest, save_manifest
 from tracklake._ops.backup.select import EVERYTHING, Selection, is_unsealed_segment, store_files
 from tracklake._ops.backup.target import LocalTarget, Target, local_digest, open_target
+from tracklake._read.listing import refuse_unknown_kinds
 from tracklake._read.reader import ReadProblems, list_streams, read_stream
 
 #: `progress(done, total, note)`: how a long operation reports (the command line draws it).
@@ -177,6 +178,7 @@ def backup(root: Path, dest: str | Path, *, selection: Selection = EVERYTHING,
     does not hold yet. Nothing is ever removed from `dest`. `sealed_only` leaves out
     segments a writer may still append to. `progress(files_done, files_todo, note)` is
     called as copies finish."""
+    refuse_unknown_kinds(root, "a backup")
     target = open_target(dest)
     _check_places(root, target)
     try:

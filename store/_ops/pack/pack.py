@@ -45,6 +45,7 @@ from tracklake._ops.pack.manifest import (
     stream_key,
 )
 from tracklake._ops.pack.unpack import UnpackReport, unpack
+from tracklake._read.listing import refuse_unknown_kinds
 from tracklake._read.location import regular_blob
 from tracklake._read.reader import ReadProblems, list_runs, list_streams, read_stream
 
@@ -153,6 +154,7 @@ def pack(*, root: str | os.PathLike[str] | None = None, project: str | None = No
     if not (project or runs or all_runs):
         raise ValueError("choose runs to pack: project=..., runs=[...] or all_runs=True")
     root_path = resolve_root(root)
+    refuse_unknown_kinds(root_path, "a pack")
     out = Path(output).absolute()
     base = read_manifest(since) if since is not None else None
     covered = Covered(dict(base.covered.streams), dict(base.covered.attempts),
