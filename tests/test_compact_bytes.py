@@ -47,6 +47,7 @@ def _every_kind(root: Path) -> None:
             run.log_artifact(b"bytes", name="blob.bin")
             run.alert("title", "text")
             run.log_histogram("w", [0.5, 1.0, 2.0], step=0, bins=4)
+            run.log_image("img", np.zeros((2, 2), np.uint8), step=0)
 
 
 def _histograms(root: Path) -> None:

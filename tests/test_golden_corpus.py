@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import tracklake
-from golden.make_corpus import expected_value, histogram_values
+from golden.make_corpus import IMAGE, expected_value, histogram_values
 
 VERSIONS = sorted(p.name for p in (Path(__file__).parent / "golden").iterdir() if p.is_dir()
                   and p.name[0].isdigit())
@@ -85,6 +85,32 @@ def test_histograms_and_their_statistics_are_read_back_exactly(golden: Path) -> 
     cursor = tracklake.Cursor("golden", "done")
     read = [b for _, b in tracklake.read_run(golden, cursor, kinds=("histograms",))]
     assert sum(b.num_rows for b in read) == 4
+
+
+def test_media_records_and_their_blobs_are_read_back(golden: Path) -> None:
+    """Format 1.2 added media: an image and an audio clip per rank of run 'done', the same
+    bytes on both ranks, so one blob each."""
+    rows = tracklake.query("SELECT rank, step, key, type, media_type, digest, size, caption, "
+                           "shape, sample_rate FROM media ORDER BY rank, key",
+                           root=golden).to_pylist()
+    if _version(golden) < (1, 2):
+        assert rows == []
+        return
+    assert [(r["rank"], r["key"], r["type"], r["media_type"], r["shape"], r["sample_rate"])
+            for r in rows] == [
+        (rank, key, *rest) for rank in (0, 1) for key, *rest in (
+            ("img", "image", "image/png", [2, 2, 1], None),
+            ("snd", "audio", "audio/wav", [4, 1], 8000))]
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    image = next(r for r in rows if r["key"] == "img")
+    data = (golden / "blobs" / "sha256" / image["digest"][:2] / image["digest"]).read_bytes()
+    assert len(data) == image["size"] and image["caption"] == "golden"
+    assert np.asarray(Image.open(io.BytesIO(data))).tolist() == IMAGE.tolist()
+    assert len({r["digest"] for r in rows}) == 2
 
 
 def test_the_reader_api_reads_every_record_once(golden: Path) -> None:

@@ -4,8 +4,6 @@ records that break a histogram's rules are refused by every reader, never decode
 
 from __future__ import annotations
 
-import datetime as _dt
-import hashlib
 import math
 import subprocess
 import sys
@@ -14,20 +12,13 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
+from _crafted import crafted_pack
 
 import tracklake
 import tracklake.read
-from tracklake._format import FORMAT_VERSION, SCHEMAS, StreamId
+from tracklake._format import SCHEMAS, StreamId
 from tracklake._ops.fsck import fsck
-from tracklake._ops.pack.archive import write_archive
-from tracklake._ops.pack.manifest import (
-    PACK_FORMAT_VERSION,
-    Covered,
-    Manifest,
-    StreamEntry,
-)
 from tracklake._ops.pack.pack import pack, unpack
 from tracklake._ops.retention import Policy, apply_plan, make_plan
 
@@ -233,23 +224,8 @@ def test_each_crafted_record_is_refused_for_its_own_reason() -> None:
 
 def test_a_pack_with_crafted_histograms_is_refused_and_nothing_unpacked(tmp_path: Path
                                                                         ) -> None:
-    s = StreamId("p", "bad", 0, 1, "histograms")
-    table = _crafted_table()
-    part = tmp_path / "part.parquet"
-    with pq.ParquetWriter(part, table.schema, compression="zstd", store_schema=False) as w:
-        w.write_table(table)
-        w.add_key_value_metadata({
-            "tracklake.format": FORMAT_VERSION, "tracklake.kind": s.kind,
-            "tracklake.project": s.project, "tracklake.run": s.run,
-            "tracklake.rank": str(s.rank), "tracklake.attempt": str(s.attempt)})
-    data = part.read_bytes()
-    entry = StreamEntry(s, 0, table.num_rows - 1, table.num_rows,
-                        hashlib.sha256(data).hexdigest(), len(data))
-    now = _dt.datetime.now(_dt.timezone.utc)
-    manifest = Manifest(PACK_FORMAT_VERSION, now.isoformat(), {"root": "x"}, None, [entry],
-                        [], [], Covered({}, {}, set()))
     out = tmp_path / "bad.pack"
-    write_archive(out, manifest, [(entry, part)], [], tmp_path, now.timestamp())
+    crafted_pack(out, tmp_path, StreamId("p", "bad", 0, 1, "histograms"), _crafted_table())
     target = tmp_path / "target"
     with pytest.raises(tracklake.FormatError, match=r"invalid records \(histogram 'k1' at "
                                                     r"seq 1: 100000 bins"):

@@ -90,7 +90,7 @@ KEY_GROUP_MIN_ROWS = 1 << 14
 PAYLOAD_COLUMNS = frozenset({"text", "input", "output", "extra", "error", "attributes",
                              "inputs", "outputs", "token_ids", "metadata", "title",
                              "digest", "edges", "counts", "count", "nonfinite", "min", "max",
-                             "mean", "std"})
+                             "mean", "std", "shape", "caption"})
 #: A part of fewer rows is written with plain encodings (no dictionary, delta or
 #: byte-stream-split): for so few values a dictionary page or an encoding's header per
 #: column costs more than it saves (a part of one record per kind would be larger than

@@ -4,11 +4,14 @@ using it (a histogram's bins): a record that breaks them is never handed out
 
 from __future__ import annotations
 
+import math
+import re
+
 import numpy as np
 import pyarrow as pa
 
 #: The kinds whose records `invalid_records` checks.
-CHECKED_KINDS = frozenset({"histograms"})
+CHECKED_KINDS = frozenset({"histograms", "media"})
 #: Most bins a histogram record may hold (the writer's limit, `tracklake.log_histogram`).
 MAX_BINS = 512
 
@@ -18,6 +21,8 @@ def invalid_records(kind: str, table: pa.Table | pa.RecordBatch) -> tuple[np.nda
     one breaks, or None when all hold (or the kind has no such rules)."""
     if kind == "histograms":
         return _invalid_histograms(table)
+    if kind == "media":
+        return _invalid_media(table)
     return None
 
 
@@ -60,6 +65,49 @@ def _invalid_histograms(table: pa.Table | pa.RecordBatch) -> tuple[np.ndarray, s
                 first = first or f"histogram {keys[row + i]!r} at seq {seqs[row + i]}: {why}"
         row += len(edges)
     return None if first is None else (bad, first)
+
+
+#: The largest media item a record may declare (what a reader would fetch for it).
+MAX_MEDIA_BYTES = 1 << 40
+MEDIA_TYPES = {
+    "image": {"image/png", "image/jpeg", "image/gif", "image/webp"},
+    "audio": {"audio/wav", "audio/flac", "audio/ogg", "audio/mpeg"},
+    "video": {"video/mp4", "video/webm", "image/gif"},
+}
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+
+
+def _invalid_media(table: pa.Table | pa.RecordBatch) -> tuple[np.ndarray, str] | None:
+    bad = np.zeros(table.num_rows, np.bool_)
+    first: str | None = None
+    for i, row in enumerate(table.to_pylist()):
+        why = _media_problem(row)
+        if why is not None:
+            bad[i] = True
+            first = first or f"media {row.get('key')!r} at seq {row.get('seq')}: {why}"
+    return None if first is None else (bad, first)
+
+
+def _media_problem(row: dict[str, object]) -> str | None:
+    digest, size, shape = row.get("digest"), row.get("size"), row.get("shape")
+    if row.get("key") is None:
+        return "no key"
+    if not isinstance(digest, str) or not _DIGEST.fullmatch(digest):
+        return f"digest {str(digest)[:80]!r} is not a sha256 hex digest"
+    if not isinstance(size, int) or not 0 <= size <= MAX_MEDIA_BYTES:
+        return f"a declared size of {size} bytes (at most {MAX_MEDIA_BYTES})"
+    if row.get("media_type") not in MEDIA_TYPES.get(str(row.get("type")), set()):
+        return f"type {row.get('type')!r} with media type {str(row.get('media_type'))[:80]!r}"
+    if shape is not None and (not isinstance(shape, list) or len(shape) > 4 or any(
+            not isinstance(d, int) or not 0 <= d < 1 << 31 for d in shape)):
+        return f"shape {str(shape)[:80]}"
+    rate, fps = row.get("sample_rate"), row.get("fps")
+    if rate is not None and not (isinstance(rate, int) and 1 <= rate <= 10_000_000):
+        return f"sample rate {rate}"
+    if fps is not None and not (isinstance(fps, float) and math.isfinite(fps)
+                                and 0 < fps <= 1000):
+        return f"fps {fps}"
+    return None
 
 
 def _chunks(column: pa.Array | pa.ChunkedArray) -> list[pa.ListArray]:

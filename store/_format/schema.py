@@ -60,12 +60,20 @@ SCHEMAS: dict[str, pa.Schema] = {
          ("max", pa.float64()), ("mean", pa.float64()), ("std", pa.float64()),
          ("edges", pa.list_(pa.float64())), ("counts", pa.list_(pa.int64()))]
     ),
+    "media": pa.schema(
+        [("seq", pa.int64()), ("time", _TIME), ("step", pa.int64()), ("key", pa.string()),
+         ("type", pa.string()), ("media_type", pa.string()), ("digest", pa.string()),
+         ("size", pa.int64()), ("caption", pa.string()), ("shape", pa.list_(pa.int64())),
+         ("sample_rate", pa.int32()), ("fps", pa.float64())]
+    ),
     "events": pa.schema(
         [("seq", pa.int64()), ("time", _TIME), ("step", pa.int64()), ("level", pa.string()),
          ("kind", pa.string()), ("title", pa.string()), ("text", pa.string())]
     ),
 }
 KINDS: tuple[str, ...] = tuple(SCHEMAS)
+#: Kinds whose records name blobs (``digest``): what keeps a blob, and what carries it.
+BLOB_KINDS: tuple[str, ...] = ("artifacts", "media")
 
 #: The order of the rows in a compacted part, per kind (ascending, nulls last), declared in
 #: each part's Parquet `sorting_columns`: metrics by key then step then seq, so that one

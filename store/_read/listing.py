@@ -41,6 +41,18 @@ def _subdirs(root: Path, rel: str, name: str, value: str | None) -> list[tuple[s
     return [(n[len(prefix):], f"{rel}/{n}") for n in names if n.startswith(prefix)]
 
 
+#: The store's own directories beside the kinds (some hold ``project=`` directories too).
+_NOT_KINDS = frozenset({"runs", "pins", "blobs", "exports", "backups", "trash",
+                        "quarantine"})
+
+
+def _real_subdirs(root: Path, rel: str) -> list[str]:
+    try:
+        return subdirs_at(root, rel)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
 def unknown_kinds(root: Path) -> list[str]:
     """The directories at the top of the store that hold streams (``project=`` below
     them) of a record kind this tracklake does not know: a newer format's kind, which it
@@ -51,8 +63,8 @@ def unknown_kinds(root: Path) -> list[str]:
     except (FileNotFoundError, NotADirectoryError):
         return []
     for name in names:
-        if name not in KINDS and name != "runs" and not name.startswith((".", "_")) and any(
-                n.startswith("project=") for n in names_in(root, name)):
+        if name not in KINDS and name not in _NOT_KINDS and not name.startswith((".", "_")) \
+                and any(n.startswith("project=") for n in _real_subdirs(root, name)):
             found.append(name)
     return sorted(found)
 

@@ -27,6 +27,7 @@ from tracklake._format.naming import (
     world_size,
 )
 from tracklake._write import lifecycle as _lifecycle
+from tracklake._write import media
 from tracklake._write.blobs import artifact_items, store_blob
 from tracklake._write.coerce import (
     check_key,
@@ -63,6 +64,7 @@ class Run(RunHandle):
         self._last_keys: tuple[str, ...] = ()
         self._sidecars: Any = None  # tracklake._sidecar.Sidecars, with init(export=...)
         self._system: Any = None  # tracklake._write.system.SystemMetrics, when sampling
+        self._media_bytes = 0  # of the media this handle stored, for the run's limit
 
     # -- metrics: the hot path ---------------------------------------------------------
 
@@ -274,6 +276,59 @@ class Run(RunHandle):
                          "metadata": json.dumps(jsonable(dict(metadata or {})))})
         self._add("artifacts", rows)
         return digest
+
+    # -- media: images, audio, video -----------------------------------------------------
+
+    def log_image(self, key: str, image: Any, *, step: int | None = None,
+                  caption: str | None = None) -> str | None:
+        """Store an image (a NumPy array HW/HWC, a torch tensor CHW/HWC, a PIL image, a
+        PNG/JPEG/GIF/WebP file or its bytes) under `key`; its sha256, or None if the store
+        could not be written. Arrays become PNG."""
+        return self._log_media("log_image()", key, step, caption,
+                               lambda limit: media.image_item(key, image, limit))
+
+    def log_audio(self, key: str, audio: Any, *, sample_rate: int | None = None,
+                  step: int | None = None, caption: str | None = None) -> str | None:
+        """Store audio (an array of frames or frames x channels at `sample_rate`, or a
+        WAV/FLAC/OGG/MP3 file or its bytes) under `key`. Arrays become 16-bit WAV."""
+        return self._log_media("log_audio()", key, step, caption,
+                               lambda limit: media.audio_item(key, audio, sample_rate, limit))
+
+    def log_video(self, key: str, video: str | os.PathLike[str] | bytes, *,
+                  fps: float | None = None, step: int | None = None,
+                  caption: str | None = None) -> str | None:
+        """Store a video (an MP4, WebM or GIF file or its bytes) under `key`."""
+        return self._log_media("log_video()", key, step, caption,
+                               lambda limit: media.video_item(key, video, fps, limit))
+
+    def _log_media(self, call: str, key: str, step: int | None, caption: str | None,
+                   make: Any) -> str | None:
+        if self._state is not Lifecycle.RUNNING:
+            self._refuse(call)
+        check_key(key, "media")
+        if caption is not None and not isinstance(caption, str):
+            raise TypeError(f"media {key!r}: caption must be str, not {type(caption).__name__}")
+        resolved = self._resolve_step(step)
+        item_limit, run_limit = media.limits()
+        item = make(item_limit)
+        if self._media_bytes + item.size > run_limit:
+            raise ValueError(
+                f"media {key!r}: {item.size:,} bytes would bring this rank's media to "
+                f"{self._media_bytes + item.size:,}, more than the {run_limit:,} a run may "
+                f"hold ({media.RUN_LIMIT_ENV} sets another limit); nothing was stored")
+        try:
+            digest, size = store_blob(self.root, item.data)
+        except OSError as exc:
+            self._writer.record_failure(exc)
+            return None
+        self._media_bytes += size
+        self._add("media", [{
+            "time": _now_us(), "step": resolved, "key": key, "type": item.type,
+            "media_type": item.media_type, "digest": digest, "size": size,
+            "caption": caption, "shape": None if item.shape is None else list(item.shape),
+            "sample_rate": item.sample_rate, "fps": item.fps}])
+        return digest
+
 
 def _short(value: object) -> str:
     text = repr(value)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tracklake._format.schema import BLOB_KINDS
 from tracklake._ops.backup.blobcopy import DamagedBlobError, blob_digest
 from tracklake._ops.backup.errors import BackupError
 from tracklake._ops.backup.ledger import record_backup
@@ -65,10 +66,10 @@ def _workers(target: Target) -> int:
 
 
 def blob_runs(root: Path, selection: Selection) -> dict[str, list[str]]:
-    """``blobs/...`` path -> the selected runs whose artifact records name that blob
+    """``blobs/...`` path -> the selected runs whose artifact or media records name that blob
     (records in damaged files are skipped: fsck reports those, a backup goes on)."""
     refs: dict[str, set[str]] = {}
-    for s in list_streams(root, kinds=("artifacts",)):
+    for s in list_streams(root, kinds=BLOB_KINDS):
         key = f"{s.project}/{s.run}"
         if not selection.takes_run(key):
             continue

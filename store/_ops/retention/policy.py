@@ -21,9 +21,9 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 #: The policy file read from the store root when no other is given.
 POLICY_FILE = "tracklake.toml"
 #: Kinds `drop_after` may drop: everything but metrics, configs and events.
-DROPPABLE_KINDS = ("traces", "generations", "texts", "artifacts", "histograms")
-#: What `drop_after` drops unless `drop_kinds` says (histograms keep their statistics as
-#: metrics, but are kept too unless named).
+DROPPABLE_KINDS = ("traces", "generations", "texts", "artifacts", "histograms", "media")
+#: What `drop_after` drops unless `drop_kinds` says (histograms, which keep their
+#: statistics as metrics, and media are kept unless named).
 DEFAULT_DROP_KINDS = ("traces", "generations", "texts", "artifacts")
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$")
