@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 from _optional import optional
+from _records import mlflow_run_id
 
 import tracklake
 from tracklake.exporters import Destination, Selection, export
@@ -112,10 +113,7 @@ def test_mlflow_gets_a_json_artifact_per_key_and_step_and_the_statistics_as_metr
 
     _export(MlflowDestination(tracking_uri=mlflow_server), root)
     client = MlflowClient(mlflow_server)
-    experiment = client.get_experiment_by_name(PROJECT)
-    [run] = client.search_runs([experiment.experiment_id],
-                               f"tags.`tracklake.run_id` = '{PROJECT}/r1'")
-    run_id = run.info.run_id
+    run_id = mlflow_run_id(client, PROJECT, "r1")
     listed = [f.path for f in client.list_artifacts(run_id, "histograms/w")]
     assert listed == [f"histograms/w/step_{s:08d}.json" for s in (*STEPS, 3)]
     for step, (edges, counts) in _expected().items():
