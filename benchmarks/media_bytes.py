@@ -1,5 +1,5 @@
-"""Bytes on disk per histogram: tracklake against TensorBoard's and W&B's own files for the
-same histograms (run by ``benchmarks/write_path.py --media-bytes``).
+"""Bytes on disk per histogram and per image: tracklake against TensorBoard's and W&B's
+own files for the same data (run by ``benchmarks/write_path.py --media-bytes``).
 
 The data: ``steps`` x ``keys`` histograms of 64 bins, each of 10,000 values drawn once from
 ``numpy.random.default_rng(seed)``. Every writer gets the same bins (NumPy's, computed
@@ -13,6 +13,11 @@ own files where they are apart (tracklake's ``histograms/`` kind after compactio
 of the whole directory after finishing (tracklake's store includes the five statistics
 per histogram as metrics, the run's attempt file and nothing else; W&B's run directory
 includes its config and metadata files; TensorBoard's is its event file).
+
+Images: ``steps`` RGB images of 64x64 (a gradient with noise, as PNG in every writer:
+tracklake ``run.log_image(key, array)``, TensorBoard ``add_image(..., dataformats="HWC")``,
+W&B ``wandb.Image(array)``), once all different and once the same image at every step,
+where tracklake stores the bytes once.
 """
 
 from __future__ import annotations
@@ -103,6 +108,77 @@ def _wandb(data: list[list[np.ndarray]], tmp: Path) -> Measured:
                     "own = the run's .wandb transaction log")
 
 
+def _images(steps: int, same: bool, seed: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    ramp = np.linspace(0, 200, 64)[None, :, None] + np.linspace(0, 50, 64)[:, None, None]
+    images = []
+    for step in range(steps):
+        noise = rng.integers(0, 8, (64, 64, 3)) if not same or step == 0 else None
+        images.append(images[0] if noise is None else (ramp + noise).astype(np.uint8))
+    return images
+
+
+def _tracklake_images(images: list[np.ndarray], tmp: Path) -> Measured:
+    import tracklake
+
+    root = tmp / "tracklake"
+    with tracklake.init(project="bench", run_id="img", root=root, capture_identity=False,
+                        system_metrics=False, compact=False) as run:
+        for step, image in enumerate(images):
+            run.log_image("samples", image, step=step)
+    tracklake.compact(root=root)
+    shutil.rmtree(root / ".cache", ignore_errors=True)
+    return Measured("tracklake (compacted)", len(images), _size(root / "blobs"), _size(root),
+                    "own = blobs (PNG); total adds the media records")
+
+
+def _tensorboard_images(images: list[np.ndarray], tmp: Path) -> Measured:
+    from torch.utils.tensorboard import SummaryWriter
+
+    logdir = tmp / "tensorboard"
+    writer = SummaryWriter(log_dir=str(logdir))
+    for step, image in enumerate(images):
+        writer.add_image("samples", image, step, dataformats="HWC")
+    writer.close()
+    return Measured("tensorboard (torch SummaryWriter)", len(images), None, _size(logdir),
+                    "PNG inside the event file")
+
+
+def _wandb_images(images: list[np.ndarray], tmp: Path) -> Measured:
+    import wandb
+
+    directory = tmp / "wandb"
+    directory.mkdir()
+    with contextlib.redirect_stdout(sys.stderr):
+        run = wandb.init(mode="offline", dir=str(directory), project="tracklake-bench",
+                         settings=wandb.Settings(x_disable_stats=True, x_disable_meta=True,
+                                                 disable_git=True, disable_code=True,
+                                                 console="off"))
+        for step, image in enumerate(images):
+            run.log({"samples": wandb.Image(image)}, step=step)
+        run.finish()
+    [media] = directory.rglob("files/media")
+    return Measured("wandb offline", len(images), _size(media), _size(directory),
+                    "own = its media/ PNG files")
+
+
+def image_bytes(steps: int = 200, same: bool = False, seed: int = 20240611
+                ) -> list[Measured]:
+    """Each writer's bytes for the same `steps` images (`same`: one image at every step)."""
+    images = _images(steps, same, seed)
+    base = Path(tempfile.mkdtemp(prefix="tracklake-media-bytes-"))
+    out = []
+    try:
+        for writer in (_tracklake_images, _tensorboard_images, _wandb_images):
+            try:
+                out.append(writer(images, base))
+            except ImportError as exc:
+                print(f"{writer.__name__[1:]}: skipped ({exc})", file=sys.stderr)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    return out
+
+
 def histogram_bytes(steps: int = 200, keys: int = 4, seed: int = 20240611) -> list[Measured]:
     """Each writer's bytes for the same `steps` x `keys` histograms (a writer that is not
     installed is left out, said on stderr)."""
@@ -120,13 +196,25 @@ def histogram_bytes(steps: int = 200, keys: int = 4, seed: int = 20240611) -> li
     return out
 
 
-def print_histogram_bytes(results: list[Measured]) -> None:
-    print(f"bytes per histogram (64 bins of 10,000 values; {results[0].histograms:,} "
-          "histograms):")
+def print_bytes(title: str, results: list[Measured]) -> None:
+    print(title)
     print(f"  {'writer':<36} {'own files':>10} {'directory':>10}  note")
     for r in results:
         print(f"  {r.writer:<36} {r.per(r.own_bytes):>10} {r.per(r.total_bytes):>10}  {r.note}")
 
 
+def main(steps: int = 200) -> dict[str, list[Measured]]:
+    """Every comparison, printed; the measures by name."""
+    found = {"histograms": histogram_bytes(steps=steps),
+             "images": image_bytes(steps=steps),
+             "same image at every step": image_bytes(steps=steps, same=True)}
+    print_bytes(f"bytes per histogram (64 bins of 10,000 values; {steps * 4:,} histograms):",
+                found["histograms"])
+    print_bytes(f"bytes per image (64x64 RGB; {steps:,} images):", found["images"])
+    print_bytes(f"bytes per image, the same image at each of {steps:,} steps:",
+                found["same image at every step"])
+    return found
+
+
 if __name__ == "__main__":
-    print_histogram_bytes(histogram_bytes())
+    main()
