@@ -4,6 +4,7 @@ against a real `mlflow server`, SwanLab's offline reader."""
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 from pathlib import Path
@@ -138,3 +139,8 @@ def test_swanlab_gets_images_and_gif_video_as_media(
         assert np.array_equal(np.asarray(Image.open(io.BytesIO(data))), _pixels(step))
         assert caption.startswith(f"step {step} · rank 0")
     assert found[("vid", 1)][0] == blobs[("vid", 1)]
+    if importlib.util.find_spec("soundfile") is None:  # SwanLab cannot read audio: a text
+        text, _ = found[("snd", 0)]
+        assert b"audio `audio/wav` in the tracklake store" in text
+    else:  # SwanLab writes the audio again as WAV
+        assert found[("snd", 0)][0][:4] == b"RIFF"
