@@ -26,6 +26,7 @@ import contextlib
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -162,31 +163,14 @@ def _wandb_images(images: list[np.ndarray], tmp: Path) -> Measured:
                     "own = its media/ PNG files")
 
 
-def image_bytes(steps: int = 200, same: bool = False, seed: int = 20240611
-                ) -> list[Measured]:
-    """Each writer's bytes for the same `steps` images (`same`: one image at every step)."""
-    images = _images(steps, same, seed)
+def _each_writer(writers: tuple[Callable[[Any, Path], Measured], ...], data: Any
+                 ) -> list[Measured]:
+    """Each writer's measure of `data`, in a temporary directory of its own (a writer
+    that is not installed is left out, said on stderr)."""
     base = Path(tempfile.mkdtemp(prefix="tracklake-media-bytes-"))
     out = []
     try:
-        for writer in (_tracklake_images, _tensorboard_images, _wandb_images):
-            try:
-                out.append(writer(images, base))
-            except ImportError as exc:
-                print(f"{writer.__name__[1:]}: skipped ({exc})", file=sys.stderr)
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
-    return out
-
-
-def histogram_bytes(steps: int = 200, keys: int = 4, seed: int = 20240611) -> list[Measured]:
-    """Each writer's bytes for the same `steps` x `keys` histograms (a writer that is not
-    installed is left out, said on stderr)."""
-    data = _data(steps, keys, seed)
-    base = Path(tempfile.mkdtemp(prefix="tracklake-media-bytes-"))
-    out = []
-    try:
-        for writer in (_tracklake, _tensorboard, _wandb):
+        for writer in writers:
             try:
                 out.append(writer(data, base))
             except ImportError as exc:
@@ -194,6 +178,18 @@ def histogram_bytes(steps: int = 200, keys: int = 4, seed: int = 20240611) -> li
     finally:
         shutil.rmtree(base, ignore_errors=True)
     return out
+
+
+def image_bytes(steps: int = 200, same: bool = False, seed: int = 20240611
+                ) -> list[Measured]:
+    """Each writer's bytes for the same `steps` images (`same`: one image at every step)."""
+    return _each_writer((_tracklake_images, _tensorboard_images, _wandb_images),
+                        _images(steps, same, seed))
+
+
+def histogram_bytes(steps: int = 200, keys: int = 4, seed: int = 20240611) -> list[Measured]:
+    """Each writer's bytes for the same `steps` x `keys` histograms."""
+    return _each_writer((_tracklake, _tensorboard, _wandb), _data(steps, keys, seed))
 
 
 def print_bytes(title: str, results: list[Measured]) -> None:
