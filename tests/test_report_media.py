@@ -63,3 +63,25 @@ def test_a_histogram_that_breaks_the_rules_is_not_drawn() -> None:
     assert chart.count("<rect") == 2 and "1 histograms" in chart
     assert "nan" not in chart and "inf" not in chart
     assert "no histogram to draw" in histogram_chart("k", bad)
+
+
+def test_the_markdown_report_writes_histogram_charts_and_image_files(tmp_path: Path) -> None:
+    import xml.etree.ElementTree as ET
+
+    root = tmp_path / "s"
+    with tracklake.init(project="p", run_id="r", root=root, capture_identity=False,
+                        system_metrics=False, compact=False) as run:
+        run.log_histogram("w", [1.0, 2.0, 3.0], step=0, bins=3)
+        digest = run.log_image("img", np.zeros((2, 2), np.uint8), step=0, caption="a [b]")
+    assert digest is not None
+    folder = tmp_path / "md"
+    result = CliRunner().invoke(main, ["report", "r", "--root", str(root), "-o", str(folder),
+                                       "--format", "md"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    [chart] = (folder / "charts").glob("h-*.svg")
+    assert ET.parse(chart).getroot().tag == "{http://www.w3.org/2000/svg}svg"
+    image = folder / "images" / f"{digest}.png"
+    assert image.read_bytes() == blob_path(root, digest).read_bytes()
+    text = (folder / "report.md").read_text()
+    assert f"![img step 0: a \\[b\\]](images/{digest}.png)" in text
+    assert f"](charts/{chart.name})" in text

@@ -51,7 +51,9 @@ from tracklake.read import media_file
 
 #: Largest image inlined into a report (as a data: URI); a larger one is named, not shown.
 MAX_INLINE_IMAGE = 2 << 20
-_INLINE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
+#: The image types a report shows, and the extension of each in a Markdown report's folder.
+EXTENSIONS = {"image/png": "png", "image/jpeg": "jpg", "image/gif": "gif",
+              "image/webp": "webp"}
 
 #: Points per curve: a report of many keys gets fewer, so that 1,000 keys stay a few MB.
 POINTS_FEW_KEYS, POINTS_MANY_KEYS, MANY_KEYS = 400, 120, 50
@@ -127,22 +129,22 @@ def histogram_svgs(parts: RunParts) -> list[Markup]:
     return [Markup(histogram_chart(key, rows)) for key, rows in parts.histograms.items()]
 
 
+def image_files(root: Path, parts: RunParts) -> list[tuple[str, list[dict[str, Any]]]]:
+    """Per image key of a run, its latest images, each with ``blob``: its file, or None
+    for one whose blob is missing, not of the declared size, larger than
+    `MAX_INLINE_IMAGE`, or of a media type a browser should not be handed."""
+    return [(key, [{**row, "blob": media_file(root, row["digest"], row["size"],
+                                              MAX_INLINE_IMAGE)
+                    if row["media_type"] in EXTENSIONS else None} for row in rows])
+            for key, rows in parts.images.items()]
+
+
 def image_strips(root: Path, parts: RunParts) -> list[tuple[str, list[dict[str, Any]]]]:
-    """Per image key of a run, its latest images with a data: URI each (None for one whose
-    blob is missing, not of the declared size, larger than `MAX_INLINE_IMAGE`, or of a
-    media type a browser should not be handed)."""
-    strips = []
-    for key, rows in parts.images.items():
-        shown = []
-        for row in rows:
-            blob = media_file(root, row["digest"], row["size"], MAX_INLINE_IMAGE) if row[
-                "media_type"] in _INLINE_TYPES else None
-            src = None if blob is None else (
-                f"data:{row['media_type']};base64,"
-                + base64.b64encode(blob.read_bytes()).decode())
-            shown.append({**row, "src": src})
-        strips.append((key, shown))
-    return strips
+    """`image_files`, each with ``src``: a data: URI of its bytes (None without a file)."""
+    return [(key, [{**row, "src": None if row["blob"] is None else (
+        f"data:{row['media_type']};base64,"
+        + base64.b64encode(row["blob"].read_bytes()).decode())} for row in rows])
+        for key, rows in image_files(root, parts)]
 
 
 def section_sql(report: Report) -> dict[str, str]:

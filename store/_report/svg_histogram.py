@@ -11,7 +11,7 @@ from html import escape
 from typing import Any
 
 from tracklake._format.records import MAX_BINS
-from tracklake._report.svg import HEIGHT, PALETTE, WIDTH
+from tracklake._report.svg import HEIGHT, PALETTE, WIDTH, XMLNS
 
 _LEFT, _RIGHT, _TOP, _BOTTOM = 64, 12, 28, 40
 
@@ -24,10 +24,12 @@ def _drawable(row: dict[str, Any]) -> bool:
             and all(isinstance(c, int) and c >= 0 for c in counts))
 
 
-def histogram_chart(title: str, rows: list[dict[str, Any]]) -> str:
-    """`rows` (step, edges, counts; in step order) as one chart titled `title`."""
+def histogram_chart(title: str, rows: list[dict[str, Any]], standalone: bool = False) -> str:
+    """`rows` (step, edges, counts; in step order) as one chart titled `title`
+    (`standalone`: as a file of its own, with the SVG namespace)."""
     rows = [r for r in rows if _drawable(r)]
-    parts = [f'<svg class="chart" width="{WIDTH}" height="{HEIGHT}" '
+    parts = [f'<svg{XMLNS if standalone else ""} class="chart" width="{WIDTH}" '
+             f'height="{HEIGHT}" '
              f'viewBox="0 0 {WIDTH} {HEIGHT}" role="img">',
              f"<title>{escape(title)}</title>",
              f'<text x="{_LEFT}" y="16" class="t">{escape(title)}</text>']
