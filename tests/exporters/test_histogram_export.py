@@ -155,3 +155,46 @@ def test_swanlab_gets_a_bar_chart_per_key_and_step(root: Path, tmp_path: Path) -
         assert caption.startswith("500 values from ")
     assert slog.points(sorted(p.parent for p in logdir.glob("run-*/run-*.swanlab")))[
         (3, "w/count", 0.0)] == 1
+
+
+def test_wandb_with_every_rank_holds_histograms_with_the_metrics_of_their_step(
+        tmp_path: Path) -> None:
+    """``--ranks all`` while rank 1 lags: steps above the slower rank wait in the export
+    state, histograms with them (JSON there), and none is dropped as going backwards."""
+    optional("wandb")
+    import _wandb_log as wlog
+
+    from tracklake.exporters import ExportOptions
+    from tracklake.exporters.wandb.destination import WandbDestination
+
+    root = tmp_path / "store"
+    runs = [tracklake.init(project=PROJECT, run_id="r1", root=root, rank=rank,
+                           capture_identity=False, system_metrics=False, compact=False)
+            for rank in (0, 1)]
+
+    def log(rank: int, steps: range) -> None:
+        for step in steps:
+            runs[rank].log({"loss": float(step)}, step=step)
+            runs[rank].log_histogram("w", [float(step), step + 1.0], step=step, bins=2)
+
+    log(0, range(6))
+    log(1, range(3))
+    for run in runs:
+        run.flush()
+
+    def once() -> None:
+        export(WandbDestination(dir=str(tmp_path / "out")), root=root,
+               selection=Selection(runs=("r1",)), options=ExportOptions(ranks="all"),
+               log=lambda _: None)
+
+    once()
+    log(1, range(3, 6))
+    for run in runs:
+        run.finish()
+    once()
+    files = sorted((tmp_path / "out" / "wandb").glob("offline-run-*/*.wandb"))
+    history = wlog.history(files)
+    got = sorted((step, key, tuple(v["bins"])) for step, row in history
+                 for key, v in row.items() if isinstance(v, dict) and "bins" in v)
+    assert got == sorted((step, f"rank{rank}/w", (float(step), step + 0.5, step + 1.0))
+                         for rank in (0, 1) for step in range(6))
