@@ -62,7 +62,9 @@ def print_run(root: Path, run_id: str, project: str | None, problems: ReadProble
         trends(con, record.project, record.run, rank, unicode),
         media_rows(con, record.project, record.run, rank)),
         EVERYTHING.for_run(record.project, record.run))
-    console.print("records: " + ", ".join(f"{c['kind']}={c['records']}" for c in counts))
+    console.print("records: " + ", ".join(  # the kinds of format 1.2 only when there are
+        f"{c['kind']}={c['records']}" for c in counts
+        if c["records"] or c["kind"] not in ("histograms", "media")))
     _print_fitted(console, width, metrics_table(summary, curves, rank, width))
     if histograms:
         _print_fitted(console, width, histograms_table(histograms, rank, width, unicode))
