@@ -31,6 +31,7 @@ Usage (from the repository root)::
 
     python benchmarks/write_path.py --steps 2000 [--json results.json]
     python benchmarks/write_path.py --quick          # 300 steps, smoke test
+    python benchmarks/write_path.py --media-bytes    # bytes per histogram/image vs TB, W&B
 
 Peers install with ``pip install wandb mlflow tensorboard swanlab`` (``.[bench]``).
 Nothing here touches the network: wandb and swanlab run offline, mlflow on local stores,
@@ -647,7 +648,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default=",".join(CONTENDERS),
                     help=f"comma-separated subset of {','.join(CONTENDERS)}")
     ap.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
+    ap.add_argument("--media-bytes", action="store_true",
+                    help="only the bytes per histogram and image against TensorBoard's and "
+                         "W&B's files "
+                         "(benchmarks/media_bytes.py)")
     args = ap.parse_args(argv)
+    if args.media_bytes:
+        from media_bytes import main as media_bytes
+
+        measured = media_bytes(steps=50 if args.quick else 200)
+        if args.json:
+            Path(args.json).write_text(json.dumps(
+                {name: [asdict(m) for m in found] for name, found in measured.items()},
+                indent=2))
+        return 0
     if args.quick:
         args.steps = 300
         args.sustained_steps = min(args.sustained_steps, 5_000)

@@ -21,7 +21,7 @@ tracklake needs, and the built-in exporters use nothing else of the store:
   version with `check_version()` for files a tool keeps beside the store;
 - artifacts: `blob_path(root, digest)`, `stored_blob(root, digest)` (the path only if the
   store holds the blob as a regular file) and `open_blob(root, digest)` for the bytes of
-  an artifact record.
+  an artifact record; `media_file(root, digest, size)` for the file of a media record.
 
 Durable file writes for tools that keep their own files (cursors, event files) are in
 `tracklake.files`.
@@ -87,6 +87,20 @@ def stored_blob(root: str | os.PathLike[str], digest: str) -> Path | None:
     return _regular_blob(resolve_root(root), digest)
 
 
+def media_file(root: str | os.PathLike[str], digest: str, size: int,
+               limit: int | None = None) -> Path | None:
+    """The blob of a media record if the store holds it as a regular file of the size the
+    record declares (and of at most `limit` bytes); None if not, so that a destination
+    never sends a file the record does not describe, nor reads past what it declared."""
+    path = stored_blob(root, digest)
+    if path is None or (limit is not None and size > limit):
+        return None
+    try:
+        return path if path.stat().st_size == size else None
+    except OSError:
+        return None
+
+
 def open_blob(root: str | os.PathLike[str], digest: str) -> BinaryIO:
     """The bytes of an artifact, opened for reading: `FileNotFoundError` if the store
     does not hold them (as after a pack made without blobs), `NotRegularFileError` (an
@@ -143,6 +157,7 @@ __all__ = [
     "effective_status",
     "find_run",
     "list_runs",
+    "media_file",
     "open_blob",
     "positions_past_end",
     "read_exporter_state",

@@ -48,3 +48,11 @@ def send(dest: Destination, info: RunInfo, tables: Mapping[str, pa.Table],
             dest.write(info, kind, tables[kind])
     kept: dict[str, Any] = json.loads(json.dumps(dest.commit(info)))
     return kept
+
+
+def mlflow_run_id(client: Any, project: str, run_id: str) -> str:
+    """The MLflow run an export made of tracklake run `project/run_id` (by its tag)."""
+    experiment = client.get_experiment_by_name(project)
+    [run] = client.search_runs([experiment.experiment_id],
+                               f"tags.`tracklake.run_id` = '{project}/{run_id}'")
+    return str(run.info.run_id)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import tracklake
@@ -45,6 +46,16 @@ def _every_kind(root: Path) -> None:
                 pass
             run.log_artifact(b"bytes", name="blob.bin")
             run.alert("title", "text")
+            run.log_histogram("w", [0.5, 1.0, 2.0], step=0, bins=4)
+            run.log_image("img", np.zeros((2, 2), np.uint8), step=0)
+
+
+def _histograms(root: Path) -> None:
+    rng = np.random.default_rng(0)
+    with tracklake.init(project="p", run_id="r", root=root, capture_identity=False,
+                        fsync=False, compact=False) as run:
+        for step in range(100):
+            run.log_histogram("w", rng.normal(size=1000), step=step)
 
 
 def _one_value(root: Path) -> None:
@@ -60,6 +71,7 @@ SHAPES: dict[str, Callable[[Path], None]] = {
     "100 runs x 20 steps x 3 keys": _metrics(runs=100, steps=20, keys=3),
     "one value": _one_value,
     "every kind, one record each": _every_kind,
+    "100 histograms of 64 bins": _histograms,
 }
 
 

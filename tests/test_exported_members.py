@@ -85,7 +85,7 @@ READ_EXPECTED = {
     "ReadProblems",
     "RunRecord", "StreamId", "blob_path", "check_version", "effective_status", "find_run",
     "list_runs", "open_blob", "read_run", "resolve_root", "run_files", "stored_blob",
-    "read_exporter_state",
+    "read_exporter_state", "media_file",
     "MAX_STATE_BYTES", "positions_past_end", "stream_last_seq", "AttemptCutoffs",
 }
 

@@ -47,6 +47,8 @@ def _every_kind(root: Path, run_id: str = "r") -> None:
             pass
         run.log_artifact(b"bytes", name="blob.bin")
         run.alert("title", "text")
+        run.log_histogram("weights", [1.0, 2.0, 2.5], step=2, bins=2)
+        run.log_image("image", b"GIF89a" + bytes(20), step=2)
     tracklake.compact(root=root)
 
 

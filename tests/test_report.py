@@ -70,9 +70,10 @@ def test_report_has_every_part_with_its_sql(store: Path, tmp_path: Path) -> None
     out = tmp_path / "report.html"
     assert "2 runs, 3 charts" in report(store, out)
     html = out.read_text()
-    for part in ("Runs", "Charts", "Config", "Generations", "Traces", "Alerts and events"):
+    for part in ("Runs", "Charts", "Histograms and images", "Config", "Generations",
+                 "Traces", "Alerts and events"):
         assert f">{part}</h2>" in html
-    assert html.count("<summary>SQL</summary>") == 6
+    assert html.count("<summary>SQL</summary>") == 8  # histograms and images: one each
     assert "FROM generations" in html and "FROM traces" in html and "FROM metrics" in html
     tags = elements(html).tags
     assert sum(tag == "svg" for tag, _ in tags) == 3  # loss, reward, kl

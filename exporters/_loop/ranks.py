@@ -14,7 +14,7 @@ from tracklake.read import SCHEMAS, AttemptCutoffs, StreamId
 AGGREGATES = ("mean", "min", "max")
 RANK_MODES = ("0", "all", *AGGREGATES)  # or any rank number
 #: Kinds whose keys get the rank prefix in "all" mode.
-PREFIXED_KINDS = ("metrics", "texts")
+PREFIXED_KINDS = ("metrics", "texts", "histograms", "media")
 
 
 def check_mode(mode: str) -> str:

@@ -27,7 +27,8 @@ from tracklake.exporters._protocol import RunInfo
 class Collected(Protocol):
     """What a destination collected of one attempt since its last commit."""
 
-    metrics: dict[int, dict[str, float]]  # step -> key -> value
+    @property
+    def metrics(self) -> Mapping[int, Any]: ...  # step -> key -> value (only steps are read)
 
     def merge(self, later: Any) -> None: ...  # `later`: the same type
 

@@ -33,6 +33,8 @@ from tracklake import ExportError
 from tracklake.exporters._protocol import Destination, ExportContext, RunInfo
 from tracklake.exporters._shared.attempt_routes import Routes, Target, attempt_label, by_attempt
 from tracklake.exporters.mlflow.errors import boundary
+from tracklake.exporters.mlflow.histograms import write_histograms
+from tracklake.exporters.mlflow.media import write_media
 from tracklake.exporters.mlflow.names import MAX_TAG_VAL_LENGTH, RUN_ID_TAG, mlflow_key
 from tracklake.exporters.mlflow.records import (
     write_artifacts,
@@ -184,7 +186,8 @@ class MlflowDestination(Destination):
             "metrics": write_metrics, "configs": write_configs,
             "texts": write_texts, "generations": write_generations,
             "artifacts": self._write_artifacts, "events": write_events,
-            "traces": self._write_traces,
+            "traces": self._write_traces, "histograms": write_histograms,
+            "media": self._write_media,
         }
         writer = writers.get(kind)
         if writer is None:
@@ -230,6 +233,9 @@ class MlflowDestination(Destination):
     def _write_artifacts(self, run: RunInfo, target: MlflowTarget, table: pa.Table) -> None:
         write_artifacts(run, target, table, context=self._context,
                         destination=self.describe())
+
+    def _write_media(self, run: RunInfo, target: MlflowTarget, table: pa.Table) -> None:
+        write_media(run, target, table, context=self._context, destination=self.describe())
 
     def _write_traces(self, run: RunInfo, target: MlflowTarget, table: pa.Table) -> None:
         write_traces(run, target, table, tracing=self._tracing, destination=self.describe())

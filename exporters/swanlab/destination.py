@@ -16,6 +16,8 @@ internal reader.
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import logging
 import os
 from collections.abc import Callable, Mapping
@@ -27,7 +29,7 @@ import pyarrow as pa
 import swanlab  # type: ignore[import-untyped, unused-ignore]  # ships no type information
 
 from tracklake import ExportError
-from tracklake.exporters._protocol import Destination, RunInfo
+from tracklake.exporters._protocol import Destination, ExportContext, RunInfo
 from tracklake.exporters._shared.attempt_routes import (
     Collecting,
     Routes,
@@ -44,7 +46,7 @@ _ADD: dict[str, Callable[[mapping.SwanlabPending, pa.Table], None]] = {
     "metrics": mapping.add_metrics, "texts": mapping.add_texts,
     "configs": mapping.add_configs, "generations": mapping.add_generations,
     "traces": mapping.add_traces, "artifacts": mapping.add_artifacts,
-    "events": mapping.add_alerts}
+    "events": mapping.add_alerts, "histograms": mapping.add_histograms}
 STATUS_KEY = "tracklake/status"
 
 
@@ -107,6 +109,7 @@ class SwanlabDestination(Destination):
         self.workspace = workspace
         self._states: dict[str, SwanlabState] = {}
         self._collecting = Collecting(mapping.SwanlabPending)
+        self._context: ExportContext | None = None  # from `start()`
 
     @classmethod
     def cli_options(cls) -> list[click.Parameter]:
@@ -125,6 +128,9 @@ class SwanlabDestination(Destination):
                          help="SwanLab workspace (cloud; default $SWANLAB_WORKSPACE, else "
                               "your own)."),
         ]
+
+    def start(self, context: ExportContext) -> None:
+        self._context = context
 
     def describe(self) -> str:
         parts = [f"swanlab:{self.mode}:{self.logdir}"]
@@ -148,6 +154,12 @@ class SwanlabDestination(Destination):
     def write(self, run: RunInfo, kind: str, records: pa.Table) -> None:
         self._collecting.pending(run.key)  # raises unless the run is open
         add = _ADD.get(kind)
+        if kind == "media":
+            if self._context is None:
+                raise ExportError(f"run {run.key}: cannot send media: the destination was "
+                                  "not started (`start()` tells it the store)",
+                                  retryable=False)
+            add = functools.partial(mapping.add_media, self._context.root)
         if add is not None and records.num_rows:
             self._collecting.add(run.key, records, add)
 
@@ -235,7 +247,26 @@ class SwanlabDestination(Destination):
                                "are exported again", run.key, self.logdir / name, moved.name)
 
 
+def _media(ref: mapping.MediaRef) -> Any:
+    """The SwanLab object of a media record: `Image`; `Video` for a GIF; `Audio` where the
+    soundfile package lets SwanLab read it; else a text naming the file."""
+    if ref.type == "image":
+        return swanlab.Image(ref.blob, caption=ref.caption or None)
+    if ref.media_type == "image/gif":
+        return swanlab.Video(Path(ref.blob).read_bytes(), caption=ref.caption or None)
+    if ref.type == "audio" and importlib.util.find_spec("soundfile") is not None:
+        return swanlab.Audio(ref.blob, caption=ref.caption or None)
+    return [swanlab.Text(f"{ref.type} `{ref.media_type}` in the tracklake store: "
+                         f"`{ref.blob}`", caption=ref.caption or ref.type)]
+
+
 def _value(value: Any) -> Any:
+    if isinstance(value, mapping.MediaRef):
+        return _media(value)
+    if isinstance(value, mapping.HistogramItem):
+        chart = swanlab.echarts.Bar().add_xaxis(value.labels()).add_yaxis(
+            "count", list(value.counts))
+        return swanlab.ECharts(chart, caption=value.caption)
     if isinstance(value, list):
         return [swanlab.Text(item.content, caption=item.caption) for item in value]
     return value

@@ -11,17 +11,23 @@ key's next step, their caption naming the step they were logged at.
 
 from __future__ import annotations
 
+import itertools
 import json
+import logging
 import math
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
 from tracklake.exporters._shared.keys import distinct_name
 from tracklake.exporters._shared.nest import nest as nest_keys
+from tracklake.read import media_file
+
+logger = logging.getLogger(__name__)
 
 #: SwanLab refuses steps above this (``swanlab.sdk.internal.core_python.metrics``).
 MAX_STEP = 1 << 48
@@ -40,11 +46,37 @@ class TextItem:
     step: int
 
 
+@dataclass(frozen=True)
+class HistogramItem:
+    """One histogram, shown as a SwanLab bar chart (SwanLab has no histogram type)."""
+
+    edges: tuple[float, ...]
+    counts: tuple[int, ...]
+    caption: str
+
+    def labels(self) -> list[str]:
+        """Each bin's range, to 6 significant digits."""
+        return [f"[{lo:.6g}, {hi:.6g})" for lo, hi in itertools.pairwise(self.edges)]
+
+
+@dataclass(frozen=True)
+class MediaRef:
+    """One media record with its blob: a SwanLab `Image` or `Video` (GIF), or `Audio`
+    where SwanLab can write it (it needs the soundfile package); else a text."""
+
+    type: str
+    media_type: str
+    blob: str
+    caption: str
+
+
 @dataclass
 class SwanlabPending:
     """What `write()` received since the last commit."""
 
-    metrics: dict[int, dict[str, float]] = field(default_factory=dict)  # step -> key -> value
+    # step -> key -> value (a histogram's is the bar chart to draw)
+    metrics: dict[int, dict[str, float | HistogramItem | MediaRef]] = field(
+        default_factory=dict)
     texts: dict[str, list[TextItem]] = field(default_factory=dict)  # SwanLab key -> items
     config: dict[str, Any] = field(default_factory=dict)  # flattened key -> value
 
@@ -100,6 +132,32 @@ def add_metrics(pending: SwanlabPending, records: pa.Table) -> None:
     for step, key, value in zip(steps, keys, values, strict=True):
         if key is not None and value is not None:
             pending.metrics.setdefault(_step(step), {})[swanlab_key(key)] = float(value)
+
+
+def add_histograms(pending: SwanlabPending, records: pa.Table) -> None:
+    """Histograms with bins join their step's row, as metric values do (a record of only
+    NaN/inf values has none: its statistics went as metrics)."""
+    for row in _rows(records):
+        if row.get("edges") and row.get("key") is not None:
+            caption = (f"{row.get('count')} values from {row.get('min')} to {row.get('max')}"
+                       f" · {_origin(row)}")
+            pending.metrics.setdefault(_step(row.get("step")), {})[swanlab_key(row["key"])] = \
+                HistogramItem(tuple(row["edges"]), tuple(row["counts"]), caption)
+
+
+def add_media(root: Path, pending: SwanlabPending, records: pa.Table) -> None:
+    """Media join their step's row as metric values do (the first of a key and step is
+    the one SwanLab keeps); one whose blob the store lacks is left out with a warning."""
+    for row in _rows(records):
+        blob = media_file(root, row["digest"], row["size"])
+        if blob is None or row.get("key") is None:
+            logger.warning("%s %r at step %s left out: its blob %s is missing from the store "
+                           "or not of the size its record declares", row.get("type"),
+                           row.get("key"), row.get("step"), row.get("digest"))
+            continue
+        caption = " · ".join(c for c in (row.get("caption"), _origin(row)) if c)
+        pending.metrics.setdefault(_step(row.get("step")), {})[swanlab_key(row["key"])] = \
+            MediaRef(row["type"], row["media_type"], str(blob), caption)
 
 
 def add_texts(pending: SwanlabPending, records: pa.Table) -> None:

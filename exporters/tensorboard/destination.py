@@ -41,7 +41,7 @@ from tensorboard.plugins.hparams import (  # type: ignore[import-untyped, unused
 )
 
 from tracklake import ExportError
-from tracklake.exporters._protocol import Destination, RunInfo
+from tracklake.exporters._protocol import Destination, ExportContext, RunInfo
 from tracklake.exporters.tensorboard.events import (
     STATUS_TAG,
     Held,
@@ -67,6 +67,8 @@ from tracklake.exporters.tensorboard.file import (
     make_dirs,
     reopen,
 )
+from tracklake.exporters.tensorboard.histograms import histogram_events
+from tracklake.exporters.tensorboard.media import media_events
 from tracklake.files import fsync_dir
 
 logger = logging.getLogger(__name__)
@@ -101,12 +103,16 @@ class TensorBoardDestination(Destination):
         self.logdir = Path(os.path.abspath(os.path.expanduser(os.fspath(logdir))))
         self.buffer_bytes = buffer_bytes
         self._runs: dict[str, _OpenRun] = {}
+        self._context: ExportContext | None = None  # from `start()`
 
     @classmethod
     def cli_options(cls) -> list[click.Parameter]:
         return [click.Option(["--logdir"], required=True, type=click.Path(),
                              help="TensorBoard log directory; each run is written to "
                                   "LOGDIR/PROJECT/RUN/.")]
+
+    def start(self, context: ExportContext) -> None:
+        self._context = context
 
     def describe(self) -> str:
         return f"tensorboard:{self.logdir}"
@@ -168,6 +174,14 @@ class TensorBoardDestination(Destination):
             events = artifact_events(records)
         elif kind == "events":
             events = alert_events(records)
+        elif kind == "histograms":
+            events = histogram_events(records)
+        elif kind == "media":
+            if self._context is None:
+                raise ExportError(f"run {run.key}: cannot write media: the destination was "
+                                  "not started (`start()` tells it the store)",
+                                  retryable=False)
+            events = media_events(records, self._context.root, f"run {run.key}")
         else:
             return  # a kind added by a newer format: optional, so skipped
         current.file.append(frames(events))

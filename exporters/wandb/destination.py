@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
@@ -32,6 +33,7 @@ from tracklake.exporters._shared.attempt_routes import Collecting, Target
 from tracklake.exporters._shared.nest import nest
 from tracklake.exporters.wandb import rows
 from tracklake.exporters.wandb.artifacts import build as build_artifacts
+from tracklake.exporters.wandb.media import MediaFiles
 from tracklake.exporters.wandb.session import Sessions
 from tracklake.exporters.wandb.state import WandbState, wandb_run_id
 
@@ -43,7 +45,8 @@ _EXIT_CODES = {"finished": 0}
 _ADD: dict[str, Callable[[rows.WandbPending, pa.Table], None]] = {
     "metrics": rows.add_metrics, "texts": rows.add_texts, "configs": rows.add_configs,
     "generations": rows.add_generations, "traces": rows.add_traces,
-    "artifacts": rows.add_artifacts, "events": rows.add_events}
+    "artifacts": rows.add_artifacts, "events": rows.add_events,
+    "histograms": rows.add_histograms, "media": rows.add_media}
 
 
 class WandbDestination(Destination):
@@ -196,7 +199,15 @@ class WandbDestination(Destination):
 
     def _commit_target(self, run: RunInfo, current: WandbState, target: Target,
                        pending: rows.WandbPending) -> None:
-        history, dropped_steps, dropped_records = rows.rows_by_step(pending, target.last_step)
+        with tempfile.TemporaryDirectory(prefix="tracklake-wandb-media-") as tmp:
+            media = None if self._context is None else MediaFiles(
+                self._context.root, Path(tmp), f"run {run.key}")
+            self._commit_rows(run, current, target, pending, media)
+
+    def _commit_rows(self, run: RunInfo, current: WandbState, target: Target,
+                     pending: rows.WandbPending, media: MediaFiles | None) -> None:
+        history, dropped_steps, dropped_records = rows.rows_by_step(pending, target.last_step,
+                                                                    media)
         if dropped_steps:
             logger.warning("run %s: %d steps (%d metric values) at or before step %s, the "
                            "last one W&B run %s holds, were dropped (W&B takes only "

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +15,7 @@ import wandb
 
 from tracklake.exporters._shared import verl
 from tracklake.exporters._shared.keys import distinct_name
+from tracklake.exporters.wandb.media import MEDIA_TYPE_TAG, media_values
 
 GENERATION_COLUMNS = ["step", "sample", "input", "output", "score", "extra", "rank", "attempt"]
 TEXT_COLUMNS = ["step", "text", "rank", "attempt"]
@@ -36,6 +37,10 @@ TABLE_LAYOUT = "_wandb_table"
 #: `define_metric` options wandb 0.31 takes (``goal`` is recorded, W&B no longer has it).
 METRIC_OPTIONS = ("step_metric", "step_sync", "hidden", "summary")
 
+#: A history value: a metric, or a histogram as W&B's JSON form of it (``{"_type":
+#: "histogram", "values": counts, "bins": edges}``), which the state can hold as it is.
+Value = float | dict[str, Any]
+
 #: Longest table key kept as it is: W&B names an artifact `run-<run id>-<key>` (at most
 #: 128 characters, the run id is 18) and a file after it.
 MAX_TABLE_KEY = 100
@@ -45,7 +50,7 @@ MAX_TABLE_KEY = 100
 class WandbPending:
     """What `write()` received since the last commit, grouped per step and key."""
 
-    metrics: dict[int, dict[str, float]] = field(default_factory=dict)
+    metrics: dict[int, dict[str, Value]] = field(default_factory=dict)
     tables: dict[tuple[int, str], list[list[Any]]] = field(default_factory=dict)
     columns: dict[str, list[str]] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)  # flattened key -> value
@@ -119,6 +124,31 @@ def add_metrics(pending: WandbPending, records: pa.Table) -> None:
                                 _column(records, "value"), strict=True):
         if value is not None and key is not None:
             pending.metrics.setdefault(_step(step), {})[key] = float(value)
+
+
+def add_histograms(pending: WandbPending, records: pa.Table) -> None:
+    """Histograms with bins join their step's row (a record of only NaN/inf values has
+    none: its statistics went as metrics)."""
+    for step, key, edges, counts in zip(_column(records, "step"), _column(records, "key"),
+                                        _column(records, "edges"), _column(records, "counts"),
+                                        strict=True):
+        if edges and key is not None:
+            pending.metrics.setdefault(_step(step), {})[key] = {
+                "_type": "histogram", "values": counts, "bins": edges}
+
+
+def add_media(pending: WandbPending, records: pa.Table) -> None:
+    """Media join their step's row (the last of a key and step wins)."""
+    for step, key, value in media_values(records):
+        pending.metrics.setdefault(step, {})[key] = value
+
+
+def _history_value(value: Value, media: Callable[[dict[str, Any]], Any] | None) -> Any:
+    if isinstance(value, dict) and value.get("_type") == MEDIA_TYPE_TAG:
+        return None if media is None else media(value)
+    if isinstance(value, dict):
+        return wandb.Histogram(np_histogram=(value["values"], value["bins"]))
+    return value
 
 
 def add_texts(pending: WandbPending, records: pa.Table) -> None:
@@ -234,11 +264,13 @@ def _cell(value: Any) -> Any:
     return str(value)
 
 
-def rows_by_step(pending: WandbPending, last_step: int | None
+def rows_by_step(pending: WandbPending, last_step: int | None,
+                 media: Callable[[dict[str, Any]], Any] | None = None
                  ) -> tuple[list[tuple[int, dict[str, Any]]], int, int]:
     """History rows in increasing step order, with the metric steps and records dropped
     because W&B already holds a row at or after their step (see the module docs of
-    `tracklake.exporters.wandb.destination`). Tables of such steps go to the latest row instead."""
+    `tracklake.exporters.wandb.destination`). Tables of such steps go to the latest row instead.
+    `media` makes the W&B object of a media value (None leaves it out)."""
     rows: dict[int, dict[str, Any]] = {}
     dropped_steps = dropped_records = 0
     for step, values in pending.metrics.items():
@@ -246,7 +278,8 @@ def rows_by_step(pending: WandbPending, last_step: int | None
             dropped_steps += 1
             dropped_records += len(values)
             continue
-        rows.setdefault(step, {}).update(values)
+        made = {k: _history_value(v, media) for k, v in values.items()}
+        rows.setdefault(step, {}).update({k: v for k, v in made.items() if v is not None})
     tables: dict[tuple[int, str], list[list[Any]]] = {}
     for (step, key), cells in sorted(pending.tables.items()):
         at = step if last_step is None or step > last_step else last_step

@@ -5,10 +5,13 @@ what ``--ranks all`` holds back."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tracklake.exporters._protocol import RunInfo
 from tracklake.exporters._shared.attempt_routes import Routes, is_count
+
+if TYPE_CHECKING:
+    from tracklake.exporters.wandb.rows import Value
 
 
 def wandb_run_id(run: RunInfo) -> str:
@@ -30,7 +33,7 @@ class WandbState(Routes):
         # --ranks all: the latest metric step of each rank, and metric values above the
         # lowest of them, held per attempt ("-" for none) and step until it passes
         self.reach: dict[str, int] = dict(state.get("reach", {}))
-        self.held: dict[str, dict[str, dict[str, float]]] = dict(state.get("held", {}))
+        self.held: dict[str, dict[str, dict[str, Value]]] = dict(state.get("held", {}))
         # a tracklake.wandb run's group, job type and notes, from its wandb.init event
         self.identity: dict[str, str] = dict(state.get("identity", {}))
         return (is_count(self.dropped_steps) and is_count(self.dropped_records)

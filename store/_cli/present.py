@@ -17,6 +17,7 @@ from rich.text import Text
 from tracklake._cli.cells import cell
 from tracklake._cli.console import literal_console, terminal_width
 from tracklake._cli.fit import Column, Whole, fitted_table, hidden_note
+from tracklake._cli.present_media import histograms_table, media_rows, media_table
 from tracklake._cli.sparkline import UNICODE_LEVELS, trends
 from tracklake._errors import QueryError
 from tracklake._format.attempt import effective_status
@@ -56,12 +57,19 @@ def print_run(root: Path, run_id: str, project: str | None, problems: ReadProble
     _print_fitted(console, width, attempts_table(record.attempts, width, time.time()))
     rank = min(record.ranks)
     unicode = _can_draw(console)
-    counts, summary, curves = with_connection(root, problems, lambda con: (
+    counts, summary, curves, (histograms, media) = with_connection(root, problems, lambda con: (
         *_run_rows(con, record.project, record.run),
-        trends(con, record.project, record.run, rank, unicode)),
+        trends(con, record.project, record.run, rank, unicode),
+        media_rows(con, record.project, record.run, rank)),
         EVERYTHING.for_run(record.project, record.run))
-    console.print("records: " + ", ".join(f"{c['kind']}={c['records']}" for c in counts))
+    console.print("records: " + ", ".join(  # the kinds of format 1.2 only when there are
+        f"{c['kind']}={c['records']}" for c in counts
+        if c["records"] or c["kind"] not in ("histograms", "media")))
     _print_fitted(console, width, metrics_table(summary, curves, rank, width))
+    if histograms:
+        _print_fitted(console, width, histograms_table(histograms, rank, width, unicode))
+    if media:
+        _print_fitted(console, width, media_table(media, width))
     config = latest.get("config") or {}
     if config:
         columns = [Column("key", list(config), "shorten"),
@@ -139,7 +147,7 @@ def _run_rows(con: duckdb.DuckDBPyConnection, project: str, run: str
     counts = query(" UNION ALL ".join(
         f"SELECT '{k}' AS kind, count(*) AS records FROM {k}_all WHERE project = $p AND run = $r"
         for k in ("metrics", "texts", "configs", "generations", "traces", "artifacts",
-                  "events")), params=params, connection=con).to_pylist()
+                  "histograms", "media", "events")), params=params, connection=con).to_pylist()
     summary = query("SELECT key, min(first_step) AS first, max(last_step) AS last, "
                     "sum(count) AS n, min(min) AS min, max(max) AS max, "
                     "arg_min(last_value, rank) AS last_value, min(rank) AS last_rank "

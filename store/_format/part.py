@@ -82,12 +82,15 @@ ROW_GROUP_ROWS = 1 << 17
 #: then reads that key's rows and little else, where a 128 K-row group spanning several
 #: keys was read whole (at 1 billion values, one key across all runs: 2.3 s; 0.4 s after).
 KEY_GROUP_MIN_ROWS = 1 << 14
-#: Columns of free text, lists and digests written without statistics: their min and
-#: max (a prompt, a stack trace) prune no query, and would be stored four more times (the
-#: chunk's statistics and the column index), more than the value in a part of a few rows.
+#: Columns of free text, lists, digests and a histogram's statistics written without
+#: statistics: their min and max (a prompt, a stack trace) prune no query, and would be
+#: stored four more times (the chunk's statistics and the column index), more than the
+#: value in a part of a few rows. (A histogram's statistics are metrics too: queries that
+#: filter by them read `metrics`.)
 PAYLOAD_COLUMNS = frozenset({"text", "input", "output", "extra", "error", "attributes",
                              "inputs", "outputs", "token_ids", "metadata", "title",
-                             "digest"})
+                             "digest", "edges", "counts", "count", "nonfinite", "min", "max",
+                             "mean", "std", "shape", "caption"})
 #: A part of fewer rows is written with plain encodings (no dictionary, delta or
 #: byte-stream-split): for so few values a dictionary page or an encoding's header per
 #: column costs more than it saves (a part of one record per kind would be larger than

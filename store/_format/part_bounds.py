@@ -27,15 +27,24 @@ _SIZE = re.compile(r"^\s*(\d+)\s*(B|KiB|MiB|GiB|TiB)?\s*$", re.IGNORECASE)
 _UNITS = {"b": 0, "kib": 10, "mib": 20, "gib": 30, "tib": 40}
 
 
+def env_size(name: str) -> int | None:
+    """The size in environment variable `name` (``8GiB``, ``512MiB``, ``4096``), None if
+    unset; FormatError naming the variable if it is not a size."""
+    given = os.environ.get(name, "").strip()
+    if not given:
+        return None
+    m = _SIZE.match(given)
+    if m is None:
+        raise FormatError(f"{name}={given!r} is not a size such as '8GiB'")
+    return int(m.group(1)) << _UNITS[(m.group(2) or "b").lower()]
+
+
 def part_read_limit() -> int:
     """The most bytes one part may decode to when it is read: $TRACKLAKE_PART_READ_LIMIT,
     else a quarter of this machine's memory (at least 1 GiB)."""
-    given = os.environ.get(PART_LIMIT_ENV, "").strip()
-    if given:
-        m = _SIZE.match(given)
-        if m is None:
-            raise FormatError(f"{PART_LIMIT_ENV}={given!r} is not a size such as '8GiB'")
-        return int(m.group(1)) << _UNITS[(m.group(2) or "b").lower()]
+    given = env_size(PART_LIMIT_ENV)
+    if given is not None:
+        return given
     try:
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):

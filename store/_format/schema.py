@@ -12,7 +12,7 @@ from tracklake._errors import FormatError, NewerFormatError
 
 #: Major.minor of the on-disk format. Readers refuse a newer major version; a newer minor
 #: version only adds what older readers may ignore (docs/format.md, "Versioning").
-FORMAT_VERSION = "1.1"
+FORMAT_VERSION = "1.2"
 FORMAT_MAJOR = 1
 
 _TIME = pa.timestamp("us", tz="UTC")
@@ -54,12 +54,26 @@ SCHEMAS: dict[str, pa.Schema] = {
          ("digest", pa.string()), ("size", pa.int64()), ("media_type", pa.string()),
          ("metadata", pa.string())]
     ),
+    "histograms": pa.schema(
+        [("seq", pa.int64()), ("time", _TIME), ("step", pa.int64()), ("key", pa.string()),
+         ("count", pa.int64()), ("nonfinite", pa.int64()), ("min", pa.float64()),
+         ("max", pa.float64()), ("mean", pa.float64()), ("std", pa.float64()),
+         ("edges", pa.list_(pa.float64())), ("counts", pa.list_(pa.int64()))]
+    ),
+    "media": pa.schema(
+        [("seq", pa.int64()), ("time", _TIME), ("step", pa.int64()), ("key", pa.string()),
+         ("type", pa.string()), ("media_type", pa.string()), ("digest", pa.string()),
+         ("size", pa.int64()), ("caption", pa.string()), ("shape", pa.list_(pa.int64())),
+         ("sample_rate", pa.int32()), ("fps", pa.float64())]
+    ),
     "events": pa.schema(
         [("seq", pa.int64()), ("time", _TIME), ("step", pa.int64()), ("level", pa.string()),
          ("kind", pa.string()), ("title", pa.string()), ("text", pa.string())]
     ),
 }
 KINDS: tuple[str, ...] = tuple(SCHEMAS)
+#: Kinds whose records name blobs (``digest``): what keeps a blob, and what carries it.
+BLOB_KINDS: tuple[str, ...] = ("artifacts", "media")
 
 #: The order of the rows in a compacted part, per kind (ascending, nulls last), declared in
 #: each part's Parquet `sorting_columns`: metrics by key then step then seq, so that one

@@ -41,6 +41,48 @@ def _subdirs(root: Path, rel: str, name: str, value: str | None) -> list[tuple[s
     return [(n[len(prefix):], f"{rel}/{n}") for n in names if n.startswith(prefix)]
 
 
+#: The store's own directories beside the kinds (some hold ``project=`` directories too).
+_NOT_KINDS = frozenset({"runs", "pins", "blobs", "exports", "backups", "trash",
+                        "quarantine"})
+
+
+def _real_subdirs(root: Path, rel: str) -> list[str]:
+    try:
+        return subdirs_at(root, rel)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def unknown_kinds(root: Path) -> list[str]:
+    """The directories at the top of the store that hold streams (``project=`` below
+    them) of a record kind this tracklake does not know: a newer format's kind, which it
+    neither reads nor copies (docs/format.md, "Versioning")."""
+    found = []
+    try:
+        names = subdirs_at(root, ".")
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    for name in names:
+        if name not in KINDS and name not in _NOT_KINDS and not name.startswith((".", "_")) \
+                and any(n.startswith("project=") for n in _real_subdirs(root, name)):
+            found.append(name)
+    return sorted(found)
+
+
+def refuse_unknown_kinds(root: Path, what: str) -> None:
+    """Raise StoreError if the store holds a kind this tracklake does not know: `what`
+    (a backup, a pack) would leave its records out without a word."""
+    from tracklake._errors import StoreError
+    from tracklake._format import FORMAT_VERSION
+
+    unknown = unknown_kinds(root)
+    if unknown:
+        raise StoreError(
+            f"{root} holds records of kind {', '.join(map(repr, unknown))}, which this "
+            f"tracklake (store format {FORMAT_VERSION}) does not know: a newer tracklake "
+            f"wrote them, and {what} would leave them out; upgrade tracklake")
+
+
 def rank_dirs(root: Path, base: str, project: str | None, run: str | None,
               skip_runs: frozenset[tuple[str, str]] = frozenset()
               ) -> Iterator[tuple[str, str, int, str]]:

@@ -30,6 +30,7 @@ from tracklake._format import (
 from tracklake._format.attempt import read_attempt
 from tracklake._format.cursor import Cursor
 from tracklake._format.part import read_part_table
+from tracklake._format.records import invalid_records
 from tracklake._format.segment import SegmentContents
 from tracklake._read.listing import list_streams as list_streams  # re-exported for _ops
 from tracklake._read.listing import names_in, rank_dirs
@@ -283,7 +284,9 @@ def read_stream(root: Path, stream: StreamId, after: int = -1,
             continue
         table = table.filter(pc.greater(table.column("seq"), last))
         for batch in _split_at_groups(table, PART_BATCH_ROWS):
-            yield batch
+            checked = _checked(stream.kind, batch, part.path, problems)
+            if checked is not None:
+                yield checked
             last = batch.column(0)[-1].as_py()
     live = files.segments
     for i, seg in enumerate(live):
@@ -310,8 +313,25 @@ def read_stream(root: Path, stream: StreamId, after: int = -1,
             for batch in contents.batches:
                 newer = after_seq(batch, last)
                 if newer is not None:
-                    yield newer
+                    checked = _checked(stream.kind, newer, seg.path, problems)
+                    if checked is not None:
+                        yield checked
                     last = newer.column(0)[-1].as_py()
+
+
+def _checked(kind: str, batch: pa.RecordBatch, path: Path, problems: ReadProblems | None
+             ) -> pa.RecordBatch | None:
+    """`batch` less the records that break their kind's rules (noted in `problems`; without
+    it, FormatError naming the file); None if none is left."""
+    invalid = invalid_records(kind, batch)
+    if invalid is None:
+        return batch
+    bad, why = invalid
+    if problems is None:
+        raise FormatError(f"{path}: {why}")
+    add_once(problems.damaged, (path, f"{why}; {int(bad.sum())} such record(s) are not read"))
+    kept = batch.filter(pa.array(~bad))
+    return kept if kept.num_rows else None
 
 
 def _why(exc: Exception, path: Path) -> str:

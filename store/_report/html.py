@@ -4,6 +4,7 @@ Jinja2's autoescaping; charts are built escaped by svg.py."""
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import datetime as _dt
 from dataclasses import dataclass
@@ -21,7 +22,11 @@ from tracklake._report.sections import (
     CONFIG_SQL,
     EVENTS_SQL,
     GENERATIONS_SQL,
+    HISTOGRAMS_SQL,
+    IMAGES_SQL,
     MAX_GENERATIONS,
+    MAX_HISTOGRAM_STEPS,
+    MAX_IMAGES,
     MAX_SPANS,
     RUN_SQL,
     TRACES_SQL,
@@ -41,6 +46,14 @@ from tracklake._report.series import (
     run_keys,
 )
 from tracklake._report.svg import line_chart
+from tracklake._report.svg_histogram import histogram_chart
+from tracklake.read import media_file
+
+#: Largest image inlined into a report (as a data: URI); a larger one is named, not shown.
+MAX_INLINE_IMAGE = 2 << 20
+#: The image types a report shows, and the extension of each in a Markdown report's folder.
+EXTENSIONS = {"image/png": "png", "image/jpeg": "jpg", "image/gif": "gif",
+              "image/webp": "webp"}
 
 #: Points per curve: a report of many keys gets fewer, so that 1,000 keys stay a few MB.
 POINTS_FEW_KEYS, POINTS_MANY_KEYS, MANY_KEYS = 400, 120, 50
@@ -111,11 +124,36 @@ def chart_svgs(report: Report, standalone: bool = False) -> dict[str, str]:
             for key, curves in report.charts.items()}
 
 
+def histogram_svgs(parts: RunParts) -> list[Markup]:
+    """Per histogram key of a run, its chart over steps (svg_histogram escapes its text)."""
+    return [Markup(histogram_chart(key, rows)) for key, rows in parts.histograms.items()]
+
+
+def image_files(root: Path, parts: RunParts) -> list[tuple[str, list[dict[str, Any]]]]:
+    """Per image key of a run, its latest images, each with ``blob``: its file, or None
+    for one whose blob is missing, not of the declared size, larger than
+    `MAX_INLINE_IMAGE`, or of a media type a browser should not be handed."""
+    return [(key, [{**row, "blob": media_file(root, row["digest"], row["size"],
+                                              MAX_INLINE_IMAGE)
+                    if row["media_type"] in EXTENSIONS else None} for row in rows])
+            for key, rows in parts.images.items()]
+
+
+def image_strips(root: Path, parts: RunParts) -> list[tuple[str, list[dict[str, Any]]]]:
+    """`image_files`, each with ``src``: a data: URI of its bytes (None without a file)."""
+    return [(key, [{**row, "src": None if row["blob"] is None else (
+        f"data:{row['media_type']};base64,"
+        + base64.b64encode(row["blob"].read_bytes()).decode())} for row in rows])
+        for key, rows in image_files(root, parts)]
+
+
 def section_sql(report: Report) -> dict[str, str]:
     """The SQL of each part of the report, as shown in it."""
     return {"run": RUN_SQL, "config": CONFIG_SQL.replace("$rank", "(the run's lowest rank)"),
             "charts": curves_sql(report.spec).strip(), "generations": GENERATIONS_SQL,
-            "traces": TRACES_SQL, "events": EVENTS_SQL}
+            "traces": TRACES_SQL, "events": EVENTS_SQL,
+            "histograms": HISTOGRAMS_SQL.replace("$rank", "(the run's lowest rank)"),
+            "images": IMAGES_SQL}
 
 
 def to_html(report: Report) -> str:
@@ -132,5 +170,7 @@ def to_html(report: Report) -> str:
         sql=section_sql(report), root=str(report.root), version=version("tracklake"),
         written=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
         max_generations=MAX_GENERATIONS, max_spans=MAX_SPANS,
+        media=[(p, histogram_svgs(p), image_strips(report.root, p)) for p in report.runs],
+        max_histogram_steps=MAX_HISTOGRAM_STEPS, max_images=MAX_IMAGES,
         style=Markup(page.STYLE), script=Markup(page.SCRIPT),
         script_hash=page.SCRIPT_HASH).lstrip()

@@ -9,8 +9,9 @@ from html import escape
 from pathlib import Path
 
 from tracklake._format.files import write_atomic
-from tracklake._report.html import Report, chart_svgs, section_sql
+from tracklake._report.html import EXTENSIONS, Report, chart_svgs, image_files, section_sql
 from tracklake._report.sections import Span
+from tracklake._report.svg_histogram import histogram_chart
 
 _UNSAFE_FILE_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -46,6 +47,36 @@ def chart_file(index: int, key: str) -> str:
     return f"{index:04d}-{_UNSAFE_FILE_CHARS.sub('_', key)[:80]}.svg"
 
 
+def _media(report: Report, folder: Path, sql: dict[str, str]) -> list[str]:
+    """The histograms and images section: histogram charts as charts/h-*.svg, images as
+    images/<digest>.<ext> (only those `image_files` gives a file of)."""
+    lines = ["## Histograms and images", ""]
+    for p in report.runs:
+        if not (p.histograms or p.images):
+            continue
+        lines += [f"### {cell(p.label)}", ""]
+        for i, (key, rows) in enumerate(p.histograms.items()):
+            name = "h-" + chart_file(i, key)
+            write_atomic(folder / "charts" / name,
+                         histogram_chart(key, rows, standalone=True).encode())
+            lines += [f"![{cell(key)}](charts/{name})", ""]
+        for key, rows in image_files(report.root, p):
+            shown = []
+            for row in rows:
+                caption = cell(f"{key} step {row['step']}: {row['caption'] or ''}").replace(
+                    "[", "\\[").replace("]", "\\]")  # alt text ends at a bracket
+                if row["blob"] is None:
+                    shown.append(f"{caption} (not shown: {cell(row['media_type'])}, "
+                                 f"{row['size']} bytes)")
+                    continue
+                name = f"{row['digest']}.{EXTENSIONS[row['media_type']]}"
+                if not (folder / "images" / name).exists():
+                    write_atomic(folder / "images" / name, row["blob"].read_bytes())
+                shown.append(f"![{caption}](images/{name})")
+            lines += [f"**{cell(key)}**", "", " ".join(shown), ""]
+    return [*lines, *_sql(sql["histograms"]), *_sql(sql["images"])]
+
+
 def write_markdown(report: Report, folder: Path) -> Path:
     """Write report.md and charts/*.svg into `folder`; the path of report.md."""
     labels = [p.label for p in report.runs]
@@ -66,6 +97,7 @@ def write_markdown(report: Report, folder: Path) -> Path:
         write_atomic(charts / name, svg.encode())
         lines += [f"![{cell(key)}](charts/{name})", ""]
     lines += _sql(sql["charts"])
+    lines += _media(report, folder, sql)
     lines += ["## Generations", ""]
     for p in report.runs:
         lines += [f"### {cell(p.label)}", ""]

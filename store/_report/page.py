@@ -48,6 +48,10 @@ details.span { margin-left: 1.2em; }
 summary { cursor: pointer; }
 .error { color: #b00; }
 .note { color: #666; font-size: 12px; }
+.strip { display: flex; flex-wrap: wrap; gap: 6px; align-items: flex-end; margin: .5em 0; }
+.strip figure { margin: 0; font-size: 11px; }
+.strip img { max-width: 160px; max-height: 160px; image-rendering: pixelated;
+  border: 1px solid #eee; }
 """
 
 SCRIPT_HASH = "sha256-" + base64.b64encode(hashlib.sha256(SCRIPT.encode()).digest()).decode()
@@ -55,7 +59,7 @@ SCRIPT_HASH = "sha256-" + base64.b64encode(hashlib.sha256(SCRIPT.encode()).diges
 TEMPLATE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="Content-Security-Policy" content="default-src 'none'; \
-style-src 'unsafe-inline'; script-src '{{ script_hash }}'">
+style-src 'unsafe-inline'; img-src data:; script-src '{{ script_hash }}'">
 <title>tracklake report: {{ runs | map(attribute='label') | join(', ') }}</title>
 <style>{{ style }}</style></head>
 <body>
@@ -76,6 +80,19 @@ tracklake {{ version }}. Every part shows the SQL that read it
 <p class="note">{{ charts | length }} metric keys{{ charts_note }}.</p>
 <div class="charts">{% for svg in charts %}{{ svg }}{% endfor %}</div>
 {{ sql_block(sql.charts) }}
+
+<h2 id="histograms">Histograms and images</h2>
+<p class="note">Per key, the latest {{ max_histogram_steps }} histograms of the run's lowest
+rank (a column per step, each bin as dark as its count) and the latest {{ max_images }}
+images.</p>
+{% for p, svgs, strips in media %}{% if svgs or strips %}<h3>{{ p.label }}</h3>
+<div class="charts">{% for svg in svgs %}{{ svg }}{% endfor %}</div>
+{% for key, shown in strips %}<div class="strip"><b>{{ key }}</b>
+{% for im in shown %}<figure>{% if im.src %}<img src="{{ im.src }}" alt="{{ key }} step {{
+im.step }}">{% else %}<span class="note">not shown ({{ im.media_type }}, {{ im.size }}
+bytes)</span>{% endif %}<figcaption>step {{ im.step }}{% if im.caption %}: {{ im.caption }}
+{% endif %}</figcaption></figure>{% endfor %}</div>{% endfor %}{% endif %}{% endfor %}
+{{ sql_block(sql.histograms) }}{{ sql_block(sql.images) }}
 
 <h2 id="config-diff">Config</h2>
 <p>{{ config | selectattr('differs') | list | length }} of {{ config | length }} keys differ

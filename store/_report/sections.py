@@ -18,6 +18,9 @@ if TYPE_CHECKING:
 #: report says when a run has more.
 MAX_GENERATIONS = 2000
 MAX_SPANS = 2000
+#: Histograms drawn per key (the latest steps), and images shown per key (the latest).
+MAX_HISTOGRAM_STEPS = 40
+MAX_IMAGES = 12
 
 RUN_SQL = "SELECT * FROM runs WHERE project = $p AND run = $r"
 CONFIG_SQL = """SELECT key, arg_max(value, seq) AS value FROM configs
@@ -27,6 +30,16 @@ WHERE project = $p AND run = $r ORDER BY step, key, rank, sample LIMIT {MAX_GENE
 TRACES_SQL = f"""SELECT trace_id, span_id, parent_id, name, status, error, step, rank,
        attributes, inputs, outputs, epoch_ms(end_time) - epoch_ms(time) AS ms
 FROM traces WHERE project = $p AND run = $r ORDER BY step, time, seq LIMIT {MAX_SPANS + 1}"""
+HISTOGRAMS_SQL = f"""SELECT key, step, edges, counts FROM histograms
+WHERE project = $p AND run = $r AND rank = $rank
+QUALIFY row_number() OVER (PARTITION BY key ORDER BY step DESC, seq DESC)
+  <= {MAX_HISTOGRAM_STEPS}
+ORDER BY key, step, seq"""
+IMAGES_SQL = f"""SELECT key, step, rank, caption, media_type, digest, size FROM media
+WHERE project = $p AND run = $r AND type = 'image'
+QUALIFY row_number() OVER (PARTITION BY key ORDER BY step DESC, rank DESC, seq DESC)
+  <= {MAX_IMAGES}
+ORDER BY key, step, rank, seq"""
 EVENTS_SQL = """SELECT time, step, rank, level, kind, title, text FROM events
 WHERE project = $p AND run = $r ORDER BY time, seq"""
 
@@ -51,6 +64,8 @@ class RunParts:
     events: list[dict[str, Any]]
     more_generations: bool = False
     more_spans: bool = False
+    histograms: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # per key
+    images: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # per key
 
     @property
     def label(self) -> str:
@@ -58,7 +73,8 @@ class RunParts:
 
 
 def read_parts(con: duckdb.DuckDBPyConnection, record: RunRecord) -> RunParts:
-    """One run's identity, latest config (lowest rank), generations, traces and events."""
+    """One run's identity, latest config (lowest rank), generations, traces, events, the
+    latest histograms (lowest rank) and images of each key."""
     params: dict[str, Any] = {"p": record.project, "r": record.run}
     runs = query(RUN_SQL, params=params, connection=con).to_pylist()
     config = query(CONFIG_SQL, params={**params, "rank": min(record.ranks)},
@@ -66,12 +82,23 @@ def read_parts(con: duckdb.DuckDBPyConnection, record: RunRecord) -> RunParts:
     generations = query(GENERATIONS_SQL, params=params, connection=con).to_pylist()
     spans = query(TRACES_SQL, params=params, connection=con).to_pylist()
     events = query(EVENTS_SQL, params=params, connection=con).to_pylist()
+    histograms = query(HISTOGRAMS_SQL, params={**params, "rank": min(record.ranks)},
+                       connection=con).to_pylist()
+    images = query(IMAGES_SQL, params=params, connection=con).to_pylist()
     return RunParts(
         record=record, run=runs[0] if runs else {},
         config={row["key"]: row["value"] for row in config},
         generations=generations[:MAX_GENERATIONS], traces=trees(spans[:MAX_SPANS]),
         events=events, more_generations=len(generations) > MAX_GENERATIONS,
-        more_spans=len(spans) > MAX_SPANS)
+        more_spans=len(spans) > MAX_SPANS, histograms=_by_key(histograms),
+        images=_by_key(images))
+
+
+def _by_key(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        out.setdefault(row["key"], []).append(row)
+    return out
 
 
 def trees(rows: list[dict[str, Any]]) -> list[Span]:

@@ -34,7 +34,7 @@ def _scale(value: float, lo: float, hi: float, size: float) -> float:
 
 
 #: The namespace a standalone .svg file declares (inline SVG in HTML needs none).
-_XMLNS = ' xmlns="http://www.w3.org/2000/svg"'
+XMLNS = ' xmlns="http://www.w3.org/2000/svg"'
 
 
 def line_chart(title: str, curves: list[tuple[str, Curve]], x_label: str = "step",
@@ -42,7 +42,7 @@ def line_chart(title: str, curves: list[tuple[str, Curve]], x_label: str = "step
     """An SVG chart of (legend label, curve) pairs; `standalone` for an .svg file."""
     drawn = [(label, c) for label, c in curves if c.xs]
     height = chart_height(len(drawn))
-    parts = [f'<svg{_XMLNS if standalone else ""} class="chart" role="img" '
+    parts = [f'<svg{XMLNS if standalone else ""} class="chart" role="img" '
              f'width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" '
              'font-family="sans-serif" font-size="11">',
              f"<title>{escape(title)}</title>",

@@ -59,7 +59,8 @@ def to_float(key: str, value: object) -> float | str:
             return to_float(key, value.reshape(()).item())
         raise TypeError(
             f"metric {key!r}: numpy array of shape {value.shape} is not a scalar; "
-            "log a summary such as .mean() instead"
+            "log a summary such as .mean() instead, or a histogram (run.log_histogram, or "
+            "log(..., histograms=True))"
         )
     if _is_torch_tensor(value):
         tensor: Any = value
@@ -67,7 +68,8 @@ def to_float(key: str, value: object) -> float | str:
             return to_float(key, tensor.item())  # .item() copies from CUDA if needed
         raise TypeError(
             f"metric {key!r}: torch tensor of shape {tuple(tensor.shape)} and dtype "
-            f"{tensor.dtype} is not a real scalar; log a summary such as .mean().item() instead"
+            f"{tensor.dtype} is not a real scalar; log a summary such as .mean().item() "
+            "instead, or a histogram (run.log_histogram, or log(..., histograms=True))"
         )
     raise TypeError(
         f"metric {key!r} has unsupported type {type(value).__module__}.{type(value).__qualname__}"
@@ -75,12 +77,22 @@ def to_float(key: str, value: object) -> float | str:
     )
 
 
-def coerce_metrics(metrics: Mapping[str, Any]) -> tuple[list[str], list[float], dict[str, str]]:
-    """Flatten and coerce one `log()` call: (metric keys, float values, text values)."""
+def coerce_metrics(metrics: Mapping[str, Any], arrays: dict[str, Any] | None = None
+                   ) -> tuple[list[str], list[float], dict[str, str]]:
+    """Flatten and coerce one `log()` call: (metric keys, float values, text values).
+
+    With `arrays` (``log(..., histograms=True)``), arrays and tensors of more than one
+    element are put there by key instead of being refused."""
     keys: list[str] = []
     values: list[float] = []
     texts: dict[str, str] = {}
     for key, raw in flatten(metrics):
+        if arrays is not None:
+            from tracklake._write.histogram import is_array
+
+            if is_array(raw):
+                arrays[key] = raw
+                continue
         value = to_float(key, raw)
         if isinstance(value, str):
             texts[key] = value

@@ -57,16 +57,23 @@ def strings(values: Sequence[str | None]) -> pa.Array:
         nulls)
 
 
-def int64_lists(values: Sequence[Sequence[int] | None]) -> pa.Array:
-    """A list<int64> column (None is null)."""
+def lists(values: Sequence[Sequence[Any] | None], type_: pa.ListType) -> pa.Array:
+    """A list<int64> or list<float64> column (None is null)."""
     validity, nulls = _validity(values)
     lengths = np.fromiter((0 if v is None else len(v) for v in values), np.int64, len(values))
+    if int(lengths.sum()) >= 1 << 31:
+        raise OverflowError(f"{len(values)} lists of {int(lengths.sum())} values do not fit "
+                            "one Arrow list column")
     offsets = np.zeros(len(values) + 1, np.int32)
     np.cumsum(lengths, out=offsets[1:], dtype=np.int32)
-    flat = [x for v in values if v is not None for x in v]
-    child = fixed(np.array(flat, dtype=np.int64), pa.int64())
-    return pa.Array.from_buffers(pa.list_(pa.int64()), len(values),
-                                 [validity, pa.py_buffer(offsets)], nulls, children=[child])
+    item = type_.value_type
+    dtype = np.float64 if pa.types.is_floating(item) else np.int64
+    present = [v for v in values if v is not None]
+    flat = np.concatenate([np.asarray(v, dtype=dtype) for v in present]) if present \
+        else np.array([], dtype=dtype)
+    child = fixed(flat, item)
+    return pa.Array.from_buffers(type_, len(values), [validity, pa.py_buffer(offsets)], nulls,
+                                 children=[child])
 
 
 def column(values: Sequence[Any], type_: pa.DataType) -> pa.Array:
@@ -74,7 +81,7 @@ def column(values: Sequence[Any], type_: pa.DataType) -> pa.Array:
     if pa.types.is_string(type_):
         return strings(values)
     if pa.types.is_list(type_):
-        return int64_lists(values)
+        return lists(values, type_)
     return nullable(values, type_)
 
 

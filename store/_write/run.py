@@ -27,6 +27,7 @@ from tracklake._format.naming import (
     world_size,
 )
 from tracklake._write import lifecycle as _lifecycle
+from tracklake._write import media
 from tracklake._write.blobs import artifact_items, store_blob
 from tracklake._write.coerce import (
     check_key,
@@ -35,6 +36,7 @@ from tracklake._write.coerce import (
     jsonable,
 )
 from tracklake._write.finish import FinishReport, Lifecycle, RunHandle
+from tracklake._write.histogram import DEFAULT_BINS, Histogram, histogram
 from tracklake._write.identity import capture, redact_config
 from tracklake._write.trace import Span
 
@@ -62,11 +64,16 @@ class Run(RunHandle):
         self._last_keys: tuple[str, ...] = ()
         self._sidecars: Any = None  # tracklake._sidecar.Sidecars, with init(export=...)
         self._system: Any = None  # tracklake._write.system.SystemMetrics, when sampling
+        self._media_bytes = 0  # of the media this handle stored, for the run's limit
 
     # -- metrics: the hot path ---------------------------------------------------------
 
-    def log(self, metrics: Mapping[str, Any], *, step: int | None = None) -> None:
-        """Record metrics at `step` (default: one after the last step). Strings become texts."""
+    def log(self, metrics: Mapping[str, Any], *, step: int | None = None,
+            histograms: bool = False) -> None:
+        """Record metrics at `step` (default: one after the last step). Strings become texts.
+
+        With `histograms=True`, an array or tensor of more than one element is recorded as
+        a histogram (`log_histogram`, default bins); without, it is refused."""
         if self._state is not Lifecycle.RUNNING:
             self._refuse("log()")
         if type(metrics) is not dict and not isinstance(metrics, Mapping):
@@ -79,7 +86,9 @@ class Run(RunHandle):
         if not _INT64_MIN <= step <= _INT64_MAX:
             step = self._check_step(step)  # raises, naming the step
         values = list(metrics.values())
-        if _plain_numbers(values):
+        arrays: dict[str, Any] | None = {} if histograms else None
+        found: list[tuple[str, Histogram]] = []
+        if not histograms and _plain_numbers(values):
             keys = tuple(metrics)
             if keys != self._last_keys:  # usually the same keys as the call before
                 if keys not in self._known_keys:
@@ -88,13 +97,45 @@ class Run(RunHandle):
                     self._known_keys.add(keys)
                 self._last_keys = keys
         else:
-            key_list, values, texts = coerce_metrics(metrics)
+            key_list, values, texts = coerce_metrics(metrics, arrays)
             keys = tuple(key_list)
+            if arrays:  # computed before anything is recorded: a bad array refuses the call
+                found = [(k, histogram(k, v)) for k, v in arrays.items()]
             for key, text in texts.items():
                 self.log_text(key, text, step=step)
         self._step = step  # only once the call is known to be valid
         if values and not self._writer.add_metrics(step, time.time_ns() // 1000, keys, values):
             self._refuse("log()")  # finish() began while this call was being checked
+        if found:
+            self._add_histograms(found, step)
+
+    def log_histogram(self, key: str, values: Any, *, step: int | None = None,
+                      bins: int | Sequence[float] = DEFAULT_BINS) -> None:
+        """Record the histogram of `values` (an array, a tensor on any device, a sequence of
+        numbers) under `key` at `step` (default: the current step, 0 before any): its bin
+        edges and counts, and its count, min, max, mean and std also as the metrics
+        ``<key>/count`` ... ``<key>/std``. `bins`: how many (at most 512), or the edges."""
+        if self._state is not Lifecycle.RUNNING:
+            self._refuse("log_histogram()")
+        check_key(key, "histogram")
+        if step is None:
+            step = max(self._step, 0)
+        else:
+            step = self._step = self._check_step(step)
+        self._add_histograms([(key, histogram(key, values, bins))], step)
+
+    def _add_histograms(self, found: list[tuple[str, Histogram]], step: int) -> None:
+        """One record group of histograms, and their statistics as one group of metrics."""
+        t = _now_us()
+        summary = {k: v for key, h in found for k, v in h.summary(key).items()}
+        keys = tuple(summary)
+        if keys not in self._known_keys:
+            for key in keys:
+                check_key(key)
+            self._known_keys.add(keys)
+        self._add("histograms", [h.row(key, step, t) for key, h in found])
+        if not self._writer.add_metrics(step, t, keys, list(summary.values())):
+            self._refuse("log_histogram()")
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
         """`ExperimentLogger.log_metrics`: the same as `log()`."""
@@ -235,6 +276,59 @@ class Run(RunHandle):
                          "metadata": json.dumps(jsonable(dict(metadata or {})))})
         self._add("artifacts", rows)
         return digest
+
+    # -- media: images, audio, video -----------------------------------------------------
+
+    def log_image(self, key: str, image: Any, *, step: int | None = None,
+                  caption: str | None = None) -> str | None:
+        """Store an image (a NumPy array HW/HWC, a torch tensor CHW/HWC, a PIL image, a
+        PNG/JPEG/GIF/WebP file or its bytes) under `key`; its sha256, or None if the store
+        could not be written. Arrays become PNG."""
+        return self._log_media("log_image()", key, step, caption,
+                               lambda limit: media.image_item(key, image, limit))
+
+    def log_audio(self, key: str, audio: Any, *, sample_rate: int | None = None,
+                  step: int | None = None, caption: str | None = None) -> str | None:
+        """Store audio (an array of frames or frames x channels at `sample_rate`, or a
+        WAV/FLAC/OGG/MP3 file or its bytes) under `key`. Arrays become 16-bit WAV."""
+        return self._log_media("log_audio()", key, step, caption,
+                               lambda limit: media.audio_item(key, audio, sample_rate, limit))
+
+    def log_video(self, key: str, video: str | os.PathLike[str] | bytes, *,
+                  fps: float | None = None, step: int | None = None,
+                  caption: str | None = None) -> str | None:
+        """Store a video (an MP4, WebM or GIF file or its bytes) under `key`."""
+        return self._log_media("log_video()", key, step, caption,
+                               lambda limit: media.video_item(key, video, fps, limit))
+
+    def _log_media(self, call: str, key: str, step: int | None, caption: str | None,
+                   make: Any) -> str | None:
+        if self._state is not Lifecycle.RUNNING:
+            self._refuse(call)
+        check_key(key, "media")
+        if caption is not None and not isinstance(caption, str):
+            raise TypeError(f"media {key!r}: caption must be str, not {type(caption).__name__}")
+        resolved = self._resolve_step(step)
+        item_limit, run_limit = media.limits()
+        item = make(item_limit)
+        if self._media_bytes + item.size > run_limit:
+            raise ValueError(
+                f"media {key!r}: {item.size:,} bytes would bring this rank's media to "
+                f"{self._media_bytes + item.size:,}, more than the {run_limit:,} a run may "
+                f"hold ({media.RUN_LIMIT_ENV} sets another limit); nothing was stored")
+        try:
+            digest, size = store_blob(self.root, item.data)
+        except OSError as exc:
+            self._writer.record_failure(exc)
+            return None
+        self._media_bytes += size
+        self._add("media", [{
+            "time": _now_us(), "step": resolved, "key": key, "type": item.type,
+            "media_type": item.media_type, "digest": digest, "size": size,
+            "caption": caption, "shape": None if item.shape is None else list(item.shape),
+            "sample_rate": item.sample_rate, "fps": item.fps}])
+        return digest
+
 
 def _short(value: object) -> str:
     text = repr(value)

@@ -53,6 +53,10 @@ def _row_bytes(kind: str, rows: list[dict[str, Any]]) -> int:
                         + f" holds {n:,} characters, more than the {MAX_VALUE_BYTES >> 20} MiB "
                         "one value may hold; log it as an artifact (run.log_artifact)")
                 total += n
+            elif isinstance(value, (list, tuple)):  # a histogram's edges, trace token ids
+                total += 8 * len(value)
+            elif hasattr(value, "nbytes"):  # a NumPy array (a histogram's counts)
+                total += int(value.nbytes)
     return total
 
 

@@ -6,9 +6,12 @@ later tracklake that cannot read an old store fails CI. Never regenerate an old 
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from pathlib import Path
+
+import numpy as np
 
 import tracklake
 from tracklake._format import FORMAT_VERSION
@@ -18,6 +21,16 @@ HERE = Path(__file__).parent
 
 def expected_value(step: int, key: int, attempt: int) -> float:
     return step * 0.5 + key + 1000 * (attempt - 1)
+
+
+def histogram_values(step: int) -> list[float]:
+    return [float(step + i) for i in range(8)]
+
+
+#: The pixels and samples of the media of format 1.2 (rank 1's are the same bytes: stored
+#: once).
+IMAGE = np.array([[0, 64], [128, 255]], dtype=np.uint8)
+AUDIO = np.array([0.0, 0.5, -0.5, 1.0])
 
 
 def write(root: Path) -> None:
@@ -36,6 +49,10 @@ def write(root: Path) -> None:
                     pass
                 span.outputs = {"a": 2}
             run.log_artifact(b"artifact-bytes", name="blob.bin")
+            for step in (10, 19):  # format 1.2: histograms (and their statistics as metrics)
+                run.log_histogram("h", histogram_values(step), step=step, bins=4)
+            run.log_image("img", IMAGE, step=12, caption="golden")  # format 1.2: media
+            run.log_audio("snd", AUDIO, sample_rate=8000, step=12)
             run.alert("golden alert", "text", level="info", step=9)
     tracklake.compact(root=root)
     # run "resumed": live segments only, attempt 2 re-logs steps >= 10
@@ -57,6 +74,9 @@ def write(root: Path) -> None:
 
 
 if __name__ == "__main__":
+    # only the explicit compact() of run "done": the others keep their live segments
+    os.environ["TRACKLAKE_COMPACT"] = "0"
+    os.environ["TRACKLAKE_SYSTEM_METRICS"] = "0"
     target = HERE / FORMAT_VERSION
     if target.exists() and "--force" not in sys.argv:
         sys.exit(f"{target} exists; golden corpora are never regenerated")

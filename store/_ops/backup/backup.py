@@ -11,12 +11,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tracklake._format.schema import BLOB_KINDS
 from tracklake._ops.backup.blobcopy import DamagedBlobError, blob_digest
 from tracklake._ops.backup.errors import BackupError
 from tracklake._ops.backup.ledger import record_backup
 from tracklake._ops.backup.manifest import read_manifest, save_manifest
 from tracklake._ops.backup.select import EVERYTHING, Selection, is_unsealed_segment, store_files
 from tracklake._ops.backup.target import LocalTarget, Target, local_digest, open_target
+from tracklake._read.listing import refuse_unknown_kinds
 from tracklake._read.reader import ReadProblems, list_streams, read_stream
 
 #: `progress(done, total, note)`: how a long operation reports (the command line draws it).
@@ -64,10 +66,10 @@ def _workers(target: Target) -> int:
 
 
 def blob_runs(root: Path, selection: Selection) -> dict[str, list[str]]:
-    """``blobs/...`` path -> the selected runs whose artifact records name that blob
+    """``blobs/...`` path -> the selected runs whose artifact or media records name that blob
     (records in damaged files are skipped: fsck reports those, a backup goes on)."""
     refs: dict[str, set[str]] = {}
-    for s in list_streams(root, kinds=("artifacts",)):
+    for s in list_streams(root, kinds=BLOB_KINDS):
         key = f"{s.project}/{s.run}"
         if not selection.takes_run(key):
             continue
@@ -177,6 +179,7 @@ def backup(root: Path, dest: str | Path, *, selection: Selection = EVERYTHING,
     does not hold yet. Nothing is ever removed from `dest`. `sealed_only` leaves out
     segments a writer may still append to. `progress(files_done, files_todo, note)` is
     called as copies finish."""
+    refuse_unknown_kinds(root, "a backup")
     target = open_target(dest)
     _check_places(root, target)
     try:

@@ -20,7 +20,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from tracklake._errors import FormatError
-from tracklake._format import SCHEMAS, StreamId, fsync_dir, fsync_file
+from tracklake._format import FORMAT_VERSION, SCHEMAS, StreamId, fsync_dir, fsync_file
 from tracklake._format.attempt import read_attempt
 from tracklake._format.layout import parse_part_name
 from tracklake._format.liveness import writer_known_gone
@@ -33,9 +33,16 @@ from tracklake._ops.fsck.files import (
     check_exports,
     check_special_files,
 )
-from tracklake._ops.fsck.parts import REBUILD, Summaries, check_part, meta_mismatch
+from tracklake._ops.fsck.parts import (
+    REBUILD,
+    Summaries,
+    check_part,
+    meta_mismatch,
+    report_invalid,
+)
 from tracklake._ops.fsck.rebuild import rebuild_part, salvageable
 from tracklake._ops.fsck.report import FsckReport, Problem
+from tracklake._read.listing import unknown_kinds
 from tracklake._read.reader import list_stream, list_streams
 
 
@@ -82,6 +89,8 @@ def _check_segment(root: Path, s: StreamId, path: Path, last: bool, now: float,
                                        f"every record of the file ({rows} rows)",
                                        "quarantine it (--repair)"))
         return
+    if batches:
+        report_invalid(s, path, pa.Table.from_batches(batches), report)
     if contents.damaged:
         report.problems.append(Problem(
             path, contents.damaged, f"{contents.torn_bytes} bytes after batch "
@@ -131,6 +140,12 @@ def fsck(root: Path, *, repair: bool = False,
     finally:
         summaries.close()
     check_special_files(root, report)
+    for kind in unknown_kinds(root):
+        report.problems.append(Problem(
+            root / kind, f"records of kind {kind!r}, which this tracklake (store format "
+            f"{FORMAT_VERSION}) does not know: a newer tracklake wrote them",
+            "nothing: they stay as they are, but this version neither reads, exports, "
+            "packs nor backs them up", "upgrade tracklake", repairable=False))
     check_blobs(root, report)
     check_attempts(root, report)
     check_exports(root, report)

@@ -15,6 +15,7 @@ from tracklake._errors import FormatError
 from tracklake._format import SCHEMAS, StreamId, check_version
 from tracklake._format.part import open_part
 from tracklake._format.part_bounds import bounded_table
+from tracklake._format.records import invalid_records
 from tracklake._ops.compact import SUMMARY_SQL
 from tracklake._ops.fsck.footer_stats import differs, stats_mismatch_isolated
 from tracklake._ops.fsck.rebuild import lost_detail, salvageable
@@ -54,6 +55,7 @@ def check_part(s: StreamId, path: Path, first: int, last: int, report: FsckRepor
             UnicodeDecodeError) as exc:
         why = f"unreadable Parquet ({type(exc).__name__}: {exc})"
     if why is None:
+        report_invalid(s, path, table, report)
         return
     if salvageable(s, path, first, last) is not None:
         report.problems.append(Problem(
@@ -84,6 +86,17 @@ def _part_contents(s: StreamId, path: Path, f: pq.ParquetFile, table: pa.Table,
     if s.kind == "metrics" and "tracklake.summary" in meta:
         return _summary_mismatch(table, json.loads(meta["tracklake.summary"]), summaries)
     return None
+
+
+def report_invalid(s: StreamId, path: Path, records: pa.Table, report: FsckReport) -> None:
+    """Report the records of a file that break their kind's rules (readers skip them)."""
+    invalid = invalid_records(s.kind, records)
+    if invalid is not None:
+        bad, why = invalid
+        report.problems.append(Problem(
+            path, f"invalid records: {why}", f"{int(bad.sum())} record(s), which readers "
+            "skip", "nothing to repair: they were never valid (written by other software "
+            "or planted); remove the file if it holds nothing else", repairable=False))
 
 
 class Summaries:

@@ -201,7 +201,10 @@ def parse_manifest(data: bytes, where: object) -> Manifest:
         for e in doc["streams"]:
             kind = e["kind"]
             if kind not in KINDS:
-                raise ValueError(f"unknown record kind {kind!r}")
+                raise ValueError(
+                    f"unknown record kind {kind!r} (the pack holds a store of format "
+                    f"{doc.get('store_format')}, this tracklake writes {FORMAT_VERSION}: "
+                    "upgrade tracklake to unpack it)")
             s = StreamId(_name(e["project"], "project"), _name(e["run"], "run"),
                          _rank(e["rank"]), _attempt(e["attempt"]), kind)
             entry = StreamEntry(s, _count(e["first_seq"], "first_seq"),

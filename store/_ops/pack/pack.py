@@ -29,6 +29,7 @@ from tracklake._errors import FormatError, PackConflictError, RunNotFoundError, 
 from tracklake._format import SCHEMAS, attempt_file, stream_dir
 from tracklake._format.attempt import parse_attempt
 from tracklake._format.naming import resolve_root
+from tracklake._format.schema import BLOB_KINDS
 from tracklake._ops.compact import write_part
 from tracklake._ops.pack.archive import read_manifest, verify, write_archive
 from tracklake._ops.pack.manifest import (
@@ -45,6 +46,7 @@ from tracklake._ops.pack.manifest import (
     stream_key,
 )
 from tracklake._ops.pack.unpack import UnpackReport, unpack
+from tracklake._read.listing import refuse_unknown_kinds
 from tracklake._read.location import regular_blob
 from tracklake._read.reader import ReadProblems, list_runs, list_streams, read_stream
 
@@ -153,6 +155,7 @@ def pack(*, root: str | os.PathLike[str] | None = None, project: str | None = No
     if not (project or runs or all_runs):
         raise ValueError("choose runs to pack: project=..., runs=[...] or all_runs=True")
     root_path = resolve_root(root)
+    refuse_unknown_kinds(root_path, "a pack")
     out = Path(output).absolute()
     base = read_manifest(since) if since is not None else None
     covered = Covered(dict(base.covered.streams), dict(base.covered.attempts),
@@ -203,7 +206,7 @@ def pack(*, root: str | os.PathLike[str] | None = None, project: str | None = No
                 streams.append((StreamEntry(s, first, last, table.num_rows, sha, size), part))
                 covered.streams[key] = last
                 report.records += table.num_rows
-                if s.kind == "artifacts":
+                if s.kind in BLOB_KINDS:
                     digests.update(d for d in table.column("digest").to_pylist() if d)
             if len(streams) + len(attempts) > held:
                 report.runs += 1

@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 from tracklake._errors import FormatError
 from tracklake._format import SCHEMAS, check_version
 from tracklake._format.part_bounds import decoded_bytes, plain
+from tracklake._format.records import CHECKED_KINDS, invalid_records
 from tracklake._ops.pack.archive import read_member
 from tracklake._ops.pack.manifest import StreamEntry
 
@@ -79,14 +80,16 @@ def load_part(path: Path, tar: tarfile.TarFile, entry: StreamEntry,
             f.seek(0)
             keep = [] if entry.stream.kind == "metrics" else _string_columns(f)
             f.seek(0)
+            # records whose values are checked are read whole all the same
+            whole = not seq_only or entry.stream.kind in CHECKED_KINDS
             table = pq.ParquetFile(f, read_dictionary=keep).read(
-                columns=["seq"] if seq_only else None)
+                columns=None if whole else ["seq"])
     except (pa.ArrowException, OSError) as exc:
         raise FormatError(f"{where} is not a readable Parquet part ({exc})") from exc
     s = entry.stream
     table = table.replace_schema_metadata(None)
     expected = SCHEMAS[s.kind]
-    if seq_only:
+    if not whole:
         expected = pa.schema([expected.field("seq")])
     if not plain(table.slice(0, 0)).schema.equals(expected):
         raise FormatError(f"{where}: its columns are not those of {s.kind} records")
@@ -95,4 +98,7 @@ def load_part(path: Path, tar: tarfile.TarFile, entry: StreamEntry,
             or (pc.min(seqs).as_py(), pc.max(seqs).as_py()) != (entry.first_seq,
                                                                 entry.last_seq)):
         raise FormatError(f"{where}: its rows or seq range differ from the manifest")
-    return table
+    if s.kind in CHECKED_KINDS and (invalid := invalid_records(s.kind, plain(table))):
+        raise FormatError(f"{where}: invalid records ({invalid[1]}); a crafted or damaged "
+                          "pack: nothing of it was unpacked")
+    return table.select(["seq"]) if seq_only else table

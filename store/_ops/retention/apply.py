@@ -32,6 +32,7 @@ from tracklake._errors import StoreError
 from tracklake._format import KINDS, blob_path, fsync_dir, write_atomic
 from tracklake._format.attempt import read_attempt
 from tracklake._format.part import FOOTER_CRC_KEY, write_part_file
+from tracklake._format.schema import BLOB_KINDS
 from tracklake._ops.bundle import forget_run
 from tracklake._ops.claims import hold_claim
 from tracklake._ops.compact import compact, metric_summary
@@ -95,18 +96,25 @@ def _rel(root: Path, path: Path) -> str:
     return path.relative_to(root).as_posix()
 
 
-def _blob_refs(root: Path) -> dict[str, set[str]]:
-    """digest -> the runs (``project/run``) whose artifact records name it."""
-    refs: dict[str, set[str]] = {}
-    for s in list_streams(root, kinds=("artifacts",)):
+def _blob_refs(root: Path) -> dict[str, set[tuple[str, str]]]:
+    """digest -> the runs (``project/run``) and kinds (artifacts, media) whose records
+    name it."""
+    refs: dict[str, set[tuple[str, str]]] = {}
+    for s in list_streams(root, kinds=BLOB_KINDS):
         for batch in read_stream(root, s):
             for digest in batch.column("digest").to_pylist():
                 if digest:
-                    refs.setdefault(digest, set()).add(f"{s.project}/{s.run}")
+                    refs.setdefault(digest, set()).add((f"{s.project}/{s.run}", s.kind))
     return refs
 
 
-def _moves(root: Path, action: Action, refs: dict[str, set[str]]) -> tuple[list[str], int]:
+def _removes(action: Action, user: tuple[str, str]) -> bool:
+    """True if `action` removes the records of `user` (a run and a kind)."""
+    return user[0] == action.key and (action.verb == "delete" or user[1] in action.kinds)
+
+
+def _moves(root: Path, action: Action, refs: dict[str, set[tuple[str, str]]]
+           ) -> tuple[list[str], int]:
     """Paths (relative to root) an action moves to the trash, in order, and blob bytes."""
     base = [root / kind / f"project={action.project}" / f"run={action.run}"
             for kind in (KINDS if action.verb == "delete" else action.kinds)]
@@ -114,9 +122,9 @@ def _moves(root: Path, action: Action, refs: dict[str, set[str]]) -> tuple[list[
         base.append(root / "runs" / f"project={action.project}" / f"run={action.run}")
     moves = [_rel(root, p) for p in base if p.exists()]
     blob_bytes = 0
-    if "artifacts" in action.kinds or action.verb == "delete":
+    if action.verb == "delete" or any(k in BLOB_KINDS for k in action.kinds):
         for digest, users in sorted(refs.items()):
-            if users == {action.key}:
+            if all(_removes(action, u) for u in users):  # no other run or kind names it
                 path = blob_path(root, digest)
                 if path.exists():
                     moves.append(_rel(root, path))
@@ -318,9 +326,8 @@ def apply_plan(root: Path, plan: Plan, now: float,
             write_atomic(trash / "action.json", json.dumps(journal).encode())
             step()
             _finish(root, trash, journal, logged, audit, step, report)
-            if action.verb == "delete" or "artifacts" in action.kinds:
-                for users in refs.values():
-                    users.discard(action.key)
+            for users in refs.values():
+                users.difference_update([u for u in users if _removes(action, u)])
     if progress is not None:
         progress(len(plan.actions), len(plan.actions), "")
     return report

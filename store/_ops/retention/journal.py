@@ -13,6 +13,7 @@ from typing import Any
 from tracklake._format import KINDS
 from tracklake._format.files import read_regular
 from tracklake._format.naming import safe_name
+from tracklake._format.schema import BLOB_KINDS
 from tracklake._ops.retention.plan import Action
 
 #: A journal is a few paths and fields; a larger file is not one retention wrote.
@@ -76,7 +77,7 @@ def read_journal(path: Path) -> dict[str, Any]:
         raise JournalError("its id is not its folder's name")
     action = _action(journal.get("action"))
     allowed = allowed_moves(action)
-    blobs = action.verb == "delete" or "artifacts" in action.kinds
+    blobs = action.verb == "delete" or any(k in BLOB_KINDS for k in action.kinds)
     for rel in _field(journal, "moves", list):
         if not isinstance(rel, str) or not (rel in allowed
                                             or (blobs and _BLOB.fullmatch(rel))):

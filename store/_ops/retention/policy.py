@@ -20,8 +20,11 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 
 #: The policy file read from the store root when no other is given.
 POLICY_FILE = "tracklake.toml"
-#: Kinds `drop_after` drops by default: everything but metrics, configs and events.
-DROPPABLE_KINDS = ("traces", "generations", "texts", "artifacts")
+#: Kinds `drop_after` may drop: everything but metrics, configs and events.
+DROPPABLE_KINDS = ("traces", "generations", "texts", "artifacts", "histograms", "media")
+#: What `drop_after` drops unless `drop_kinds` says (histograms, which keep their
+#: statistics as metrics, and media are kept unless named).
+DEFAULT_DROP_KINDS = ("traces", "generations", "texts", "artifacts")
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$")
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -104,7 +107,7 @@ class Policy:
     max_size: int | None = None  # bytes of run data and blobs in the whole store
     best: BestRule | None = None
     drop_after: float | None = None  # seconds since a run ended
-    drop_kinds: tuple[str, ...] = DROPPABLE_KINDS
+    drop_kinds: tuple[str, ...] = DEFAULT_DROP_KINDS
     downsample_after: float | None = None  # seconds since a run ended
     downsample_every: int = 10
     require_backup: bool = False  # refuse to remove data no recorded backup holds

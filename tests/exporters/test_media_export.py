@@ -1,0 +1,146 @@
+"""Media reach every destination and read back with the destination's own reader, the
+bytes as stored: TensorBoard's EventAccumulator, W&B's offline files, MLflow's client
+against a real `mlflow server`, SwanLab's offline reader."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from _optional import optional
+from _records import mlflow_run_id
+
+import tracklake
+from tracklake._format import blob_path
+from tracklake.exporters import Destination, Selection, export
+
+pytestmark = [pytest.mark.filterwarnings(
+    "ignore:The ``noload`` loader strategy is deprecated")]  # MLflow's SQL store, as there
+
+PROJECT = "media"
+GIF = (b"GIF89a\x01\x00\x01\x00\x80\x00\x00\x00\x00\x00\xff\xff\xff!\xf9\x04\x00\x00\x00"
+       b"\x00\x00,\x00\x00\x00\x00\x01\x00\x01\x00\x00\x02\x02D\x01\x00;")
+
+
+def _pixels(step: int) -> np.ndarray:
+    return ((np.arange(8 * 6 * 3).reshape(8, 6, 3) * (step + 3)) % 256).astype(np.uint8)
+
+
+@pytest.fixture
+def stored(tmp_path: Path) -> tuple[Path, dict[str, Any]]:
+    """A finished run: an image at steps 0 and 1, audio at 0, a GIF video at 1; and the
+    bytes the store holds for each (key, step)."""
+    root = tmp_path / "store"
+    digests: dict[tuple[str, int], str] = {}
+    with tracklake.init(project=PROJECT, run_id="r1", root=root, capture_identity=False,
+                        system_metrics=False, compact=False) as run:
+        for step in (0, 1):
+            run.log({"loss": 1.0 / (step + 1)}, step=step)
+            digests[("img", step)] = run.log_image("img", _pixels(step), step=step,
+                                                   caption=f"step {step}")  # type: ignore
+        digests[("snd", 0)] = run.log_audio("snd", np.sin(np.arange(800) / 3.0),  # type: ignore
+                                            sample_rate=8000, step=0)
+        digests[("vid", 1)] = run.log_video("vid", GIF, step=1)  # type: ignore[assignment]
+    return root, {k: blob_path(root, d).read_bytes() for k, d in digests.items()}
+
+
+def _export(dest: Destination, root: Path) -> None:
+    export(dest, root=root, selection=Selection(runs=("r1",)), log=lambda _: None)
+
+
+def test_tensorboard_images_and_audio_read_back_with_the_event_accumulator(
+        stored: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
+    optional("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from tracklake.exporters.tensorboard.destination import TensorBoardDestination
+
+    root, blobs = stored
+    logdir = tmp_path / "tb"
+    _export(TensorBoardDestination(logdir=logdir), root)
+    [events] = [p.parent for p in logdir.rglob("events.out.tfevents.*")]
+    acc = EventAccumulator(str(events), size_guidance={"images": 0, "audio": 0})
+    acc.Reload()
+    images = {e.step: (e.encoded_image_string, e.height, e.width) for e in acc.Images("img")}
+    assert images == {s: (blobs[("img", s)], 8, 6) for s in (0, 1)}
+    [audio] = acc.Audio("snd")
+    assert (audio.step, audio.encoded_audio_string, audio.content_type, audio.sample_rate,
+            audio.length_frames) == (0, blobs[("snd", 0)], "audio/wav", 8000.0, 800)
+    assert "vid" not in acc.Tags()["images"]  # TensorBoard has no video
+
+
+def test_wandb_gets_image_audio_and_video_files_in_its_offline_run(
+        stored: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
+    optional("wandb")
+    import _wandb_log as wlog
+
+    from tracklake.exporters.wandb.destination import WandbDestination
+
+    root, blobs = stored
+    _export(WandbDestination(dir=str(tmp_path / "out")), root)
+    files = sorted((tmp_path / "out" / "wandb").glob("offline-run-*/*.wandb"))
+    history = dict(wlog.history(files))
+    run_dir = files[0].parent / "files"
+    for (key, step), data in blobs.items():
+        value = history[step][key]
+        expected = {"img": "image-file", "snd": "audio-file", "vid": "video-file"}[key]
+        assert value["_type"] == expected
+        assert (run_dir / value["path"]).read_bytes() == data, (key, step)
+    assert history[0]["img"]["caption"] == "step 0"
+
+
+def test_mlflow_gets_each_item_as_an_artifact_with_its_record(
+        stored: tuple[Path, dict[str, Any]], mlflow_server: str) -> None:
+    optional("mlflow")
+    from mlflow.tracking import MlflowClient
+
+    from tracklake.exporters.mlflow.destination import MlflowDestination
+
+    root, blobs = stored
+    _export(MlflowDestination(tracking_uri=mlflow_server), root)
+    client = MlflowClient(mlflow_server)
+    run_id = mlflow_run_id(client, PROJECT, "r1")
+    extensions = {"img": "png", "snd": "wav", "vid": "gif"}
+    for (key, step), data in blobs.items():
+        name = f"media/{key}/step_{step:08d}"
+        assert Path(client.download_artifacts(
+            run_id, f"{name}.{extensions[key]}")).read_bytes() == data
+        record = json.loads(Path(client.download_artifacts(run_id, f"{name}.json")).read_text())
+        assert (record["key"], record["step"], record["size"]) == (key, step, len(data))
+    assert json.loads(Path(client.download_artifacts(
+        run_id, "media/img/step_00000001.json")).read_text())["caption"] == "step 1"
+
+
+def test_swanlab_gets_images_and_gif_video_as_media(
+        stored: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
+    optional("swanlab")
+    import _swanlab_log as slog
+    from PIL import Image
+
+    from tracklake.exporters.swanlab.destination import SwanlabDestination
+
+    root, blobs = stored
+    logdir = tmp_path / "swanlab"
+    _export(SwanlabDestination(logdir=str(logdir)), root)
+    found: dict[tuple[str, int], Any] = {}
+    for run_file in logdir.glob("run-*/run-*.swanlab"):
+        for r in slog.records(run_file):
+            if r.WhichOneof("record_type") == "media":
+                [item] = r.media.value.items
+                [path] = run_file.parent.glob(f"media/*/{item.filename}")
+                found[(r.media.key, r.media.step)] = (path.read_bytes(), item.caption)
+    for step in (0, 1):
+        data, caption = found[("img", step)]
+        assert np.array_equal(np.asarray(Image.open(io.BytesIO(data))), _pixels(step))
+        assert caption.startswith(f"step {step} · rank 0")
+    assert found[("vid", 1)][0] == blobs[("vid", 1)]
+    if importlib.util.find_spec("soundfile") is None:  # SwanLab cannot read audio: a text
+        text, _ = found[("snd", 0)]
+        assert b"audio `audio/wav` in the tracklake store" in text
+    else:  # SwanLab writes the audio again as WAV
+        assert found[("snd", 0)][0][:4] == b"RIFF"
