@@ -51,6 +51,32 @@ def test_log_histogram_stores_numpys_bins_and_the_statistics_as_metrics(tmp_path
                        "weights/std": row["std"]}
 
 
+def test_counts_already_binned_are_stored_as_given_and_bad_ones_refused_naming_the_key(
+        tmp_path: Path) -> None:
+    """``counts=`` with the edges as `bins` (numpy.histogram's pair, W&B's np_histogram):
+    stored as given, the statistics from the midpoints; a wrong call changes nothing."""
+    with _init(tmp_path) as run:
+        run.log_histogram("g", counts=np.array([1, 3]), bins=[0.0, 1.0, 2.0], step=2)
+        for kwargs, error in (
+                ({"values": [1.0], "counts": [1], "bins": [0.0, 1.0]}, TypeError),
+                ({}, TypeError),
+                ({"counts": [1, 2], "bins": 2}, TypeError),
+                ({"counts": [1, 2], "bins": [0.0, 1.0]}, ValueError),
+                ({"counts": [1.5], "bins": [0.0, 1.0]}, ValueError),
+                ({"counts": [-1], "bins": [0.0, 1.0]}, ValueError),
+                ({"counts": [1], "bins": [1.0, 0.0]}, ValueError)):
+            with pytest.raises(error, match="'bad'"):
+                run.log_histogram("bad", step=9, **kwargs)
+        run.log({"after": 1.0})  # the failed calls did not move the run's step
+    [row] = _histograms(tmp_path)
+    assert (row["key"], row["step"], row["counts"], row["edges"]) == (
+        "g", 2, [1, 3], [0.0, 1.0, 2.0])
+    assert (row["count"], row["min"], row["max"], row["mean"]) == (4, 0.0, 2.0, 1.25)
+    steps = {r["key"]: r["step"] for r in tracklake.query(
+        "SELECT key, step FROM metrics", root=tmp_path).to_pylist()}
+    assert steps["after"] == 3
+
+
 def test_given_edges_nan_and_inf_and_an_all_nan_tensor(tmp_path: Path) -> None:
     with _init(tmp_path) as run:
         run.log_histogram("a", [0.5, 1.5, math.nan, math.inf, 9.0], step=1, bins=[0, 1, 2])

@@ -121,3 +121,29 @@ def histogram(key: str, values: object, bins: object = DEFAULT_BINS) -> Histogra
         mean, std = float(finite.mean()), float(finite.std())
     return Histogram(int(finite.size), nonfinite, float(finite.min()), float(finite.max()),
                      mean, std, [float(e) for e in edges], counts.astype(np.int64))
+
+
+def binned(key: str, counts: object, edges: object) -> Histogram:
+    """A histogram already binned (``numpy.histogram``'s ``(counts, edges)``, W&B's
+    ``np_histogram``): its statistics from the bin midpoints weighted by the counts, its
+    range the outer edges."""
+    checked = check_bins(key, edges)
+    if isinstance(checked, int):
+        raise TypeError(f"histogram {key!r}: with counts, bins must be the bin edges")
+    array = as_array(f"{key}.counts", counts)
+    if len(array) != len(checked) - 1:
+        raise ValueError(f"histogram {key!r}: {len(array)} counts for {len(checked)} edges; "
+                         "give one count fewer than edges")
+    if not (np.all(np.isfinite(array)) and np.all(array >= 0)
+            and np.all(array == np.floor(array))):
+        raise ValueError(f"histogram {key!r}: counts must be whole numbers, not negative")
+    whole = array.astype(np.int64)
+    total = int(whole.sum())
+    edges_list = [float(e) for e in checked]
+    if total == 0:
+        nan = float("nan")
+        return Histogram(0, 0, nan, nan, nan, nan, edges_list, whole)
+    mids = (checked[:-1] + checked[1:]) / 2
+    mean = float(np.average(mids, weights=whole))
+    std = float(np.sqrt(np.average((mids - mean) ** 2, weights=whole)))
+    return Histogram(total, 0, edges_list[0], edges_list[-1], mean, std, edges_list, whole)

@@ -36,7 +36,7 @@ from tracklake._write.coerce import (
     jsonable,
 )
 from tracklake._write.finish import FinishReport, Lifecycle, RunHandle
-from tracklake._write.histogram import DEFAULT_BINS, Histogram, histogram
+from tracklake._write.histogram import DEFAULT_BINS, Histogram, binned, histogram
 from tracklake._write.identity import capture, redact_config
 from tracklake._write.trace import Span
 
@@ -109,20 +109,27 @@ class Run(RunHandle):
         if found:
             self._add_histograms(found, step)
 
-    def log_histogram(self, key: str, values: Any, *, step: int | None = None,
-                      bins: int | Sequence[float] = DEFAULT_BINS) -> None:
+    def log_histogram(self, key: str, values: Any = None, *, step: int | None = None,
+                      bins: int | Sequence[float] = DEFAULT_BINS, counts: Any = None) -> None:
         """Record the histogram of `values` (an array, a tensor on any device, a sequence of
         numbers) under `key` at `step` (default: the current step, 0 before any): its bin
         edges and counts, and its count, min, max, mean and std also as the metrics
-        ``<key>/count`` ... ``<key>/std``. `bins`: how many (at most 512), or the edges."""
+        ``<key>/count`` ... ``<key>/std``. `bins`: how many (at most 512), or the edges.
+
+        Already binned: ``counts=`` with `bins` the edges (one more than counts), as
+        ``numpy.histogram`` returns them; the statistics are then those of the midpoints."""
         if self._state is not Lifecycle.RUNNING:
             self._refuse("log_histogram()")
         check_key(key, "histogram")
-        if step is None:
-            step = max(self._step, 0)
-        else:
-            step = self._step = self._check_step(step)
-        self._add_histograms([(key, histogram(key, values, bins))], step)
+        if (values is None) == (counts is None):
+            raise TypeError(f"log_histogram({key!r}) takes values, or counts with bins as "
+                            "the edges")
+        given = step is not None
+        step = self._check_step(step) if given else max(self._step, 0)
+        made = histogram(key, values, bins) if counts is None else binned(key, counts, bins)
+        if given:
+            self._step = step  # only once the call is known to be valid
+        self._add_histograms([(key, made)], step)
 
     def _add_histograms(self, found: list[tuple[str, Histogram]], step: int) -> None:
         """One record group of histograms, and their statistics as one group of metrics."""

@@ -379,18 +379,29 @@ def test_an_array_of_more_than_32_numbers_is_a_histogram_as_in_w_and_b(root: Pat
     got = {k: v for _, k, v in _metrics(root)}
     assert got["np/count"] == 33 and got["np/max"] == 32 and got["t/count"] == 40
     assert not any(k.startswith("small") for k in got)
+    rows = _q(root, "SELECT key, step, counts, edges FROM histograms ORDER BY key")
+    assert [(r["key"], r["step"], len(r["counts"]), sum(r["counts"])) for r in rows] == [
+        ("np", 1, 32, 33), ("t", 1, 32, 40)]  # W&B's 32 bins
+    assert rows[0]["edges"] == pytest.approx(np.histogram(np.arange(33), bins=32)[1].tolist())
 
 
-def test_a_histogram_becomes_its_summary_metrics(root: Path) -> None:
+def test_a_histogram_is_a_histogram_record_with_its_statistics_as_metrics(root: Path) -> None:
     wandb.init(project="p", root=root)
     wandb.log({"h": wandb.Histogram([1, 2, 3, 4])}, step=1)
     wandb.log({"g": wandb.Histogram(np_histogram=(np.array([1, 3]), np.array([0., 1., 2.])))},
               step=2)
+    wandb.log({"bad": wandb.Histogram(np_histogram=([1.5, 2], [0., 1., 2.])), "x": 1.0},
+              step=3)  # counts that are not whole: skipped, never raised
     wandb.finish()
     got = {(s, k): v for s, k, v in _metrics(root)}
     assert got[(1, "h/count")] == 4 and got[(1, "h/min")] == 1 and got[(1, "h/max")] == 4
     assert got[(1, "h/mean")] == 2.5 and got[(1, "h/std")] == pytest.approx(1.118, 1e-3)
     assert got[(2, "g/count")] == 4 and got[(2, "g/mean")] == pytest.approx(1.25)
+    assert got[(3, "x")] == 1.0 and not any(k.startswith("bad") for _, k in got)
+    rows = _q(root, "SELECT key, step, counts, edges FROM histograms ORDER BY step")
+    assert [(r["key"], r["step"]) for r in rows] == [("h", 1), ("g", 2)]
+    assert sum(rows[0]["counts"]) == 4 and len(rows[0]["counts"]) == 64  # W&B's default
+    assert rows[1]["counts"] == [1, 3] and rows[1]["edges"] == [0.0, 1.0, 2.0]
 
 
 def test_media_that_cannot_be_stored_are_skipped_not_raised(
@@ -404,23 +415,28 @@ def test_media_that_cannot_be_stored_are_skipped_not_raised(
     assert "gone ×1" in capsys.readouterr().err
 
 
-def test_media_become_artifacts_with_their_media_type(root: Path, tmp_path: Path) -> None:
+def test_media_become_media_records_and_video_frames_an_artifact(root: Path,
+                                                                  tmp_path: Path) -> None:
     optional("PIL")
     clip = tmp_path / "clip.mp4"
-    clip.write_bytes(b"\x00\x00\x00 ftypisom")
+    clip.write_bytes(b"\x00\x00\x00\x18ftypisom\x00\x00\x02\x00isomiso2")
     wandb.init(project="p", root=root)
     wandb.log({"img": wandb.Image(np.zeros((4, 4, 3)), caption="black"),
-               "vid": wandb.Video(str(clip)), "snd": wandb.Audio(np.zeros(8), sample_rate=8000),
-               "imgs": [wandb.Image(np.ones((2, 2))), wandb.Image(np.ones((2, 2)))]}, step=4)
+               "vid": wandb.Video(str(clip), fps=4),
+               "snd": wandb.Audio(np.zeros(8), sample_rate=8000),
+               "imgs": [wandb.Image(np.ones((2, 2))), wandb.Image(np.ones((2, 2)))],
+               "frames": wandb.Video(np.zeros((2, 3, 4, 4), dtype=np.uint8))}, step=4)
     wandb.finish()
-    rows = _q(root, "SELECT step, name, media_type, metadata FROM artifacts ORDER BY name")
-    assert [(r["step"], r["name"], r["media_type"]) for r in rows] == [
-        (4, "img_4.png", "image/png"), (4, "imgs_4_0.png", "image/png"),
-        (4, "imgs_4_1.png", "image/png"), (4, "snd_4.npy", "application/x-npy"),
-        (4, "vid_4.mp4", "video/mp4")]
-    meta = json.loads(rows[0]["metadata"])
-    assert meta["caption"] == "black" and meta["wandb_key"] == "img"
-    assert json.loads(rows[3]["metadata"])["sample_rate"] == 8000
+    rows = _q(root, "SELECT step, key, type, media_type, caption, shape, sample_rate "
+                    "FROM media ORDER BY key")
+    assert [(r["step"], r["key"], r["type"], r["media_type"]) for r in rows] == [
+        (4, "img", "image", "image/png"), (4, "imgs", "image", "image/png"),
+        (4, "imgs", "image", "image/png"), (4, "snd", "audio", "audio/wav"),
+        (4, "vid", "video", "video/mp4")]
+    assert rows[0]["caption"] == "black" and rows[0]["shape"] == [4, 4, 3]
+    assert rows[3]["sample_rate"] == 8000
+    [frames] = _q(root, "SELECT step, name, media_type FROM artifacts")
+    assert frames == {"step": 4, "name": "frames_4.npy", "media_type": "application/x-npy"}
 
 
 # -- config and summary ------------------------------------------------------------------

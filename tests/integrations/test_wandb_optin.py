@@ -224,9 +224,9 @@ def test_accelerates_own_wandb_tracker_writes_into_the_store(root: Path) -> None
                                                root=root).to_pylist()] == [0, 1, 2]
     assert tracklake.query("SELECT step, input, output FROM generations",
                            root=root).to_pylist() == [{"step": 2, "input": "q", "output": "a"}]
-    assert tracklake.query("SELECT step, name, media_type FROM artifacts",
+    assert tracklake.query("SELECT step, key, media_type, shape FROM media",
                            root=root).to_pylist() == [
-        {"step": 2, "name": "imgs_2_0.png", "media_type": "image/png"}]
+        {"step": 2, "key": "imgs", "media_type": "image/png", "shape": [4, 4, 3]}]
     configs = tracklake.query("SELECT key FROM configs ORDER BY key", root=root).to_pylist()
     assert configs == [{"key": "lr"}, {"key": "nested/a"}]
 

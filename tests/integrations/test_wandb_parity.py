@@ -85,6 +85,7 @@ def test_the_exported_run_agrees_with_what_wandb_itself_recorded(
     # train/epoch), the export once; and a step metric W&B inserted into rows that lacked
     # it (step_sync) adds no new value
     assert set(_without_histograms(ours, real)) == set(real.points)
+    assert ours.histograms == real.histograms  # counts and range, as W&B binned them
     assert ours.axes == real.axes
     assert ours.tables == real.tables
     assert real.media == ours.media

@@ -82,8 +82,8 @@ class Table:
 
 
 class Histogram:
-    """``wandb.Histogram(sequence, np_histogram, num_bins)``: stored as its summary
-    metrics (`histogram_metrics`) until the store has a histogram record kind."""
+    """``wandb.Histogram(sequence, np_histogram, num_bins)``: stored as a histogram record
+    (`values.log_histogram`)."""
 
     def __init__(self, sequence: Sequence[Any] | None = None,
                  np_histogram: tuple[Any, Any] | None = None, num_bins: int = 64) -> None:

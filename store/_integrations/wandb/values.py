@@ -6,9 +6,10 @@
   ``extra``. Either way ``extra[LAYOUT]`` keeps the columns and their roles, so that the
   W&B exporter logs the table W&B would have shown;
 - `Histogram`, and a NumPy array or torch tensor of more than 32 numbers (which W&B logs
-  as a histogram) → metrics ``key/count``, ``key/min``, ``key/max``, ``key/mean``,
-  ``key/std`` (`histogram_metrics`, until the store has a histogram record kind);
-- `Image`/`Video`/`Audio` → artifacts with their media type (`media_artifact`);
+  as a histogram of 32 bins) → histogram records, with ``key/count``, ``key/min``,
+  ``key/max``, ``key/mean``, ``key/std`` as metrics (`log_histogram`);
+- `Image`/`Audio`/`Video` → media records (`log_media`); a video given as frames, which
+  nothing here can encode, → an artifact of its array;
 - `Html` → texts;
 - anything else W&B accepts (None, lists, small arrays, objects) is skipped and counted per key,
   said once: W&B would have taken it, so training must not fail on it.
@@ -17,12 +18,13 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from tracklake._integrations.tables import column_roles, score_of
-from tracklake._integrations.wandb.data_types import Histogram, Html, Media, Table
+from tracklake._integrations.wandb.data_types import Audio, Histogram, Html, Image, Media, Table
 from tracklake._write.coerce import jsonable, to_float
 from tracklake._write.run import Run, _plain_numbers
 from tracklake._write.skips import Skips
@@ -62,20 +64,38 @@ def frozen(data: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def histogram_metrics(key: str, histogram: Histogram) -> dict[str, float]:
-    """A histogram as the metrics that stand for it until histograms are records."""
-    return {f"{key}/{name}": value for name, value in histogram.summary().items()}
+def log_histogram(run: Run, key: str, histogram: Histogram, step: int) -> None:
+    """A W&B histogram as a histogram record (and its statistics as metrics): of its values
+    in its number of bins, or its ``np_histogram`` counts and edges as given."""
+    if histogram.sequence is not None:
+        run.log_histogram(key, histogram.sequence, step=step, bins=histogram.num_bins)
+    else:
+        run.log_histogram(key, counts=histogram.histogram, bins=histogram.bins, step=step)
 
 
-def media_artifact(run: Run, key: str, media: Media, step: int, index: int | None = None
-                   ) -> None:
-    """An image, video or audio as an artifact named after its key and step."""
-    data, media_type, suffix = media.encoded()
-    name = f"{key}_{step}" + ("" if index is None else f"_{index}") + suffix
-    metadata = {"wandb_key": key, "wandb_type": type(media).__name__,
-                "caption": media.caption, **media.options}
-    run.log_artifact(data, name=name.replace("/", "_"), media_type=media_type,
-                     metadata=jsonable(metadata), step=step)
+def log_media(run: Run, key: str, media: Media, step: int, index: int | None = None) -> None:
+    """An image, audio clip or video as a media record; a video given as frames (which
+    tracklake has no encoder for) as an artifact of its array, named after key and step."""
+    caption = media.caption
+    if isinstance(media, Image):
+        data = media.data
+        if not isinstance(data, (str, os.PathLike, bytes, bytearray)) and not hasattr(
+                data, "save"):
+            data, _, _ = media.encoded()  # an array: PNG as W&B makes it (mode, scaling)
+        run.log_image(key, data, step=step, caption=caption)
+    elif isinstance(media, Audio):
+        run.log_audio(key, media.data, sample_rate=media.options.get("sample_rate"),
+                      step=step, caption=caption)
+    elif isinstance(media.data, (str, os.PathLike, bytes, bytearray)):
+        video = bytes(media.data) if isinstance(media.data, bytearray) else media.data
+        run.log_video(key, video, fps=media.options.get("fps"), step=step, caption=caption)
+    else:
+        data, media_type, suffix = media.encoded()
+        name = f"{key}_{step}" + ("" if index is None else f"_{index}") + suffix
+        metadata = {"wandb_key": key, "wandb_type": type(media).__name__,
+                    "caption": caption, **media.options}
+        run.log_artifact(data, name=name.replace("/", "_"), media_type=media_type,
+                         metadata=jsonable(metadata), step=step)
 
 
 #: W&B logs a NumPy array (or torch tensor) of more values than this as a histogram.
@@ -168,7 +188,7 @@ class RowWriter:
                 if samples:
                     self.run.log_generations(samples, step=step, key=key)
             elif isinstance(value, Histogram):
-                metrics.update(histogram_metrics(key, value))
+                self._histogram(key, value, step)
             elif isinstance(value, Media):
                 self._media(key, value, step)
             elif isinstance(value, Html):
@@ -178,7 +198,7 @@ class RowWriter:
                 for i, media in enumerate(value):
                     self._media(key, media, step, i)
             elif _big_array(value):  # W&B logs it as a histogram of 32 bins
-                metrics.update(histogram_metrics(key, Histogram(value, num_bins=32)))
+                self._histogram(key, Histogram(value, num_bins=32), step)
             else:
                 try:
                     number = to_float(key, value)
@@ -197,9 +217,17 @@ class RowWriter:
         """An image, video or audio, or skipped (counted) if it cannot be encoded: a
         missing file, an array pillow cannot make an image of."""
         try:
-            media_artifact(self.run, key, media, step, index)
+            log_media(self.run, key, media, step, index)
         except (TypeError, ValueError, OSError):
             self.skip(key, media)
+
+    def _histogram(self, key: str, histogram: Histogram, step: int) -> None:
+        """A histogram, or skipped (counted) when the store cannot hold it (more bins than
+        it takes, a range wider than float64)."""
+        try:
+            log_histogram(self.run, key, histogram, step)
+        except (TypeError, ValueError):
+            self.skip(key, histogram)
 
     def report(self) -> str | None:
         return self.skips.report()
