@@ -26,7 +26,7 @@ import contextlib
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -86,23 +86,33 @@ def _tensorboard(data: list[list[np.ndarray]], tmp: Path) -> Measured:
                     "empty end bins dropped by the writer")
 
 
-def _wandb(data: list[list[np.ndarray]], tmp: Path) -> Measured:
+@contextlib.contextmanager
+def _wandb_run(directory: Path) -> Iterator[Any]:
+    """An offline W&B run in `directory` without system stats, metadata, git, code or
+    console capture (files that are not the logged data), finished on leaving."""
     import wandb
 
-    directory = tmp / "wandb"
     directory.mkdir()
     with contextlib.redirect_stdout(sys.stderr):
         run = wandb.init(mode="offline", dir=str(directory), project="tracklake-bench",
                          settings=wandb.Settings(x_disable_stats=True, x_disable_meta=True,
                                                  disable_git=True, disable_code=True,
                                                  console="off"))
+        yield run
+        run.finish()
+
+
+def _wandb(data: list[list[np.ndarray]], tmp: Path) -> Measured:
+    import wandb
+
+    directory = tmp / "wandb"
+    with _wandb_run(directory) as run:
         for step, values in enumerate(data):
             row: dict[str, Any] = {}
             for k, v in enumerate(values):
                 counts, edges = np.histogram(v, bins=64)
                 row[f"layer{k}/weights"] = wandb.Histogram(np_histogram=(counts, edges))
             run.log(row, step=step)
-        run.finish()
     n = len(data) * len(data[0])
     [log] = directory.rglob("*.wandb")
     return Measured("wandb offline", n, log.stat().st_size, _size(directory),
@@ -149,15 +159,9 @@ def _wandb_images(images: list[np.ndarray], tmp: Path) -> Measured:
     import wandb
 
     directory = tmp / "wandb"
-    directory.mkdir()
-    with contextlib.redirect_stdout(sys.stderr):
-        run = wandb.init(mode="offline", dir=str(directory), project="tracklake-bench",
-                         settings=wandb.Settings(x_disable_stats=True, x_disable_meta=True,
-                                                 disable_git=True, disable_code=True,
-                                                 console="off"))
+    with _wandb_run(directory) as run:
         for step, image in enumerate(images):
             run.log({"samples": wandb.Image(image)}, step=step)
-        run.finish()
     [media] = directory.rglob("files/media")
     return Measured("wandb offline", len(images), _size(media), _size(directory),
                     "own = its media/ PNG files")
