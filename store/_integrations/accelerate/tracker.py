@@ -9,8 +9,8 @@ from typing import Any
 from accelerate.state import PartialState
 from accelerate.tracking import GeneralTracker, on_main_process, register_tracker_class
 
-from tracklake._integrations.keys import string_keys
 from tracklake._integrations.tables import generation_samples
+from tracklake._write.coerce import jsonable
 from tracklake._write.run import Run, init
 from tracklake._write.tracking import StoreBackend
 
@@ -61,7 +61,7 @@ class TracklakeTracker(GeneralTracker):
 
     @on_main_process
     def store_init_configuration(self, values: dict[str, Any]) -> None:
-        self._run().run.log_config(string_keys(values))
+        self._run().run.log_config(jsonable(values))
 
     @on_main_process
     def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:

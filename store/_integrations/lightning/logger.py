@@ -9,8 +9,8 @@ from argparse import Namespace
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tracklake._integrations.keys import string_keys
 from tracklake._integrations.lightning.base import Logger, rank_zero_experiment, rank_zero_only
+from tracklake._write.coerce import jsonable
 from tracklake._write.run import Run, init
 from tracklake._write.tracking import StoreBackend
 
@@ -86,7 +86,7 @@ class TracklakeLogger(Logger):
         if not self._writes():
             return
         values = vars(params) if isinstance(params, Namespace) else dict(params)
-        self._open().run.log_config(string_keys(values))
+        self._open().run.log_config(jsonable(values))
 
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         if not self._writes():

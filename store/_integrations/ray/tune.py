@@ -11,8 +11,8 @@ from typing import Any
 
 from ray.tune.logger import LoggerCallback
 
-from tracklake._integrations.keys import string_keys
 from tracklake._integrations.ray.results import split_result
+from tracklake._write.coerce import jsonable
 from tracklake._write.run import init
 from tracklake._write.tracking import StoreBackend
 
@@ -74,7 +74,7 @@ class TracklakeLoggerCallback(LoggerCallback):
             self._log_config(trial.trial_id, result["config"])
         if info and trial.trial_id not in self._info_logged:  # where it ran: once
             self._info_logged.add(trial.trial_id)
-            store.run.log_config({"ray": string_keys(info)})
+            store.run.log_config({"ray": jsonable(info)})
         step = result.get(self._step_key, iteration)
         store.log(metrics, int(step))
 
@@ -100,7 +100,7 @@ class TracklakeLoggerCallback(LoggerCallback):
     def _log_config(self, trial_id: str, config: Mapping[str, Any]) -> None:
         """The trial's config, again only when it changed (PBT mutates it)."""
         values = {k: v for k, v in config.items() if k != "callbacks"}
-        text = json.dumps(string_keys(values), sort_keys=True, default=str)
+        text = json.dumps(jsonable(values), sort_keys=True)
         if self._configs.get(trial_id) != text:
             self._configs[trial_id] = text
-            self._runs[trial_id].run.log_config(string_keys(values))
+            self._runs[trial_id].run.log_config(jsonable(values))
