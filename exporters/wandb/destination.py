@@ -11,7 +11,8 @@ when a run finishes. Session N of a W&B run is the directory ``…-<id>-tracklak
 the state counts committed sessions, and `open_run()` renames the ``.wandb`` file of
 every later one to ``.wandb.uncommitted``, so a crash duplicates nothing in the files.
 With ``--ranks all``, steps above the lowest latest step of the run's ranks wait in the
-state (`_hold`). wandb's error reporting, which connects to W&B's servers even offline,
+state (`_hold`). Keys on a `define_metric` axis of their own get W&B steps of their own
+(`axes`). wandb's error reporting, which connects to W&B's servers even offline,
 is off unless ``error_reporting=True``.
 """
 
@@ -31,7 +32,7 @@ from tracklake import ExportError
 from tracklake.exporters._protocol import Destination, ExportContext, RunInfo
 from tracklake.exporters._shared.attempt_routes import Collecting, Target
 from tracklake.exporters._shared.nest import nest
-from tracklake.exporters.wandb import rows
+from tracklake.exporters.wandb import axes, rows
 from tracklake.exporters.wandb.artifacts import build as build_artifacts
 from tracklake.exporters.wandb.media import MediaFiles
 from tracklake.exporters.wandb.session import Sessions
@@ -128,23 +129,29 @@ class WandbDestination(Destination):
         if add is None or not records.num_rows:
             return
         self._collecting.add(run.key, records, add)
-        if kind == "metrics" and self._ranks == "all":  # for `_hold` alone
-            reach = self._states[run.key].reach
-            for rank, step in zip(records.column("rank").to_pylist(),
-                                  records.column("step").to_pylist(), strict=True):
-                if rank is not None and step is not None:
-                    reach[str(rank)] = max(reach.get(str(rank), step), step)
 
     def commit(self, run: RunInfo) -> Mapping[str, Any]:
         pending = self._collecting.pending(run.key)
         current = self._states[run.key]
+        new_rules = [rule for collected in pending.values() for rule in collected.metric_rules]
+        if not axes.merge_rules(current.rules, new_rules):
+            logger.warning("run %s: more than %d define_metric names; the later ones are "
+                           "left out of the W&B run", run.key, axes.MAX_RULES)
+        rules = axes.AxisRules(current.rules, prefixed=self._ranks == "all")
+        for collected in pending.values():
+            rows.extract_axes(collected, rules)
         self._hold(run, current, pending)
         for collected in pending.values():
             if collected.identity and not current.identity:
                 current.identity = dict(collected.identity)
+        committed = set()
         for target, collected in current.split(pending, rows.WandbPending):
-            if not collected.empty():
-                self._commit_target(run, current, target, collected)
+            committed.add(target.id)
+            self._commit_target(run, current, target, collected)
+        if run.key in self._ending:  # what waits in targets this commit did not reach
+            for target in current.targets:
+                if target.id not in committed and current.waiting.get(target.id):
+                    self._commit_target(run, current, target, rows.WandbPending())
         self._collecting.committed(run.key)
         return current.dump()
 
@@ -179,9 +186,15 @@ class WandbDestination(Destination):
               pending: dict[int | None, rows.WandbPending]) -> None:
         """With ``--ranks all``, a rank that lags (or is read after another, in a run
         exported in several commits) would log steps W&B already passed: metric steps above
-        the watermark (the lowest latest step of the run's ranks) wait in the state;
-        earlier held steps join this commit. All go in the last commit of an ended run
-        (`ending`)."""
+        the watermark (the lowest latest step of W&B's own axis of the run's ranks) wait in
+        the state; earlier held steps join this commit. All go in the last commit of an
+        ended run (`ending`)."""
+        if self._ranks == "all":  # keys are rank{r}/...
+            for collected in pending.values():
+                for step, values in collected.metrics.items():
+                    for rank in {_rank_of(key) for key in values}:
+                        current.reach[rank] = max(current.reach.get(rank, step), step)
+                current.seen.update(_rank_of(axis) for axis, _ in collected.axis_rows)
         for name, steps in current.held.items():
             attempt = None if name == "-" else int(name)
             held = rows.WandbPending(metrics={int(s): dict(v) for s, v in steps.items()})
@@ -190,7 +203,9 @@ class WandbDestination(Destination):
         current.held = {}
         if self._ranks != "all" or run.key in self._ending or len(run.ranks) < 2:
             return
-        mark = min(current.reach.get(str(r), -1) for r in run.ranks)
+        # a rank seen only on axes of its own (slime's secondary process) holds nothing back
+        mark = min((current.reach.get(str(r), -1) for r in run.ranks
+                    if str(r) in current.reach or str(r) not in current.seen), default=-1)
         for attempt, collected in pending.items():
             above = {s: collected.metrics.pop(s) for s in list(collected.metrics) if s > mark}
             if above:
@@ -199,6 +214,13 @@ class WandbDestination(Destination):
 
     def _commit_target(self, run: RunInfo, current: WandbState, target: Target,
                        pending: rows.WandbPending) -> None:
+        waiting = current.waiting.pop(target.id, {})
+        if waiting:  # earlier rows first: what this commit brings at the same place wins
+            earlier = rows.WandbPending(axis_rows=waiting)
+            earlier.merge(pending)
+            pending = earlier
+        if pending.empty():
+            return
         with tempfile.TemporaryDirectory(prefix="tracklake-wandb-media-") as tmp:
             media = None if self._context is None else MediaFiles(
                 self._context.root, Path(tmp), f"run {run.key}")
@@ -206,8 +228,19 @@ class WandbDestination(Destination):
 
     def _commit_rows(self, run: RunInfo, current: WandbState, target: Target,
                      pending: rows.WandbPending, media: MediaFiles | None) -> None:
+        own = rows.own_steps(pending, target.last_step)
+        tops = [t for t in (current.tops.get(target.id), max(own, default=None)) if t is not None]
+        placed, waiting = axes.place(pending.axis_rows, own, target.last_step,
+                                     max(tops) if tops else None, final=run.key in self._ending)
+        if waiting:
+            current.waiting[target.id] = waiting
         history, dropped_steps, dropped_records = rows.rows_by_step(pending, target.last_step,
-                                                                    media)
+                                                                    media, placed)
+        if tops:
+            current.tops[target.id] = max(tops)
+        if not history and not (pending.config or pending.metric_rules or pending.summary
+                                or pending.artifacts or dropped_steps):
+            return  # all of it waits: no session
         if dropped_steps:
             logger.warning("run %s: %d steps (%d metric values) at or before step %s, the "
                            "last one W&B run %s holds, were dropped (W&B takes only "
@@ -215,11 +248,12 @@ class WandbDestination(Destination):
                            target.last_step, target.id)
         total = current.dropped_steps + dropped_steps
         artifacts, missing = self._artifacts(run, pending)
+        rules = axes.sent_rules(current.rules, run.ranks if self._ranks == "all" else None)
 
         def send(wb: Any) -> None:
             if pending.config:
                 wb.config.update(nest(pending.config), allow_val_change=True)
-            for rule in pending.metric_rules:  # before the rows, so that they use the axes
+            for rule in rules:  # before the rows, so that they use the axes
                 wb.define_metric(**rule)
             for step, row in history:
                 wb.log(row, step=step)
@@ -260,3 +294,7 @@ class WandbDestination(Destination):
 
     # -- sessions ----------------------------------------------------------------------
 
+
+def _rank_of(key: str) -> str:
+    """The rank of a key of ``--ranks all`` (``rank{r}/...``)."""
+    return key.split("/", 1)[0][len("rank"):]

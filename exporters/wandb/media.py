@@ -22,11 +22,11 @@ MEDIA_TYPE_TAG = "tracklake-media"
 _FIELDS = ("type", "media_type", "digest", "size", "caption", "sample_rate", "fps", "step")
 
 
-def media_values(records: pa.Table) -> list[tuple[int, str, dict[str, Any]]]:
-    """(step, key, JSON form) of each media record."""
+def media_values(records: pa.Table) -> list[tuple[int, str | None, dict[str, Any]]]:
+    """(step, key, JSON form) of each media record, in the records' order."""
     return [(row["step"] or 0, row["key"], {"_type": MEDIA_TYPE_TAG,
                                             **{k: row[k] for k in _FIELDS}})
-            for row in records.to_pylist() if row["key"] is not None]
+            for row in records.to_pylist()]
 
 
 class MediaFiles:

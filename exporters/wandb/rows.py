@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import math
 from collections.abc import Callable, Iterable
@@ -15,6 +16,7 @@ import wandb
 
 from tracklake.exporters._shared import verl
 from tracklake.exporters._shared.keys import distinct_name
+from tracklake.exporters.wandb.axes import TABLE_TYPE_TAG, AxisRow, AxisRules, valid_rule
 from tracklake.exporters.wandb.media import MEDIA_TYPE_TAG, media_values
 
 GENERATION_COLUMNS = ["step", "sample", "input", "output", "score", "extra", "rank", "attempt"]
@@ -34,13 +36,12 @@ INIT_EVENT = "wandb.init"
 #: What of a `wandb.init` event the W&B run takes (its other fields are only recorded).
 IDENTITY = ("group", "job_type", "notes")
 TABLE_LAYOUT = "_wandb_table"
-#: `define_metric` options wandb 0.31 takes (``goal`` is recorded, W&B no longer has it).
-METRIC_OPTIONS = ("step_metric", "step_sync", "hidden", "summary")
 
 #: A history value: a metric, or a histogram as W&B's JSON form of it (``{"_type":
 #: "histogram", "values": counts, "bins": edges}``), which the state can hold as it is.
 Value = float | dict[str, Any]
 
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
 #: Longest table key kept as it is: W&B names an artifact `run-<run id>-<key>` (at most
 #: 128 characters, the run id is 18) and a file after it.
 MAX_TABLE_KEY = 100
@@ -51,8 +52,12 @@ class WandbPending:
     """What `write()` received since the last commit, grouped per step and key."""
 
     metrics: dict[int, dict[str, Value]] = field(default_factory=dict)
+    times: dict[int, dict[str, int]] = field(default_factory=dict)  # µs, of each metric
+    #: values of keys on an axis of their own, per (axis, axis value) (`axes.extract`)
+    axis_rows: dict[tuple[str, int], AxisRow] = field(default_factory=dict)
     tables: dict[tuple[int, str], list[list[Any]]] = field(default_factory=dict)
     columns: dict[str, list[str]] = field(default_factory=dict)
+    table_times: dict[tuple[int, str], int] = field(default_factory=dict)  # µs, the first
     config: dict[str, Any] = field(default_factory=dict)  # flattened key -> value
     alerts: list[dict[str, Any]] = field(default_factory=list)
     artifacts: list[dict[str, Any]] = field(default_factory=list)  # records, for their files
@@ -61,15 +66,23 @@ class WandbPending:
     identity: dict[str, str] = field(default_factory=dict)  # group, job type, notes given
 
     def empty(self) -> bool:
-        return not (self.metrics or self.tables or self.config or self.artifacts
+        return not (self.metrics or self.axis_rows or self.tables or self.config or self.artifacts
                     or self.metric_rules or self.summary)
 
     def merge(self, later: WandbPending) -> None:
         """Add what `later` collected; its metric values win at the same step and key."""
         for step, values in later.metrics.items():
             self.metrics.setdefault(step, {}).update(values)
+        for step, times in later.times.items():
+            self.times.setdefault(step, {}).update(times)
+        for place, row in later.axis_rows.items():
+            into = self.axis_rows.setdefault(place, AxisRow(None, {}))
+            for key, value in row.values.items():
+                into.add(key, value, row.time)
         for at, cells in later.tables.items():
             self.tables.setdefault(at, []).extend(cells)
+        for at, time in later.table_times.items():
+            self.table_times[at] = min(time, self.table_times.get(at, time))
         for key, columns in later.columns.items():
             self._widen(key, columns)
         self.config.update(later.config)
@@ -79,15 +92,25 @@ class WandbPending:
         self.summary.update(later.summary)
         self.identity = {**later.identity, **self.identity}  # the first init's wins
 
+    def add_value(self, step: int, key: str, value: Value, time: int | None) -> None:
+        self.metrics.setdefault(step, {})[key] = value
+        if time is not None:
+            self.times.setdefault(step, {})[key] = time
+
     def _widen(self, key: str, columns: list[str]) -> None:
         """Keep the widest column list of a key (verl's wide rows grow with the samples)."""
         if len(columns) >= len(self.columns.get(key, ())):
             self.columns[key] = columns
 
-    def add_row(self, key: str, columns: list[str], step: int | None, row: list[Any]) -> None:
+    def add_row(self, key: str, columns: list[str], step: int | None, row: list[Any],
+                time: datetime.datetime | None = None) -> None:
         key = table_key(key)
         self._widen(key, columns)
-        self.tables.setdefault((_step(step), key), []).append(row)
+        at = (_step(step), key)
+        self.tables.setdefault(at, []).append(row)
+        if time is not None:
+            micros = _micros(time)
+            self.table_times[at] = min(micros, self.table_times.get(at, micros))
 
     def add_rows(self, key: str, columns: list[str], rows: Iterable[dict[str, Any]]) -> None:
         key = table_key(key)
@@ -109,6 +132,10 @@ def _clean_path(key: str) -> str:
     return "/".join("_" * len(p) if p in (".", "..") else p for p in parts) or "_"
 
 
+def _micros(time: datetime.datetime) -> int:
+    return (time - _EPOCH) // datetime.timedelta(microseconds=1)
+
+
 def _step(step: int | None) -> int:
     return 0 if step is None else int(step)
 
@@ -119,33 +146,44 @@ def _column(table: pa.Table, name: str) -> list[Any]:
     return [None] * table.num_rows
 
 
+def _times(records: pa.Table) -> list[int | None]:
+    """Each record's time in µs since the epoch."""
+    if "time" not in records.column_names:
+        return [None] * records.num_rows
+    times: list[int | None] = records.column("time").cast(pa.int64()).to_pylist()
+    return times
+
+
 def add_metrics(pending: WandbPending, records: pa.Table) -> None:
-    for step, key, value in zip(_column(records, "step"), _column(records, "key"),
-                                _column(records, "value"), strict=True):
+    for step, key, value, time in zip(_column(records, "step"), _column(records, "key"),
+                                      _column(records, "value"), _times(records), strict=True):
         if value is not None and key is not None:
-            pending.metrics.setdefault(_step(step), {})[key] = float(value)
+            pending.add_value(_step(step), key, float(value), time)
 
 
 def add_histograms(pending: WandbPending, records: pa.Table) -> None:
     """Histograms with bins join their step's row (a record of only NaN/inf values has
     none: its statistics went as metrics)."""
-    for step, key, edges, counts in zip(_column(records, "step"), _column(records, "key"),
-                                        _column(records, "edges"), _column(records, "counts"),
-                                        strict=True):
+    for step, key, edges, counts, time in zip(
+            _column(records, "step"), _column(records, "key"), _column(records, "edges"),
+            _column(records, "counts"), _times(records), strict=True):
         if edges and key is not None:
-            pending.metrics.setdefault(_step(step), {})[key] = {
-                "_type": "histogram", "values": counts, "bins": edges}
+            pending.add_value(_step(step), key,
+                              {"_type": "histogram", "values": counts, "bins": edges}, time)
 
 
 def add_media(pending: WandbPending, records: pa.Table) -> None:
     """Media join their step's row (the last of a key and step wins)."""
-    for step, key, value in media_values(records):
-        pending.metrics.setdefault(step, {})[key] = value
+    for (step, key, value), time in zip(media_values(records), _times(records), strict=True):
+        if key is not None:
+            pending.add_value(step, key, value, time)
 
 
 def _history_value(value: Value, media: Callable[[dict[str, Any]], Any] | None) -> Any:
     if isinstance(value, dict) and value.get("_type") == MEDIA_TYPE_TAG:
         return None if media is None else media(value)
+    if isinstance(value, dict) and value.get("_type") == TABLE_TYPE_TAG:
+        return _table(value["columns"], value["data"])
     if isinstance(value, dict):
         return wandb.Histogram(np_histogram=(value["values"], value["bins"]))
     return value
@@ -182,7 +220,7 @@ def _add_wandb_table_row(pending: WandbPending, key: str, row: dict[str, Any],
     roles = {layout.get(role): role for role in ("input", "output", "score")
              if layout.get(role) is not None}
     cells = [row.get(roles[c]) if c in roles else extra.get(c) for c in columns]
-    pending.add_row(key, columns, row.get("step"), cells)
+    pending.add_row(key, columns, row.get("step"), cells, row.get("time"))
 
 
 def _add_verl_rows(pending: WandbPending, rows: list[dict[str, Any]]) -> None:
@@ -212,9 +250,10 @@ def add_events(pending: WandbPending, records: pa.Table) -> None:
                                     if isinstance(value.get(k), str) and value[k]}
         elif row["kind"] == SUMMARY_EVENT:
             pending.summary.update(value)
-        elif row.get("title"):
-            pending.metric_rules.append(
-                {"name": row["title"]} | {k: value[k] for k in METRIC_OPTIONS if k in value})
+        else:
+            rule = valid_rule({**value, "name": row.get("title")})
+            if rule is not None:
+                pending.metric_rules.append(rule)
 
 
 def add_alerts(pending: WandbPending, records: pa.Table) -> None:
@@ -264,13 +303,51 @@ def _cell(value: Any) -> Any:
     return str(value)
 
 
+def extract_axes(pending: WandbPending, rules: AxisRules) -> None:
+    """Move the values and tables of keys on an axis of their own from `pending.metrics`
+    and `pending.tables` into `pending.axis_rows` (`axes`), each row with its axis value
+    (W&B's step_sync)."""
+    if not rules:
+        return
+    found = pending.axis_rows
+    for step in list(pending.metrics):
+        values = pending.metrics[step]
+        times = pending.times.get(step, {})
+        for key in list(values):
+            axis = rules.axis_at(key, step, values, found)
+            if axis is not None:
+                found.setdefault((axis, step), AxisRow(None, {})).add(
+                    key, values.pop(key), times.pop(key, None))
+        if not values:
+            del pending.metrics[step]
+            pending.times.pop(step, None)
+    for step, key in list(pending.tables):
+        axis = rules.axis_at(key, step, {}, found)
+        if axis is not None:
+            cells = pending.tables.pop((step, key))
+            table = {"_type": TABLE_TYPE_TAG, "columns": pending.columns[key],
+                     "data": [[_cell(c) for c in row] for row in cells]}
+            found.setdefault((axis, step), AxisRow(None, {})).add(
+                key, table, pending.table_times.pop((step, key), None))
+    for (axis, step), row in found.items():
+        row.values.setdefault(axis, float(step))
+
+
+def own_steps(pending: WandbPending, last_step: int | None) -> dict[int, int | None]:
+    """The steps of W&B's own axis `rows_by_step` logs, with the earliest time of each."""
+    return {step: min(pending.times.get(step, {}).values(), default=None)
+            for step in pending.metrics if last_step is None or step > last_step}
+
+
 def rows_by_step(pending: WandbPending, last_step: int | None,
-                 media: Callable[[dict[str, Any]], Any] | None = None
+                 media: Callable[[dict[str, Any]], Any] | None = None,
+                 placed: dict[int, dict[str, Value]] | None = None
                  ) -> tuple[list[tuple[int, dict[str, Any]]], int, int]:
     """History rows in increasing step order, with the metric steps and records dropped
     because W&B already holds a row at or after their step (see the module docs of
     `tracklake.exporters.wandb.destination`). Tables of such steps go to the latest row instead.
-    `media` makes the W&B object of a media value (None leaves it out)."""
+    `media` makes the W&B object of a media value (None leaves it out); `placed` are the
+    axis rows (`axes.place`), at W&B steps above `last_step`."""
     rows: dict[int, dict[str, Any]] = {}
     dropped_steps = dropped_records = 0
     for step, values in pending.metrics.items():
@@ -280,14 +357,20 @@ def rows_by_step(pending: WandbPending, last_step: int | None,
             continue
         made = {k: _history_value(v, media) for k, v in values.items()}
         rows.setdefault(step, {}).update({k: v for k, v in made.items() if v is not None})
+    for step, values in (placed or {}).items():
+        made = {k: _history_value(v, media) for k, v in values.items()}
+        rows.setdefault(step, {}).update({k: v for k, v in made.items() if v is not None})
     tables: dict[tuple[int, str], list[list[Any]]] = {}
     for (step, key), cells in sorted(pending.tables.items()):
         at = step if last_step is None or step > last_step else last_step
         tables.setdefault((at, key), []).extend(cells)
     for (at, key), cells in tables.items():
-        columns: list[str | int] = list(pending.columns[key])
-        table = wandb.Table(columns=columns,  # (rows narrower than the widest are padded)
-                            data=[[_cell(c) for c in row] + [None] * (len(columns) - len(row))
-                                  for row in cells])
-        rows.setdefault(at, {})[key] = table
+        rows.setdefault(at, {})[key] = _table(pending.columns[key], cells)
     return sorted(rows.items()), dropped_steps, dropped_records
+
+
+def _table(columns: list[str], cells: list[list[Any]]) -> Any:
+    """A `wandb.Table` (rows narrower than the widest are padded)."""
+    return wandb.Table(columns=list(columns),
+                       data=[[_cell(c) for c in row] + [None] * (len(columns) - len(row))
+                             for row in cells])

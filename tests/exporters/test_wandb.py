@@ -177,6 +177,52 @@ def test_a_state_this_exporter_did_not_write_is_refused(dest: WandbDestination) 
     assert not err.value.retryable
 
 
+@pytest.mark.parametrize("state", [
+    {"rules": [{"name": "a*b", "step_metric": "s"}]},  # a glob W&B refuses
+    {"rules": [{"name": "x", "step_metric": 3}]},
+    {"rules": [{"name": f"k{i}"} for i in range(10_001)]},  # more than MAX_RULES
+    {"waiting": {"tlr1": [["eval/step", "3", None, {}]]}},
+    {"waiting": {"tlr1": [["eval/step", 3, None]]}},
+    {"tops": {"tlr1": "9"}},
+    {"seen": [["0"]]},
+])
+def test_a_crafted_axis_state_is_refused(dest: WandbDestination, state: dict[str, Any]
+                                         ) -> None:
+    from tracklake import ExportError
+    base = {"id": wandb_run_id(_info()), "targets": [], "attempts": {}}
+    with pytest.raises(ExportError, match="not one this exporter wrote"):
+        dest.open_run(_info(), {**base, **state})
+
+
+def test_axis_rows_take_steps_above_the_run_and_wait_above_its_own_axis() -> None:
+    """`place`: an axis row goes at the latest own step written before it, above the
+    last step and its axis' previous row; above the own axis' top it waits (while live),
+    and so do the later rows of its axis; the last session places everything."""
+    from tracklake.exporters.wandb.axes import AxisRow, place
+    rows = {("e", 0): AxisRow(15, {"e": 0.0}), ("e", 1): AxisRow(16, {"e": 1.0}),
+            ("c", 9000): AxisRow(25, {"c": 9000.0}), ("e", 2): AxisRow(40, {"e": 2.0}),
+            ("c", 10000): AxisRow(None, {"c": 10000.0})}
+    own = {11: 10, 12: 20, 13: 30}
+    placed, waiting = place(rows, own, last_step=10, top=13, final=False)
+    assert placed == {11: {"c": 10000.0, "e": 0.0}, 12: {"e": 1.0, "c": 9000.0},
+                      13: {"e": 2.0}}
+    assert waiting == {}
+    placed, waiting = place(rows, {11: 10}, last_step=10, top=11, final=False)
+    assert placed == {11: {"c": 10000.0, "e": 0.0}} and set(waiting) == {
+        ("e", 1), ("e", 2), ("c", 9000)}
+    placed, waiting = place(rows, {}, last_step=None, top=None, final=False)
+    assert not waiting and sorted(placed) == [0, 1, 2]
+
+
+def test_a_crafted_define_metric_event_is_left_out() -> None:
+    from tracklake.exporters.wandb.axes import valid_rule
+    assert valid_rule({"name": "eval/*", "step_metric": "eval/step", "goal": "x"}) == {
+        "name": "eval/*", "step_metric": "eval/step"}
+    for bad in ({"name": ""}, {"name": "a*b*"}, {"name": 3}, [], {"name": "a", "hidden": 1},
+                {"name": "a", "step_metric": ""}, {"name": "a", "summary": ["min"]}):
+        assert valid_rule(bad) is None
+
+
 # -- resumed attempts ---------------------------------------------------------------------
 
 

@@ -217,6 +217,33 @@ def slime_secondary(wandb: ModuleType, run_id: str) -> None:
     wandb.finish()
 
 
+def axes_live(wandb: ModuleType, between: Any = None) -> None:
+    """Keys on W&B's own step beside three axes of their own: one behind it (eval), one far
+    ahead of it (seconds), one whose keys come in rows without their axis (step_sync), a
+    histogram and a table on an axis. `between` is called now and then while the run is
+    live (an export, for `tracklake.wandb`)."""
+    wandb.init(project="axes", name="live", config={"lr": 0.5})
+    wandb.define_metric("eval/step")
+    wandb.define_metric("eval/*", step_metric="eval/step")
+    wandb.define_metric("clock/*", step_metric="clock/sec")
+    wandb.define_metric("rollout/*", step_metric="rollout/step")
+    for step in range(40):
+        wandb.log({"loss": 1.0 / (step + 1), "lr": 0.5 - step / 100})
+        if step % 6 == 5:
+            wandb.log({"eval/acc": step / 40, "eval/step": step // 6,
+                       "eval/hist": wandb.Histogram(np.arange(step + 2.0))})
+        if step % 4 == 0:
+            wandb.log({"clock/sec": 1000 * (step + 1), "clock/tokens_per_sec": 10.0 + step})
+            wandb.log({"rollout/step": step // 4, "rollout/reward": step / 7})
+            wandb.log({"rollout/length": 100.0 + step})  # at rollout/step's last value
+        if step % 13 == 12:
+            table = wandb.Table(columns=["prompt", "response"], data=[[f"q{step}", f"a{step}"]])
+            wandb.log({"eval/samples": table, "eval/step": step // 6})
+        if between is not None and step % 9 == 8:
+            between()
+    wandb.finish()
+
+
 def _slime_axes(wandb: ModuleType) -> None:
     wandb.define_metric("train/step")
     wandb.define_metric("train/*", step_metric="train/step")
@@ -225,4 +252,4 @@ def _slime_axes(wandb: ModuleType) -> None:
 
 
 CALLSITES = {f.__name__: f for f in (slime, transformers_trainer, nemo_rl, openrlhf,
-                                     trl_completions, verl_tracking, edge_cases)}
+                                     trl_completions, verl_tracking, edge_cases, axes_live)}

@@ -37,7 +37,10 @@ NOT_EMPTY = {
     "trl_completions": ["axes", "tables"],
     "verl_tracking": ["tables", "config"],
     "edge_cases": ["histograms"],
+    "axes_live": ["axes", "tables", "histograms", "config"],
 }
+#: the call sites with keys on axes of their own
+WITH_AXES = sorted(name for name, parts in NOT_EMPTY.items() if "axes" in parts)
 
 
 @pytest.fixture(autouse=True)
@@ -60,17 +63,34 @@ def _real(name: str, tmp_path: Path) -> wruns.WandbView:
     return wruns.read(wruns.offline_files(out / "wandb"))
 
 
-def _ours(name: str, tmp_path: Path, root: Path, monkeypatch: pytest.MonkeyPatch
-          ) -> wruns.WandbView:
+def _ours(name: str, tmp_path: Path, root: Path, monkeypatch: pytest.MonkeyPatch,
+          batch_rows: int | None = None) -> wruns.WandbView:
     with monkeypatch.context() as m:
         m.setenv("TRACKLAKE_ROOT", str(root))
         CALLSITES[name](tlwandb)
     assert tlwandb.run is None
-    out = tmp_path / "exported"
+    return _export(root, tmp_path / f"exported-{batch_rows}", batch_rows)
+
+
+def _export(root: Path, out: Path, batch_rows: int | None = None, ranks: str = "0"
+            ) -> wruns.WandbView:
+    """Export every run of `root` to `out` (again: from where the last export there
+    ended), `batch_rows` records a commit, each commit a W&B session."""
+    options = ExportOptions(state_dir=out / "state", ranks=ranks,
+                            **({} if batch_rows is None else {"batch_rows": batch_rows}))
     summary = export(WandbDestination(dir=str(out)), root=root,
-                     selection=Selection(all_runs=True))
+                     selection=Selection(all_runs=True), options=options, log=lambda _: None)
     assert not summary.failed, summary
     return wruns.read(wruns.offline_files(out / "wandb"))
+
+
+def _agree(ours: wruns.WandbView, real: wruns.WandbView) -> None:
+    """What `test_the_exported_run_agrees_with_what_wandb_itself_recorded` compares."""
+    assert set(_without_histograms(ours, real)) == set(real.points)
+    assert ours.histograms == real.histograms
+    assert ours.axes == real.axes
+    assert ours.tables == real.tables
+    assert ours.config == real.config
 
 
 @pytest.mark.parametrize("name", sorted(CALLSITES))
@@ -94,6 +114,59 @@ def test_the_exported_run_agrees_with_what_wandb_itself_recorded(
     # the group, job type and notes the code gave (without one, the export's group is the
     # tracklake run id)
     assert {k: ours.identity.get(k) for k in real.identity} == real.identity
+
+
+@pytest.mark.parametrize("name", WITH_AXES)
+def test_values_on_several_axes_all_arrive_whatever_the_batch_size(
+        name: str, tmp_path: Path, root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Exported a few records a commit, each commit a W&B session: the keys of an axis
+    that runs behind W&B's step (or ahead of it) arrive in later sessions all the same
+    (before: W&B's increasing steps dropped them, counted in tracklake/dropped_steps)."""
+    real = _real(name, tmp_path)
+    with monkeypatch.context() as m:
+        m.setenv("TRACKLAKE_ROOT", str(root))
+        CALLSITES[name](tlwandb)
+    for batch_rows in (3, 17):
+        ours = _export(root, tmp_path / f"exported-{batch_rows}", batch_rows)
+        _agree(ours, real)
+
+
+def test_a_run_exported_while_it_is_written_agrees_with_wandb(
+        tmp_path: Path, root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An export now and then while the run is live (as ``--follow`` commits), and once
+    it has finished: every value arrives at its x value, none twice, and the W&B step of
+    W&B's own axis is the step the run logged it at."""
+    real = _real("axes_live", tmp_path)
+    out = tmp_path / "exported"
+    live: list[int] = []
+
+    def between() -> None:
+        tlwandb.run.store_run.flush()  # what a follower sees after the writer's flush
+        live.append(len(wruns.offline_files(out / "wandb")) if out.exists() else 0)
+        _export(root, out, batch_rows=5)
+
+    with monkeypatch.context() as m:
+        m.setenv("TRACKLAKE_ROOT", str(root))
+        CALLSITES["axes_live"](tlwandb, between)
+    ours = _export(root, out, batch_rows=5)
+    assert len(live) == 4 and live[-1] > live[0]  # sessions were written while it ran
+    _agree(ours, real)
+    # nothing twice (a step metric's own value is in every row W&B synced it into)
+    assert Counter(p for p in _without_histograms(ours, real).elements() if p[1] != "axis"
+                   ) == Counter(p for p in real.points.elements() if p[1] != "axis")
+    states = [json.loads(p.read_text()) for p in (out / "state").rglob("*.json")]
+    runs = [v for state in states for v in _values(state) if isinstance(v, dict)
+            and "dropped_steps" in v]
+    assert runs and all(v["dropped_steps"] == 0 and not v.get("waiting") for v in runs)
+
+
+def _values(node: object) -> list[object]:
+    """Every dict within a JSON value (the export state nests each run's)."""
+    if isinstance(node, dict):
+        return [node, *(v for value in node.values() for v in _values(value))]
+    if isinstance(node, list):
+        return [v for value in node for v in _values(value)]
+    return []
 
 
 def _without_histograms(ours: wruns.WandbView, real: wruns.WandbView
@@ -152,3 +225,13 @@ def test_the_processes_of_slimes_shared_mode_are_ranks_of_one_run_that_agree_wit
         got = wruns.read(wruns.offline_files(out / "wandb"))
         assert want.points and set(got.points) == set(want.points), process
         assert got.axes == want.axes and got.config == want.config, process
+    # every rank under its rank{r}/ prefix, a few records a session: each rank's keys on
+    # its own prefixed axes, as each process's W&B run has them
+    both = _export(root, tmp_path / "exported-all", batch_rows=4, ranks="all")
+    for rank, process in zip(ranks, ("primary", "secondary"), strict=True):
+        want = wruns.read(wruns.offline_files(real / process / "wandb"))
+        prefix = f"rank{rank}/"
+        assert {(key[len(prefix):], x, v) for key, x, v in both.points
+                if key.startswith(prefix)} == set(want.points), process
+        assert {k[len(prefix):]: v[len(prefix):] for k, v in both.axes.items()
+                if k.startswith(prefix)} == want.axes, process
