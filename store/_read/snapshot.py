@@ -46,7 +46,7 @@ from tracklake._read.scope import EVERYTHING, Scope
 _RELISTS = 5
 #: Kinds whose records have a step, hidden from the default views once a later attempt
 #: logged that step again.
-STEP_KINDS = frozenset({"metrics", "texts", "generations", "histograms"})
+STEP_KINDS = frozenset({"metrics", "texts", "generations", "histograms", "media"})
 
 _SUMMARY_SCHEMA = pa.schema(
     [("project", pa.string()), ("run", pa.string()), ("rank", pa.int32()),

@@ -144,3 +144,35 @@ def test_swanlab_gets_images_and_gif_video_as_media(
         assert b"audio `audio/wav` in the tracklake store" in text
     else:  # SwanLab writes the audio again as WAV
         assert found[("snd", 0)][0][:4] == b"RIFF"
+
+
+def test_a_resumed_attempts_images_replace_the_earlier_ones_in_the_views_and_exports(
+        tmp_path: Path) -> None:
+    """Attempt 1 logs an image at steps 0-4, attempt 2 resumes at step 3: the `media` view
+    and TensorBoard show attempt 1's images of steps 0-2 and attempt 2's of steps 3-5,
+    once each; `media_all` keeps all eight."""
+    optional("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from tracklake.exporters.tensorboard.destination import TensorBoardDestination
+
+    root = tmp_path / "store"
+    stored: dict[int, bytes] = {}
+    for attempt, steps in ((1, range(5)), (2, range(3, 6))):
+        with tracklake.init(project=PROJECT, run_id="r1", root=root, capture_identity=False,
+                            system_metrics=False, compact=False) as run:
+            for step in steps:
+                run.log({"loss": attempt * 10.0 + step}, step=step)
+                digest = run.log_image("img", _pixels(attempt * 10 + step), step=step)
+                stored[step] = blob_path(root, digest).read_bytes()  # type: ignore[arg-type]
+    shown = tracklake.query("SELECT step, attempt FROM media ORDER BY step", root=root)
+    assert shown.to_pylist() == [{"step": s, "attempt": 1 if s < 3 else 2} for s in range(6)]
+    assert tracklake.query("SELECT count(*) AS n FROM media_all", root=root
+                           ).column("n")[0].as_py() == 8
+    logdir = tmp_path / "tb"
+    _export(TensorBoardDestination(logdir=logdir), root)
+    [events] = [p.parent for p in logdir.rglob("events.out.tfevents.*")]
+    acc = EventAccumulator(str(events), size_guidance={"images": 0})
+    acc.Reload()
+    assert [(e.step, e.encoded_image_string) for e in acc.Images("img")] == sorted(
+        stored.items())
