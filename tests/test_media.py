@@ -244,3 +244,34 @@ def test_media_file_gives_a_blob_only_of_the_declared_size(tmp_path: Path) -> No
     assert tracklake.read.media_file(tmp_path, digest, size) == blob_path(tmp_path, digest)
     assert tracklake.read.media_file(tmp_path, digest, size + 1) is None
     assert tracklake.read.media_file(tmp_path, digest, size, limit=size - 1) is None
+
+
+def test_the_run_limit_counts_every_rank_and_attempt_of_the_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rank 0 and rank 1 (live at once) and a resumed attempt of rank 0 share one budget:
+    each handle reads what the others stored (as of its last read) before it stores."""
+    import tracklake._write.media_budget as budget
+    monkeypatch.setattr(budget, "REFRESH", 0.0)  # read the others at every call
+    monkeypatch.setenv("TRACKLAKE_MEDIA_RUN_LIMIT", "4000")
+    pixels = np.random.default_rng(1).integers(0, 255, (20, 20, 3), dtype=np.uint8)
+    zero = _init(tmp_path, rank=0)
+    one = _init(tmp_path, rank=1)
+    try:
+        assert zero.log_image("a", pixels) is not None  # about 1.2 KB each
+        zero.flush()
+        assert one.log_image("b", pixels + 1) is not None
+        one.flush()
+        assert zero.log_image("c", pixels + 2) is not None
+        zero.flush()
+        with pytest.raises(ValueError, match=r"media 'd': .*run r's media \(every rank and "
+                                             r"attempt\) to .*more than the 4,000"):
+            one.log_image("d", pixels + 3)
+    finally:
+        zero.finish()
+        one.finish()
+    monkeypatch.setenv("TRACKLAKE_MEDIA_RUN_LIMIT", "5000")
+    with _init(tmp_path, rank=0) as resumed:  # attempt 2 of rank 0
+        assert resumed.attempt == 2
+        with pytest.raises(ValueError, match="media 'e'"):
+            resumed.log_image("e", pixels + 4)
+    assert sorted(r["key"] for r in _media(tmp_path)) == ["a", "b", "c"]

@@ -42,7 +42,7 @@ class MediaItem:
 
 
 def limits() -> tuple[int, int]:
-    """(bytes per item, bytes per rank's attempt) of media: the settings, else the defaults."""
+    """(bytes per item, bytes per run) of media: the settings, else the defaults."""
     item = env_size(ITEM_LIMIT_ENV)
     run = env_size(RUN_LIMIT_ENV)
     return (DEFAULT_ITEM_LIMIT if item is None else item,

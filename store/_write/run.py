@@ -38,6 +38,7 @@ from tracklake._write.coerce import (
 from tracklake._write.finish import FinishReport, Lifecycle, RunHandle
 from tracklake._write.histogram import DEFAULT_BINS, Histogram, binned, histogram
 from tracklake._write.identity import capture, redact_config
+from tracklake._write.media_budget import RunMedia
 from tracklake._write.trace import Span
 
 #: The range of the int64 columns (steps, token ids) and of the int32 ones (sample index).
@@ -64,7 +65,7 @@ class Run(RunHandle):
         self._last_keys: tuple[str, ...] = ()
         self._sidecars: Any = None  # tracklake._sidecar.Sidecars, with init(export=...)
         self._system: Any = None  # tracklake._write.system.SystemMetrics, when sampling
-        self._media_bytes = 0  # of the media this handle stored, for the run's limit
+        self._media: RunMedia | None = None  # the run's media bytes, for its limit
 
     # -- metrics: the hot path ---------------------------------------------------------
 
@@ -318,17 +319,22 @@ class Run(RunHandle):
         resolved = self._resolve_step(step)
         item_limit, run_limit = media.limits()
         item = make(item_limit)
-        if self._media_bytes + item.size > run_limit:
+        if self._media is None:
+            self._media = RunMedia(self.root, self.project, self.id, self.rank,
+                                   self.attempt)
+        held = self._media.total()
+        if held + item.size > run_limit:
             raise ValueError(
-                f"media {key!r}: {item.size:,} bytes would bring this rank's media to "
-                f"{self._media_bytes + item.size:,}, more than the {run_limit:,} a run may "
-                f"hold ({media.RUN_LIMIT_ENV} sets another limit); nothing was stored")
+                f"media {key!r}: {item.size:,} bytes would bring run {self.id}'s media "
+                f"(every rank and attempt) to {held + item.size:,}, more than the "
+                f"{run_limit:,} a run may hold ({media.RUN_LIMIT_ENV} sets another limit); "
+                "nothing was stored")
         try:
             digest, size = store_blob(self.root, item.data)
         except OSError as exc:
             self._writer.record_failure(exc)
             return None
-        self._media_bytes += size
+        self._media.own += size
         self._add("media", [{
             "time": _now_us(), "step": resolved, "key": key, "type": item.type,
             "media_type": item.media_type, "digest": digest, "size": size,
