@@ -21,7 +21,10 @@ tracklake needs, and the built-in exporters use nothing else of the store:
   version with `check_version()` for files a tool keeps beside the store;
 - artifacts: `blob_path(root, digest)`, `stored_blob(root, digest)` (the path only if the
   store holds the blob as a regular file) and `open_blob(root, digest)` for the bytes of
-  an artifact record; `media_file(root, digest, size)` for the file of a media record.
+  an artifact record; `media_file(root, digest, size)` for the file of a media record;
+- the ``wandb.define_metric`` events of `tracklake.wandb` (docs/format.md): `MetricRule`
+  and `MetricAxes`, which tell the step metric a key is charted against as W&B matches
+  names and globs.
 
 Durable file writes for tools that keep their own files (cursors, event files) are in
 `tracklake.files`.
@@ -49,6 +52,8 @@ from tracklake._format.attempt import TERMINAL_STATUSES, effective_status
 from tracklake._format.cursor import MAX_STATE_BYTES, Cursor
 from tracklake._format.cursor import read_state as read_exporter_state
 from tracklake._format.files import NotRegularFileError, open_regular
+from tracklake._integrations.wandb.history import Axes as MetricAxes
+from tracklake._integrations.wandb.history import MetricRule
 from tracklake._read.cutoffs import AttemptCutoffs
 from tracklake._read.listing import stream_dirs as _stream_dirs
 from tracklake._read.location import is_url as _is_url
@@ -149,6 +154,8 @@ __all__ = [
     "TERMINAL_STATUSES",
     "AttemptCutoffs",
     "Cursor",
+    "MetricAxes",
+    "MetricRule",
     "ReadProblems",
     "RunRecord",
     "StreamId",

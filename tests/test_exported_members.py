@@ -87,6 +87,7 @@ READ_EXPECTED = {
     "list_runs", "open_blob", "read_run", "resolve_root", "run_files", "stored_blob",
     "read_exporter_state", "media_file",
     "MAX_STATE_BYTES", "positions_past_end", "stream_last_seq", "AttemptCutoffs",
+    "MetricAxes", "MetricRule",
 }
 
 

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tracklake._integrations.wandb.history import Axes, MetricRule
+from tracklake.read import MetricAxes, MetricRule
 
 if TYPE_CHECKING:
     from tracklake.exporters.wandb.rows import Value
@@ -117,7 +117,7 @@ class AxisRules:
     """Which axis each key is on, by the run's rules (`tracklake.wandb`'s own matching)."""
 
     def __init__(self, rules: list[dict[str, Any]], *, prefixed: bool) -> None:
-        self._axes = Axes()
+        self._axes = MetricAxes()
         for rule in rules:
             self._axes.define(MetricRule(**rule))
         self._prefixed = prefixed
