@@ -275,3 +275,18 @@ def test_the_run_limit_counts_every_rank_and_attempt_of_the_run(
         with pytest.raises(ValueError, match="media 'e'"):
             resumed.log_image("e", pixels + 4)
     assert sorted(r["key"] for r in _media(tmp_path)) == ["a", "b", "c"]
+
+
+def test_fsck_names_the_runs_whose_media_or_artifact_blob_is_missing(tmp_path: Path) -> None:
+    with _init(tmp_path, run_id="pics") as run:
+        image = run.log_image("img", np.zeros((3, 3), np.uint8), step=0)
+        run.log_artifact(b"abc", name="weights", step=0)
+    assert not fsck(tmp_path).problems
+    blob_path(tmp_path, image).unlink()  # type: ignore[arg-type]
+    [problem] = fsck(tmp_path).problems
+    assert problem.what == "blob missing: named by media of p/pics"
+    assert problem.path == blob_path(tmp_path, image) and not problem.repairable
+    for path in (tmp_path / "blobs" / "sha256").rglob("*/*"):
+        path.unlink()
+    assert sorted(p.what for p in fsck(tmp_path).problems) == [
+        "blob missing: named by artifacts of p/pics", "blob missing: named by media of p/pics"]

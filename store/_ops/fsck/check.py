@@ -3,10 +3,10 @@
 Checks every segment (batch checksums, a torn tail behind a writer that is gone, a header
 that does not match its stream), every Parquet part (read in full with page checksum
 verification, schema and metadata against the stream, row groups' statistics and the
-metric summary against the values), every blob's digest, every attempt file and every
-exporter state. Repair never deletes: a damaged file is moved to ``ROOT/quarantine/``
-under its relative path, and the readable batches of a damaged or torn segment are
-written back as a sealed segment of the same name.
+metric summary against the values), every blob's digest, that every blob a record names
+is there, every attempt file and every exporter state. Repair never deletes: a damaged
+file is moved to ``ROOT/quarantine/`` under its relative path, and the readable batches
+of a damaged or torn segment are written back as a sealed segment of the same name.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from tracklake._ops.fsck.files import (
     check_backup_records,
     check_blobs,
     check_exports,
+    check_referenced_blobs,
     check_special_files,
 )
 from tracklake._ops.fsck.parts import (
@@ -147,6 +148,7 @@ def fsck(root: Path, *, repair: bool = False,
             "nothing: they stay as they are, but this version neither reads, exports, "
             "packs nor backs them up", "upgrade tracklake", repairable=False))
     check_blobs(root, report)
+    check_referenced_blobs(root, report)
     check_attempts(root, report)
     check_exports(root, report)
     check_backup_records(root, report)

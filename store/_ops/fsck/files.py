@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -17,7 +18,10 @@ from tracklake._format.files import NotRegularFileError, open_regular
 from tracklake._format.temporaries import left_over
 from tracklake._ops.backup.ledger import load_record, record_paths
 from tracklake._ops.fsck.report import FsckReport, Problem
-from tracklake._read.reader import list_stream, positions_past_end
+from tracklake._read.blob_refs import blob_refs
+from tracklake._read.reader import ReadProblems, list_stream, positions_past_end
+
+_DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
 def check_special_files(root: Path, report: FsckReport) -> None:
@@ -84,6 +88,38 @@ def check_blobs(root: Path, report: FsckReport) -> None:
             report.problems.append(Problem(path, "blob content does not match its digest",
                                            "the artifact's bytes",
                                            "quarantine it (--repair); log the artifact again"))
+
+
+def check_referenced_blobs(root: Path, report: FsckReport) -> None:
+    """Report each blob that artifact or media records name and the store does not hold
+    as a regular file (removed by hand, or a store copied without its blobs), unless a
+    repair moved its damaged copy to the quarantine."""
+    for digest, users in sorted(blob_refs(root, ReadProblems()).items()):
+        if not _DIGEST.fullmatch(digest):
+            continue  # such a record is refused by readers, and reported as invalid
+        path = root / "blobs" / "sha256" / digest[:2] / digest
+        if path.is_symlink() or path.parent.is_symlink():
+            continue  # check_special_files reports the link
+        try:
+            mode: int | None = path.lstat().st_mode
+        except FileNotFoundError:
+            mode = None
+        except OSError as exc:
+            report.problems.append(Problem(path, f"blob not readable: {exc.strerror}",
+                                           "its bytes", "check the file system",
+                                           repairable=False))
+            continue
+        if mode is not None and stat.S_ISREG(mode):
+            continue
+        if (root / "quarantine" / path.relative_to(root)).exists():
+            continue  # a damaged copy a repair moved there, reported when it was found
+        named = ", ".join(f"{kind} of {run}" for run, kind in sorted(users)[:3])
+        more = f" and {len(users) - 3} more" if len(users) > 3 else ""
+        report.problems.append(Problem(
+            path, f"blob missing: named by {named}{more}",
+            "the bytes of those records (readers and exporters leave them out)",
+            "restore it from a backup or pack that holds it (tracklake restore, unpack)",
+            repairable=False))
 
 
 def check_attempts(root: Path, report: FsckReport) -> None:

@@ -40,8 +40,9 @@ from tracklake._ops.retention.audit import AuditLog, audit_records
 from tracklake._ops.retention.inventory import host, live_reason, now_iso, who
 from tracklake._ops.retention.journal import JournalError, read_journal
 from tracklake._ops.retention.plan import DOWNSAMPLED_KEY, Action, Plan, downsampled_already
+from tracklake._read.blob_refs import blob_refs
 from tracklake._read.location import through_no_link
-from tracklake._read.reader import list_stream, list_streams, read_part, read_stream
+from tracklake._read.reader import list_stream, list_streams, read_part
 
 #: Fault injection for the crash tests: SIGKILL this process at the N-th step of applying.
 KILL_AT_ENV = "TRACKLAKE_RETAIN_KILL_AT"
@@ -94,18 +95,6 @@ def _claim(root: Path) -> Iterator[None]:
 
 def _rel(root: Path, path: Path) -> str:
     return path.relative_to(root).as_posix()
-
-
-def _blob_refs(root: Path) -> dict[str, set[tuple[str, str]]]:
-    """digest -> the runs (``project/run``) and kinds (artifacts, media) whose records
-    name it."""
-    refs: dict[str, set[tuple[str, str]]] = {}
-    for s in list_streams(root, kinds=BLOB_KINDS):
-        for batch in read_stream(root, s):
-            for digest in batch.column("digest").to_pylist():
-                if digest:
-                    refs.setdefault(digest, set()).add((f"{s.project}/{s.run}", s.kind))
-    return refs
 
 
 def _removes(action: Action, user: tuple[str, str]) -> bool:
@@ -302,7 +291,7 @@ def apply_plan(root: Path, plan: Plan, now: float,
                 report.resumed += 1
             else:  # killed before its journal was written, or while removing it
                 _remove_trash(trash)
-        refs = _blob_refs(root) if any(a.verb != "downsample" for a in plan.actions) else {}
+        refs = blob_refs(root) if any(a.verb != "downsample" for a in plan.actions) else {}
         for done, action in enumerate(plan.actions):
             if progress is not None:
                 progress(done, len(plan.actions), f"{action.verb} {action.key}")
