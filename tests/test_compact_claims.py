@@ -12,11 +12,13 @@ import signal
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import pytest
 
 import tracklake
+from tracklake._format.liveness import CLOCK_SKEW_SECONDS
 from tracklake._ops.claims import CLAIM_STALE_SECONDS
 
 #: Runs compaction over argv[1], SIGKILLing itself around its argv[2]-th file operation
@@ -166,8 +168,11 @@ _PID_NS = os.stat("/proc/self/ns/pid").st_ino
 
 @pytest.mark.parametrize(("record", "age", "stale"), [
     ({"pid": 1, "host": "another-node", "boot_id": None, "start_ticks": None}, 5, False),
+    # another host's clock may differ: only older than the limit and the allowed skew
     ({"pid": 1, "host": "another-node", "boot_id": None, "start_ticks": None},
-     CLAIM_STALE_SECONDS + 5, True),
+     CLAIM_STALE_SECONDS + 5, False),
+    ({"pid": 1, "host": "another-node", "boot_id": None, "start_ticks": None},
+     CLAIM_STALE_SECONDS + CLOCK_SKEW_SECONDS + 5, True),
     ({"pid": 1, "host": platform.node(), "boot_id": "a-boot-before-the-last-reboot",
       "start_ticks": 1}, 5, True),
     ({"pid": os.getpid(), "host": platform.node(), "boot_id": _BOOT, "pid_ns": _PID_NS,
@@ -177,12 +182,12 @@ _PID_NS = os.stat("/proc/self/ns/pid").st_ino
     ({"pid": 999_999, "host": platform.node(), "boot_id": _BOOT, "pid_ns": _PID_NS + 1,
       "start_ticks": 1}, 5, False),
     ({"pid": 999_999, "host": platform.node(), "boot_id": _BOOT, "pid_ns": _PID_NS + 1,
-      "start_ticks": 1}, CLAIM_STALE_SECONDS + 5, True),
+      "start_ticks": 1}, CLAIM_STALE_SECONDS + CLOCK_SKEW_SECONDS + 5, True),
     # a record without its PID namespace (an older version's): not probed either
     ({"pid": 999_999, "host": platform.node(), "boot_id": _BOOT, "start_ticks": 1}, 5,
      False),
     (None, 5, False),  # unreadable (being written by an older version): only its age tells
-    (None, CLAIM_STALE_SECONDS + 5, True),
+    (None, CLAIM_STALE_SECONDS + CLOCK_SKEW_SECONDS + 5, True),
 ])
 def test_stale_claims_are_told_by_host_boot_pid_start_time_or_age(
         template: Path, tmp_path: Path, record: dict[str, object] | None, age: float,
@@ -194,3 +199,25 @@ def test_stale_claims_are_told_by_host_boot_pid_start_time_or_age(
     report = tracklake.compact(root=root)
     assert (report.skipped == []) is stale
     assert claim.exists() is not stale
+
+
+def test_a_claim_from_another_host_is_stale_once_watched_still_whatever_its_time(
+        template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A claim from another host whose file time is far ahead (its clock, or the file
+    server's): not broken while this host sees it refreshed, broken once this host has
+    watched it stand still for the limit by its own clock."""
+    import tracklake._ops.claims as claims
+    root, claim = _claim_dir(template, tmp_path)
+    claim.write_text(json.dumps({"pid": 1, "host": "another-node", "boot_id": None,
+                                 "start_ticks": None}))
+    ahead = time.time() + 3600
+    os.utime(claim, (ahead, ahead))
+    assert tracklake.compact(root=root).skipped  # first seen
+    real = time.time
+    monkeypatch.setattr(claims, "time", types.SimpleNamespace(
+        time=lambda: real() + CLAIM_STALE_SECONDS - 60, monotonic=time.monotonic))
+    os.utime(claim, (ahead + 30, ahead + 30))  # its holder refreshed it
+    assert tracklake.compact(root=root).skipped and claim.exists()
+    monkeypatch.setattr(claims, "time", types.SimpleNamespace(
+        time=lambda: real() + 2 * CLAIM_STALE_SECONDS, monotonic=time.monotonic))
+    assert tracklake.compact(root=root).skipped == [] and not claim.exists()

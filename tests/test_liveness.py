@@ -8,12 +8,14 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import json
+import platform
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 import tracklake
@@ -277,3 +279,31 @@ def test_a_heartbeat_from_the_far_future_on_another_host_does_not_show_running(
     assert effective_status(record, now=now) == "crashed"
     soon = _dt.datetime.fromtimestamp(now + 60, _dt.timezone.utc).isoformat()
     assert effective_status({**record, "heartbeat_at": soon}, now=now) == "running"
+
+
+def test_a_writer_on_another_host_shows_running_to_a_reader_whose_clock_is_ahead(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Shown status: a heartbeat from another host 5 minutes behind this clock (this
+    node's clock is ahead) is a live writer; past the limit and the allowed clock skew it
+    is crashed; a writer on this host (same clock) is crashed past the limit alone."""
+    from tracklake._format.attempt import CRASHED_AFTER_SECONDS, effective_status
+    from tracklake._format.liveness import CLOCK_SKEW_SECONDS
+
+    now = time.time()
+
+    def beat(seconds_ago: float, host: str) -> dict[str, object]:
+        at = _dt.datetime.fromtimestamp(now - seconds_ago, _dt.timezone.utc).isoformat()
+        return {"project": "p", "run": "r", "rank": 0, "attempt": 1, "status": "running",
+                "started_at": at, "heartbeat_at": at,
+                "identity": {"host": host, "pid": 12345}}
+
+    assert effective_status(beat(300, "another-node"), now=now) == "running"
+    late = CRASHED_AFTER_SECONDS + CLOCK_SKEW_SECONDS + 5
+    assert effective_status(beat(late, "another-node"), now=now) == "crashed"
+    here = platform.node()
+    assert effective_status(beat(CRASHED_AFTER_SECONDS + 5, here), now=now) == "crashed"
+    monkeypatch.setenv("TRACKLAKE_CLOCK_SKEW", "0")  # clocks known synchronised
+    assert effective_status(beat(300, "another-node"), now=now) == "crashed"
+    monkeypatch.setenv("TRACKLAKE_CLOCK_SKEW", "ten minutes")
+    with pytest.raises(ValueError, match="TRACKLAKE_CLOCK_SKEW='ten minutes'"):
+        effective_status(beat(300, "another-node"), now=now)

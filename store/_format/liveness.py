@@ -104,6 +104,25 @@ def _heartbeat(record: dict[str, Any]) -> float | None:
     return None
 
 
+#: How far apart two hosts' clocks (and a file server's) may be, in seconds: a time
+#: written by another host is judged late only past this much more than its limit
+#: (`TRACKLAKE_CLOCK_SKEW` sets another; 0 where every clock is synchronised).
+CLOCK_SKEW_SECONDS = 600.0
+CLOCK_SKEW_ENV = "TRACKLAKE_CLOCK_SKEW"
+
+
+def clock_skew() -> float:
+    """The clock difference allowed between hosts (`CLOCK_SKEW_SECONDS`, or the setting)."""
+    value = os.environ.get(CLOCK_SKEW_ENV, "").strip()
+    try:
+        seconds = float(value) if value else CLOCK_SKEW_SECONDS
+    except ValueError:
+        raise ValueError(f"{CLOCK_SKEW_ENV}={value!r} is not a number of seconds") from None
+    if not 0 <= seconds < 1e9:
+        raise ValueError(f"{CLOCK_SKEW_ENV}={value!r} is not a number of seconds >= 0")
+    return seconds
+
+
 #: Where a writer cannot be probed and this host has not watched its heartbeat stand
 #: still, a heartbeat this old by the two clocks' comparison is taken as stopped: no
 #: cluster's clocks differ by a day, and a process suspended that long is judged gone.
@@ -120,7 +139,8 @@ def writer_known_gone(record: dict[str, Any], now: float, stale_after: float,
     With `root` (operations that take or delete files), a heartbeat is judged by its own
     progress: stopped once this host has watched it stand still for `stale_after` by its
     own clock (`heartbeats.py`), or once it is `UNWATCHED_LIMIT_SECONDS` old. Without
-    (what is displayed), by comparing its time with `now`."""
+    (what is displayed), by comparing its time with `now`, allowing a writer on another
+    host `clock_skew()` more."""
     if record.get("status", "running") != "running":
         return True
     ident = record.get("identity")
@@ -132,7 +152,9 @@ def writer_known_gone(record: dict[str, Any], now: float, stale_after: float,
     if beat is None:
         return False
     if root is None:  # a heartbeat over a day ahead of this clock is no clock's: planted
-        return now - beat > stale_after or beat - now > UNWATCHED_LIMIT_SECONDS
+        here = isinstance(ident, dict) and ident.get("host") == platform.node()
+        late = stale_after + (0.0 if here else clock_skew())  # another host's clock
+        return now - beat > late or beat - now > UNWATCHED_LIMIT_SECONDS
     if now - beat > max(stale_after, UNWATCHED_LIMIT_SECONDS):
         return True
     key = "/".join(str(record.get(k)) for k in ("project", "run", "rank", "attempt"))

@@ -77,7 +77,7 @@ def build_bundles(root: Path) -> BundleReport:
         return report
     directory = root / BUNDLE_DIR
     directory.mkdir(parents=True, exist_ok=True)
-    with hold_claim(directory, leftovers=remove_leftovers) as claim:
+    with hold_claim(directory, leftovers=remove_leftovers, root=root) as claim:
         if claim is None:
             report.busy = True
             return report

@@ -1,6 +1,7 @@
 """A stream's `.compacting` claim: one compactor at a time, and a claim left by a killed
 compactor known stale (its host, boot id, pid and process start time; from another host,
-its age), with the temporaries such a compactor leaves removed."""
+once this host has watched it stand still for the limit, whatever the clocks say), with
+the temporaries such a compactor leaves removed."""
 
 from __future__ import annotations
 
@@ -18,7 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from tracklake._format.files import read_regular
-from tracklake._format.liveness import process_alive, process_identity, process_known_gone
+from tracklake._format.heartbeats import heartbeat_watch
+from tracklake._format.liveness import (
+    clock_skew,
+    process_alive,
+    process_identity,
+    process_known_gone,
+)
 
 #: A claim from another host (or unreadable) that was not refreshed for this long was left
 #: by a compactor that died; on its own host a claim is checked exactly (pid, start time,
@@ -107,8 +114,9 @@ def _take_claim(claim: Path) -> bool:
     return True
 
 
-def _break_stale_claim(claim: Path) -> None:
-    """Remove a claim judged stale, unless another compactor replaced it meanwhile."""
+def _break_stale_claim(claim: Path, root: Path | None) -> None:
+    """Remove a claim judged stale (its holder known gone, or, where it cannot be probed,
+    `_still_for` its limit), unless another compactor replaced it meanwhile."""
     try:
         before = read_regular(claim, 1 << 16)
         st = claim.stat()
@@ -116,7 +124,11 @@ def _break_stale_claim(claim: Path) -> None:
         return
     except OSError:
         before, st = b"", claim.lstat()  # not a claim file at all: judged by its age
-    if not claim_is_stale(_read_claim(claim), time.time() - st.st_mtime):
+    record = _read_claim(claim)
+    gone = None if record is None else process_known_gone(record)
+    if gone is False:
+        return
+    if gone is None and not _still_for(claim, root, st, before):
         return
     aside = claim.with_name(f"{claim.name}-stale.{platform.node()}.{os.getpid()}.tmp")
     try:
@@ -128,6 +140,21 @@ def _break_stale_claim(claim: Path) -> None:
         with contextlib.suppress(FileExistsError):
             os.link(aside, claim)
     aside.unlink()
+
+
+def _still_for(claim: Path, root: Path | None, st: os.stat_result, contents: bytes) -> bool:
+    """Whether a claim whose holder cannot be probed stood still for longer than
+    `CLAIM_STALE_SECONDS`: by its modification time, allowing the clocks `clock_skew()`;
+    with `root`, also as this host watched its file (contents and modification time,
+    which its holder refreshes) not change, by this host's clock alone."""
+    age = time.time() - st.st_mtime
+    if age > CLAIM_STALE_SECONDS + clock_skew():
+        return True
+    if root is None:
+        return False
+    key = f"claim:{claim.relative_to(root).as_posix()}"
+    beat = f"{st.st_mtime_ns}:{st.st_ino}:{contents.hex()[:64]}"
+    return heartbeat_watch(root).unchanged_for(key, beat, time.time()) > CLAIM_STALE_SECONDS
 
 
 #: Temporaries of a claim, of a compactor's sorted runs (a directory), and of a part
@@ -170,10 +197,12 @@ def remove_leftovers(directory: Path) -> None:
 
 @contextlib.contextmanager
 def hold_claim(directory: Path, name: str = ".compacting",
-               leftovers: Callable[[Path], None] | None = None) -> Iterator[Path | None]:
+               leftovers: Callable[[Path], None] | None = None,
+               root: Path | None = None) -> Iterator[Path | None]:
     """Exclusively claim `directory` (a stream, for one compactor; the trash, for one
-    retention applier); yields the claim (None if a live process holds it). A claim left
-    by one that died is broken; once held, `leftovers(directory)` cleans up after it."""
+    retention applier) of the store at `root`; yields the claim (None if a live process
+    holds it). A claim left by one that died is broken (`_break_stale_claim`); once
+    held, `leftovers(directory)` cleans up after it."""
     claim = directory / name
     for _ in range(3):
         if _take_claim(claim):
@@ -185,5 +214,5 @@ def hold_claim(directory: Path, name: str = ".compacting",
                 with contextlib.suppress(FileNotFoundError):
                     claim.unlink()
             return
-        _break_stale_claim(claim)
+        _break_stale_claim(claim, root)
     yield None

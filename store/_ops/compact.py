@@ -191,10 +191,11 @@ def write_part(directory: Path, s: StreamId, table: pa.Table, last_segment: int)
 
 
 @contextlib.contextmanager
-def _claim(directory: Path, report: CompactionReport) -> Iterator[Path | None]:
+def _claim(root: Path, directory: Path, report: CompactionReport
+           ) -> Iterator[Path | None]:
     """The stream's claim for this compactor, or None (noted in `report`) if another live
     compactor holds it."""
-    with hold_claim(directory, leftovers=remove_leftovers) as claim:
+    with hold_claim(directory, leftovers=remove_leftovers, root=root) as claim:
         if claim is None:
             report.busy.append(directory)
             report.skipped.append((directory, "another compaction is working on it (its "
@@ -209,7 +210,7 @@ def _compact_stream(root: Path, s: StreamId, now: float, dry_run: bool,
         return
     if _idle(root, s, now, report):
         return  # not even claimed: a claim changes the directory's mtime (docs/concepts.md)
-    with _claim(stream_dir(root, s), report) as claim:
+    with _claim(root, stream_dir(root, s), report) as claim:
         if claim is not None:
             _compact_claimed(root, s, now, dry_run, report, claim)
 

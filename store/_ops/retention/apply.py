@@ -85,7 +85,7 @@ def _claim(root: Path) -> Iterator[None]:
     gone (or, from another host or PID namespace, once it is old)."""
     directory = trash_dir(root)
     directory.mkdir(parents=True, exist_ok=True)
-    with hold_claim(directory, ".retaining") as claim:
+    with hold_claim(directory, ".retaining", root=root) as claim:
         if claim is None:
             raise RetainBusyError(
                 f"another `tracklake retain --apply` holds {directory / '.retaining'}; wait "
