@@ -77,10 +77,12 @@ $(VENV)/.test: pyproject.toml setup.py | $(BIN)/python
 	# the Lightning integration's tests: both package names, 1.6 MB of pure-Python wheels
 	$(BIN)/python -m pip install --quiet --no-deps lightning==2.6.6 pytorch-lightning==2.6.6 \
 		lightning-utilities==0.15.3 torchmetrics==1.9.0
-	# the report's tests open it in headless Chromium, the plot's run it in tmux (Debian's)
+	# the report's tests open it in headless Chromium, the plot's run it in tmux, the
+	# many-nodes test bed mounts an SFTP export with sshfs (Debian's)
 	command -v chromium >/dev/null && command -v tmux >/dev/null \
+		&& command -v sshfs >/dev/null && test -x /usr/sbin/sshd \
 		|| (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-			chromium tmux)
+			chromium tmux sshfs openssh-server)
 	touch $@
 
 demo: $(VENV)/.demo

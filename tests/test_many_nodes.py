@@ -1,0 +1,185 @@
+"""One store on a network file system shared by several hosts (the test bed of
+`_nodes.py`: sshfs mounts of one SFTP export with attribute, entry and directory caches,
+each node with its own host name, boot id and clock): ranks on two nodes write one run
+while a third counts, compacts, exports and applies retention; clocks 5 minutes apart;
+claims of another host; a node whose mount hangs. docs/many-nodes.md says what a store
+needs from its file system and how to run these checks on another one."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from _node_jobs import KEYS, value
+from _nodes import FileServer, Node, missing
+
+import tracklake
+
+pytestmark = [pytest.mark.skipif(missing() is not None, reason=str(missing())),
+              pytest.mark.xdist_group("many-nodes")]
+
+CACHE = 2.0  # seconds each mount caches attributes, entries and listings
+STEPS = 150
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[FileServer]:
+    served = FileServer(tmp_path / "bed")
+    try:
+        yield served
+    finally:
+        served.close()
+
+
+def _job(call: str) -> str:
+    return f"import _node_jobs as j; j.{call}"
+
+
+def _lines(out: str) -> list[dict[str, object]]:
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+def _quiet() -> None:
+    """Long enough for every mount's caches to have expired."""
+    time.sleep(2 * CACHE + 1)
+
+
+def test_ranks_on_two_nodes_while_a_third_compacts_exports_and_retains(
+        server: FileServer, tmp_path: Path) -> None:
+    """Rank 0 on node A (clock 5 min behind) and rank 1 on node B write one run; node C
+    (clock 5 min ahead, so A's heartbeats look 10 min old) meanwhile counts, compacts,
+    exports every rank to TensorBoard and applies a retention deleting every run ended
+    over 5 minutes ago. While it runs, C never counts a row twice (counts only grow,
+    never past what was written), never shows the run crashed and never deletes it (an
+    ended run of A's it does delete); once quiet, every node reads every value exactly,
+    and TensorBoard's reader finds each value once."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    a = Node("node-a", server.mount("a", cache_seconds=CACHE), clock=-300)
+    b = Node("node-b", server.mount("b", cache_seconds=CACHE))
+    c = Node("node-c", server.mount("c", cache_seconds=CACHE), clock=300)
+    a.run("import tracklake\nwith tracklake.init(project='p', run_id='old', "
+          "capture_identity=False) as r: r.log({'x': 1.0}, step=0)")
+    _quiet()
+    stop, no_retention, export_dir = tmp_path / "stop", tmp_path / "no-retention", \
+        tmp_path / "tb"
+    watcher = c.popen(_job(f"watch('shared', {str(stop)!r}, 0.5, {str(no_retention)!r})"),
+                      env_extra={"EXPORT_DIR": str(export_dir)})
+    writers = [node.popen(_job(f"write_rank('shared', {rank}, {STEPS}, 0.03, "
+                               "hold_finish=True)"), stdin=subprocess.PIPE)
+               for rank, node in ((0, a), (1, b))]
+    for writer in writers:  # every step written, the run not finished yet
+        assert writer.stdout is not None and writer.stdout.readline().strip() == "written"
+    time.sleep(2)
+    no_retention.touch()  # a finished run would rightly go at the next pass
+    time.sleep(2)
+    for writer in writers:
+        out, err = writer.communicate("\n", timeout=300)
+        assert writer.returncode == 0, err
+    _quiet()
+    stop.touch()
+    out, err = watcher.communicate(timeout=300)
+    assert watcher.returncode == 0, err
+    passes = _lines(out)
+    live = [p for p in passes if p["retained"] is not None]
+    assert len(live) >= 3, "the watcher should have looked while the ranks wrote"
+    written = len(KEYS) * STEPS
+    for rank in ("0", "1"):
+        seen = [int(p["counts"].get(rank, 0)) for p in passes]  # type: ignore[union-attr]
+        assert seen == sorted(seen) and seen[-1] == written, (rank, seen)
+        assert all(p["status"].get(rank) in (None, "running")  # type: ignore[union-attr]
+                   for p in live), live
+    assert any(0 < int(p["counts"].get("0", 0)) < written for p in passes), (  # type: ignore
+        "no pass saw the run half written")
+    deleted = [run for p in live for run in p["retained"]]  # type: ignore[union-attr]
+    assert deleted == ["old"]
+    for node in (a, b, c):
+        final = _lines(node.run(_job("counts('shared')")))[0]
+        assert final == {"counts": {"0": written, "1": written}, "wrong": 0,
+                         "status": {"0": "finished", "1": "finished"}}, node.name
+    [events] = {p.parent for p in export_dir.rglob("events.out.tfevents.*")}
+    acc = EventAccumulator(str(events), size_guidance={"scalars": 0})
+    acc.Reload()
+    got = Counter((tag, e.step, round(e.value, 3)) for tag in acc.Tags()["scalars"]
+                  if tag.startswith("rank") for e in acc.Scalars(tag))
+    want = Counter((f"rank{r}/{k}", s, round(value(r, s, k), 3))
+                   for r in (0, 1) for s in range(STEPS) for k in KEYS)
+    assert got == want
+
+
+def test_a_claim_of_a_live_host_is_kept_whatever_the_clocks_and_taken_once_it_stops(
+        server: FileServer) -> None:
+    """Node A holds a stream's compaction claim and refreshes it every second, its clock
+    5 minutes behind; node C, 5 minutes ahead and with claims stale after 6 s, finds
+    the stream busy at every pass while A lives, and takes it over once A is gone."""
+    a = Node("node-a", server.mount("a", cache_seconds=CACHE), clock=-300)
+    c = Node("node-c", server.mount("c", cache_seconds=CACHE), clock=300)
+    a.run("import tracklake\nwith tracklake.init(project='p', run_id='r', "
+          "capture_identity=False, compact=False) as r:\n"
+          "    [r.log({'x': float(i)}, step=i) for i in range(10)]")
+    stream = "metrics/project=p/run=r/rank=0/attempt=1"
+    holder = a.popen(_job(f"hold_claim({stream!r}, 1.0)"), stdin=subprocess.PIPE)
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    try:
+        alive = _lines(c.run(_job(f"compact_until_taken({stream!r}, 6.0, 6, 2.0)")))
+        assert [p["busy"] for p in alive] == [True] * 6, alive  # twice the limit
+    finally:
+        holder.kill()
+        holder.communicate(timeout=60)
+    gone = _lines(c.run(_job(f"compact_until_taken({stream!r}, 6.0, 10, 2.0)")))
+    assert gone[0]["busy"] and not gone[-1]["busy"]
+    assert tracklake.query("SELECT count(*) AS n FROM metrics", root=server.export / "store"
+                           ).column("n")[0].as_py() == 10
+    assert list((server.export / "store" / stream).glob("*.parquet"))  # compacted by C
+
+
+def test_a_hung_mount_never_blocks_log_and_other_nodes_read_on(server: FileServer) -> None:
+    """Node A's mount hangs for 8 s while its rank logs (its sshfs stopped): no `log()`
+    call waits for it, node C reads the store meanwhile, and once the mount is back
+    every value of A is there."""
+    a = Node("node-a", server.mount("a", cache_seconds=CACHE))
+    c = Node("node-c", server.mount("c", cache_seconds=CACHE))
+    writer = a.popen(_job("write_rank('hung', 0, 120, 0.02, hang_at=40)"),
+                     stdin=subprocess.PIPE)
+    assert writer.stdout is not None and writer.stdin is not None
+    assert writer.stdout.readline().strip() == "hang"
+    a.mount.hang()
+    try:
+        writer.stdin.write("\n")
+        writer.stdin.flush()
+        during = _lines(c.run(_job("counts('hung')"), timeout=60))[0]
+        time.sleep(8)
+    finally:
+        a.mount.resume()
+    out, err = writer.communicate(timeout=300)
+    assert writer.returncode == 0, err
+    longest = _lines(out)[-1]["longest_log"]
+    assert isinstance(longest, float) and longest < 2.0, longest  # the hang lasted 8 s
+    assert during["status"] == {"0": "running"}
+    _quiet()
+    final = _lines(c.run(_job("counts('hung')")))[0]
+    assert final == {"counts": {"0": 120 * len(KEYS)}, "wrong": 0,
+                     "status": {"0": "finished"}}
+
+
+def test_a_reader_never_serves_a_bundled_runs_old_data_once_the_caches_expire(
+        server: FileServer) -> None:
+    """Node A writes 32 small runs; node C compacts them into a bundle and reads run r0
+    from it; A then resumes r0 on its node (a second attempt, other values at the same
+    steps). Once the mounts' caches have expired, C answers with the new attempt's values:
+    neither the run catalog nor the bundle serves what a changed run held."""
+    a = Node("node-a", server.mount("a", cache_seconds=CACHE), clock=-300)
+    c = Node("node-c", server.mount("c", cache_seconds=CACHE), clock=300)
+    a.run(_job("small_runs(32, 5, 0.0)"))
+    _quiet()
+    first = _lines(c.run(_job("bundled_answers()")))[0]
+    assert first == {"bundles": 1, "r0": [[s, float(s)] for s in range(5)]}
+    a.run(_job("small_runs(1, 5, 100.0)"))
+    _quiet()
+    again = _lines(c.run(_job("bundled_answers()")))[0]
+    assert again["r0"] == [[s, s + 100.0] for s in range(5)]
