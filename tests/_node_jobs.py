@@ -47,9 +47,10 @@ def write_rank(run: str, rank: int, steps: int, pause: float, hang_at: int = -1,
 
 def watch(run: str, until: str, every: float, no_retention: str) -> None:
     """Until file `until` exists: count each rank's metric rows of `run`, compact, export
-    to TensorBoard (``$EXPORT_DIR``, every rank) and, until file `no_retention` exists,
-    apply a retention deleting every run ended over 5 minutes ago; print the counts,
-    statuses and deleted runs of each pass (None: no retention)."""
+    to TensorBoard (``$EXPORT_DIR``, every rank), apply a retention deleting every run
+    ended over 5 minutes ago (until file `no_retention` exists) and back up to
+    ``$BACKUP_DIR``; print the counts, statuses and deleted runs of each pass (None: no
+    retention)."""
     from tracklake.exporters import ExportOptions, Selection, export
     from tracklake.exporters.tensorboard.destination import TensorBoardDestination
 
@@ -65,6 +66,7 @@ def watch(run: str, until: str, every: float, no_retention: str) -> None:
                selection=Selection(runs=(run,)), options=ExportOptions(ranks="all"),
                log=lambda _: None)
         retained = None if Path(no_retention).exists() else retain_old(root)
+        backup_to(os.environ["BACKUP_DIR"])
         print(json.dumps({"counts": counts, "status": status, "retained": retained}),
               flush=True)
         time.sleep(every)
@@ -144,3 +146,21 @@ def bundled_answers() -> None:
     rows = tracklake.query("SELECT step, value FROM metrics WHERE run = 'r0' ORDER BY step"
                            ).to_pylist()
     print(json.dumps({"bundles": bundles, "r0": [[r["step"], r["value"]] for r in rows]}))
+
+
+def follow(run: str, logdir: str, state_dir: str) -> None:
+    """`tracklake export tensorboard --follow` of `run`, every rank, polling twice a
+    second (as a follower on another host must: no file events from other hosts); it
+    ends once the run has finished."""
+    from tracklake._cli.main import main
+
+    main(["export", "tensorboard", "--follow", "--run", run, "--ranks", "all",
+          "--poll-interval", "0.5", "--logdir", logdir, "--state-dir", state_dir, "-q"],
+         standalone_mode=False)
+
+
+def backup_to(dest: str) -> None:
+    """Back the store up to `dest` (files it does not hold yet)."""
+    from tracklake._ops.backup.backup import backup
+
+    backup(Path(os.environ["TRACKLAKE_ROOT"]), dest)

@@ -19,6 +19,7 @@ from _node_jobs import KEYS, value
 from _nodes import FileServer, Node, missing
 
 import tracklake
+from tracklake._ops.backup.restore import restore
 
 pytestmark = [pytest.mark.skipif(missing() is not None, reason=str(missing())),
               pytest.mark.xdist_group("many-nodes")]
@@ -53,11 +54,13 @@ def test_ranks_on_two_nodes_while_a_third_compacts_exports_and_retains(
         server: FileServer, tmp_path: Path) -> None:
     """Rank 0 on node A (clock 5 min behind) and rank 1 on node B write one run; node C
     (clock 5 min ahead, so A's heartbeats look 10 min old) meanwhile counts, compacts,
-    exports every rank to TensorBoard and applies a retention deleting every run ended
-    over 5 minutes ago. While it runs, C never counts a row twice (counts only grow,
-    never past what was written), never shows the run crashed and never deletes it (an
-    ended run of A's it does delete); once quiet, every node reads every value exactly,
-    and TensorBoard's reader finds each value once."""
+    exports every rank to TensorBoard, backs up and applies a retention deleting every
+    run ended over 5 minutes ago, and follows the run with a second export (`--follow`,
+    polling). While it runs, C never counts a row twice (counts only grow, never past
+    what was written), never shows the run crashed and never deletes it (an ended run of
+    A's it does delete); once quiet, every node reads every value exactly, TensorBoard's
+    reader finds each value once in both exports (the follower ending by itself once the
+    run has finished), and the backup restores every value."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     a = Node("node-a", server.mount("a", cache_seconds=CACHE), clock=-300)
@@ -68,8 +71,11 @@ def test_ranks_on_two_nodes_while_a_third_compacts_exports_and_retains(
     _quiet()
     stop, no_retention, export_dir = tmp_path / "stop", tmp_path / "no-retention", \
         tmp_path / "tb"
+    backup_dir, followed = tmp_path / "backup", tmp_path / "tb-follow"
     watcher = c.popen(_job(f"watch('shared', {str(stop)!r}, 0.5, {str(no_retention)!r})"),
-                      env_extra={"EXPORT_DIR": str(export_dir)})
+                      env_extra={"EXPORT_DIR": str(export_dir), "BACKUP_DIR": str(backup_dir)})
+    follower = c.popen(_job(f"follow('shared', {str(followed)!r}, "
+                            f"{str(tmp_path / 'follow-state')!r})"))
     writers = [node.popen(_job(f"write_rank('shared', {rank}, {STEPS}, 0.03, "
                                "hold_finish=True)"), stdin=subprocess.PIPE)
                for rank, node in ((0, a), (1, b))]
@@ -85,6 +91,8 @@ def test_ranks_on_two_nodes_while_a_third_compacts_exports_and_retains(
     stop.touch()
     out, err = watcher.communicate(timeout=300)
     assert watcher.returncode == 0, err
+    _, err = follower.communicate(timeout=120)  # it ends once the run has finished
+    assert follower.returncode == 0, err
     passes = _lines(out)
     live = [p for p in passes if p["retained"] is not None]
     assert len(live) >= 3, "the watcher should have looked while the ranks wrote"
@@ -102,14 +110,19 @@ def test_ranks_on_two_nodes_while_a_third_compacts_exports_and_retains(
         final = _lines(node.run(_job("counts('shared')")))[0]
         assert final == {"counts": {"0": written, "1": written}, "wrong": 0,
                          "status": {"0": "finished", "1": "finished"}}, node.name
-    [events] = {p.parent for p in export_dir.rglob("events.out.tfevents.*")}
-    acc = EventAccumulator(str(events), size_guidance={"scalars": 0})
-    acc.Reload()
-    got = Counter((tag, e.step, round(e.value, 3)) for tag in acc.Tags()["scalars"]
-                  if tag.startswith("rank") for e in acc.Scalars(tag))
     want = Counter((f"rank{r}/{k}", s, round(value(r, s, k), 3))
                    for r in (0, 1) for s in range(STEPS) for k in KEYS)
-    assert got == want
+    for logdir in (export_dir, followed):
+        [events] = {p.parent for p in logdir.rglob("events.out.tfevents.*")}
+        acc = EventAccumulator(str(events), size_guidance={"scalars": 0})
+        acc.Reload()
+        got = Counter((tag, e.step, round(e.value, 3)) for tag in acc.Tags()["scalars"]
+                      if tag.startswith("rank") for e in acc.Scalars(tag))
+        assert got == want, logdir
+    restored = tmp_path / "restored"
+    restore(str(backup_dir), restored)
+    assert tracklake.query("SELECT count(*) AS n FROM metrics WHERE run = 'shared'",
+                           root=restored).column("n")[0].as_py() == 2 * written
 
 
 def test_a_claim_of_a_live_host_is_kept_whatever_the_clocks_and_taken_once_it_stops(
