@@ -506,3 +506,33 @@ def test_a_builder_killed_at_random_points_leaves_a_store_the_next_one_bundles(
     assert not report.busy
     assert _read_through(root) == (1, 0)
     assert _answers(root) == expected
+
+
+def test_where_mtimes_lie_a_setting_reads_every_run_from_its_files(
+        tmp_path: Path, few: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file system that keeps a directory's modification time when a run changes (as
+    one that lies, or a cache that never expires, shows it): the catalog and bundles
+    vouch for the run as it was; with TRACKLAKE_TRUST_MTIMES=0 every answer comes from
+    the files, and is the new one."""
+    root = tmp_path / "store"
+    _store(root)
+    tracklake.compact(root=root)
+    assert _read_through(root)[0] == 2
+    run_dir = root / "metrics" / "project=b" / "run=0001" / "rank=0"
+    dirs = [run_dir, root / "runs" / "project=b" / "run=0001" / "rank=0"]
+    times = [(d.stat().st_atime_ns, d.stat().st_mtime_ns) for d in dirs]
+    _write(root, "b", "0001", range(2), scale=1000)  # attempt 2: steps 0 and 1 again
+    tracklake.compact(root=root, project="b", run="0001")
+    for d, (atime, mtime) in zip(dirs, times, strict=True):
+        os.utime(d, ns=(atime, mtime))  # the lie
+    question = ("SELECT value FROM metrics WHERE project = 'b' AND run = '0001' AND "
+                "key = 'loss' AND step = 1")
+    assert tracklake.query(question, root=root).column("value").to_pylist() == [2.0]
+    monkeypatch.setenv("TRACKLAKE_TRUST_MTIMES", "0")
+    assert tracklake.query(question, root=root).column("value").to_pylist() == [
+        1000.0, -1000.0]  # attempt 2 logged loss twice at its last step
+    assert _read_through(root)[0] == 0
+    assert _answers(root) == _unbundled(root, tmp_path)
+    monkeypatch.setenv("TRACKLAKE_TRUST_MTIMES", "perhaps")
+    with pytest.raises(ValueError, match="TRACKLAKE_TRUST_MTIMES='perhaps'"):
+        tracklake.query(question, root=root)

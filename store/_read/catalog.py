@@ -41,6 +41,22 @@ from tracklake._read.attempt_rows import ATTEMPTS_SCHEMA
 from tracklake._read.decoded import RACY_SECONDS
 from tracklake._read.location import is_url
 
+#: Set to 0 where the file system's modification times cannot be trusted (a change that
+#: leaves a directory's or file's mtime as it was, or caches that never expire): readers
+#: then answer from the run's files every time, never from the catalog or the bundles.
+TRUST_MTIMES_ENV = "TRACKLAKE_TRUST_MTIMES"
+
+
+def mtimes_trusted() -> bool:
+    """Whether the catalog and bundles may be used (`TRUST_MTIMES_ENV`, on by default)."""
+    value = os.environ.get(TRUST_MTIMES_ENV, "").strip().lower()
+    if value in ("", "1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{TRUST_MTIMES_ENV}={value!r}: give 1 or 0")
+
+
 #: Not `.arrows`: globs for live segments must never find it.
 CATALOG_FILE = Path(".cache") / "runs-v2.catalog"
 CATALOG_VERSION = 2
@@ -89,7 +105,9 @@ class RunCatalog:
 
     def __init__(self, root: Path, trusted: bool = True) -> None:
         """`trusted=False`: no entry is used, and the catalog is written anew from what
-        this reader finds (after a catalogued file turned out to be missing)."""
+        this reader finds (after a catalogued file turned out to be missing, or where
+        `mtimes_trusted()` says the file system's mtimes cannot be trusted)."""
+        trusted = trusted and mtimes_trusted()
         self.root = root
         self.enabled = not is_url(root)
         self.path = root / CATALOG_FILE
