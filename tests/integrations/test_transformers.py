@@ -6,6 +6,7 @@ new attempt; TRL's completions files become generations."""
 from __future__ import annotations
 
 import json
+from math import nan
 from pathlib import Path
 from typing import Any
 
@@ -165,8 +166,9 @@ def test_trl_rewrites_of_a_completions_file_are_read_as_trl_logged_them(tmp_path
                                                                         root: Path) -> None:
     """TRL rewrites step N's file after every log at N: an evaluation's samples (the model
     not training) become ``eval/completions`` and the training's stay ``completions``; the
-    end-of-training summary's rewrite of the same samples is not logged twice; a file left
-    by a crashed attempt is never read as the resumed attempt's; a symlink is left out."""
+    end-of-training summary's rewrite of the same samples (a NaN reward too) is not logged
+    twice; a file left by a crashed attempt is never read as the resumed attempt's; a
+    symlink is left out."""
     from transformers import TrainerControl, TrainerState, TrainingArguments
 
     from tracklake.integrations.transformers import TracklakeCallback
@@ -186,19 +188,19 @@ def test_trl_rewrites_of_a_completions_file_are_read_as_trl_logged_them(tmp_path
     callback.on_log(args, state, control, logs={"loss": 1.0}, model=training)
     _completions(completions, 4, {"prompt": ["train"], "completion": ["t"], "r": [1.0]})
     callback.on_log(args, state, control, logs={"eval_loss": 2.0}, model=evaluating)
-    _completions(completions, 4, {"prompt": ["eval"], "completion": ["e"], "r": [0.5]})
+    _completions(completions, 4, {"prompt": ["eval"], "completion": ["e"], "r": [nan]})
     callback.on_evaluate(args, state, control)
     callback.on_log(args, state, control, logs={"train_runtime": 1.0}, model=evaluating)
-    _completions(completions, 4, {"prompt": ["eval"], "completion": ["e"], "r": [0.5]})
+    _completions(completions, 4, {"prompt": ["eval"], "completion": ["e"], "r": [nan]})
     callback.on_train_end(args, state, control)
     state.global_step = 5
     callback.on_log(args, state, control, logs={"loss": 1.0}, model=training)
     (completions / "completions_00005.parquet").symlink_to("/etc/passwd")
     callback.on_step_end(args, state, control)
     callback._run.finish()  # type: ignore[union-attr]
-    rows = _rows(root, "SELECT key, step, input, score FROM generations ORDER BY seq")
-    assert rows == [{"key": "completions", "step": 4, "input": "train", "score": 1.0},
-                    {"key": "eval/completions", "step": 4, "input": "eval", "score": 0.5}]
+    rows = _rows(root, "SELECT key, step, input FROM generations ORDER BY seq")
+    assert rows == [{"key": "completions", "step": 4, "input": "train"},
+                    {"key": "eval/completions", "step": 4, "input": "eval"}]
 
 
 def test_each_trial_of_a_hyperparameter_search_is_a_run_of_its_own(tmp_path: Path,

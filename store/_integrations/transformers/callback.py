@@ -58,8 +58,9 @@ class TracklakeCallback(TrainerCallback, ExportableState):
         self._trial: str | None = None
         #: (step, generations key) of the completions file TRL writes after the last on_log
         self._completions_due: tuple[int, str] | None = None
-        #: (step, key, samples) last logged: TRL rewrites a file with the same samples
-        self._completions_last: tuple[int, str, list[dict[str, Any]]] | None = None
+        #: (step, key, samples as JSON) last logged: TRL rewrites a file with the same
+        #: samples (as JSON, where a NaN equals a NaN)
+        self._completions_last: tuple[int, str, str] | None = None
 
     # -- ExportableState: the run id goes into every checkpoint ---------------------------
 
@@ -183,10 +184,12 @@ class TracklakeCallback(TrainerCallback, ExportableState):
             return
         step, key = due
         samples = read_completions(completion_file(args.output_dir, step))
-        if not samples or (step, key, samples) == self._completions_last:
+        if not samples:
             return
-        self._run.log_generations(samples, step=step, key=key)
-        self._completions_last = (step, key, samples)
+        seen = (step, key, json.dumps(samples, sort_keys=True, default=str))
+        if seen != self._completions_last:
+            self._run.log_generations(samples, step=step, key=key)
+            self._completions_last = seen
 
 
 def register() -> None:
