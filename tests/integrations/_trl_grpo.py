@@ -3,23 +3,30 @@
 
 A one-layer GPT-2 of 8 dimensions and a word-level tokenizer with a chat template are built
 here (no hub download). GRPO trains it for 6 steps on 2 processes, 2 chat prompts a step
-with 2 completions of at most 4 tokens each, one reward function, completions logged (TRL's
-parquet files); it evaluates and checkpoints every 3 steps. World rank zero writes the
-Trainer's own log history to ``OUTPUT_DIR/log_history.json``, which the tests compare
-with the store."""
+with 2 completions of at most 4 tokens each, two reward functions (one without an
+opinion), completions logged (TRL's parquet files); it evaluates and checkpoints every 3
+steps. World rank zero writes the Trainer's own log history to
+``OUTPUT_DIR/log_history.json`` and a copy of each completions file TRL wrote to
+``OUTPUT_DIR/writes/``, which the tests compare with the store."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import torch
 from _hf_train import CrashAt, write_log_history  # the job scripts' folder is sys.path[0]
 from datasets import Dataset
 from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+from transformers import (
+    GPT2Config,
+    GPT2LMHeadModel,
+    PreTrainedTokenizerFast,
+    TrainerCallback,
+)
 from trl import GRPOConfig, GRPOTrainer
 
 WORDS = ["<pad>", "<eos>", "<unk>", "user", "assistant", ":", "how", "many", "a", "b", "c",
@@ -53,6 +60,37 @@ def no_opinion(completions: list[Any], **kwargs: Any) -> list[float | None]:
     return [None] * len(completions)
 
 
+class KeepWrites(TrainerCallback):
+    """Copies every completions file TRL writes or rewrites during this attempt, at each
+    event before TRL may write it again, to ``OUTPUT_DIR/writes/NNN.parquet`` in order
+    (world rank zero, where TRL writes); a rewrite of the same bytes is not a write."""
+
+    def __init__(self, output_dir: str) -> None:
+        self.files = Path(output_dir, "completions")
+        self.writes = Path(output_dir, "writes")
+        self.left: dict[str, int] = {}
+        self.seen: dict[str, bytes] = {}
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        # a crashed attempt's files, until this attempt writes them again
+        self.left = {p.name: p.stat().st_mtime_ns for p in self.files.glob("*.parquet")}
+
+    def _keep(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if not state.is_world_process_zero:
+            return
+        self.writes.mkdir(exist_ok=True)
+        for path in sorted(self.files.glob("*.parquet")):
+            if self.left.get(path.name) == path.stat().st_mtime_ns:
+                continue
+            data = path.read_bytes()
+            if self.seen.get(path.name) != data:
+                self.seen[path.name] = data
+                n = len(list(self.writes.iterdir()))
+                Path(self.writes, f"{n:03d}.parquet").write_bytes(data)
+
+    on_log = on_step_end = on_evaluate = on_train_end = _keep
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("root")
@@ -63,7 +101,9 @@ def main() -> None:
     os.environ["TRACKLAKE_ROOT"] = opts.root
     import tracklake.integrations.transformers  # noqa: F401  (report_to="tracklake")
 
-    callbacks: list[Any] = [CrashAt(opts.crash_at)] if opts.crash_at else []
+    callbacks: list[Any] = [KeepWrites(opts.output_dir)]
+    if opts.crash_at:
+        callbacks.append(CrashAt(opts.crash_at))
     torch.manual_seed(0)
     tok = tokenizer()
     model = GPT2LMHeadModel(GPT2Config(

@@ -150,11 +150,22 @@ def test_completions_become_generations_an_evaluations_apart(job: tuple[Path, Pa
             assert g["score"] is None and set(extra) == {"count_a", "no_opinion", "advantage"}
             assert extra["count_a"] == float(_content(g["output"]).split().count("a"))
             assert extra["no_opinion"] is None
-    # the files TRL left hold its last write at each step (an evaluation's at 3 and 6)
-    for step in range(1, 7):
-        table = pq.read_table(out_dir / "completions" / f"completions_{step:05d}.parquet")
-        key = "eval/completions" if step in (3, 6) else "completions"
-        assert [(json.dumps(r["prompt"]), json.dumps(r["completion"]), r["count_a"],
-                 r["advantage"]) for r in table.to_pylist()] == [
-            (g["input"], g["output"], *map(json.loads(g["extra"]).get, ("count_a", "advantage")))
-            for g in by_step[(key, step)]]
+    # exactly what TRL wrote, in order: each write once (the end-of-training summary's
+    # rewrite of the same samples is not a write); attempt 1 to step 4, attempt 2 from 4 on
+    writes = [pq.read_table(p).to_pylist() for p in sorted((out_dir / "writes").iterdir())]
+    logged = _rows(root, "SELECT attempt, key, step, sample, input, output, extra "
+                         "FROM generations_all ORDER BY attempt, seq, sample")
+    chunks: list[tuple[int, str, int]] = []
+    for g in logged:
+        if not chunks or chunks[-1] != (g["attempt"], g["key"], g["step"]):
+            chunks.append((g["attempt"], g["key"], g["step"]))
+    assert chunks == [
+        (1, "completions", 1), (1, "completions", 2), (1, "completions", 3),
+        (1, "eval/completions", 3), (1, "completions", 4),
+        (2, "completions", 4), (2, "completions", 5), (2, "completions", 6),
+        (2, "eval/completions", 6)]
+    assert len(writes) == len(chunks)
+    assert [(w["step"], json.dumps(w["prompt"]), json.dumps(w["completion"]), w["count_a"],
+             w["advantage"]) for rows in writes for w in rows] == [
+        (g["step"], g["input"], g["output"],
+         *map(json.loads(g["extra"]).get, ("count_a", "advantage"))) for g in logged]
