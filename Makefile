@@ -77,6 +77,9 @@ $(VENV)/.test: pyproject.toml setup.py | $(BIN)/python
 	# the Lightning integration's tests: both package names, 1.6 MB of pure-Python wheels
 	$(BIN)/python -m pip install --quiet --no-deps lightning==2.6.6 pytorch-lightning==2.6.6 \
 		lightning-utilities==0.15.3 torchmetrics==1.9.0
+	# the TRL test (a GRPOTrainer on CPU): a 1 MB pure-Python wheel; what it imports
+	# (transformers, accelerate, datasets, pandas, pyyaml) is installed above
+	$(BIN)/python -m pip install --quiet --no-deps trl==1.16.0
 	# the report's tests open it in headless Chromium, the plot's run it in tmux, the
 	# many-nodes test bed mounts an SFTP export with sshfs (Debian's)
 	command -v chromium >/dev/null && command -v tmux >/dev/null \

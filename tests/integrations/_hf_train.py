@@ -48,6 +48,12 @@ class CrashAt(TrainerCallback):
             raise RuntimeError(f"crash at step {self.step}")
 
 
+def write_log_history(trainer: Trainer, output_dir: str) -> None:
+    """The Trainer's own log history, on world rank zero, where the tests read it."""
+    if trainer.is_world_process_zero():
+        Path(output_dir, "log_history.json").write_text(json.dumps(trainer.state.log_history))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("root")
@@ -83,9 +89,7 @@ def main() -> None:
                       eval_dataset=Tokens(8, 2), callbacks=callbacks)
     trainer.train(resume_from_checkpoint=True if opts.resume else None)
     trainer.evaluate(metric_key_prefix="eval")
-    if trainer.is_world_process_zero():
-        Path(opts.output_dir, "log_history.json").write_text(
-            json.dumps(trainer.state.log_history))
+    write_log_history(trainer, opts.output_dir)
     sys.exit(0)
 
 

@@ -6,21 +6,18 @@ new attempt; TRL's completions files become generations."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+from math import nan
 from pathlib import Path
 from typing import Any
 
 import pytest
-from _env import child_env
 from _optional import optional
+from _trainer_jobs import logged, torchrun
 
 import tracklake
 
 torch = optional("torch")
 transformers = optional("transformers")
-
-from transformers.integrations.integration_utils import rewrite_logs  # noqa: E402
 
 pytestmark = pytest.mark.xdist_group("torchrun")
 
@@ -29,31 +26,11 @@ SCRIPT = Path(__file__).with_name("_hf_train.py")
 
 def _train(root: Path, output_dir: Path, *flags: str, expect_ok: bool = True) -> str:
     """The tiny job on 2 processes; its combined output."""
-    env = child_env() | {"OMP_NUM_THREADS": "1", "TRACKLAKE_COMPACT": "0",
-                         "TRACKLAKE_SYSTEM_METRICS": "0"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-         "2", str(SCRIPT), str(root), str(output_dir), *flags],
-        env=env, capture_output=True, text=True, timeout=600)
-    out = proc.stdout + proc.stderr
-    assert (proc.returncode == 0) == expect_ok, out[-4000:]
-    return out
+    return torchrun(SCRIPT, root, output_dir, *flags, expect_ok=expect_ok)
 
 
 def _rows(root: Path, sql: str) -> list[dict[str, Any]]:
     return tracklake.query(sql, root=root).to_pylist()
-
-
-def _logged(history: list[dict[str, Any]]) -> list[tuple[str, int, float]]:
-    """The Trainer's log history as (name W&B shows, step, value), in logging order."""
-    out = []
-    for entry in history:
-        step = entry["step"]
-        values = {k: v for k, v in entry.items() if k != "step"}
-        for key, value in rewrite_logs(values).items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                out.append((key, step, float(value)))
-    return out
 
 
 def test_two_processes_log_the_trainers_values_once_at_each_global_step(tmp_path: Path,
@@ -63,7 +40,7 @@ def test_two_processes_log_the_trainers_values_once_at_each_global_step(tmp_path
     history = json.loads((out_dir / "log_history.json").read_text())
     rows = _rows(root, "SELECT rank, attempt, step, key, value FROM metrics ORDER BY seq")
     assert {(r["rank"], r["attempt"]) for r in rows} == {(0, 1)}  # world rank zero, once
-    assert sorted((r["key"], r["step"], r["value"]) for r in rows) == sorted(_logged(history))
+    assert sorted((r["key"], r["step"], r["value"]) for r in rows) == sorted(logged(history))
     keys = {r["key"] for r in rows}
     assert {"train/loss", "train/learning_rate", "eval/loss", "train/train_runtime"} <= keys
     # evaluate() after train() logged into the same run, at the last step
@@ -139,11 +116,19 @@ def _completions(path: Path, step: int, rows: dict[str, list[Any]]) -> None:
                    path / f"completions_{step:05d}.parquet")
 
 
+class _Model:
+    """What the callback reads of the Trainer's model: its training flag."""
+
+    def __init__(self, training: bool) -> None:
+        self.training = training
+
+
 def test_trl_completions_files_become_generations_at_their_step(tmp_path: Path,
                                                                  root: Path) -> None:
     """GRPOTrainer's ``completions_NNNNN.parquet`` files (TRL's columns: step, prompt,
-    completion, one column per reward function, advantage), read as the Trainer's events
-    reach the callback; a chat prompt is kept as JSON, a lone reward is the score."""
+    completion, one column per reward function, advantage), as TRL writes them: after each
+    ``on_log``, read at the next event; a chat prompt is kept as JSON, a lone reward is the
+    score."""
     from transformers import TrainerControl, TrainerState, TrainingArguments
 
     from tracklake.integrations.transformers import TracklakeCallback
@@ -155,16 +140,18 @@ def test_trl_completions_files_become_generations_at_their_step(tmp_path: Path,
     callback = TracklakeCallback(project="trl", root=str(root))
     callback.on_train_begin(args, state, control)
     chat = [{"role": "user", "content": "2+2?"}]
+    state.global_step = 2
+    callback.on_log(args, state, control, logs={"loss": 1.0}, model=_Model(training=True))
     _completions(out_dir / "completions", 2, {
         "prompt": ["1+1?", "3+3?"], "completion": ["2", "7"], "accuracy": [1.0, 0.0],
         "advantage": [0.5, -0.5]})
-    state.global_step = 2
+    state.global_step = 3
     callback.on_step_end(args, state, control)
+    state.global_step = 4
+    callback.on_log(args, state, control, logs={"loss": 1.0}, model=_Model(training=True))
     _completions(out_dir / "completions", 4, {
         "prompt": [chat], "completion": ["4"], "accuracy": [1.0],
         "length": [0.2], "advantage": [0.0]})
-    (out_dir / "completions" / "completions_00005.parquet").symlink_to("/etc/passwd")
-    state.global_step = 5
     callback.on_train_end(args, state, control)
     callback._run.finish()  # type: ignore[union-attr]
     rows = _rows(root, "SELECT step, sample, input, output, score, extra FROM generations "
@@ -173,6 +160,47 @@ def test_trl_completions_files_become_generations_at_their_step(tmp_path: Path,
         (2, 0, "1+1?", "2", 1.0), (2, 1, "3+3?", "7", 0.0), (4, 0, json.dumps(chat), "4", None)]
     assert json.loads(rows[0]["extra"]) == {"accuracy": 1.0, "advantage": 0.5}
     assert json.loads(rows[2]["extra"]) == {"accuracy": 1.0, "length": 0.2, "advantage": 0.0}
+
+
+def test_trl_rewrites_of_a_completions_file_are_read_as_trl_logged_them(tmp_path: Path,
+                                                                        root: Path) -> None:
+    """TRL rewrites step N's file after every log at N: an evaluation's samples (the model
+    not training) become ``eval/completions`` and the training's stay ``completions``; the
+    end-of-training summary's rewrite of the same samples (a NaN reward too) is not logged
+    twice; a file left by a crashed attempt is never read as the resumed attempt's; a
+    symlink is left out."""
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
+    from tracklake.integrations.transformers import TracklakeCallback
+
+    out_dir = tmp_path / "out"
+    args = TrainingArguments(output_dir=str(out_dir), report_to="none", use_cpu=True)
+    args.log_completions = True
+    completions = out_dir / "completions"
+    _completions(completions, 4, {"prompt": ["stale"], "completion": ["x"], "r": [0.0]})
+    state, control = TrainerState(), TrainerControl()
+    state.global_step = 3  # resumed from checkpoint-3
+    callback = TracklakeCallback(project="trl", root=str(root))
+    callback.on_train_begin(args, state, control)
+    state.global_step = 4
+    callback.on_step_end(args, state, control)  # the crashed attempt's step 4: not read
+    training, evaluating = _Model(training=True), _Model(training=False)
+    callback.on_log(args, state, control, logs={"loss": 1.0}, model=training)
+    _completions(completions, 4, {"prompt": ["train"], "completion": ["t"], "r": [1.0]})
+    callback.on_log(args, state, control, logs={"eval_loss": 2.0}, model=evaluating)
+    _completions(completions, 4, {"prompt": ["eval"], "completion": ["e"], "r": [nan]})
+    callback.on_evaluate(args, state, control)
+    callback.on_log(args, state, control, logs={"train_runtime": 1.0}, model=evaluating)
+    _completions(completions, 4, {"prompt": ["eval"], "completion": ["e"], "r": [nan]})
+    callback.on_train_end(args, state, control)
+    state.global_step = 5
+    callback.on_log(args, state, control, logs={"loss": 1.0}, model=training)
+    (completions / "completions_00005.parquet").symlink_to("/etc/passwd")
+    callback.on_step_end(args, state, control)
+    callback._run.finish()  # type: ignore[union-attr]
+    rows = _rows(root, "SELECT key, step, input FROM generations ORDER BY seq")
+    assert rows == [{"key": "completions", "step": 4, "input": "train"},
+                    {"key": "eval/completions", "step": 4, "input": "eval"}]
 
 
 def test_each_trial_of_a_hyperparameter_search_is_a_run_of_its_own(tmp_path: Path,

@@ -18,7 +18,7 @@ from transformers import TrainerCallback
 from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK, rewrite_logs
 from transformers.trainer_callback import ExportableState
 
-from tracklake._integrations.transformers.completions import completion_files, read_completions
+from tracklake._integrations.transformers.completions import completion_file, read_completions
 from tracklake._integrations.transformers.config import trainer_config
 from tracklake._write.run import Run, init
 from tracklake._write.tracking import StoreBackend
@@ -56,7 +56,11 @@ class TracklakeCallback(TrainerCallback, ExportableState):
         self._run: Run | None = None
         self._store: StoreBackend | None = None
         self._trial: str | None = None
-        self._completions_after = 0
+        #: (step, generations key) of the completions file TRL writes after the last on_log
+        self._completions_due: tuple[int, str] | None = None
+        #: (step, key, samples as JSON) last logged: TRL rewrites a file with the same
+        #: samples (as JSON, where a NaN equals a NaN)
+        self._completions_last: tuple[int, str, str] | None = None
 
     # -- ExportableState: the run id goes into every checkpoint ---------------------------
 
@@ -74,6 +78,7 @@ class TracklakeCallback(TrainerCallback, ExportableState):
         if self._run is not None and trial == self._trial:
             return
         if self._run is not None:  # the next trial of a search: a run of its own
+            self._read_completions(args)
             self._finish("finished")
         self._trial = trial
         saved = (state.stateful_callbacks.get(type(self).__name__) or {})
@@ -95,7 +100,6 @@ class TracklakeCallback(TrainerCallback, ExportableState):
         if trial is not None and state.trial_params:
             config["trial"] = dict(state.trial_params)
         self._run.log_config(config)
-        self._completions_after = state.global_step
 
     def _finish(self, status: str) -> None:
         store, self._store, self._run = self._store, None, None
@@ -119,6 +123,12 @@ class TracklakeCallback(TrainerCallback, ExportableState):
         self._start(args, state, model)  # evaluate() or predict() without train()
         assert self._store is not None
         self._store.log(rewrite_logs(logs), state.global_step)
+        self._read_completions(args)
+        if self._completions_on(args, state):
+            # TRL's own test of the mode it logs in: the model's training flag
+            evaluating = model is not None and not getattr(model, "training", True)
+            self._completions_due = (state.global_step,
+                                     "eval/completions" if evaluating else "completions")
 
     def on_predict(self, args: Any, state: Any, control: Any, metrics: dict[str, Any],
                    model: Any = None, **kwargs: Any) -> None:
@@ -161,15 +171,25 @@ class TracklakeCallback(TrainerCallback, ExportableState):
         else:
             self._run.flush()
 
+    def _completions_on(self, args: Any, state: Any) -> bool:
+        """Whether TRL writes completions files here: on the main process only."""
+        return bool(self.options["completions"] and getattr(args, "log_completions", False)
+                    and state.is_world_process_zero)
+
     def _read_completions(self, args: Any) -> None:
-        if not self.options["completions"] or not getattr(args, "log_completions", False):
+        """The completions file TRL wrote after the last on_log, once, as generations: a
+        training log's under ``completions``, an evaluation's under ``eval/completions``."""
+        due, self._completions_due = self._completions_due, None
+        if due is None or self._run is None:
             return
-        assert self._run is not None
-        for step, path in completion_files(args.output_dir, self._completions_after):
-            samples = read_completions(path)
-            if samples:
-                self._run.log_generations(samples, step=step, key="completions")
-            self._completions_after = step
+        step, key = due
+        samples = read_completions(completion_file(args.output_dir, step))
+        if not samples:
+            return
+        seen = (step, key, json.dumps(samples, sort_keys=True, default=str))
+        if seen != self._completions_last:
+            self._run.log_generations(samples, step=step, key=key)
+            self._completions_last = seen
 
 
 def register() -> None:
