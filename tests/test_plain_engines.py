@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
@@ -20,7 +21,7 @@ from _format_doc import block_with, exec_python, questions, reference_views, set
 import tracklake
 from tracklake.read import PARTITION_SCHEMA
 
-_KINDS = ("metrics", "texts", "configs", "generations", "histograms")
+_KINDS = ("metrics", "texts", "configs", "generations", "histograms", "media")
 _NAN_FILTER = " WHERE NOT isnan(value)"
 
 
@@ -41,11 +42,13 @@ def _write(root: Path) -> None:
         run.log_generations([("q", "a", 1.0), ("q2", "a2", 0.0)], step=5)
         run.log_generations([("q", "superseded", 1.0)], step=40)
         run.log_text("note", "before any step")
-        for step in (5, 40):  # the one at 40 is superseded
+        for step in (5, 40):  # the ones at 40 are superseded
             run.log_histogram("w", [float(step), step + 1.5], step=step, bins=2)
+            run.log_image("img", np.full((2, 3), step, np.uint8), step=step)
     with tracklake.init(run_id="0042", config={"lr": 5e-4, "model": {"n": 2}}, **opts) as run:
         _log(run, range(30, 60), attempt=2)
         run.log_histogram("w", [1.0, 2.0, 2.0], step=35, bins=3)
+        run.log_image("img", np.full((2, 3), 35, np.uint8), step=35)
         run.log({"loss": 7.0}, step=59)  # the last value: logged after -> greater seq
         run.log_generations([("q", "resumed", 0.5)], step=35)
     for rank in (0, 1):
@@ -208,7 +211,7 @@ def test_the_documented_datasets_open_while_a_run_is_being_written(root: Path) -
         live.finish()
 
 
-@pytest.mark.parametrize("view", ["metrics", "texts", "generations", "histograms",
+@pytest.mark.parametrize("view", ["metrics", "texts", "generations", "histograms", "media",
                                   "metric_summaries", "run_configs"])
 def test_each_reference_view_is_the_tracklake_view_row_for_row(store: Path, view: str) -> None:
     """Every column of every row, not only the answers to the questions above."""
