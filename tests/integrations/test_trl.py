@@ -51,8 +51,8 @@ def _content(message_list: str) -> str:
     return str(message["content"])
 
 
-@pytest.fixture(scope="module")
-def job(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+@pytest.fixture(scope="session")  # once per worker: the "trl" group keeps these tests on
+def job(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:  # one, not in a row
     """The store and output folder of the GRPO job: crashed at step 5, then resumed from
     checkpoint-3 by a new torchrun (a new TORCHELASTIC_RUN_ID)."""
     base = tmp_path_factory.mktemp("grpo")
