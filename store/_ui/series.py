@@ -1,0 +1,102 @@
+"""The curves of one key for a set of runs, downsampled on the server: each pixel bucket
+keeps its smallest and largest finite value (the extremes stay visible) and one point of
+each non-finite kind it holds (NaN, +inf, -inf are never hidden)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+XAxis = Literal["step", "time", "relative"]
+Ranks = Literal["first", "mean", "all"]
+
+#: What x is, per axis: the step, the wall time (seconds since the epoch) or the seconds
+#: since the run started.
+_X = {"step": "CAST(step AS DOUBLE)",
+      "time": "epoch(time)",
+      "relative": "epoch(time) - epoch(started)"}
+
+
+@dataclass(frozen=True)
+class SeriesQuery:
+    """One chart's request: the key, the runs (`project`, `run`), the x axis, what to do
+    with several ranks, an optional x range (zoom) and the number of pixel buckets."""
+
+    key: str
+    runs: tuple[tuple[str, str], ...]
+    x: XAxis = "step"
+    ranks: Ranks = "first"
+    lo: float | None = None
+    hi: float | None = None
+    buckets: int = 1000
+
+
+def series_sql(q: SeriesQuery) -> str:
+    """The SQL (parameters $key, $runs, $lo, $hi, $buckets): one row per curve with its
+    points in x order; `lo`/`hi` are the range over ranks (the mean's band)."""
+    if q.ranks == "all":
+        per_x = "SELECT project, run, rank AS series, x, value, value AS lo, value AS hi FROM raw"
+    elif q.ranks == "mean":
+        per_x = ("SELECT project, run, -1 AS series, min(x) AS x, avg(value) AS value, "
+                 "min(value) AS lo, max(value) AS hi FROM raw GROUP BY project, run, step")
+    else:
+        per_x = ("SELECT project, run, rank AS series, x, value, value AS lo, value AS hi "
+                 "FROM raw WHERE rank = first_rank")
+    return f"""
+WITH raw AS (
+  SELECT m.project, m.run, m.rank, m.step, {_X[q.x]} AS x, m.value,
+         min(m.rank) OVER (PARTITION BY m.project, m.run) AS first_rank
+  FROM metrics m JOIN (SELECT project, run, started_at AS started FROM runs) r
+       USING (project, run)
+  WHERE m.key = $key AND m.step IS NOT NULL
+    AND list_contains($runs, m.project || chr(31) || m.run)),
+points AS (SELECT * FROM ({per_x}) WHERE x BETWEEN $lo AND $hi),
+sized AS (
+  SELECT *, count(*) OVER w AS n, min(x) OVER w AS x0, max(x) OVER w AS x1
+  FROM points WINDOW w AS (PARTITION BY project, run, series)),
+bucketed AS (
+  SELECT *, CASE WHEN n <= 2 * $buckets OR x1 = x0 THEN NULL
+                 ELSE least(CAST(floor((x - x0) * $buckets / (x1 - x0)) AS BIGINT),
+                            $buckets - 1) END AS bucket
+  FROM sized),
+finite AS (SELECT * FROM bucketed WHERE bucket IS NOT NULL AND isfinite(value)),
+kept AS (
+  SELECT project, run, series, n, x, value, lo, hi FROM bucketed WHERE bucket IS NULL
+  UNION ALL
+  SELECT project, run, series, n, arg_min(x, value), min(value), min(lo), max(hi)
+  FROM finite GROUP BY project, run, series, n, bucket
+  UNION ALL
+  SELECT project, run, series, n, arg_max(x, value), max(value), min(lo), max(hi)
+  FROM finite GROUP BY project, run, series, n, bucket
+  UNION ALL
+  SELECT project, run, series, n, min(x), any_value(value), min(lo), max(hi)
+  FROM bucketed WHERE bucket IS NOT NULL AND NOT isfinite(value)
+  GROUP BY project, run, series, n, bucket, isnan(value), value > 0),
+distinct_points AS (SELECT DISTINCT * FROM kept)
+SELECT project, run, series, list(x ORDER BY x, value) AS xs,
+       list(value ORDER BY x, value) AS ys, list(lo ORDER BY x, value) AS los,
+       list(hi ORDER BY x, value) AS his, any_value(n) AS n
+FROM distinct_points GROUP BY project, run, series ORDER BY project, run, series
+"""
+
+
+def series_params(q: SeriesQuery) -> dict[str, Any]:
+    return {"key": q.key, "runs": [f"{p}\x1f{r}" for p, r in q.runs],
+            "lo": -math.inf if q.lo is None else q.lo,
+            "hi": math.inf if q.hi is None else q.hi, "buckets": q.buckets}
+
+
+def finite_or_mark(xs: list[float], ys: list[float]) -> tuple[list[float | None],
+                                                              list[list[Any]]]:
+    """JSON has no NaN or infinity: such a value becomes a gap (null) in the curve and a
+    mark [x, "NaN" | "inf" | "-inf"] that the page draws and shows under the cursor."""
+    out: list[float | None] = []
+    marks: list[list[Any]] = []
+    for x, y in zip(xs, ys, strict=True):
+        if y is None or math.isfinite(y):
+            out.append(y)
+            continue
+        out.append(None)
+        marks.append([x, "NaN" if math.isnan(y) else ("inf" if y > 0 else "-inf")])
+    return out, marks
