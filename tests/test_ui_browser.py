@@ -169,6 +169,24 @@ def test_the_sql_console_answers_and_refuses_a_write(page: Browser) -> None:
     page.click_element('nav button[data-view="charts"]')
 
 
+def test_grouping_by_a_config_key_draws_one_series_per_group(page: Browser) -> None:
+    page.js("(() => { const g = document.getElementById('group'); g.value = 'lr';"
+            "g.dispatchEvent(new Event('change')); })()")
+    labels = page.wait("(() => { const c = tracklake.charts.get('loss');"
+                       "return c.plot && c.meta.filter(m => m && m.role === 'raw')"
+                       ".map(m => m.label); })()", "the grouped chart")
+    assert labels == ["lr=(unset)", "lr=0.1", "lr=0.3"]
+    values = page.js("(() => { const c = tracklake.charts.get('loss');"
+                     "return c.meta.filter(m => m && m.role === 'raw')"
+                     ".map(m => m.curve.y[m.curve.x.indexOf(17)]); })()")
+    assert values[1:] == [loss("base", 17), loss("tuned", 17)]
+    page.js("(() => { const g = document.getElementById('group'); g.value = '';"
+            "g.dispatchEvent(new Event('change')); })()")
+    page.wait("(() => { const c = tracklake.charts.get('loss');"
+              "return c.plot && c.meta.some(m => m && m.run === 'p/base'); })()",
+              "the runs' own curves again")
+
+
 def test_the_page_requests_nothing_beyond_the_dashboard(page: Browser,
                                                         dashboard: Dashboard) -> None:
     """Runs last: the network log of everything the tests above made the page do."""

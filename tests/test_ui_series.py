@@ -69,3 +69,15 @@ def test_x_is_the_step_the_wall_time_or_the_time_since_the_run_started(root: Pat
     assert wall["x"][0] > 1.6e9 and 0 <= relative["x"][0] < 60
     assert relative["x"] == sorted(relative["x"])
     assert series(root, SeriesQuery(key="y", runs=(("p", "nope"),)))["curves"] == []
+
+
+def test_a_group_is_the_mean_of_its_runs_with_their_range(root: Path) -> None:
+    for name, lr, offset in (("a", 0.1, 0.0), ("b", 0.1, 2.0), ("c", 0.3, 10.0)):
+        with tracklake.init(project="p", run_id=name, root=root, config={"lr": lr}) as run:
+            for step in range(3):
+                run.log({"y": step + offset}, step=step)
+    runs = (("p", "a"), ("p", "b"), ("p", "c"))
+    curves = series(root, SeriesQuery(key="y", runs=runs, group="lr"))["curves"]
+    assert [(c["run"], c["y"], c["lo"], c["hi"]) for c in curves] == [
+        ("0.1", [1.0, 2.0, 3.0], [0.0, 1.0, 2.0], [2.0, 3.0, 4.0]),
+        ("0.3", [10.0, 11.0, 12.0], [10.0, 11.0, 12.0], [10.0, 11.0, 12.0])]

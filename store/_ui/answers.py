@@ -68,7 +68,7 @@ def series(store: Path, q: SeriesQuery) -> dict[str, Any]:
             "points": row["n"], "x": row["xs"], "y": ys, "marks": marks,
             "lo": [v if v is not None and math.isfinite(v) else None for v in row["los"]],
             "hi": [v if v is not None and math.isfinite(v) else None for v in row["his"]]})
-    return {"key": q.key, "x": q.x, "ranks": q.ranks, "curves": curves}
+    return {"key": q.key, "x": q.x, "ranks": q.ranks, "group": q.group, "curves": curves}
 
 
 def sql(store: Path, statement: str) -> dict[str, Any]:

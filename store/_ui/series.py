@@ -30,25 +30,26 @@ class SeriesQuery:
     lo: float | None = None
     hi: float | None = None
     buckets: int = 1000
+    #: a config key: the runs with one value of it make one curve, their mean per step,
+    #: with the range over the runs as its band (project "group", run the value)
+    group: str | None = None
 
 
 def series_sql(q: SeriesQuery) -> str:
-    """The SQL (parameters $key, $runs, $lo, $hi, $buckets): one row per curve with its
-    points in x order; `lo`/`hi` are the range over ranks (the mean's band)."""
-    if q.ranks == "all":
-        per_x = "SELECT project, run, rank AS series, x, value, value AS lo, value AS hi FROM raw"
-    elif q.ranks == "mean":
-        per_x = ("SELECT project, run, -1 AS series, min(x) AS x, avg(value) AS value, "
-                 "min(value) AS lo, max(value) AS hi FROM raw GROUP BY project, run, step")
-    else:
-        per_x = ("SELECT project, run, rank AS series, x, value, value AS lo, value AS hi "
-                 "FROM raw WHERE rank = first_rank")
+    """The SQL (parameters $key, $runs, $lo, $hi, $buckets, and $group if grouped): one row
+    per curve with its points in x order; `lo`/`hi` are the range over ranks or over a
+    group's runs (the mean's band)."""
+    per_x = _per_x(q)
+    group = ("" if q.group is None else
+             "LEFT JOIN (SELECT project, run, any_value(value ORDER BY rank) AS g "
+             "FROM run_configs WHERE key = $group GROUP BY ALL) c USING (project, run)")
     return f"""
 WITH raw AS (
   SELECT m.project, m.run, m.rank, m.step, {_X[q.x]} AS x, m.value,
          min(m.rank) OVER (PARTITION BY m.project, m.run) AS first_rank
+         {", c.g" if q.group is not None else ""}
   FROM metrics m JOIN (SELECT project, run, started_at AS started FROM runs) r
-       USING (project, run)
+       USING (project, run) {group}
   WHERE m.key = $key AND m.step IS NOT NULL
     AND list_contains($runs, m.project || chr(31) || m.run)),
 points AS (SELECT * FROM ({per_x}) WHERE x BETWEEN $lo AND $hi),
@@ -81,10 +82,30 @@ FROM distinct_points GROUP BY project, run, series ORDER BY project, run, series
 """
 
 
+def _per_x(q: SeriesQuery) -> str:
+    """One row per curve and x: a rank's, the ranks' mean, or a group's mean over runs."""
+    g = ", g" if q.group is not None else ""
+    if q.ranks == "mean":
+        rows = (f"SELECT project, run, -1 AS series, step, min(x) AS x, avg(value) AS value, "
+                f"min(value) AS lo, max(value) AS hi{g} FROM raw GROUP BY project, run, step{g}")
+    else:
+        rows = (f"SELECT project, run, rank AS series, step, x, value, value AS lo, "
+                f"value AS hi{g} FROM raw"
+                + (" WHERE rank = first_rank" if q.ranks == "first" else ""))
+    if q.group is None:
+        return rows
+    return ("SELECT 'group' AS project, coalesce(g, '(unset)') AS run, -1 AS series, step, "
+            "min(x) AS x, avg(value) AS value, min(lo) AS lo, max(hi) AS hi "
+            f"FROM ({rows}) GROUP BY g, step")
+
+
 def series_params(q: SeriesQuery) -> dict[str, Any]:
-    return {"key": q.key, "runs": [f"{p}\x1f{r}" for p, r in q.runs],
-            "lo": -math.inf if q.lo is None else q.lo,
-            "hi": math.inf if q.hi is None else q.hi, "buckets": q.buckets}
+    params = {"key": q.key, "runs": [f"{p}\x1f{r}" for p, r in q.runs],
+              "lo": -math.inf if q.lo is None else q.lo,
+              "hi": math.inf if q.hi is None else q.hi, "buckets": q.buckets}
+    if q.group is not None:
+        params["group"] = q.group
+    return params
 
 
 def finite_or_mark(xs: list[float], ys: list[float]) -> tuple[list[float | None],

@@ -263,8 +263,9 @@ def _series_query(query: dict[str, list[str]]) -> SeriesQuery:
         given = query.get(name, [""])[0]
         return float(given) if given else None
 
+    group = query.get("group", [""])[0] or None
     return SeriesQuery(key=key, runs=tuple(runs), x=x, ranks=ranks,  # type: ignore[arg-type]
-                       lo=bound("lo"), hi=bound("hi"), buckets=buckets)
+                       lo=bound("lo"), hi=bound("hi"), buckets=buckets, group=group)
 
 
 class Dashboard:

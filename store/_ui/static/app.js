@@ -5,7 +5,7 @@
                    "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"];
   const WIDTH = 480, HEIGHT = 220, POLL_MS = 1000;
   const state = { runs: [], shown: new Set(), keys: [], smoothing: 0, x: "step",
-                  ranks: "first", log: false, filter: "", sort: ["started", -1] };
+                  ranks: "first", group: "", log: false, filter: "", sort: ["started", -1] };
   const charts = new Map();  // key -> {el, plot, meta, curves, zoom, visible}
   const $ = (id) => document.getElementById(id);
   const runId = (r) => r.project + "/" + r.run;
@@ -20,7 +20,12 @@
     return answer;
   }
 
+  const groups = [];
   function color(id) {
+    if (id.startsWith("group:")) {
+      if (!groups.includes(id)) groups.push(id);
+      return PALETTE[groups.indexOf(id) % PALETTE.length];
+    }
     const i = state.runs.findIndex((r) => runId(r) === id);
     return PALETTE[(i < 0 ? 0 : i) % PALETTE.length];
   }
@@ -82,6 +87,7 @@
   }
   function toggleRun(id, on) {
     if (on) state.shown.add(id); else state.shown.delete(id);
+    if (state.group) redrawAll();  // a group's mean is over the runs shown
     for (const c of charts.values()) {
       if (!c.plot) continue;
       c.meta.forEach((m, i) => { if (m && m.run === id) c.plot.setSeries(i, { show: on }); });
@@ -141,7 +147,8 @@
 
   function seriesUrl(c) {
     const p = new URLSearchParams({ key: c.key, x: state.x, ranks: state.ranks, buckets: String(WIDTH) });
-    for (const r of state.runs) p.append("run", runId(r));
+    for (const r of state.runs) if (!state.group || state.shown.has(runId(r))) p.append("run", runId(r));
+    if (state.group) p.set("group", state.group);
     if (c.zoom) { p.set("lo", String(c.zoom[0])); p.set("hi", String(c.zoom[1])); }
     return "/api/series?" + p.toString();
   }
@@ -167,13 +174,14 @@
     // per curve: x, raw y, smoothed y (and the band in mean mode)
     const out = [], meta = [null];
     for (const cur of c.curves) {
-      const id = cur.project + "/" + cur.run;
+      const id = state.group ? "group:" + cur.run : cur.project + "/" + cur.run;
       let ys = cur.y;
       if (state.log) ys = ys.map((v) => (v !== null && v > 0 ? v : null));
       const t = [cur.x, ys, smooth(ys, state.smoothing)];
-      const label = runLabel(id) + (state.ranks === "all" ? ` rank ${cur.series}` : "");
+      const label = state.group ? `${state.group}=${cur.run}`
+        : runLabel(id) + (state.ranks === "all" ? ` rank ${cur.series}` : "");
       meta.push({ run: id, role: "raw", label, curve: cur }, { run: id, role: "smooth", label, curve: cur });
-      if (state.ranks === "mean") {
+      if (state.ranks === "mean" || state.group) {
         t.push(cur.lo, cur.hi);
         meta.push({ run: id, role: "lo", label, curve: cur }, { run: id, role: "hi", label, curve: cur });
       }
@@ -210,7 +218,7 @@
     const bands = [];
     meta.forEach((m, i) => {
       if (!m) return;
-      const col = color(m.run), show = state.shown.has(m.run);
+      const col = color(m.run), show = state.group ? true : state.shown.has(m.run);
       if (m.role === "raw") series.push({ label: m.label, stroke: alpha(col, state.smoothing ? 0.25 : 1), width: 1, show, points: { show: false } });
       else if (m.role === "smooth") series.push({ label: m.label + " (smoothed)", stroke: state.smoothing ? col : "transparent", width: 1.5, show, points: { show: false } });
       else { series.push({ label: m.label + " " + m.role, stroke: "transparent", show, points: { show: false } });
@@ -256,7 +264,7 @@
       if (mark) text = mark[1];
       else if (raw === undefined) return;  // this run has no value at this x
       if (state.smoothing && typeof raw === "number") text += ` (smoothed ${fmt(u.data[i + 1][idx])})`;
-      if (m.role === "raw" && state.ranks === "mean") {
+      if (m.role === "raw" && (state.ranks === "mean" || state.group)) {
         const lo = u.data[i + 2][idx], hi = u.data[i + 3][idx];
         if (lo !== null && lo !== undefined) text += ` [${fmt(lo)} … ${fmt(hi)}]`;
       }
@@ -376,6 +384,16 @@
     }
   }
 
+  function renderGroupKeys() {
+    const select = $("group");
+    const keys = [...new Set(state.runs.flatMap((r) => Object.keys(r.config)))].sort();
+    const have = [...select.options].map((o) => o.value).slice(1);
+    if (JSON.stringify(have) === JSON.stringify(keys)) return;
+    select.length = 1;
+    for (const k of keys) select.add(new Option(k, k));
+    select.value = keys.includes(state.group) ? state.group : "";
+  }
+
   // ---- live refresh ----
   let polling = false;
   async function poll() {
@@ -388,7 +406,7 @@
       const known = new Set(state.runs.map(runId));
       state.runs = runs;
       for (const r of runs) if (!known.has(runId(r))) state.shown.add(runId(r));
-      if (fresh) { renderRuns(); renderTable(); }
+      if (fresh) { renderRuns(); renderTable(); renderGroupKeys(); }
       const live = runs.some((r) => r.status === "running" && state.shown.has(runId(r)));
       if (fresh || live) {
         const keys = await api("/api/keys");
@@ -419,6 +437,7 @@
   });
   $("xaxis").addEventListener("change", (e) => { state.x = e.target.value; for (const c of charts.values()) c.zoom = null; redrawAll(); });
   $("ranks").addEventListener("change", (e) => { state.ranks = e.target.value; redrawAll(); });
+  $("group").addEventListener("change", (e) => { state.group = e.target.value; redrawAll(); });
   $("logscale").addEventListener("change", (e) => { state.log = e.target.checked; for (const c of charts.values()) if (c.plot) { c.plot.destroy(); c.plot = null; draw(c); } });
   $("run-filter").addEventListener("input", renderTable);
   $("sql-run").addEventListener("click", runSql);
