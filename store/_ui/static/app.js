@@ -228,7 +228,7 @@
     return {
       width: WIDTH, height: HEIGHT, series, bands,
       legend: { show: false },
-      axes: [{}, { size: 64, values: (u, ticks) => ticks.map(fmt) }],
+      axes: [{}, { size: 56, values: (u, ticks) => ticks.map(tick) }],
       scales: { x: { time: xTime }, y: { distr: state.log ? 3 : 1 } },
       cursor: { drag: { x: true, y: false }, bind: { dblclick: () => null } },
       hooks: {
@@ -244,6 +244,10 @@
     if (v === null || v === undefined) return "—";
     const a = Math.abs(v);
     return a !== 0 && (a < 1e-3 || a >= 1e6) ? v.toExponential(4) : String(+v.toPrecision(6));
+  }
+  function tick(v) {
+    const a = Math.abs(v);
+    return a !== 0 && (a < 1e-3 || a >= 1e6) ? v.toExponential(1) : String(+v.toPrecision(4));
   }
   function fmtX(x) {
     if (state.x === "time") return new Date(x * 1000).toISOString().replace("T", " ").slice(0, 19);
@@ -415,7 +419,7 @@
         if (keysChanged) renderCharts();
         else for (const c of charts.values()) if (c.visible) load(c);
       }
-      $("status").textContent = `${runs.length} runs · ${live ? "live" : "up to date"}`;
+      $("status").textContent = `${runs.length} run${runs.length === 1 ? "" : "s"} · ${live ? "live" : "up to date"}`;
     } catch (e) {
       $("status").textContent = "cannot reach the dashboard: " + e.message;
     } finally {
