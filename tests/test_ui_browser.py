@@ -14,6 +14,9 @@ from _cdp import Browser, until
 import tracklake
 from tracklake._ui.server import Dashboard
 
+#: one worker, so one browser and one page for the whole module, in the order written
+pytestmark = pytest.mark.xdist_group("ui_browser")
+
 PROJECT = "p"
 
 
