@@ -33,6 +33,10 @@ def live_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, t
                             config={"lr": 0.1 if name == "base" else 0.3}) as run:
             for step in range(40):
                 run.log({"loss": loss(name, step), "acc/train": step / 40}, step=step)
+            run.log_generations([
+                {"input": "capital of France?", "output": "Paris" if name == "base" else "Lyon",
+                 "score": 1.0 if name == "base" else 0.0},
+                {"input": "2+2?", "output": "<b>4</b>", "score": 1.0}], step=10, key="val")
     live = tracklake.init(project=PROJECT, run_id="live", root=root, name="live")
     for step in range(20):
         live.log({"loss": 3.0 + step}, step=step)
@@ -188,6 +192,23 @@ def test_grouping_by_a_config_key_draws_one_series_per_group(page: Browser) -> N
     page.wait("(() => { const c = tracklake.charts.get('loss');"
               "return c.plot && c.meta.some(m => m && m.run === 'p/base'); })()",
               "the runs' own curves again")
+
+
+def test_generations_show_one_prompts_outputs_side_by_side_and_search(page: Browser) -> None:
+    page.click_element('nav button[data-view="generations"]')
+    prompts = page.wait("(() => { const p = document.querySelectorAll('#gen-list .prompt');"
+                        "return p.length === 2 && [...p].map(e => [e.querySelector('h4')"
+                        ".textContent, [...e.querySelectorAll('tr')].map(r => [...r.cells]"
+                        ".map(c => c.textContent))]); })()", "two prompts")
+    france = dict(prompts)["capital of France?"]
+    assert france == [["step", "base", "tuned"], ["10", "Paris score 1", "Lyon score 0"]]
+    assert dict(prompts)["2+2?"][1][1] == "<b>4</b> score 1"  # text, never markup
+    page.js("(() => { const s = document.getElementById('gen-search'); s.value = 'PARIS';"
+            "s.dispatchEvent(new Event('input')); })()")
+    page.wait("(() => { const h = document.querySelectorAll('#gen-list .prompt h4');"
+              "return h.length === 1 && h[0].textContent === 'capital of France?'; })()",
+              "only the prompt whose output matches")
+    page.click_element('nav button[data-view="charts"]')
 
 
 def test_the_page_requests_nothing_beyond_the_dashboard(page: Browser,

@@ -172,6 +172,8 @@ def test_methods_and_bodies_it_does_not_take(board: Dashboard) -> None:
                    {"Content-Type": "application/json"})[0] == 400
     assert request(board, "GET", "/api/series?key=loss&run=nope")[0] == 400
     assert request(board, "GET", "/api/series?key=loss&x=bogus")[0] == 400
+    assert request(board, "GET", "/api/generations?run=bad")[0] == 400
+    assert json.loads(request(board, "GET", "/api/generations?run=p/base")[2]) == []
 
 
 def test_ctrl_c_ends_the_command_cleanly(store: Path) -> None:

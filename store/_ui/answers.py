@@ -10,6 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from tracklake._errors import QueryError
 from tracklake._read.query import first_rows_sql, query
 from tracklake._read.reader import ReadProblems
 from tracklake._ui.series import SeriesQuery, finite_or_mark, series_params, series_sql
@@ -69,6 +70,49 @@ def series(store: Path, q: SeriesQuery) -> dict[str, Any]:
             "lo": [v if v is not None and math.isfinite(v) else None for v in row["los"]],
             "hi": [v if v is not None and math.isfinite(v) else None for v in row["his"]]})
     return {"key": q.key, "x": q.x, "ranks": q.ranks, "group": q.group, "curves": curves}
+
+
+#: The generations view shows this many prompts (the latest first) and at most this many
+#: outputs in all.
+GENERATION_PROMPTS = 50
+GENERATION_ROWS = 2000
+
+_GENERATIONS_SQL = """
+WITH g AS (
+  SELECT project, run, step, key, sample, input, output, score FROM generations
+  WHERE list_contains($runs, project || chr(31) || run)
+    AND ($q = '' OR contains(lower(coalesce(input, '')), lower($q))
+         OR contains(lower(coalesce(output, '')), lower($q)))),
+prompts AS (SELECT input, max(step) AS last FROM g GROUP BY input
+            ORDER BY last DESC NULLS LAST, input LIMIT $prompts)
+SELECT g.project, g.run, g.step, g.key, g.sample, g.input, g.output, g.score
+FROM g JOIN prompts p ON g.input IS NOT DISTINCT FROM p.input
+ORDER BY p.last DESC NULLS LAST, g.input, g.step, g.project, g.run, g.sample
+LIMIT $rows
+"""
+
+
+def generations(store: Path, runs: tuple[tuple[str, str], ...], search: str
+                ) -> list[dict[str, Any]]:
+    """The runs' generations whose prompt or output contains `search` (any case), by
+    prompt, latest prompt first: one prompt's outputs across runs and steps together."""
+    params = {"runs": [f"{p}\x1f{r}" for p, r in runs], "q": search,
+              "prompts": GENERATION_PROMPTS, "rows": GENERATION_ROWS}
+    try:
+        rows: list[dict[str, Any]] = _ask(store, _GENERATIONS_SQL, params).to_pylist()
+    except QueryError as exc:
+        if not _no_such_view(exc):
+            raise
+        return []  # a store where no run logged generations has no such view
+    for row in rows:
+        row["score"] = _jsonable(row["score"])
+    return rows
+
+
+def _no_such_view(exc: QueryError) -> bool:
+    import duckdb
+
+    return isinstance(exc.__cause__, duckdb.CatalogException)
 
 
 def sql(store: Path, statement: str) -> dict[str, Any]:

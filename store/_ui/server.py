@@ -163,6 +163,14 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer(lambda: answers.runs(self.server.store))
         elif url.path == "/api/keys":
             self._answer(lambda: answers.keys(self.server.store))
+        elif url.path == "/api/generations":
+            try:
+                runs = _runs(query)
+            except ValueError as exc:
+                self._error(HTTPStatus.BAD_REQUEST, str(exc))
+                return
+            search = query.get("q", [""])[0]
+            self._answer(lambda: answers.generations(self.server.store, runs, search))
         elif url.path == "/api/series":
             try:
                 q = _series_query(query)
@@ -240,17 +248,23 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
 
-def _series_query(query: dict[str, list[str]]) -> SeriesQuery:
-    """The chart a series request asks for; ValueError says what is wrong with it."""
-    key = query.get("key", [""])[0]
-    if not key:
-        raise ValueError("series needs a key")
+def _runs(query: dict[str, list[str]]) -> tuple[tuple[str, str], ...]:
+    """The `run=project/run` parameters."""
     runs = []
     for item in query.get("run", []):
         project, sep, run = item.partition("/")
         if not sep or not project or not run:
             raise ValueError(f"run {item!r} is not project/run")
         runs.append((project, run))
+    return tuple(runs)
+
+
+def _series_query(query: dict[str, list[str]]) -> SeriesQuery:
+    """The chart a series request asks for; ValueError says what is wrong with it."""
+    key = query.get("key", [""])[0]
+    if not key:
+        raise ValueError("series needs a key")
+    runs = _runs(query)
     x = query.get("x", ["step"])[0]
     ranks = query.get("ranks", ["first"])[0]
     if x not in ("step", "time", "relative") or ranks not in ("first", "mean", "all"):
@@ -264,7 +278,7 @@ def _series_query(query: dict[str, list[str]]) -> SeriesQuery:
         return float(given) if given else None
 
     group = query.get("group", [""])[0] or None
-    return SeriesQuery(key=key, runs=tuple(runs), x=x, ranks=ranks,  # type: ignore[arg-type]
+    return SeriesQuery(key=key, runs=runs, x=x, ranks=ranks,  # type: ignore[arg-type]
                        lo=bound("lo"), hi=bound("hi"), buckets=buckets, group=group)
 
 

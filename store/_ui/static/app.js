@@ -367,6 +367,46 @@
     }
   }
 
+  // ---- generations: one prompt's outputs side by side, runs across, steps down ----
+  let genTimer = null;
+  async function loadGenerations() {
+    const p = new URLSearchParams({ q: $("gen-search").value });
+    for (const r of state.runs) if (state.shown.has(runId(r))) p.append("run", runId(r));
+    let rows;
+    try { rows = await api("/api/generations?" + p.toString()); }
+    catch (e) { $("gen-note").textContent = "error: " + e.message; return; }
+    const list = $("gen-list"); list.textContent = "";
+    const prompts = new Map();
+    for (const g of rows) {
+      if (!prompts.has(g.input)) prompts.set(g.input, []);
+      prompts.get(g.input).push(g);
+    }
+    $("gen-note").textContent = rows.length ? `${prompts.size} prompts, ${rows.length} outputs` : "No generations in the runs ticked.";
+    for (const [input, outs] of prompts) {
+      const box = document.createElement("section"); box.className = "prompt";
+      const h = document.createElement("h4"); h.textContent = input ?? "(no prompt)";
+      const runs = [...new Set(outs.map((g) => g.project + "/" + g.run))];
+      const table = document.createElement("table");
+      const hr = table.createTHead().insertRow();
+      for (const t of ["step", ...runs.map(runLabel)]) { const th = document.createElement("th"); th.textContent = t; hr.append(th); }
+      const body = table.createTBody();
+      for (const step of [...new Set(outs.map((g) => g.step))]) {
+        const tr = body.insertRow();
+        tr.insertCell().textContent = step === null ? "" : String(step);
+        for (const id of runs) {
+          const td = tr.insertCell();
+          for (const g of outs.filter((o) => o.step === step && o.project + "/" + o.run === id)) {
+            const div = document.createElement("div"); div.textContent = g.output ?? "";
+            if (g.score !== null) { const sc = document.createElement("span"); sc.className = "score"; sc.textContent = ` score ${g.score}`; div.append(sc); }
+            td.append(div);
+          }
+        }
+      }
+      box.append(h, table);
+      list.append(box);
+    }
+  }
+
   // ---- SQL console ----
   async function runSql() {
     const err = $("sql-error"), note = $("sql-note");
@@ -432,6 +472,7 @@
     b.addEventListener("click", () => {
       for (const o of document.querySelectorAll("nav button")) o.classList.toggle("on", o === b);
       for (const v of document.querySelectorAll(".view")) v.hidden = v.id !== b.dataset.view;
+      if (b.dataset.view === "generations") loadGenerations();
     });
   }
   $("filter").addEventListener("input", (e) => { state.filter = e.target.value; renderCharts(); });
@@ -444,6 +485,7 @@
   $("group").addEventListener("change", (e) => { state.group = e.target.value; redrawAll(); });
   $("logscale").addEventListener("change", (e) => { state.log = e.target.checked; for (const c of charts.values()) if (c.plot) { c.plot.destroy(); c.plot = null; draw(c); } });
   $("run-filter").addEventListener("input", renderTable);
+  $("gen-search").addEventListener("input", () => { clearTimeout(genTimer); genTimer = setTimeout(loadGenerations, 200); });
   $("sql-run").addEventListener("click", runSql);
   $("sql-text").addEventListener("keydown", (e) => { if (e.key === "Enter" && e.ctrlKey) runSql(); });
 
