@@ -81,3 +81,15 @@ def test_a_group_is_the_mean_of_its_runs_with_their_range(root: Path) -> None:
     assert [(c["run"], c["y"], c["lo"], c["hi"]) for c in curves] == [
         ("0.1", [1.0, 2.0, 3.0], [0.0, 1.0, 2.0], [2.0, 3.0, 4.0]),
         ("0.3", [10.0, 11.0, 12.0], [10.0, 11.0, 12.0], [10.0, 11.0, 12.0])]
+
+
+def test_a_resumed_attempt_is_marked_where_it_took_over(root: Path) -> None:
+    with tracklake.init(project="p", run_id="r", root=root) as run:
+        for step in range(10):
+            run.log({"y": 1.0}, step=step)
+    with tracklake.init(project="p", run_id="r", root=root) as run:  # resumed from step 6
+        for step in range(6, 12):
+            run.log({"y": 2.0}, step=step)
+    answer = series(root, SeriesQuery(key="y", runs=(("p", "r"),)))
+    assert [(a["attempt"], a["step"], a["x"]) for a in answer["attempts"]] == [(2, 6, 6.0)]
+    assert answer["curves"][0]["y"] == [1.0] * 6 + [2.0] * 6

@@ -13,7 +13,13 @@ import pyarrow as pa
 from tracklake._errors import QueryError
 from tracklake._read.query import first_rows_sql, query
 from tracklake._read.reader import ReadProblems
-from tracklake._ui.series import SeriesQuery, finite_or_mark, series_params, series_sql
+from tracklake._ui.series import (
+    SeriesQuery,
+    attempts_sql,
+    finite_or_mark,
+    series_params,
+    series_sql,
+)
 
 #: The SQL console shows at most this many rows (it says when there were more).
 SQL_ROWS = 1000
@@ -69,7 +75,10 @@ def series(store: Path, q: SeriesQuery) -> dict[str, Any]:
             "points": row["n"], "x": row["xs"], "y": ys, "marks": marks,
             "lo": [v if v is not None and math.isfinite(v) else None for v in row["los"]],
             "hi": [v if v is not None and math.isfinite(v) else None for v in row["his"]]})
-    return {"key": q.key, "x": q.x, "ranks": q.ranks, "group": q.group, "curves": curves}
+    takeovers = [] if q.group is not None else _ask(
+        store, attempts_sql(q), {"key": q.key, "runs": series_params(q)["runs"]}).to_pylist()
+    return {"key": q.key, "x": q.x, "ranks": q.ranks, "group": q.group, "curves": curves,
+            "attempts": takeovers}
 
 
 #: The generations view shows this many prompts (the latest first) and at most this many

@@ -99,6 +99,23 @@ def _per_x(q: SeriesQuery) -> str:
             f"FROM ({rows}) GROUP BY g, step")
 
 
+#: Where a resumed attempt took over in each run: the first step of each later attempt
+#: that the default views show (the steps it logged again hide the earlier attempt's).
+ATTEMPTS_SQL = """
+SELECT m.project, m.run, m.attempt, min(m.step) AS step, arg_min({x}, m.step) AS x
+FROM metrics m JOIN (SELECT project, run, started_at AS started FROM runs) r
+     USING (project, run)
+WHERE m.key = $key AND m.step IS NOT NULL AND m.attempt > 1
+  AND list_contains($runs, m.project || chr(31) || m.run)
+GROUP BY ALL ORDER BY ALL
+"""
+
+
+def attempts_sql(q: SeriesQuery) -> str:
+    return ATTEMPTS_SQL.replace("{x}", _X[q.x].replace("step", "m.step")
+                                .replace("epoch(time)", "epoch(m.time)"))
+
+
 def series_params(q: SeriesQuery) -> dict[str, Any]:
     params = {"key": q.key, "runs": [f"{p}\x1f{r}" for p, r in q.runs],
               "lo": -math.inf if q.lo is None else q.lo,

@@ -153,13 +153,17 @@
     return "/api/series?" + p.toString();
   }
 
+  let epoch = 0;  // counts changes of what a series request asks (axis, ranks, group)
   async function load(c) {
     if (c.loading) { c.again = true; return; }
     c.loading = true;
+    const asked = epoch;
     try {
       const answer = await api(seriesUrl(c));
       if (charts.get(c.key) !== c) return;  // redrawn meanwhile
+      if (asked !== epoch) { c.again = true; return; }  // an answer to an older question
       c.curves = answer.curves;
+      c.attempts = answer.attempts;
       c.loaded = true;
       draw(c);
     } catch (e) {
@@ -285,6 +289,20 @@
     // NaN and +inf at the top edge, -inf at the bottom: never hidden by downsampling
     const ctx = u.ctx;
     ctx.save();
+    // a dashed line where a resumed attempt took over a run (its steps replace the earlier's)
+    ctx.setLineDash([4, 3]);
+    ctx.font = "10px system-ui, sans-serif";
+    ctx.textAlign = "left";
+    for (const a of c.attempts || []) {
+      const id = a.project + "/" + a.run;
+      if (!state.shown.has(id)) continue;
+      const px = u.valToPos(a.x, "x", true);
+      if (px < u.bbox.left || px > u.bbox.left + u.bbox.width) continue;
+      ctx.strokeStyle = ctx.fillStyle = color(id);
+      ctx.beginPath(); ctx.moveTo(px, u.bbox.top); ctx.lineTo(px, u.bbox.top + u.bbox.height); ctx.stroke();
+      ctx.fillText(`attempt ${a.attempt}`, px + 3, u.bbox.top + 20);
+    }
+    ctx.setLineDash([]);
     c.meta.forEach((m, i) => {
       if (!m || m.role !== "raw" || !u.series[i].show) return;
       ctx.fillStyle = color(m.run);
@@ -313,6 +331,7 @@
   }
 
   function redrawAll() {
+    epoch += 1;
     for (const c of charts.values()) if (c.plot) { c.plot.destroy(); c.plot = null; c.loaded = false; if (c.visible) load(c); }
   }
   function restyle() {  // smoothing: new data, same plot
