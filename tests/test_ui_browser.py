@@ -211,6 +211,24 @@ def test_generations_show_one_prompts_outputs_side_by_side_and_search(page: Brow
     page.click_element('nav button[data-view="charts"]')
 
 
+def test_the_runs_table_sorts_by_a_metrics_last_value_and_diffs_configs(page: Browser) -> None:
+    page.click_element('nav button[data-view="table"]')
+    page.wait("document.querySelectorAll('#run-key option').length > 1", "the keys")
+    page.js("(() => { const s = document.getElementById('run-key'); s.value = 'acc/train';"
+            "s.dispatchEvent(new Event('change')); })()")
+    header = "[...document.querySelectorAll('#run-table th')]"
+    page.wait(f"{header}.some(th => th.textContent === 'acc/train last')", "the key's columns")
+    page.js(f"{header}.find(th => th.textContent === 'acc/train last').click()")
+    names = "[...document.querySelectorAll('#run-table tbody tr')].map(r => r.cells[1].textContent)"
+    assert page.js(names)[-1] == "live"  # no value of the key: last either way
+    page.js(f"{header}.find(th => th.textContent === 'name').click()")
+    assert page.js(names) == ["base", "live", "tuned"]
+    diff = page.js("[...document.querySelectorAll('#config-diff tbody tr')]"
+                   ".map(r => [r.className, [...r.cells].map(c => c.textContent)])")
+    assert diff == [["differs", ["lr", "", "0.3", "0.1"]]]  # live, tuned, base: newest first
+    page.click_element('nav button[data-view="charts"]')
+
+
 def test_the_page_requests_nothing_beyond_the_dashboard(page: Browser,
                                                         dashboard: Dashboard) -> None:
     """Runs last: the network log of everything the tests above made the page do."""

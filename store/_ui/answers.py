@@ -65,6 +65,23 @@ def keys(store: Path) -> list[dict[str, Any]]:
     return rows
 
 
+_SUMMARY_SQL = """
+SELECT project, run, arg_min(last_value, rank) AS last, arg_min(min, rank) AS min,
+       arg_min(max, rank) AS max
+FROM metric_summaries WHERE key = $key GROUP BY ALL
+"""
+
+
+def summary(store: Path, key: str) -> list[dict[str, Any]]:
+    """Each run's last, smallest and largest value of `key` (its lowest rank's), for the
+    runs table to sort by."""
+    rows: list[dict[str, Any]] = _ask(store, _SUMMARY_SQL, {"key": key}).to_pylist()
+    for row in rows:
+        for name in ("last", "min", "max"):
+            row[name] = _jsonable(row[name])
+    return rows
+
+
 def series(store: Path, q: SeriesQuery) -> dict[str, Any]:
     """The key's curves, at most about twice `buckets` points each (plus non-finite marks)."""
     curves = []

@@ -20,6 +20,7 @@ import ipaddress
 import json
 import secrets
 import socket
+import sys
 import threading
 from http import HTTPStatus
 from http.cookies import SimpleCookie
@@ -88,6 +89,12 @@ class _Server(ThreadingHTTPServer):
         except BaseException:
             self.slots.release()
             raise
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away mid-answer (a closed tab) is not an error of ours."""
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
@@ -163,6 +170,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer(lambda: answers.runs(self.server.store))
         elif url.path == "/api/keys":
             self._answer(lambda: answers.keys(self.server.store))
+        elif url.path == "/api/summary":
+            key = query.get("key", [""])[0]
+            self._answer(lambda: answers.summary(self.server.store, key))
         elif url.path == "/api/generations":
             try:
                 runs = _runs(query)

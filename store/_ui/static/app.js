@@ -339,22 +339,52 @@
   }
 
   // ---- runs table and config diff ----
+  let summaries = new Map();  // run id -> {last, min, max} of the key chosen for the table
+  async function loadSummary() {
+    const key = $("run-key").value;
+    summaries = new Map();
+    if (key) {
+      try {
+        for (const s of await api("/api/summary?" + new URLSearchParams({ key })))
+          summaries.set(s.project + "/" + s.run, s);
+      } catch (e) { /* the table shows no values: the status line says why on the next poll */ }
+    }
+    renderTable();
+  }
   function renderTable() {
-    const cols = ["", "name", "project", "run", "status", "attempts", "ranks", "started", "tags"];
+    const key = $("run-key").value;
+    const select = $("run-key");
+    const names = state.keys.map((k) => k.key);
+    if (JSON.stringify([...select.options].slice(1).map((o) => o.value)) !== JSON.stringify(names)) {
+      select.length = 1;
+      for (const k of names) select.add(new Option(k, k));
+      select.value = names.includes(key) ? key : "";
+    }
+    const metricCols = key ? ["last", "min", "max"] : [];
+    const cols = ["", "name", "project", "run", "status", "attempts", "ranks", "started", "tags", ...metricCols];
     const head = $("run-table").tHead; head.textContent = "";
     const hr = head.insertRow();
     for (const col of cols) {
-      const th = document.createElement("th"); th.textContent = col;
+      const th = document.createElement("th");
+      th.textContent = metricCols.includes(col) ? `${key} ${col}` : col;
       if (col) th.addEventListener("click", () => {
         state.sort = [col, state.sort[0] === col ? -state.sort[1] : 1]; renderTable(); });
       hr.append(th);
     }
     const body = $("run-table").tBodies[0]; body.textContent = "";
     const text = $("run-filter").value.toLowerCase();
-    const value = (r, col) => col === "started" ? r.started : col === "tags" ? (r.tags || []).join(" ") : r[col];
+    const value = (r, col) => {
+      if (metricCols.includes(col)) { const s = summaries.get(runId(r)); return s ? s[col] : null; }
+      return col === "tags" ? (r.tags || []).join(" ") : r[col];
+    };
     const rows = state.runs.filter((r) => !text || JSON.stringify(r).toLowerCase().includes(text));
     const [sc, dir] = state.sort;
-    rows.sort((a, b) => { const x = value(a, sc), y = value(b, sc); return (x > y ? 1 : x < y ? -1 : 0) * dir; });
+    rows.sort((a, b) => {
+      const x = value(a, sc), y = value(b, sc);
+      if (x === null || x === undefined) return 1;  // runs without a value go last
+      if (y === null || y === undefined) return -1;
+      return (x > y ? 1 : x < y ? -1 : 0) * dir;
+    });
     for (const r of rows) {
       const tr = body.insertRow();
       const box = document.createElement("input");
@@ -475,9 +505,10 @@
         const keys = await api("/api/keys");
         const keysChanged = JSON.stringify(keys.map((k) => k.key)) !== JSON.stringify(state.keys.map((k) => k.key));
         state.keys = keys;
-        if (keysChanged) renderCharts();
+        if (keysChanged) { renderCharts(); renderTable(); }
         else for (const c of charts.values()) if (c.visible) load(c);
       }
+      if (live && $("run-key").value && !$("table").hidden) loadSummary();
       $("status").textContent = `${runs.length} run${runs.length === 1 ? "" : "s"} · ${live ? "live" : "up to date"}`;
     } catch (e) {
       $("status").textContent = "cannot reach the dashboard: " + e.message;
@@ -504,6 +535,7 @@
   $("group").addEventListener("change", (e) => { state.group = e.target.value; redrawAll(); });
   $("logscale").addEventListener("change", (e) => { state.log = e.target.checked; for (const c of charts.values()) if (c.plot) { c.plot.destroy(); c.plot = null; draw(c); } });
   $("run-filter").addEventListener("input", renderTable);
+  $("run-key").addEventListener("change", loadSummary);
   $("gen-search").addEventListener("input", () => { clearTimeout(genTimer); genTimer = setTimeout(loadGenerations, 200); });
   $("sql-run").addEventListener("click", runSql);
   $("sql-text").addEventListener("keydown", (e) => { if (e.key === "Enter" && e.ctrlKey) runSql(); });
