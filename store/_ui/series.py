@@ -44,19 +44,23 @@ def series_sql(q: SeriesQuery) -> str:
              "LEFT JOIN (SELECT project, run, any_value(value ORDER BY rank) AS g "
              "FROM run_configs WHERE key = $group GROUP BY ALL) c USING (project, run)")
     return f"""
-WITH raw AS (
-  SELECT m.project, m.run, m.rank, m.step, {_X[q.x]} AS x, m.value,
-         min(m.rank) OVER (PARTITION BY m.project, m.run) AS first_rank
+WITH firsts AS (
+  SELECT project, run, min(rank) AS first_rank FROM metric_summaries
+  WHERE key = $key GROUP BY ALL),
+raw AS (
+  SELECT m.project, m.run, m.rank, m.step, {_X[q.x]} AS x, m.value, f.first_rank
          {", c.g" if q.group is not None else ""}
-  FROM metrics m JOIN (SELECT project, run, started_at AS started FROM runs) r
-       USING (project, run) {group}
+  FROM metrics m JOIN firsts f USING (project, run)
+       JOIN (SELECT project, run, started_at AS started FROM runs) r USING (project, run)
+       {group}
   WHERE m.key = $key AND m.step IS NOT NULL
     AND list_contains($runs, m.project || chr(31) || m.run)),
-points AS (SELECT * FROM ({per_x}) WHERE x BETWEEN $lo AND $hi),
+points AS MATERIALIZED (SELECT * FROM ({per_x}) WHERE x BETWEEN $lo AND $hi),
 sized AS (
-  SELECT *, count(*) OVER w AS n, min(x) OVER w AS x0, max(x) OVER w AS x1
-  FROM points WINDOW w AS (PARTITION BY project, run, series)),
-bucketed AS (
+  SELECT * FROM points JOIN (
+    SELECT project, run, series, count(*) AS n, min(x) AS x0, max(x) AS x1
+    FROM points GROUP BY ALL) USING (project, run, series)),
+bucketed AS MATERIALIZED (
   SELECT *, CASE WHEN n <= 2 * $buckets OR x1 = x0 THEN NULL
                  ELSE least(CAST(floor((x - x0) * $buckets / (x1 - x0)) AS BIGINT),
                             $buckets - 1) END AS bucket
