@@ -106,8 +106,9 @@ def test_a_non_loopback_bind_needs_its_token(store: Path) -> None:
                      "/api/runs?token="):
             status, _, body = request(dashboard, "GET", path)
             assert status == 403 and b"base" not in body, path
-        assert request(dashboard, "GET", "/api/runs", headers={
-            "Cookie": "tracklake_token=wrong"})[0] == 403
+        for cookie in ("tracklake_token=wrong", "a=b; $bad", "tracklake_token"):
+            assert request(dashboard, "GET", "/api/runs", headers={"Cookie": cookie}
+                           )[0] == 403, cookie
         status, headers, _ = request(dashboard, "GET", f"/?token={token}")
         assert status == 200 and f"tracklake_token={token}" in headers["Set-Cookie"]
         assert "HttpOnly" in headers["Set-Cookie"]

@@ -23,7 +23,7 @@ import socket
 import sys
 import threading
 from http import HTTPStatus
-from http.cookies import SimpleCookie
+from http.cookies import CookieError, SimpleCookie
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from pathlib import Path
@@ -142,7 +142,10 @@ class _Handler(BaseHTTPRequestHandler):
             return True
         given = parse_qs(urlsplit(self.path).query).get("token", [""])[0]
         if not given:
-            cookie = SimpleCookie(self.headers.get("Cookie") or "")
+            try:
+                cookie = SimpleCookie(self.headers.get("Cookie") or "")
+            except CookieError:
+                cookie = SimpleCookie()  # a header it cannot parse carries no token
             given = cookie[COOKIE].value if COOKIE in cookie else ""
         if not hmac.compare_digest(given.encode(), self.server.token.encode()):
             self._error(HTTPStatus.FORBIDDEN, "this dashboard needs its token: open the "
