@@ -199,3 +199,19 @@ def test_ctrl_c_ends_the_command_cleanly(store: Path) -> None:
     assert "stopped" in out and "Traceback" not in err
     # the port is free again: another server can take it
     Dashboard(store, port=port).close()
+
+
+def test_a_taken_port_or_a_url_root_is_an_error_at_once(store: Path) -> None:
+    from click.testing import CliRunner
+
+    from tracklake._cli.main import main
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = CliRunner().invoke(main, ["ui", "--root", str(store), "--port", str(port)])
+    assert result.exit_code == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in result.stderr and "--port" in result.stderr
+    result = CliRunner().invoke(main, ["ui", "--root", "s3://bucket/store"])
+    assert result.exit_code == 1 and "URL" in result.stderr

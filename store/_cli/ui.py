@@ -19,11 +19,18 @@ DEFAULT_PORT = 7373
 def ui(root: str | None, host: str, port: int) -> None:
     """Serve a read-only dashboard of the store (charts, runs, SQL) at a local URL; it
     follows live runs. Ctrl-C stops it."""
-    from tracklake._cli.main import CliError, _refuse_url, _store
+    import os
+
+    from tracklake._cli.main import CliError, _store
+    from tracklake._read.location import is_url
     from tracklake._read.query import interrupt_queries
     from tracklake._ui.server import Dashboard
 
-    _refuse_url(root, "ui")  # the page reads a directory; URL roots are for `sql` and `runs`
+    given = root if root is not None else os.environ.get("TRACKLAKE_ROOT")
+    if given and is_url(given):
+        raise CliError(f"tracklake ui serves a store directory, and {given} is a URL: "
+                       "read it with `tracklake sql` or `tracklake runs`, or copy it to a "
+                       "directory first")
     store = _store(root)
     try:
         dashboard = Dashboard(store, host=host, port=port)
