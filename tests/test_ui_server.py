@@ -189,8 +189,11 @@ def test_ctrl_c_ends_the_command_cleanly(store: Path) -> None:
         assert url.startswith("http://127.0.0.1:"), lines
         port = int(url.rsplit(":", 1)[1].strip("/"))
         assert request(None, "GET", "/api/runs", port=port)[0] == 200  # type: ignore[arg-type]
-        process.send_signal(signal.SIGINT)
-        out, err = process.communicate(timeout=60)
+        with socket.create_connection(("127.0.0.1", port), timeout=60) as held:
+            held.sendall(b"GET /api/runs HTTP/1.1\r\n")  # a request still arriving
+            process.send_signal(signal.SIGINT)
+            out, err = process.communicate(timeout=60)
+            assert held.recv(100) == b""  # cut, not left hanging
     finally:
         if process.poll() is None:
             process.kill()

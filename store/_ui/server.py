@@ -22,6 +22,7 @@ import secrets
 import socket
 import sys
 import threading
+import time
 from http import HTTPStatus
 from http.cookies import CookieError, SimpleCookie
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -78,6 +79,8 @@ class _Server(ThreadingHTTPServer):
         self.read_deadline = read_deadline
         self.files = _static_files()
         self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.open: set[socket.socket] = set()
+        self.open_lock = threading.Lock()
         super().__init__(address, _Handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
@@ -97,9 +100,28 @@ class _Server(ThreadingHTTPServer):
         super().handle_error(request, client_address)
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
+        with self.open_lock:
+            self.open.add(request)
         try:
             super().process_request_thread(request, client_address)
         finally:
+            with self.open_lock:
+                self.open.discard(request)
+            self.slots.release()
+
+    def drain(self, timeout: float) -> None:
+        """Cut every open connection and wait (up to `timeout` seconds) for the threads
+        answering them: a query running in one ends by its own timeout or interruption."""
+        with self.open_lock:
+            for connection in self.open:
+                with contextlib.suppress(OSError):  # closed by its client meanwhile
+                    connection.shutdown(socket.SHUT_RDWR)
+        deadline = time.monotonic() + timeout
+        taken = 0
+        while taken < MAX_CONNECTIONS and self.slots.acquire(
+                timeout=max(0.0, deadline - time.monotonic())):
+            taken += 1
+        for _ in range(taken):
             self.slots.release()
 
 
@@ -324,8 +346,11 @@ class Dashboard:
         return self
 
     def close(self) -> None:
+        """Stop listening, cut open connections and wait for the answers in progress, so
+        that no thread is left reading the store when the process ends."""
         if self._thread is not None:
             self._server.shutdown()
             self._thread.join()
         self._server.server_close()
+        self._server.drain(answers.QUERY_TIMEOUT)
 
