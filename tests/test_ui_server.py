@@ -193,7 +193,11 @@ def test_ctrl_c_ends_the_command_cleanly(store: Path) -> None:
             held.sendall(b"GET /api/runs HTTP/1.1\r\n")  # a request still arriving
             process.send_signal(signal.SIGINT)
             out, err = process.communicate(timeout=60)
-            assert held.recv(100) == b""  # cut, not left hanging
+            try:
+                left = held.recv(100)
+            except ConnectionResetError:
+                left = b""
+            assert left == b""  # cut (closed or reset), not left hanging
     finally:
         if process.poll() is None:
             process.kill()
