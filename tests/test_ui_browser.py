@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from _cdp import Browser, until
+from _cdp import Browser
 
 import tracklake
 from tracklake._ui.server import Dashboard
@@ -235,4 +235,3 @@ def test_the_page_requests_nothing_beyond_the_dashboard(page: Browser,
     requested = page.requested()
     assert any(url.endswith("/api/series?" + url.split("?", 1)[-1]) for url in requested)
     assert [url for url in requested if not url.startswith(dashboard.url)] == []
-    assert until(lambda: page.js("document.fonts.status") == "loaded", "fonts settled")
