@@ -217,16 +217,50 @@ def test_the_runs_table_sorts_by_a_metrics_last_value_and_diffs_configs(page: Br
     page.js("(() => { const s = document.getElementById('run-key'); s.value = 'acc/train';"
             "s.dispatchEvent(new Event('change')); })()")
     header = "[...document.querySelectorAll('#run-table th')]"
-    page.wait(f"{header}.some(th => th.textContent === 'acc/train last')", "the key's columns")
+    rows = "[...document.querySelectorAll('#run-table tbody tr')]"
+    page.wait(f"{rows}.filter(r => r.cells[9] && r.cells[9].textContent !== '').length === 2",
+              "the key's last values of base and tuned")
     page.js(f"{header}.find(th => th.textContent === 'acc/train last').click()")
-    names = "[...document.querySelectorAll('#run-table tbody tr')].map(r => r.cells[1].textContent)"
-    assert page.js(names)[-1] == "live"  # no value of the key: last either way
+    names = f"{rows}.map(r => r.cells[1].textContent)"
+    page.wait(f"{names}.join() === 'base,tuned,live' || {names}.join() === 'tuned,base,live'",
+              "sorted by the last value, the run without one last")
     page.js(f"{header}.find(th => th.textContent === 'name').click()")
-    assert page.js(names) == ["base", "live", "tuned"]
+    page.wait(f"{names}.join() === 'base,live,tuned'", "sorted by name")
     diff = page.js("[...document.querySelectorAll('#config-diff tbody tr')]"
                    ".map(r => [r.className, [...r.cells].map(c => c.textContent)])")
     assert diff == [["differs", ["lr", "", "0.3", "0.1"]]]  # live, tuned, base: newest first
     page.click_element('nav button[data-view="charts"]')
+
+
+def set_control(page: Browser, control: str, value: str, event: str = "change") -> None:
+    page.js(f"(() => {{ const e = document.getElementById('{control}'), "
+            f"v = {json.dumps(value)}; if (e.type === 'checkbox') e.checked = v === 'true';"
+            f"else e.value = v; e.dispatchEvent(new Event('{event}')); }})()")
+
+
+def test_key_filter_sections_x_axis_and_log_scale(page: Browser) -> None:
+    page.click_element('nav button[data-view="charts"]')
+    sections = "[...document.querySelectorAll('#charts summary')].map(s => s.textContent)"
+    assert page.js(sections) == ["acc (1)", "(top level) (1)"]
+    set_control(page, "filter", "/^acc\\//", "input")
+    assert page.js(sections) == ["acc (1)"]
+    set_control(page, "filter", "lo*", "input")  # a glob matches the whole name
+    assert page.js(sections) == ["(top level) (1)"]
+    set_control(page, "filter", "", "input")
+    page.wait("tracklake.charts.get('loss').plot", "the loss chart again")
+    set_control(page, "xaxis", "time")
+    page.wait("(() => { const p = tracklake.charts.get('loss').plot;"
+              "return p && p.data[0][0] > 1.6e9; })()", "wall time on x")
+    set_control(page, "xaxis", "relative")
+    page.wait("(() => { const p = tracklake.charts.get('loss').plot;"
+              "return p && p.data[0][0] >= 0 && p.data[0][0] < 600; })()", "seconds on x")
+    set_control(page, "logscale", "true")
+    page.wait("(() => { const p = tracklake.charts.get('loss').plot;"
+              "return p && p.scales.y.distr === 3; })()", "a log y axis")
+    set_control(page, "logscale", "false")
+    set_control(page, "xaxis", "step")
+    page.wait("(() => { const p = tracklake.charts.get('loss').plot;"
+              "return p && p.scales.y.distr === 1 && p.data[0][0] === 0; })()", "steps again")
 
 
 def test_the_page_requests_nothing_beyond_the_dashboard(page: Browser,

@@ -195,6 +195,7 @@
   }
 
   function draw(c) {
+    if (c.dragging) { c.drawLater = true; return; }  // new data would end a zoom being dragged
     const { out, meta } = tables(c);
     const data = out.length ? uPlot.join(out) : [[]];
     const shownPoints = c.curves.reduce((a, cur) => a + cur.x.length, 0);
@@ -239,7 +240,10 @@
         setCursor: [(u) => hover(c, u)],
         setScale: [(u, key) => { if (key === "x") zoomed(c, u); }],
         draw: [(u) => drawMarks(c, u)],
-        ready: [(u) => u.over.addEventListener("dblclick", () => resetZoom(c))],
+        ready: [(u) => {
+          u.over.addEventListener("dblclick", () => resetZoom(c));
+          u.over.addEventListener("mousedown", () => { c.dragging = true; });
+        }],
       },
     };
   }
@@ -539,6 +543,15 @@
   $("gen-search").addEventListener("input", () => { clearTimeout(genTimer); genTimer = setTimeout(loadGenerations, 200); });
   $("sql-run").addEventListener("click", runSql);
   $("sql-text").addEventListener("keydown", (e) => { if (e.key === "Enter" && e.ctrlKey) runSql(); });
+
+  document.addEventListener("mouseup", () => {
+    for (const c of charts.values()) {
+      if (!c.dragging) continue;
+      c.dragging = false;
+      // after uPlot has taken the selection (its own mouseup handler runs first or next)
+      if (c.drawLater) { c.drawLater = false; setTimeout(() => draw(c), 0); }
+    }
+  });
 
   window.tracklake = { state, charts, poll, toggleRun };
   poll();
