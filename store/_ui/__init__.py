@@ -1,0 +1,10 @@
+"""`tracklake ui`: a read-only dashboard of the store, served from this machine.
+
+``server`` is the HTTP layer (binding, token, limits, static files); ``answers`` turns a
+request into SQL over the store's read-only views; ``series`` is the downsampled curves'
+SQL; ``static/`` holds the page and the vendored uPlot with its licence.
+"""
+
+from tracklake._ui.server import Dashboard
+
+__all__ = ["Dashboard"]

@@ -1,0 +1,144 @@
+"""The curves of one key for a set of runs, downsampled on the server: each pixel bucket
+keeps its smallest and largest finite value (the extremes stay visible) and one point of
+each non-finite kind it holds (NaN, +inf, -inf are never hidden)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+XAxis = Literal["step", "time", "relative"]
+Ranks = Literal["first", "mean", "all"]
+
+#: What x is, per axis: the step, the wall time (seconds since the epoch) or the seconds
+#: since the run started.
+_X = {"step": "CAST(step AS DOUBLE)",
+      "time": "epoch(time)",
+      "relative": "epoch(time) - epoch(started)"}
+
+
+@dataclass(frozen=True)
+class SeriesQuery:
+    """One chart's request: the key, the runs (`project`, `run`), the x axis, what to do
+    with several ranks, an optional x range (zoom) and the number of pixel buckets."""
+
+    key: str
+    runs: tuple[tuple[str, str], ...]
+    x: XAxis = "step"
+    ranks: Ranks = "first"
+    lo: float | None = None
+    hi: float | None = None
+    buckets: int = 1000
+    #: a config key: the runs with one value of it make one curve, their mean per step,
+    #: with the range over the runs as its band (project "group", run the value)
+    group: str | None = None
+
+
+def series_sql(q: SeriesQuery) -> str:
+    """The SQL (parameters $key, $runs, $lo, $hi, $buckets, and $group if grouped): one row
+    per curve with its points in x order; `lo`/`hi` are the range over ranks or over a
+    group's runs (the mean's band)."""
+    per_x = _per_x(q)
+    group = ("" if q.group is None else
+             "LEFT JOIN (SELECT project, run, any_value(value ORDER BY rank) AS g "
+             "FROM run_configs WHERE key = $group GROUP BY ALL) c USING (project, run)")
+    return f"""
+WITH firsts AS (
+  SELECT project, run, min(rank) AS first_rank FROM metric_summaries
+  WHERE key = $key GROUP BY ALL),
+raw AS (
+  SELECT m.project, m.run, m.rank, m.step, {_X[q.x]} AS x, m.value, f.first_rank
+         {", c.g" if q.group is not None else ""}
+  FROM metrics m JOIN firsts f USING (project, run)
+       JOIN (SELECT project, run, started_at AS started FROM runs) r USING (project, run)
+       {group}
+  WHERE m.key = $key AND m.step IS NOT NULL
+    AND list_contains($runs, m.project || chr(31) || m.run)),
+points AS MATERIALIZED (SELECT * FROM ({per_x}) WHERE x BETWEEN $lo AND $hi),
+sized AS (
+  SELECT * FROM points JOIN (
+    SELECT project, run, series, count(*) AS n, min(x) AS x0, max(x) AS x1
+    FROM points GROUP BY ALL) USING (project, run, series)),
+bucketed AS MATERIALIZED (
+  SELECT *, CASE WHEN n <= 2 * $buckets OR x1 = x0 THEN NULL
+                 ELSE least(CAST(floor((x - x0) * $buckets / (x1 - x0)) AS BIGINT),
+                            $buckets - 1) END AS bucket
+  FROM sized),
+finite AS (SELECT * FROM bucketed WHERE bucket IS NOT NULL AND isfinite(value)),
+kept AS (
+  SELECT project, run, series, n, x, value, lo, hi FROM bucketed WHERE bucket IS NULL
+  UNION ALL
+  SELECT project, run, series, n, arg_min(x, value), min(value), min(lo), max(hi)
+  FROM finite GROUP BY project, run, series, n, bucket
+  UNION ALL
+  SELECT project, run, series, n, arg_max(x, value), max(value), min(lo), max(hi)
+  FROM finite GROUP BY project, run, series, n, bucket
+  UNION ALL
+  SELECT project, run, series, n, min(x), any_value(value), min(lo), max(hi)
+  FROM bucketed WHERE bucket IS NOT NULL AND NOT isfinite(value)
+  GROUP BY project, run, series, n, bucket, isnan(value), value > 0),
+distinct_points AS (SELECT DISTINCT * FROM kept)
+SELECT project, run, series, list(x ORDER BY x, value) AS xs,
+       list(value ORDER BY x, value) AS ys, list(lo ORDER BY x, value) AS los,
+       list(hi ORDER BY x, value) AS his, any_value(n) AS n
+FROM distinct_points GROUP BY project, run, series ORDER BY project, run, series
+"""
+
+
+def _per_x(q: SeriesQuery) -> str:
+    """One row per curve and x: a rank's, the ranks' mean, or a group's mean over runs."""
+    g = ", g" if q.group is not None else ""
+    if q.ranks == "mean":
+        rows = (f"SELECT project, run, -1 AS series, step, min(x) AS x, avg(value) AS value, "
+                f"min(value) AS lo, max(value) AS hi{g} FROM raw GROUP BY project, run, step{g}")
+    else:
+        rows = (f"SELECT project, run, rank AS series, step, x, value, value AS lo, "
+                f"value AS hi{g} FROM raw"
+                + (" WHERE rank = first_rank" if q.ranks == "first" else ""))
+    if q.group is None:
+        return rows
+    return ("SELECT 'group' AS project, coalesce(g, '(unset)') AS run, -1 AS series, step, "
+            "min(x) AS x, avg(value) AS value, min(lo) AS lo, max(hi) AS hi "
+            f"FROM ({rows}) GROUP BY g, step")
+
+
+#: Where a resumed attempt took over in each run: the first step of each later attempt
+#: that the default views show (the steps it logged again hide the earlier attempt's).
+ATTEMPTS_SQL = """
+SELECT m.project, m.run, m.attempt, min(m.step) AS step, arg_min({x}, m.step) AS x
+FROM metrics m JOIN (SELECT project, run, started_at AS started FROM runs) r
+     USING (project, run)
+WHERE m.key = $key AND m.step IS NOT NULL AND m.attempt > 1
+  AND list_contains($runs, m.project || chr(31) || m.run)
+GROUP BY ALL ORDER BY ALL
+"""
+
+
+def attempts_sql(q: SeriesQuery) -> str:
+    return ATTEMPTS_SQL.replace("{x}", _X[q.x].replace("step", "m.step")
+                                .replace("epoch(time)", "epoch(m.time)"))
+
+
+def series_params(q: SeriesQuery) -> dict[str, Any]:
+    params = {"key": q.key, "runs": [f"{p}\x1f{r}" for p, r in q.runs],
+              "lo": -math.inf if q.lo is None else q.lo,
+              "hi": math.inf if q.hi is None else q.hi, "buckets": q.buckets}
+    if q.group is not None:
+        params["group"] = q.group
+    return params
+
+
+def finite_or_mark(xs: list[float], ys: list[float]) -> tuple[list[float | None],
+                                                              list[list[Any]]]:
+    """JSON has no NaN or infinity: such a value becomes a gap (null) in the curve and a
+    mark [x, "NaN" | "inf" | "-inf"] that the page draws and shows under the cursor."""
+    out: list[float | None] = []
+    marks: list[list[Any]] = []
+    for x, y in zip(xs, ys, strict=True):
+        if y is None or math.isfinite(y):
+            out.append(y)
+            continue
+        out.append(None)
+        marks.append([x, "NaN" if math.isnan(y) else ("inf" if y > 0 else "-inf")])
+    return out, marks

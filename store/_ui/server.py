@@ -1,0 +1,356 @@
+"""The dashboard's HTTP server: the standard library's ThreadingHTTPServer, read-only.
+
+What it refuses, and why:
+- on a loopback bind, a Host header that names another host (a web page elsewhere cannot
+  reach the store through DNS rebinding);
+- on any other bind, every request without the token printed in the URL (query
+  ``?token=``, then a cookie the page keeps), compared in constant time;
+- any path but the page, its listed static files and the API: no path from a request ever
+  reaches the file system, so no traversal can;
+- a URL over 8 KiB, a body over 64 KiB, a request (line, headers and body) not received
+  within `read_deadline` seconds, more than `MAX_CONNECTIONS` at once;
+- SQL that is not read-only (`tracklake.query`'s check, and a connection that cannot write).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import ipaddress
+import json
+import secrets
+import socket
+import sys
+import threading
+import time
+from http import HTTPStatus
+from http.cookies import CookieError, SimpleCookie
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import resources
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from tracklake._errors import TracklakeError
+from tracklake._ui import answers
+from tracklake._ui.series import SeriesQuery
+
+MAX_URL = 8 << 10
+MAX_BODY = 64 << 10
+MAX_CONNECTIONS = 32
+READ_DEADLINE = 10.0
+COOKIE = "tracklake_token"
+
+_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
+          ".css": "text/css; charset=utf-8", ".LICENSE": "text/plain; charset=utf-8"}
+_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+        "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+
+
+def _static_files() -> dict[str, tuple[bytes, str]]:
+    """The page's files, read once from the package: URL path → (content, type)."""
+    folder = resources.files("tracklake._ui") / "static"
+    files = {}
+    for item in folder.iterdir():
+        suffix = "." + item.name.rsplit(".", 1)[-1]
+        if item.is_file() and suffix in _TYPES:
+            files[f"/static/{item.name}"] = (item.read_bytes(), _TYPES[suffix])
+    files["/"] = files.pop("/static/index.html")
+    return files
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name: whatever it resolves to, it is not only this machine
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True  # a stuck client never keeps the process from ending
+
+    def __init__(self, address: tuple[str, int], store: Path, token: str | None,
+                 read_deadline: float) -> None:
+        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        self.store = store
+        self.token = token
+        self.read_deadline = read_deadline
+        self.files = _static_files()
+        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.open: set[socket.socket] = set()
+        self.open_lock = threading.Lock()
+        super().__init__(address, _Handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.slots.acquire(blocking=False):
+            self.shutdown_request(request)  # too many at once: this one is dropped
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away mid-answer (a closed tab) is not an error of ours."""
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        with self.open_lock:
+            self.open.add(request)
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self.open_lock:
+                self.open.discard(request)
+            self.slots.release()
+
+    def drain(self, timeout: float) -> None:
+        """Cut every open connection and wait (up to `timeout` seconds) for the threads
+        answering them: a query running in one ends by its own timeout or interruption."""
+        with self.open_lock:
+            for connection in self.open:
+                with contextlib.suppress(OSError):  # closed by its client meanwhile
+                    connection.shutdown(socket.SHUT_RDWR)
+        deadline = time.monotonic() + timeout
+        taken = 0
+        while taken < MAX_CONNECTIONS and self.slots.acquire(
+                timeout=max(0.0, deadline - time.monotonic())):
+            taken += 1
+        for _ in range(taken):
+            self.slots.release()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    server_version = "tracklake"
+    sys_version = ""
+    timeout = READ_DEADLINE  # no single read waits longer than the whole request may
+
+    def handle(self) -> None:
+        """One request, which must arrive whole within the read deadline: a client that
+        trickles bytes has its connection shut."""
+        self._deadline = threading.Timer(self.server.read_deadline, self._too_slow)
+        self._deadline.daemon = True
+        self._deadline.start()
+        try:
+            super().handle()
+        finally:
+            self._deadline.cancel()
+
+    def _too_slow(self) -> None:
+        # already closed by the client (OSError): nothing left to refuse
+        with contextlib.suppress(OSError):
+            self.connection.shutdown(socket.SHUT_RDWR)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: a dashboard polled every second would flood the terminal."""
+
+    # -- admission ------------------------------------------------------------------
+
+    def _admitted(self) -> bool:
+        if len(self.path) > MAX_URL:
+            self._error(HTTPStatus.REQUEST_URI_TOO_LONG, "URL too long")
+            return False
+        if self.server.token is None:
+            host = (self.headers.get("Host") or "").rsplit(":", 1)[0]
+            if not is_loopback(host):
+                self._error(HTTPStatus.FORBIDDEN, f"Host {host!r} is not this machine")
+                return False
+            return True
+        given = parse_qs(urlsplit(self.path).query).get("token", [""])[0]
+        if not given:
+            try:
+                cookie = SimpleCookie(self.headers.get("Cookie") or "")
+            except CookieError:
+                cookie = SimpleCookie()  # a header it cannot parse carries no token
+            given = cookie[COOKIE].value if COOKIE in cookie else ""
+        if not hmac.compare_digest(given.encode(), self.server.token.encode()):
+            self._error(HTTPStatus.FORBIDDEN, "this dashboard needs its token: open the "
+                        "URL that `tracklake ui` printed")
+            return False
+        return True
+
+    # -- methods --------------------------------------------------------------------
+
+    def do_GET(self) -> None:
+        self._deadline.cancel()  # a GET has no body: the request is in
+        if not self._admitted():
+            return
+        url = urlsplit(self.path)
+        if url.path in self.server.files:
+            body, kind = self.server.files[url.path]
+            extra = {}
+            if url.path == "/" and self.server.token is not None:
+                extra["Set-Cookie"] = (f"{COOKIE}={self.server.token}; HttpOnly; "
+                                       "SameSite=Strict; Path=/")
+            self._send(HTTPStatus.OK, body, kind, extra)
+            return
+        query = parse_qs(url.query)
+        if url.path == "/api/runs":
+            self._answer(lambda: answers.runs(self.server.store))
+        elif url.path == "/api/keys":
+            self._answer(lambda: answers.keys(self.server.store))
+        elif url.path == "/api/summary":
+            key = query.get("key", [""])[0]
+            self._answer(lambda: answers.summary(self.server.store, key))
+        elif url.path == "/api/generations":
+            try:
+                runs = _runs(query)
+            except ValueError as exc:
+                self._error(HTTPStatus.BAD_REQUEST, str(exc))
+                return
+            search = query.get("q", [""])[0]
+            self._answer(lambda: answers.generations(self.server.store, runs, search))
+        elif url.path == "/api/series":
+            try:
+                q = _series_query(query)
+            except ValueError as exc:
+                self._error(HTTPStatus.BAD_REQUEST, str(exc))
+                return
+            self._answer(lambda: answers.series(self.server.store, q))
+        else:
+            self._error(HTTPStatus.NOT_FOUND, "no such page")
+
+    def do_POST(self) -> None:
+        try:
+            length = int(self.headers.get("Content-Length", ""))
+        except ValueError:
+            self._deadline.cancel()
+            self._error(HTTPStatus.LENGTH_REQUIRED, "a body needs its Content-Length")
+            return
+        if length > MAX_BODY or length < 0:
+            self._deadline.cancel()
+            self._error(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body over {MAX_BODY} bytes")
+            return
+        body = self.rfile.read(length)
+        self._deadline.cancel()
+        if len(body) < length or not self._admitted():
+            return
+        if urlsplit(self.path).path != "/api/sql":
+            self._error(HTTPStatus.NOT_FOUND, "no such page")
+            return
+        # JSON only: a form on another site cannot post it without the browser asking first
+        if (self.headers.get("Content-Type") or "").split(";")[0] != "application/json":
+            self._error(HTTPStatus.UNSUPPORTED_MEDIA_TYPE, "send the SQL as JSON")
+            return
+        try:
+            statement = json.loads(body)["sql"]
+            if not isinstance(statement, str):
+                raise TypeError("sql is not text")
+        except (ValueError, KeyError, TypeError) as exc:
+            self._error(HTTPStatus.BAD_REQUEST, f'send {{"sql": "..."}}: {exc}')
+            return
+        self._answer(lambda: answers.sql(self.server.store, statement))
+
+    def _refuse_method(self) -> None:
+        self._deadline.cancel()
+        self._error(HTTPStatus.METHOD_NOT_ALLOWED, "the dashboard only reads")
+
+    do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_HEAD = _refuse_method
+
+    # -- answers ----------------------------------------------------------------------
+
+    def _answer(self, work: Any) -> None:
+        try:
+            value = work()
+        except TracklakeError as exc:  # a refused or failed query, a damaged store
+            self._error(HTTPStatus.BAD_REQUEST, str(exc))
+            return
+        body = json.dumps(value, allow_nan=False, default=str).encode()
+        self._send(HTTPStatus.OK, body, "application/json")
+
+    def _error(self, status: HTTPStatus, message: str) -> None:
+        self._send(status, json.dumps({"error": message}).encode(), "application/json")
+
+    def _send(self, status: HTTPStatus, body: bytes, kind: str,
+              extra: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Content-Security-Policy", _CSP)
+        self.send_header("X-Content-Type-Options", "nosniff")
+        self.send_header("Referrer-Policy", "no-referrer")
+        self.send_header("Cache-Control", "no-store")
+        self.send_header("Connection", "close")
+        for name, value in (extra or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def _runs(query: dict[str, list[str]]) -> tuple[tuple[str, str], ...]:
+    """The `run=project/run` parameters."""
+    runs = []
+    for item in query.get("run", []):
+        project, sep, run = item.partition("/")
+        if not sep or not project or not run:
+            raise ValueError(f"run {item!r} is not project/run")
+        runs.append((project, run))
+    return tuple(runs)
+
+
+def _series_query(query: dict[str, list[str]]) -> SeriesQuery:
+    """The chart a series request asks for; ValueError says what is wrong with it."""
+    key = query.get("key", [""])[0]
+    if not key:
+        raise ValueError("series needs a key")
+    runs = _runs(query)
+    x = query.get("x", ["step"])[0]
+    ranks = query.get("ranks", ["first"])[0]
+    if x not in ("step", "time", "relative") or ranks not in ("first", "mean", "all"):
+        raise ValueError("x is step, time or relative; ranks is first, mean or all")
+    buckets = int(query.get("buckets", ["1000"])[0])
+    if not 2 <= buckets <= 10000:
+        raise ValueError("buckets is between 2 and 10000")
+
+    def bound(name: str) -> float | None:
+        given = query.get(name, [""])[0]
+        return float(given) if given else None
+
+    group = query.get("group", [""])[0] or None
+    return SeriesQuery(key=key, runs=runs, x=x, ranks=ranks,  # type: ignore[arg-type]
+                       lo=bound("lo"), hi=bound("hi"), buckets=buckets, group=group)
+
+
+class Dashboard:
+    """A dashboard bound to `host`:`port` (0: any free port), serving `store`; with a
+    token unless the address is this machine's loopback."""
+
+    def __init__(self, store: Path, *, host: str = "127.0.0.1", port: int = 0,
+                 read_deadline: float = READ_DEADLINE) -> None:
+        self.token = None if is_loopback(host) else secrets.token_urlsafe(24)
+        self._server = _Server((host, port), store, self.token, read_deadline)
+        self.host, self.port = host, self._server.server_address[1]
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        shown = f"[{self.host}]" if ":" in self.host else self.host
+        base = f"http://{shown}:{self.port}/"
+        return base if self.token is None else f"{base}?token={self.token}"
+
+    def serve_forever(self) -> None:
+        """Serve until `close()` (from another thread) or Ctrl-C (KeyboardInterrupt)."""
+        self._server.serve_forever(poll_interval=0.2)
+
+    def start(self) -> Dashboard:
+        """Serve from a background thread (tests, notebooks)."""
+        self._thread = threading.Thread(target=self.serve_forever, daemon=True,
+                                        name="tracklake-ui")
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop listening, cut open connections and wait for the answers in progress, so
+        that no thread is left reading the store when the process ends."""
+        if self._thread is not None:
+            self._server.shutdown()
+            self._thread.join()
+        self._server.server_close()
+        self._server.drain(answers.QUERY_TIMEOUT)
+

@@ -1,0 +1,271 @@
+"""What a person does with `tracklake ui`, in the system's headless Chromium driven over
+its DevTools protocol: toggle a run, smooth, read a value under the cursor, zoom, watch a
+live run grow, ask SQL; and the page asks nothing of any host but the dashboard."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from _cdp import Browser
+
+import tracklake
+from tracklake._ui.server import Dashboard
+
+#: one worker, so one browser and one page for the whole module, in the order written
+pytestmark = pytest.mark.xdist_group("ui_browser")
+
+PROJECT = "p"
+
+
+def loss(run: str, step: int) -> float:
+    """Values with short decimals, so the page shows them exactly as logged."""
+    return step * 0.5 + (1 if run == "base" else 2)
+
+
+@pytest.fixture(scope="module")
+def live_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, tracklake.Run]]:
+    root = tmp_path_factory.mktemp("ui") / "store"
+    for name in ("base", "tuned"):
+        with tracklake.init(project=PROJECT, run_id=name, root=root, name=name,
+                            config={"lr": 0.1 if name == "base" else 0.3}) as run:
+            for step in range(40):
+                run.log({"loss": loss(name, step), "acc/train": step / 40}, step=step)
+            run.log_generations([
+                {"input": "capital of France?", "output": "Paris" if name == "base" else "Lyon",
+                 "score": 1.0 if name == "base" else 0.0},
+                {"input": "2+2?", "output": "<b>4</b>", "score": 1.0}], step=10, key="val")
+    live = tracklake.init(project=PROJECT, run_id="live", root=root, name="live")
+    for step in range(20):
+        live.log({"loss": 3.0 + step}, step=step)
+    live.flush()
+    yield root, live
+    live.finish()
+
+
+@pytest.fixture(scope="module")
+def dashboard(live_run: tuple[Path, tracklake.Run]) -> Iterator[Dashboard]:
+    board = Dashboard(live_run[0]).start()
+    yield board
+    board.close()
+
+
+@pytest.fixture(scope="module")
+def page(dashboard: Dashboard, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
+    browser = Browser(tmp_path_factory.mktemp("chromium"))
+    try:
+        browser.open(dashboard.url)
+        browser.wait("window.tracklake && tracklake.charts.get('loss') && "
+                     "tracklake.charts.get('loss').plot && "
+                     "tracklake.charts.get('loss').plot.data[0].length > 0", "the loss chart")
+        browser.js("window.notReloaded = true")
+        yield browser
+    finally:
+        browser.close()
+
+
+def series_of(page: Browser, run: str) -> list[int]:
+    """The uPlot series indices of `run`'s curves in the loss chart."""
+    return page.js(f"tracklake.charts.get('loss').meta.map((m, i) => m && m.run === "
+                   f"'{PROJECT}/{run}' ? i : -1).filter(i => i >= 0)")
+
+
+def canvas(page: Browser) -> str:
+    return str(page.js("tracklake.charts.get('loss').plot.ctx.canvas.toDataURL()"))
+
+
+def plot_point(page: Browser, x: float, series: int) -> tuple[float, float]:
+    """The page coordinates of the point at `x` on `series`."""
+    return tuple(page.js(f"""(() => {{
+        const u = tracklake.charts.get('loss').plot;
+        u.root.scrollIntoView({{block: 'center'}});
+        const i = u.data[0].indexOf({x});
+        const r = u.over.getBoundingClientRect();
+        return [r.left + u.valToPos({x}, 'x'), r.top + u.valToPos(u.data[{series}][i], 'y')];
+    }})()"""))
+
+
+def test_toggling_a_run_hides_its_series_and_ticking_it_shows_them(page: Browser) -> None:
+    indices = series_of(page, "tuned")
+    assert indices
+    before = canvas(page)
+    page.click_element(f'#runs input[data-run="{PROJECT}/tuned"]')
+    page.wait(f"{json.dumps(indices)}.every(i => !tracklake.charts.get('loss').plot"
+              ".series[i].show)", "tuned's curves hidden")
+    assert canvas(page) != before
+    assert all(page.js(f"tracklake.charts.get('loss').plot.series[{i}].show")
+               for i in series_of(page, "base"))
+    page.click_element(f'#runs input[data-run="{PROJECT}/tuned"]')
+    page.wait(f"{json.dumps(indices)}.every(i => tracklake.charts.get('loss').plot"
+              ".series[i].show)", "tuned's curves shown again")
+
+
+def test_the_smoothing_slider_changes_the_drawn_path(page: Browser) -> None:
+    raw, smoothed = series_of(page, "tuned")[:2]
+    before = canvas(page)
+    page.js("(() => { const s = document.getElementById('smoothing'); s.value = '0.9';"
+            "s.dispatchEvent(new Event('input')); })()")
+    page.wait("tracklake.charts.get('loss').plot.series[2].stroke() !== 'transparent'",
+              "the smoothed curve drawn")
+    drawn = page.js(f"(() => {{ const d = tracklake.charts.get('loss').plot.data;"
+                    f"return [d[{raw}].filter(v => v != null), d[{smoothed}]"
+                    ".filter(v => v != null)]; })()")
+    assert drawn[0] != drawn[1] and drawn[0][0] == drawn[1][0]  # debiased: starts on the value
+    assert canvas(page) != before
+    page.js("(() => { const s = document.getElementById('smoothing'); s.value = '0';"
+            "s.dispatchEvent(new Event('input')); })()")
+
+
+def test_hovering_shows_the_logged_value_at_that_step(page: Browser) -> None:
+    raw = series_of(page, "base")[0]
+    x, y = plot_point(page, 17, raw)
+    page.mouse("mouseMoved", x, y)
+    text = page.wait("(() => { const h = tracklake.charts.get('loss').hover;"
+                     "return !h.hidden && h.textContent; })()", "the hover box")
+    assert "step 17" in text
+    assert f"base: {loss('base', 17):g}" in text and f"tuned: {loss('tuned', 17):g}" in text
+
+
+def test_dragging_zooms_into_a_range_and_a_double_click_resets_it(page: Browser) -> None:
+    raw = series_of(page, "base")[0]
+    full = page.js("(() => { const s = tracklake.charts.get('loss').plot.scales.x;"
+                   "return [s.min, s.max]; })()")
+    (x0, y), (x1, _) = plot_point(page, 10, raw), plot_point(page, 20, raw)
+    page.mouse("mouseMoved", x0, y)
+    page.mouse("mousePressed", x0, y, button="left", clickCount=1)
+    page.mouse("mouseMoved", (x0 + x1) / 2, y, buttons=1)
+    page.mouse("mouseMoved", x1, y, buttons=1)
+    page.mouse("mouseReleased", x1, y, button="left", clickCount=1)
+    zoomed = page.wait("(() => { const s = tracklake.charts.get('loss').plot.scales.x;"
+                       "return s.max - s.min < 15 && [s.min, s.max]; })()", "a zoomed x range")
+    assert 9 <= zoomed[0] < zoomed[1] <= 21
+    page.wait("tracklake.charts.get('loss').zoom !== null", "the zoom recorded")
+    page.click(x0, y, count=2)
+    page.wait(f"(() => {{ const s = tracklake.charts.get('loss').plot.scales.x;"
+              f"return s.min <= {full[0]} && s.max >= {full[1]}; }})()", "the full range again")
+
+
+def test_a_live_writers_new_steps_appear_without_a_reload(
+        page: Browser, live_run: tuple[Path, tracklake.Run]) -> None:
+    live = live_run[1]
+    assert page.js("tracklake.charts.get('loss').plot.data[0].includes(100)") is False
+    for step in range(20, 101):
+        live.log({"loss": 3.0 + step}, step=step)
+    live.flush()
+    page.wait("tracklake.charts.get('loss').plot.data[0].includes(100)", "step 100 drawn")
+    assert page.js("window.notReloaded") is True
+
+
+def test_the_sql_console_answers_and_refuses_a_write(page: Browser) -> None:
+    page.click_element('nav button[data-view="sql"]')
+    page.js("document.getElementById('sql-text').value = "
+            "\"SELECT run, max(step) AS last FROM metrics WHERE key = 'loss' "
+            "GROUP BY run ORDER BY run\"")
+    page.click_element("#sql-run")
+    rows = page.wait("(() => { const b = document.querySelector('#sql-result tbody');"
+                     "return b.rows.length === 3 && [...b.rows].map(r => r.textContent); })()",
+                     "the answer's rows")
+    assert rows[0] == "base39" and rows[1] == "live" + rows[1][4:] and rows[2] == "tuned39"
+    page.js("document.getElementById('sql-text').value = 'DELETE FROM metrics'")
+    page.click_element("#sql-run")
+    error = page.wait("(() => { const e = document.getElementById('sql-error');"
+                      "return !e.hidden && e.textContent; })()", "the refusal")
+    assert "refused" in error and "read-only" in error
+    page.click_element('nav button[data-view="charts"]')
+
+
+def test_grouping_by_a_config_key_draws_one_series_per_group(page: Browser) -> None:
+    page.js("(() => { const g = document.getElementById('group'); g.value = 'lr';"
+            "g.dispatchEvent(new Event('change')); })()")
+    labels = page.wait("(() => { const c = tracklake.charts.get('loss');"
+                       "return c.plot && c.meta.filter(m => m && m.role === 'raw')"
+                       ".map(m => m.label); })()", "the grouped chart")
+    assert labels == ["lr=(unset)", "lr=0.1", "lr=0.3"]
+    values = page.js("(() => { const c = tracklake.charts.get('loss');"
+                     "return c.meta.filter(m => m && m.role === 'raw')"
+                     ".map(m => m.curve.y[m.curve.x.indexOf(17)]); })()")
+    assert values[1:] == [loss("base", 17), loss("tuned", 17)]
+    page.js("(() => { const g = document.getElementById('group'); g.value = '';"
+            "g.dispatchEvent(new Event('change')); })()")
+    page.wait("(() => { const c = tracklake.charts.get('loss');"
+              "return c.plot && c.meta.some(m => m && m.run === 'p/base'); })()",
+              "the runs' own curves again")
+
+
+def test_generations_show_one_prompts_outputs_side_by_side_and_search(page: Browser) -> None:
+    page.click_element('nav button[data-view="generations"]')
+    prompts = page.wait("(() => { const p = document.querySelectorAll('#gen-list .prompt');"
+                        "return p.length === 2 && [...p].map(e => [e.querySelector('h4')"
+                        ".textContent, [...e.querySelectorAll('tr')].map(r => [...r.cells]"
+                        ".map(c => c.textContent))]); })()", "two prompts")
+    france = dict(prompts)["capital of France?"]
+    assert france == [["step", "base", "tuned"], ["10", "Paris score 1", "Lyon score 0"]]
+    assert dict(prompts)["2+2?"][1][1] == "<b>4</b> score 1"  # text, never markup
+    page.js("(() => { const s = document.getElementById('gen-search'); s.value = 'PARIS';"
+            "s.dispatchEvent(new Event('input')); })()")
+    page.wait("(() => { const h = document.querySelectorAll('#gen-list .prompt h4');"
+              "return h.length === 1 && h[0].textContent === 'capital of France?'; })()",
+              "only the prompt whose output matches")
+    page.click_element('nav button[data-view="charts"]')
+
+
+def test_the_runs_table_sorts_by_a_metrics_last_value_and_diffs_configs(page: Browser) -> None:
+    page.click_element('nav button[data-view="table"]')
+    page.wait("document.querySelectorAll('#run-key option').length > 1", "the keys")
+    page.js("(() => { const s = document.getElementById('run-key'); s.value = 'acc/train';"
+            "s.dispatchEvent(new Event('change')); })()")
+    header = "[...document.querySelectorAll('#run-table th')]"
+    rows = "[...document.querySelectorAll('#run-table tbody tr')]"
+    page.wait(f"{rows}.filter(r => r.cells[9] && r.cells[9].textContent !== '').length === 2",
+              "the key's last values of base and tuned")
+    page.js(f"{header}.find(th => th.textContent === 'acc/train last').click()")
+    names = f"{rows}.map(r => r.cells[1].textContent)"
+    page.wait(f"{names}.join() === 'base,tuned,live' || {names}.join() === 'tuned,base,live'",
+              "sorted by the last value, the run without one last")
+    page.js(f"{header}.find(th => th.textContent === 'name').click()")
+    page.wait(f"{names}.join() === 'base,live,tuned'", "sorted by name")
+    diff = page.js("[...document.querySelectorAll('#config-diff tbody tr')]"
+                   ".map(r => [r.className, [...r.cells].map(c => c.textContent)])")
+    assert diff == [["differs", ["lr", "", "0.3", "0.1"]]]  # live, tuned, base: newest first
+    page.click_element('nav button[data-view="charts"]')
+
+
+def set_control(page: Browser, control: str, value: str, event: str = "change") -> None:
+    page.js(f"(() => {{ const e = document.getElementById('{control}'), "
+            f"v = {json.dumps(value)}; if (e.type === 'checkbox') e.checked = v === 'true';"
+            f"else e.value = v; e.dispatchEvent(new Event('{event}')); }})()")
+
+
+def test_key_filter_sections_x_axis_and_log_scale(page: Browser) -> None:
+    page.click_element('nav button[data-view="charts"]')
+    sections = "[...document.querySelectorAll('#charts summary')].map(s => s.textContent)"
+    assert page.js(sections) == ["acc (1)", "(top level) (1)"]
+    set_control(page, "filter", "/^acc\\//", "input")
+    assert page.js(sections) == ["acc (1)"]
+    set_control(page, "filter", "lo*", "input")  # a glob matches the whole name
+    assert page.js(sections) == ["(top level) (1)"]
+    set_control(page, "filter", "", "input")
+    page.wait("tracklake.charts.get('loss').plot", "the loss chart again")
+    set_control(page, "xaxis", "time")
+    page.wait("(() => { const p = tracklake.charts.get('loss').plot;"
+              "return p && p.data[0][0] > 1.6e9; })()", "wall time on x")
+    set_control(page, "xaxis", "relative")
+    page.wait("(() => { const p = tracklake.charts.get('loss').plot;"
+              "return p && p.data[0][0] >= 0 && p.data[0][0] < 600; })()", "seconds on x")
+    set_control(page, "logscale", "true")
+    page.wait("(() => { const p = tracklake.charts.get('loss').plot;"
+              "return p && p.scales.y.distr === 3; })()", "a log y axis")
+    set_control(page, "logscale", "false")
+    set_control(page, "xaxis", "step")
+    page.wait("(() => { const p = tracklake.charts.get('loss').plot;"
+              "return p && p.scales.y.distr === 1 && p.data[0][0] === 0; })()", "steps again")
+
+
+def test_the_page_requests_nothing_beyond_the_dashboard(page: Browser,
+                                                        dashboard: Dashboard) -> None:
+    """Runs last: the network log of everything the tests above made the page do."""
+    requested = page.requested()
+    assert any(url.endswith("/api/series?" + url.split("?", 1)[-1]) for url in requested)
+    assert [url for url in requested if not url.startswith(dashboard.url)] == []

@@ -1,0 +1,95 @@
+"""The dashboard's curves: downsampled per pixel bucket on the server without hiding an
+extreme or a non-finite value, refined on zoom, per rank, as a mean with its band, and
+on each x axis."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tracklake
+from tracklake._ui.answers import series
+from tracklake._ui.series import SeriesQuery
+
+N = 20_000
+
+
+def write(root: Path) -> None:
+    values = np.sin(np.arange(N) / 500.0)
+    values[7_777] = 50.0  # one spike among many points
+    values[12_345] = -50.0
+    values[3_000], values[4_000], values[5_000] = math.nan, math.inf, -math.inf
+    for rank in (0, 1):
+        with tracklake.init(project="p", run_id="big", root=root, rank=rank) as run:
+            for step in range(N):
+                run.log({"x": float(values[step]) + rank}, step=step)
+
+
+def test_downsampling_keeps_extremes_and_non_finite_values(root: Path) -> None:
+    write(root)
+    curve, = series(root, SeriesQuery(key="x", runs=(("p", "big"),), buckets=100))["curves"]
+    assert curve["points"] == N and len(curve["x"]) <= 2 * 100 + 3
+    assert curve["x"] == sorted(curve["x"])
+    finite = [y for y in curve["y"] if y is not None]
+    assert max(finite) == 50.0 and min(finite) == -50.0
+    assert sorted(curve["marks"]) == [[3000, "NaN"], [4000, "inf"], [5000, "-inf"]]
+
+
+def test_zooming_refines_to_every_point_of_the_range(root: Path) -> None:
+    write(root)
+    curve, = series(root, SeriesQuery(key="x", runs=(("p", "big"),), buckets=100,
+                                      lo=7_700, hi=7_850))["curves"]
+    assert curve["x"] == list(range(7_700, 7_851)) and 50.0 in curve["y"]
+
+
+def test_ranks_each_their_own_or_their_mean_with_a_band(root: Path) -> None:
+    write(root)
+    q = SeriesQuery(key="x", runs=(("p", "big"),), buckets=10_000, lo=0, hi=9)
+    every = series(root, replace(q, ranks="all"))["curves"]
+    assert [c["series"] for c in every] == [0, 1]
+    mean, = series(root, replace(q, ranks="mean"))["curves"]
+    pairs = zip(every[0]["y"], every[1]["y"], strict=True)
+    assert mean["y"] == [pytest.approx((a + b) / 2) for a, b in pairs]
+    assert mean["lo"] == every[0]["y"] and mean["hi"] == every[1]["y"]
+    first, = series(root, q)["curves"]
+    assert first["y"] == every[0]["y"]
+
+
+def test_x_is_the_step_the_wall_time_or_the_time_since_the_run_started(root: Path) -> None:
+    with tracklake.init(project="p", run_id="t", root=root) as run:
+        for step in range(5):
+            run.log({"y": step}, step=step)
+    q = SeriesQuery(key="y", runs=(("p", "t"),))
+    wall, = series(root, replace(q, x="time"))["curves"]
+    relative, = series(root, replace(q, x="relative"))["curves"]
+    assert wall["x"][0] > 1.6e9 and 0 <= relative["x"][0] < 60
+    assert relative["x"] == sorted(relative["x"])
+    assert series(root, SeriesQuery(key="y", runs=(("p", "nope"),)))["curves"] == []
+
+
+def test_a_group_is_the_mean_of_its_runs_with_their_range(root: Path) -> None:
+    for name, lr, offset in (("a", 0.1, 0.0), ("b", 0.1, 2.0), ("c", 0.3, 10.0)):
+        with tracklake.init(project="p", run_id=name, root=root, config={"lr": lr}) as run:
+            for step in range(3):
+                run.log({"y": step + offset}, step=step)
+    runs = (("p", "a"), ("p", "b"), ("p", "c"))
+    curves = series(root, SeriesQuery(key="y", runs=runs, group="lr"))["curves"]
+    assert [(c["run"], c["y"], c["lo"], c["hi"]) for c in curves] == [
+        ("0.1", [1.0, 2.0, 3.0], [0.0, 1.0, 2.0], [2.0, 3.0, 4.0]),
+        ("0.3", [10.0, 11.0, 12.0], [10.0, 11.0, 12.0], [10.0, 11.0, 12.0])]
+
+
+def test_a_resumed_attempt_is_marked_where_it_took_over(root: Path) -> None:
+    with tracklake.init(project="p", run_id="r", root=root) as run:
+        for step in range(10):
+            run.log({"y": 1.0}, step=step)
+    with tracklake.init(project="p", run_id="r", root=root) as run:  # resumed from step 6
+        for step in range(6, 12):
+            run.log({"y": 2.0}, step=step)
+    answer = series(root, SeriesQuery(key="y", runs=(("p", "r"),)))
+    assert [(a["attempt"], a["step"], a["x"]) for a in answer["attempts"]] == [(2, 6, 6.0)]
+    assert answer["curves"][0]["y"] == [1.0] * 6 + [2.0] * 6

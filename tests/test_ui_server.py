@@ -1,0 +1,232 @@
+"""`tracklake ui`'s server over plain HTTP: what it refuses (traversal, a missing token on
+a non-loopback bind, a foreign Host, oversized and slow requests, SQL that writes), that
+it never changes the store, and that Ctrl-C ends the command cleanly."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _cdp import until
+
+import tracklake
+from tracklake._ui.server import MAX_BODY, MAX_URL, Dashboard
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("ui") / "store"
+    with tracklake.init(project="p", run_id="base", root=root, name="base",
+                        config={"lr": 0.1}) as run:
+        for step in range(50):
+            run.log({"loss": 1.0 / (step + 1)}, step=step)
+    return root
+
+
+@pytest.fixture(scope="module")
+def board(store: Path) -> Iterator[Dashboard]:
+    dashboard = Dashboard(store, read_deadline=1.0).start()
+    yield dashboard
+    dashboard.close()
+
+
+def request(board: Dashboard, method: str, path: str, body: bytes | None = None,
+            headers: dict[str, str] | None = None, port: int | None = None
+            ) -> tuple[int, dict[str, str], bytes]:
+    con = http.client.HTTPConnection("127.0.0.1", port or board.port, timeout=60)
+    try:
+        con.request(method, path, body=body, headers=headers or {})
+        answer = con.getresponse()
+        return answer.status, dict(answer.getheaders()), answer.read()
+    finally:
+        con.close()
+
+
+def sql(board: Dashboard, statement: str) -> tuple[int, Any]:
+    status, _, body = request(board, "POST", "/api/sql", json.dumps({"sql": statement}).encode(),
+                              {"Content-Type": "application/json"})
+    return status, json.loads(body)
+
+
+def files(root: Path) -> dict[str, tuple[int, int]]:
+    """Every file of the store but the readers' derived caches, with size and mtime."""
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in root.rglob("*") if p.is_file() and ".cache" not in p.parts}
+
+
+def test_the_page_its_files_and_the_api_answer(board: Dashboard) -> None:
+    status, headers, body = request(board, "GET", "/")
+    assert status == 200 and b"/static/uPlot.iife.min.js" in body
+    assert "script-src 'self'" in headers["Content-Security-Policy"]
+    for name in ("uPlot.iife.min.js", "uPlot.min.css", "uPlot.LICENSE", "app.js", "app.css"):
+        assert request(board, "GET", f"/static/{name}")[0] == 200, name
+    runs = json.loads(request(board, "GET", "/api/runs")[2])
+    assert [(r["project"], r["run"], r["config"]) for r in runs] == [("p", "base",
+                                                                    {"lr": "0.1"})]
+    keys = json.loads(request(board, "GET", "/api/keys")[2])
+    assert keys == [{"key": "loss", "points": 50, "runs": 1}]
+    series = json.loads(request(board, "GET", "/api/series?key=loss&run=p/base")[2])
+    assert series["curves"][0]["x"] == list(range(50))
+    assert sql(board, "SELECT count(*) AS n FROM metrics") == (
+        200, {"columns": ["n"], "rows": [[50]], "truncated": False})
+
+
+@pytest.mark.parametrize("path", [
+    "/static/../../../../etc/passwd", "/static/..%2f..%2f..%2fetc%2fpasswd",
+    "/%2e%2e/%2e%2e/etc/passwd", "/static/%2e%2e/server.py", "/../store/runs",
+    "/static//etc/passwd", "/static/./app.js/../../server.py", "/server.py",
+    "/static/", "/api/../static/app.js", "//etc/passwd"])
+def test_no_path_reaches_the_file_system(board: Dashboard, path: str) -> None:
+    status, _, body = request(board, "GET", path)
+    assert status == 404 and b"root:" not in body and b"import" not in body
+
+
+def test_a_foreign_host_name_is_refused_on_loopback(board: Dashboard) -> None:
+    """A page elsewhere that rebinds its own name to 127.0.0.1 cannot read the store."""
+    status, _, body = request(board, "GET", "/api/runs", headers={"Host": "evil.example:80"})
+    assert status == 403 and b"base" not in body
+    assert request(board, "GET", "/api/runs", headers={"Host": "localhost"})[0] == 200
+
+
+def test_a_non_loopback_bind_needs_its_token(store: Path) -> None:
+    dashboard = Dashboard(store, host="0.0.0.0").start()
+    try:
+        token = dashboard.token
+        assert token and dashboard.url.endswith(f"/?token={token}")
+        for path in ("/", "/api/runs", "/static/app.js", f"/api/runs?token={token}x",
+                     "/api/runs?token="):
+            status, _, body = request(dashboard, "GET", path)
+            assert status == 403 and b"base" not in body, path
+        for cookie in ("tracklake_token=wrong", "a=b; $bad", "tracklake_token"):
+            assert request(dashboard, "GET", "/api/runs", headers={"Cookie": cookie}
+                           )[0] == 403, cookie
+        status, headers, _ = request(dashboard, "GET", f"/?token={token}")
+        assert status == 200 and f"tracklake_token={token}" in headers["Set-Cookie"]
+        assert "HttpOnly" in headers["Set-Cookie"]
+        status, _, body = request(dashboard, "GET", "/api/runs",
+                                  headers={"Cookie": f"tracklake_token={token}"})
+        assert status == 200 and b"base" in body
+        assert request(dashboard, "POST", "/api/sql", b'{"sql": "SELECT 1"}',
+                       {"Content-Type": "application/json"})[0] == 403
+    finally:
+        dashboard.close()
+
+
+def test_oversized_requests_are_refused(board: Dashboard) -> None:
+    assert request(board, "GET", "/api/runs?x=" + "a" * MAX_URL)[0] == 414
+    big = json.dumps({"sql": "SELECT 1 -- " + "x" * MAX_BODY}).encode()
+    assert request(board, "POST", "/api/sql", big,
+                   {"Content-Type": "application/json"})[0] == 413
+    # a claimed length the server refuses before reading any of it
+    with socket.create_connection(("127.0.0.1", board.port), timeout=60) as s:
+        s.sendall(b"POST /api/sql HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+                  b"application/json\r\nContent-Length: 999999999\r\n\r\n")
+        assert s.recv(100).startswith(b"HTTP/1.0 413")
+
+
+def test_a_slow_request_is_cut_off_and_others_are_still_served(board: Dashboard) -> None:
+    with socket.create_connection(("127.0.0.1", board.port), timeout=60) as slow:
+        slow.sendall(b"GET /api/runs HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # never finished
+        slow.settimeout(0.3)
+
+        def trickle_until_closed() -> bool:
+            """One more header line, well within any per-read timeout: only a deadline
+            on the whole request ends this connection."""
+            try:
+                slow.sendall(b"X-Slow: 1\r\n")
+            except OSError:
+                return True  # reset or broken pipe: closed by the server
+            try:
+                return slow.recv(1024) == b""
+            except TimeoutError:
+                return False  # still open: trickle on
+            except ConnectionResetError:
+                return True
+        assert request(board, "GET", "/api/keys")[0] == 200
+        until(trickle_until_closed, "the server to close the slow connection")
+
+
+def test_sql_that_would_write_is_refused_and_the_store_is_unchanged(
+        board: Dashboard, store: Path) -> None:
+    before = files(store)
+    for statement in ("DELETE FROM metrics", "DROP VIEW metrics",
+                      "CREATE TABLE t AS SELECT 1", "INSERT INTO metrics SELECT * FROM metrics",
+                      f"COPY (SELECT 1) TO '{store}/x.csv'", f"ATTACH '{store}/x.db'",
+                      "SELECT 1; DELETE FROM metrics", "SET lock_configuration = false",
+                      "INSTALL httpfs", "PRAGMA enable_external_access"):
+        status, answer = sql(board, statement)
+        assert status == 400 and "refused" in answer["error"], statement
+    status, answer = sql(board, f"SELECT * FROM read_csv('{store}/../../etc/passwd')")
+    assert status == 400
+    for path in ("/api/runs", "/api/keys", "/api/series?key=loss&run=p/base&ranks=all"):
+        assert request(board, "GET", path)[0] == 200
+    assert files(store) == before
+
+
+def test_methods_and_bodies_it_does_not_take(board: Dashboard) -> None:
+    for method in ("PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"):
+        assert request(board, method, "/api/sql")[0] == 405, method
+    assert request(board, "POST", "/api/sql", b"sql=SELECT+1",
+                   {"Content-Type": "application/x-www-form-urlencoded"})[0] == 415
+    assert request(board, "POST", "/api/sql", b"[1]",
+                   {"Content-Type": "application/json"})[0] == 400
+    assert request(board, "GET", "/api/series?key=loss&run=nope")[0] == 400
+    assert request(board, "GET", "/api/series?key=loss&x=bogus")[0] == 400
+    assert request(board, "GET", "/api/generations?run=bad")[0] == 400
+    assert json.loads(request(board, "GET", "/api/generations?run=p/base")[2]) == []
+
+
+def test_ctrl_c_ends_the_command_cleanly(store: Path) -> None:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tracklake._cli", "ui", "--root", str(store), "--port", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        assert process.stdout is not None
+        lines = [process.stdout.readline() for _ in range(2)]
+        url = lines[1].strip()
+        assert url.startswith("http://127.0.0.1:"), lines
+        port = int(url.rsplit(":", 1)[1].strip("/"))
+        assert request(None, "GET", "/api/runs", port=port)[0] == 200  # type: ignore[arg-type]
+        with socket.create_connection(("127.0.0.1", port), timeout=60) as held:
+            held.sendall(b"GET /api/runs HTTP/1.1\r\n")  # a request still arriving
+            process.send_signal(signal.SIGINT)
+            out, err = process.communicate(timeout=60)
+            try:
+                left = held.recv(100)
+            except ConnectionResetError:
+                left = b""
+            assert left == b""  # cut (closed or reset), not left hanging
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 0, err
+    assert "stopped" in out and "Traceback" not in err
+    # the port is free again: another server can take it
+    Dashboard(store, port=port).close()
+
+
+def test_a_taken_port_or_a_url_root_is_an_error_at_once(store: Path) -> None:
+    from click.testing import CliRunner
+
+    from tracklake._cli.main import main
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = CliRunner().invoke(main, ["ui", "--root", str(store), "--port", str(port)])
+    assert result.exit_code == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in result.stderr and "--port" in result.stderr
+    result = CliRunner().invoke(main, ["ui", "--root", "s3://bucket/store"])
+    assert result.exit_code == 1 and "URL" in result.stderr
