@@ -11,7 +11,7 @@ import stat
 from pathlib import Path
 
 from tracklake._errors import CursorError, FormatError
-from tracklake._format import SCHEMAS, StreamId
+from tracklake._format import SCHEMAS, StreamId, blob_path
 from tracklake._format.attempt import CRASHED_AFTER_SECONDS, check_attempt
 from tracklake._format.cursor import read_state
 from tracklake._format.files import NotRegularFileError, open_regular
@@ -97,7 +97,7 @@ def check_referenced_blobs(root: Path, report: FsckReport) -> None:
     for digest, users in sorted(blob_refs(root, ReadProblems()).items()):
         if not _DIGEST.fullmatch(digest):
             continue  # such a record is refused by readers, and reported as invalid
-        path = root / "blobs" / "sha256" / digest[:2] / digest
+        path = blob_path(root, digest)
         if path.is_symlink() or path.parent.is_symlink():
             continue  # check_special_files reports the link
         try:
