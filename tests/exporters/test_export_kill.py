@@ -183,6 +183,57 @@ def test_wandb_holds_exactly_the_store_after_kills(root: Path, tmp_path: Path,
     assert _loss_and_acc(wlog.history(files)) == _store_points(root)
 
 
+#: `tracklake.wandb` with two `define_metric` axes beside W&B's own step: eval behind it,
+#: clock far ahead of it, twice a step: the second row of a step waits in the export state
+#: until W&B's own step passes it.
+AXES_WRITER = textwrap.dedent("""
+    import os, sys, time
+    os.environ["RANK"] = sys.argv[2]
+    import tracklake.wandb as wandb
+    rank = int(sys.argv[2])
+    wandb.init(project="axes", id="live", root=sys.argv[1])
+    wandb.define_metric("eval/step")
+    wandb.define_metric("eval/*", step_metric="eval/step")
+    wandb.define_metric("clock/*", step_metric="clock/sec")
+    for step in range(STEPS):
+        wandb.log({"loss": step * 0.5 + rank, "acc": step / 1000.0})
+        if step % 25 == 24:
+            wandb.log({"eval/acc": step / 1000.0 + rank, "eval/step": step // 25})
+        for tick in range(2):  # two rows of one axis between two of W&B's steps
+            wandb.log({"clock/sec": 1000 * step + tick, "clock/rate": step + tick / 4})
+        time.sleep(PAUSE)
+    wandb.finish()
+""").replace("STEPS", str(STEPS // 3))
+
+
+def test_wandb_axis_rows_held_in_the_export_state_survive_kills(
+        root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kills while axis rows wait in the export state for W&B's own step to pass them:
+    every value arrives once, at its own step or with its axis value in its row."""
+    optional("wandb")
+    import _wandb_log as wlog
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    out = tmp_path / "wandb-out"
+    killed = _export_under_fire(root, tmp_path, ["wandb", "--mode", "offline", "--dir",
+                                                 str(out)], kills=6, window=(1.0, 3.0),
+                                writer=AXES_WRITER, pause=0.02)
+    assert killed >= 3
+    rows = tracklake.query("SELECT step, key, value FROM metrics WHERE rank = 0",
+                           root=root).to_pylist()
+    expected = Counter((r["step"], r["key"], r["value"]) for r in rows
+                       if r["key"] in ("loss", "acc", "eval/acc", "clock/rate"))
+    assert sum(1 for s, k, _ in expected if k == "eval/acc") == STEPS // 3 // 25
+    axis = {"eval/acc": "eval/step", "clock/rate": "clock/sec"}
+    got: Counter[tuple[int, str, float]] = Counter()
+    for step, values in wlog.history(sorted((out / "wandb").glob("offline-run-*/*.wandb"))):
+        for key, value in values.items():
+            if key in ("loss", "acc"):
+                got[(step, key, float(value))] += 1
+            elif key in axis:
+                got[(int(values[axis[key]]), key, float(value))] += 1
+    assert got == expected
+
+
 def test_swanlab_holds_exactly_the_store_after_kills(root: Path, tmp_path: Path) -> None:
     optional("swanlab")
     import _swanlab_log as slog

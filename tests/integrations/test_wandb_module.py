@@ -277,6 +277,24 @@ def test_several_x_axes_store_each_key_at_its_step_metrics_value(
     assert rules[2] == ("rollout/*", {"step_metric": "rollout/step"})
 
 
+def test_records_outside_rows_stay_at_w_and_b_step_after_an_axis_far_ahead(root: Path
+                                                                          ) -> None:
+    """System metrics, texts and events logged after a row on an axis of its own take
+    W&B's step, not the axis value (before: a clock axis at 495001 put the system metrics
+    there, and the W&B export's step jumped to it)."""
+    run = wandb.init(project="p", root=root)
+    wandb.define_metric("clock/*", step_metric="clock/sec")
+    wandb.log({"loss": 1.0})                                  # W&B step 0
+    wandb.log({"clock/rate": 2.0, "clock/sec": 495001})       # W&B step 1, store 495001
+    store = run.store_run
+    assert store is not None
+    store._log_system({"system/cpu": 3.0})  # one sample, as the sampler's thread records it
+    store.log_text("note", "after the clock row")
+    wandb.finish()
+    assert (1, "system/cpu", 3.0) in _metrics(root)
+    assert _q(root, "SELECT step FROM texts WHERE key = 'note'") == [{"step": 1}]
+
+
 def test_define_metric_refuses_what_w_and_b_refuses(root: Path) -> None:
     wandb.init(project="p", root=root)
     with pytest.raises(wandb.Error, match="glob"):

@@ -135,6 +135,10 @@ class WandbRun:
                 self._say(note)
             for step, values in sorted(by_step.items()):
                 self.summary._logged(self._writer.write(step, values))
+            if by_step.keys() - {wandb_step}:
+                # keys on an axis of their own sit at its values; what is recorded outside
+                # rows (system metrics, texts, events) stays at W&B's step
+                self._writer.run.log({}, step=wandb_step)
         self._flush_summary(force=False)
 
     def define_metric(self, name: str, step_metric: str | Any = None,
