@@ -211,6 +211,41 @@ def test_a_restore_killed_midway_leaves_nothing_half_restored_and_is_run_again(
     assert answers(target) == answers(store)
 
 
+def test_a_restore_on_another_host_is_judged_by_its_owner_file_standing_still(
+        store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A staging folder whose owner cannot be probed (another host) is removed once its
+    owner file stood still for a day plus the clocks' allowance, never earlier; and a
+    restore rewrites its owner file as files arrive, so a long one never looks dead."""
+    import importlib
+
+    from tracklake._format.liveness import clock_skew
+
+    restoring = importlib.import_module("tracklake._ops.backup.restore")
+
+    dest = tmp_path / "backup"
+    backup(store, dest)
+    target = tmp_path / "restored"
+    target.mkdir()
+    owner = {"pid": 1, "host": "node-b", "boot_id": None, "start_ticks": None}
+    day = restoring.STAGING_STALE_SECONDS
+    ages = {"behind": day + clock_skew() / 2, "gone": day + clock_skew() + 60}
+    for name, age in ages.items():
+        (target / f".restore-1-{name}-node-b").mkdir()
+        path = target / f".restore-1-{name}-node-b" / ".owner"
+        path.write_text(json.dumps(owner))
+        os.utime(path, (path.stat().st_atime, path.stat().st_mtime - age))
+    seen: list[int] = []
+
+    def progress(done: int, total: int, note: str) -> None:
+        stagings = [p for p in target.glob(".restore-*") if "node-b" not in p.name]
+        seen.append((stagings[0] / ".owner").stat().st_mtime_ns)
+
+    monkeypatch.setattr(restoring, "OWNER_REFRESH", -1.0)  # at every file
+    restore(dest, target, progress=progress)
+    assert sorted(p.name for p in target.glob(".restore-*")) == [".restore-1-behind-node-b"]
+    assert len(seen) > 2 and len(set(seen)) > 1
+
+
 def _damage(path: Path) -> None:
     """Flip one bit in the middle of `path`, keeping its size (bit rot, a bad sector)."""
     data = bytearray(path.read_bytes())

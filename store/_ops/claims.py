@@ -39,21 +39,33 @@ def _claim_record() -> dict[str, object]:
 
 
 def write_owner(path: Path) -> None:
-    """Write this process's identity to `path`, so that `owner_is_gone` can tell later."""
+    """Write this process's identity to `path`, so that `owner_is_gone` can tell later
+    (written again, it tells that its owner still lives)."""
     path.write_bytes(json.dumps(_claim_record()).encode())
 
 
-def owner_is_gone(path: Path, age: float, stale_after: float) -> bool:
-    """True if the process whose identity `path` holds (`write_owner`) is certainly gone;
-    where it cannot be probed or the file cannot be read, once `age` passes `stale_after`."""
-    return claim_is_stale(_read_claim(path), age, stale_after)
+def owner_is_gone(path: Path, root: Path, stale_after: float, *,
+                  stand_in: Path | None = None) -> bool:
+    """True if the process whose identity `path` holds (`write_owner`) is certainly gone
+    (`_holder_gone`); without `path`, judged by `stand_in`'s age as if it were a claim that
+    cannot be read (its owner was killed before it wrote `path`)."""
+    try:
+        contents = read_regular(path, 1 << 16)
+        st = path.stat()
+    except FileNotFoundError:
+        if stand_in is None:
+            return True
+        path, contents, st = stand_in, b"", stand_in.lstat()
+    except OSError:
+        contents, st = b"", path.lstat()  # not an owner file at all: judged by its age
+    return _holder_gone(path, root, st, contents, stale_after)
 
 
-def _read_claim(path: Path) -> dict[str, Any] | None:
+def _read_claim(contents: bytes) -> dict[str, Any] | None:
     """The claim's record if it is one this version writes, else None (empty, foreign)."""
     try:
-        record = json.loads(read_regular(path, 1 << 16))
-    except (OSError, ValueError, RecursionError):
+        record = json.loads(contents)
+    except (ValueError, RecursionError):
         return None
     if not isinstance(record, dict):
         return None
@@ -65,20 +77,20 @@ def _read_claim(path: Path) -> dict[str, Any] | None:
     return record
 
 
-def claim_is_stale(record: dict[str, Any] | None, age: float,
-                   stale_after: float = CLAIM_STALE_SECONDS) -> bool:
-    """True if the process that made this claim is certainly gone.
+def _holder_gone(path: Path, root: Path | None, st: os.stat_result, contents: bytes,
+                 stale_after: float) -> bool:
+    """True if the process that wrote `contents` (a claim or an owner file, read from
+    `path`, whose stat is `st`) is certainly gone.
 
     Where its process can be probed (same host, boot and PID namespace:
-    `process_known_gone`) this is exact. A claim from another host or PID namespace (a
-    shared file system, a container), or one that cannot be read, is stale once its age
-    (a compactor refreshes its claim after each part) passes `stale_after`.
-    """
-    if record is not None:
-        gone = process_known_gone(record)
-        if gone is not None:
-            return gone
-    return age > stale_after
+    `process_known_gone`) this is exact. One from another host or PID namespace (a shared
+    file system, a container), or one that cannot be read, is gone once it stood still
+    for `stale_after` (`_still_for`): its holder rewrites it while it works."""
+    record = _read_claim(contents)
+    gone = None if record is None else process_known_gone(record)
+    if gone is not None:
+        return gone
+    return _still_for(path, root, st, contents, stale_after)
 
 
 def _take_claim(claim: Path) -> bool:
@@ -115,8 +127,8 @@ def _take_claim(claim: Path) -> bool:
 
 
 def _break_stale_claim(claim: Path, root: Path | None) -> None:
-    """Remove a claim judged stale (its holder known gone, or, where it cannot be probed,
-    `_still_for` its limit), unless another compactor replaced it meanwhile."""
+    """Remove a claim whose holder is gone (`_holder_gone`), unless another compactor
+    replaced it meanwhile."""
     try:
         before = read_regular(claim, 1 << 16)
         st = claim.stat()
@@ -124,11 +136,7 @@ def _break_stale_claim(claim: Path, root: Path | None) -> None:
         return
     except OSError:
         before, st = b"", claim.lstat()  # not a claim file at all: judged by its age
-    record = _read_claim(claim)
-    gone = None if record is None else process_known_gone(record)
-    if gone is False:
-        return
-    if gone is None and not _still_for(claim, root, st, before):
+    if not _holder_gone(claim, root, st, before, CLAIM_STALE_SECONDS):
         return
     aside = claim.with_name(f"{claim.name}-stale.{platform.node()}.{os.getpid()}.tmp")
     try:
@@ -142,19 +150,20 @@ def _break_stale_claim(claim: Path, root: Path | None) -> None:
     aside.unlink()
 
 
-def _still_for(claim: Path, root: Path | None, st: os.stat_result, contents: bytes) -> bool:
+def _still_for(claim: Path, root: Path | None, st: os.stat_result, contents: bytes,
+               stale_after: float) -> bool:
     """Whether a claim whose holder cannot be probed stood still for longer than
-    `CLAIM_STALE_SECONDS`: by its modification time, allowing the clocks `clock_skew()`;
-    with `root`, also as this host watched its file (contents and modification time,
-    which its holder refreshes) not change, by this host's clock alone."""
+    `stale_after`: by its modification time, allowing the clocks `clock_skew()`; with
+    `root`, also as this host watched its file (contents and modification time, which its
+    holder refreshes) not change, by this host's clock alone."""
     age = time.time() - st.st_mtime
-    if age > CLAIM_STALE_SECONDS + clock_skew():
+    if age > stale_after + clock_skew():
         return True
     if root is None:
         return False
     key = f"claim:{claim.relative_to(root).as_posix()}"
     beat = f"{st.st_mtime_ns}:{st.st_ino}:{contents.hex()[:64]}"
-    return heartbeat_watch(root).unchanged_for(key, beat, time.time()) > CLAIM_STALE_SECONDS
+    return heartbeat_watch(root).unchanged_for(key, beat, time.time()) > stale_after
 
 
 #: Temporaries of a claim, of a compactor's sorted runs (a directory), and of a part

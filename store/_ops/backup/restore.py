@@ -72,27 +72,33 @@ def _stage(target: Target, files: dict[str, dict[str, Any]], staging: Path,
         return None
 
     problems: list[str] = []
+    refreshed = time.monotonic()
     with ThreadPoolExecutor(8) as pool:
         for done, (problem, rel) in enumerate(zip(pool.map(fetch, files.items()), files,
                                                   strict=True), 1):
             if problem is not None:
                 problems.append(problem)
+            if time.monotonic() - refreshed > OWNER_REFRESH:  # this restore still lives
+                write_owner(staging / STAGING_OWNER)
+                refreshed = time.monotonic()
             if progress is not None:
                 progress(done, len(files), rel)
     return problems
 
 
 STAGING_OWNER = ".owner"
-#: A staging folder whose owner cannot be probed (another host or PID namespace) is
-#: left alone for this long: a restore from a slow object store may take hours.
+#: A staging folder whose owner cannot be probed (another host or PID namespace) is left
+#: alone until its owner file stood still this long: a restore rewrites it as files
+#: arrive (`OWNER_REFRESH`), and one file from a slow object store may take hours.
 STAGING_STALE_SECONDS = 86_400.0
+OWNER_REFRESH = 60.0
 
 
 def _remove_dead_staging(root: Path) -> None:
     """Remove the staging folders of restores that are known gone (never moved into
     place, so nothing of them is in the store): their owner file names the process
-    (`claims.write_owner`), judged by the one liveness rule. Anything else by that name
-    (a planted link or file) is removed without being followed."""
+    (`claims.write_owner`), judged by the one liveness rule of claims. Anything else by
+    that name (a planted link or file) is removed without being followed."""
     for path in root.glob(".restore-*"):
         try:
             st = path.lstat()
@@ -101,13 +107,7 @@ def _remove_dead_staging(root: Path) -> None:
         if not stat.S_ISDIR(st.st_mode):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
-            continue
-        owner = path / STAGING_OWNER
-        try:
-            age = time.time() - owner.lstat().st_mtime
-        except FileNotFoundError:
-            age = time.time() - st.st_mtime  # killed before it wrote its owner file
-        if owner_is_gone(owner, age, STAGING_STALE_SECONDS):
+        elif owner_is_gone(path / STAGING_OWNER, root, STAGING_STALE_SECONDS, stand_in=path):
             shutil.rmtree(path, ignore_errors=True)
 
 
