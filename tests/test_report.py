@@ -4,6 +4,7 @@ no reference to any other file or host; and the Markdown variant with SVG files.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import signal
@@ -81,6 +82,65 @@ def test_report_has_every_part_with_its_sql(store: Path, tmp_path: Path) -> None
     assert "Paris" in html and "reward plateau" in html
     # the trace tree: the tool span is a child of the rollout span
     assert re.search(r"<summary>rollout.*?<details class=\"span\"><summary>tool", html, re.S)
+
+
+def test_every_sql_a_report_shows_runs_again_with_its_parameters(store: Path,
+                                                                   tmp_path: Path) -> None:
+    """Each SQL block of the report, given to `tracklake sql` with the parameters the
+    report prints (text, as a shell gives them), answers what the same query answers with
+    the values the report used; a parameter a statement does not name is ignored."""
+    import html as html_lib
+    import shlex
+
+    out = tmp_path / "report.html"
+    report(store, out)
+    page = out.read_text()
+    blocks = [html_lib.unescape(b) for b in re.findall(r'<pre class="sql">(.*?)</pre>',
+                                                      page, re.S)]
+    assert len(blocks) == 8 and not any("lowest rank" in b for b in blocks)
+    row = re.search(r"<th>SQL parameters</th>(.*?)</tr>", page, re.S)
+    assert row is not None
+    per_run = [shlex.split(html_lib.unescape(c))
+               for c in re.findall(r'<td class="text">(.*?)</td>', row.group(1), re.S)]
+    charts = re.search(r"their SQL takes (.*?) besides", page, re.S)
+    assert charts is not None and len(per_run) == 2
+    chart_args = shlex.split(html_lib.unescape(charts.group(1)))
+    answered = 0
+    for args in per_run:
+        given = dict(a.split("=", 1) for a in (args + chart_args)[1::2])
+        typed = {"p": given["p"], "r": given["r"], "rank": int(given["rank"]),
+                 "keys": given["keys"][1:-1].split(", "), "since": int(given["since"]),
+                 "buckets": int(given["buckets"])}
+        for sql in blocks:
+            result = CliRunner().invoke(main, ["sql", "--root", str(store), "--format",
+                                               "json", *args, *chart_args, sql])
+            assert result.exit_code == 0, (sql, result.output)
+            names = set(re.findall(r"\$(\w+)", sql))
+            expected = tracklake.query(sql, root=store, params={
+                k: v for k, v in typed.items() if k in names}).to_pylist()
+            got = [json.loads(line) for line in result.output.splitlines()]
+            assert got == json.loads(json.dumps(expected, default=str)), sql
+            answered += bool(got)
+    assert answered >= 8  # not a comparison of empty answers
+
+
+def test_sql_params_name_what_is_missing_or_malformed(store: Path) -> None:
+    runner = CliRunner()
+    missing = runner.invoke(main, ["sql", "--root", str(store), "--param", "p=demo",
+                                   "SELECT * FROM runs WHERE project = $p AND run = $r"])
+    assert missing.exit_code == 2 and "$r" in missing.output and "--param r=" in missing.output
+    for bad in ("noequals", "1x=2", "a b=1"):
+        result = runner.invoke(main, ["sql", "--root", str(store), "--param", bad,
+                                      "SELECT 1"])
+        assert result.exit_code == 2 and bad in result.output
+    twice = runner.invoke(main, ["sql", "--root", str(store), "--param", "a=1", "--param",
+                                 "a=2", "SELECT $a"])
+    assert twice.exit_code == 2 and "--param a is given twice" in twice.output
+    # a value is text, even one like a number, and a quote in it is data, not SQL
+    text = runner.invoke(main, ["sql", "--root", str(store), "--format", "json", "--param",
+                                "a=007", "--param", "b=x' OR '1'='1", "SELECT $a AS a, $b AS b"])
+    assert text.exit_code == 0, text.output
+    assert json.loads(text.output) == {"a": "007", "b": "x' OR '1'='1"}
 
 
 def test_config_diff_lists_differing_keys_first(store: Path, tmp_path: Path) -> None:

@@ -279,16 +279,21 @@ def _quiet_stdout() -> None:
 @click.option("--max-rows", default=100, show_default=True, help="Rows shown as a table.")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
               help="Stop the query if it runs longer than this.")
+@click.option("--param", "params", multiple=True, metavar="NAME=VALUE",
+              help="The value of $NAME in the statement, as text (repeat for each).")
 @_friendly
 def sql(statement: str, root: Path | None, fmt: str, output: Path | None, max_rows: int,
-        timeout: float | None) -> None:
+        timeout: float | None, params: tuple[str, ...]) -> None:
     """Run a read-only SQL query over the store (views: runs, metrics, configs, texts,
     generations, traces, artifacts, events, metric_summaries). A query may use a quarter
-    of the machine's memory ($TRACKLAKE_SQL_MEMORY_LIMIT); Ctrl-C stops it at once."""
+    of the machine's memory ($TRACKLAKE_SQL_MEMORY_LIMIT); Ctrl-C stops it at once.
+    `--param p=demo --param r=run1` gives `$p` and `$r` (a report's SQL); parameters the
+    statement does not name are ignored."""
     import signal
 
     from tracklake._cli.present import check_output_outside, write_table
     from tracklake._cli.sql_output import AnswerWriter
+    from tracklake._cli.sql_params import sql_params
     from tracklake._read.query import first_rows_sql, interrupt_queries, query, stream_query
     from tracklake._read.reader import ReadProblems
 
@@ -303,6 +308,7 @@ def sql(statement: str, root: Path | None, fmt: str, output: Path | None, max_ro
 
     if fmt == "parquet" and output is None:
         raise click.UsageError("--format parquet needs --output FILE")
+    values = sql_params(statement, params) or None
     check_output_outside(output, store)
     # a table shows the first rows only: ask for no more than that (plus one, to tell);
     # other formats are written batch by batch as the query makes them
@@ -313,11 +319,11 @@ def sql(statement: str, root: Path | None, fmt: str, output: Path | None, max_ro
         if fmt != "table":
             answer = AnswerWriter(fmt, output)
         if answer is None:
-            table = query(shown or statement, root=store, problems=problems,
-                          timeout=timeout)
+            table = query(shown or statement, root=store, params=values,
+                          problems=problems, timeout=timeout)
         else:
             stream_query(statement, answer.write, answer.restart, root=store,
-                         problems=problems, timeout=timeout)
+                         params=values, problems=problems, timeout=timeout)
             answer.finish()
     except QueryError:
         if answer is not None:

@@ -411,6 +411,7 @@ def interrupt_queries() -> None:
 
 def stream_query(sql: str, write: Callable[[pa.RecordBatch], None],
                  restart: Callable[[], bool], *, root: str | os.PathLike[str] | None = None,
+                 params: list[Any] | dict[str, Any] | None = None,
                  problems: ReadProblems | None = None, timeout: float | None = None,
                  batch_rows: int = 65536) -> int:
     """`query`, with its answer given to `write` one record batch at a time as DuckDB
@@ -457,7 +458,7 @@ def stream_query(sql: str, write: Callable[[pa.RecordBatch], None],
             written += batch.num_rows
 
     rows = with_connection(root, found,
-                           lambda con: _execute(con, sql, None, timeout, deliver),
+                           lambda con: _execute(con, sql, params, timeout, deliver),
                            scope_of_sql(sql))
     if problems is None:
         _warn(found)

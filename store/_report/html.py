@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import datetime as _dt
+import shlex
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
@@ -83,7 +84,22 @@ class Report:
                            ("python", lambda i: i.get("python")),
                            ("git dirty", lambda i: (i.get("git") or {}).get("dirty"))):
             rows.append((name, [_text(pick(_identity(p.record))) for p in self.runs]))
+        rows.append(("SQL parameters", [sql_params(p.record) for p in self.runs]))
         return rows
+
+    def chart_params(self) -> str:
+        """The `tracklake sql` parameters of the charts' SQL besides a run's."""
+        keys = "[" + ", ".join(self.charts) + "]"
+        since = self.spec.since if self.spec.since is not None else -2**63
+        return (f"--param keys={shlex.quote(keys)} --param since={since} "
+                f"--param buckets={self.spec.buckets}")
+
+
+def sql_params(record: RunRecord) -> str:
+    """`tracklake sql`'s parameters of a run in the report's SQL: $p, $r, and $rank, the
+    run's lowest rank (whose config and histograms the report shows)."""
+    return (f"--param p={shlex.quote(record.project)} --param r={shlex.quote(record.run)} "
+            f"--param rank={min(record.ranks)}")
 
 
 def _identity(record: RunRecord) -> dict[str, Any]:
@@ -149,10 +165,9 @@ def image_strips(root: Path, parts: RunParts) -> list[tuple[str, list[dict[str, 
 
 def section_sql(report: Report) -> dict[str, str]:
     """The SQL of each part of the report, as shown in it."""
-    return {"run": RUN_SQL, "config": CONFIG_SQL.replace("$rank", "(the run's lowest rank)"),
+    return {"run": RUN_SQL, "config": CONFIG_SQL,
             "charts": curves_sql(report.spec).strip(), "generations": GENERATIONS_SQL,
-            "traces": TRACES_SQL, "events": EVENTS_SQL,
-            "histograms": HISTOGRAMS_SQL.replace("$rank", "(the run's lowest rank)"),
+            "traces": TRACES_SQL, "events": EVENTS_SQL, "histograms": HISTOGRAMS_SQL,
             "images": IMAGES_SQL}
 
 
@@ -166,7 +181,8 @@ def to_html(report: Report) -> str:
         # svg.py escapes every text it puts in a chart
         charts=[Markup(svg) for svg in chart_svgs(report).values()],
         charts_note=f"; at most {points} points per curve (bucket means of consecutive "
-                    "steps beyond that, said on the chart)",
+                    "steps beyond that, said on the chart); their SQL takes "
+                    f"{report.chart_params()} besides a run's parameters",
         sql=section_sql(report), root=str(report.root), version=version("tracklake"),
         written=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
         max_generations=MAX_GENERATIONS, max_spans=MAX_SPANS,

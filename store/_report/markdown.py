@@ -81,7 +81,9 @@ def write_markdown(report: Report, folder: Path) -> Path:
     """Write report.md and charts/*.svg into `folder`; the path of report.md."""
     labels = [p.label for p in report.runs]
     sql = section_sql(report)
-    lines = ["# tracklake report", "", "## Runs", ""]
+    lines = ["# tracklake report", "", "Every part shows the SQL that read it: `tracklake sql` "
+             "runs it again, given a run's SQL parameters (the last row of the runs table).",
+             "", "## Runs", ""]
     lines += _table(["", *labels], [[name, *values] for name, values in report.identity()])
     lines += _sql(sql["run"])
     config = report.config
@@ -97,6 +99,8 @@ def write_markdown(report: Report, folder: Path) -> Path:
         write_atomic(charts / name, svg.encode())
         lines += [f"![{cell(key)}](charts/{name})", ""]
     lines += _sql(sql["charts"])
+    lines += [f"The charts' SQL takes `{report.chart_params()}` besides a run's parameters.",
+              ""]
     lines += _media(report, folder, sql)
     lines += ["## Generations", ""]
     for p in report.runs:

@@ -65,8 +65,9 @@ style-src 'unsafe-inline'; img-src data:; script-src '{{ script_hash }}'">
 <body>
 <h1>tracklake report</h1>
 <p class="note">{{ runs | length }} run(s) from {{ root }}, written {{ written }} by
-tracklake {{ version }}. Every part shows the SQL that read it
-(<code>tracklake sql</code> runs it again, with $p and $r the project and run).</p>
+tracklake {{ version }}. Every part shows the SQL that read it:
+<code>tracklake sql</code> runs it again, given a run's SQL parameters (the last row of
+the runs table) after <code>--root</code>.</p>
 
 <h2 id="runs">Runs</h2>
 <table id="run-table"><thead><tr><th></th>

@@ -93,7 +93,7 @@ FROM (
   SELECT key, series, bucket, max(ranks) AS ranks, any_value(n) AS n,
          avg({"t" if spec.x == "time" else "step"}) AS x, avg(value) AS y
   FROM (SELECT *, CASE WHEN n <= $buckets THEN i
-                       ELSE CAST(floor((step - lo) * $buckets / (hi - lo + 1)) AS BIGINT)
+                       ELSE CAST(floor((step - lo) * $buckets::BIGINT / (hi - lo + 1)) AS BIGINT)
                   END AS bucket FROM numbered)
   GROUP BY key, series, bucket)
 GROUP BY key, series ORDER BY key, series
