@@ -114,7 +114,13 @@ def positions_past_end(root: Path, cursor: Cursor, skip: frozenset[str] = frozen
     position, the stream's last seq) for each, and the keys looked at (streams with files,
     not in `skip`). A cursor only moves past records it delivered, so such a position
     was planted or restored from elsewhere, and would skip records never delivered.
-    Streams without files are not looked at: not written yet, or dropped by retention."""
+    Streams without files are not looked at: not written yet, or dropped by retention.
+    `NoAnswerError` if the file system gives no answer within the read timeout."""
+    return bounded(lambda: _positions_past_end(root, cursor, skip), root)
+
+
+def _positions_past_end(root: Path, cursor: Cursor, skip: frozenset[str]
+                        ) -> tuple[list[tuple[str, int, int]], set[str]]:
     past: list[tuple[str, int, int]] = []
     looked: set[str] = set()
     for s in list_streams(root, cursor.project, cursor.run):
