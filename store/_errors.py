@@ -65,7 +65,7 @@ class NoAnswerError(StoreError):
         super().__init__(f"could not read {path}: no answer within {seconds:g} s (a hung "
                          "mount or a stuck file system?); TRACKLAKE_READ_TIMEOUT sets how "
                          "long a read may wait")
-        self.path = path
+        self.path = str(path)
         self.seconds = seconds
 
 

@@ -158,12 +158,13 @@ class _Bounded:
         return result
 
     def _no_answer(self, exc: NoAnswerError) -> None:
-        path = Path(str(exc.path))
-        self.report.problems.append(Problem(
-            path, f"could not read it: no answer within {exc.seconds:g} s (a hung mount or a "
-            "stuck file system?)", "not known: it was not checked",
+        problem = Problem(
+            Path(exc.path), f"could not read it: no answer within {exc.seconds:g} s (a hung "
+            "mount or a stuck file system?)", "not known: it was not checked",
             "check the file system (its mount, its server), then run fsck again",
-            repairable=False))
+            repairable=False)
+        if problem not in self.report.problems:  # another check stopped there too
+            self.report.problems.append(problem)
         try:
             bounded(lambda: os.listdir(self.root), self.root)
         except NoAnswerError:
