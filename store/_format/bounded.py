@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import os
 import queue
 import threading
 import time
@@ -28,6 +27,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 from tracklake._errors import NoAnswerError
+from tracklake._format.seconds import seconds_from_env
 
 T = TypeVar("T")
 
@@ -42,14 +42,7 @@ _BUSY_SHARE = 0.05
 def read_timeout() -> float | None:
     """Seconds a read may go without an answer (`READ_TIMEOUT_SECONDS`, or the setting);
     None where the setting is 0 (reads wait as long as the file system does)."""
-    value = os.environ.get(READ_TIMEOUT_ENV, "").strip()
-    try:
-        seconds = float(value) if value else READ_TIMEOUT_SECONDS
-    except ValueError:
-        raise ValueError(f"{READ_TIMEOUT_ENV}={value!r} is not a number of seconds") from None
-    if not 0 <= seconds < 1e9:
-        raise ValueError(f"{READ_TIMEOUT_ENV}={value!r} is not a number of seconds >= 0")
-    return seconds or None
+    return seconds_from_env(READ_TIMEOUT_ENV, READ_TIMEOUT_SECONDS) or None
 
 
 class _Watch:
