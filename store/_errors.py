@@ -8,6 +8,7 @@
     │   ├── FormatError            a file is damaged or not a tracklake file
     │   │   └── NewerFormatError   a file was written by a newer, incompatible tracklake
     │   ├── QueryError             a SQL query failed or tried to change the store
+    │   ├── NoAnswerError          a file or directory of the store gave no answer in time
     │   └── PackConflictError      a pack holds records that differ from the target's
     ├── CursorError                a serialised cursor is malformed
     ├── ExportError                a destination refused or failed; says if retrying can help
@@ -54,6 +55,18 @@ class NewerFormatError(FormatError):
 
 class QueryError(StoreError):
     """A SQL query failed, or tried to write to the store or the file system."""
+
+
+class NoAnswerError(StoreError):
+    """A file or directory of the store gave no answer within the read timeout (a hung
+    network mount, a stuck file system); `path` names it, `seconds` the timeout."""
+
+    def __init__(self, path: object, seconds: float) -> None:
+        super().__init__(f"could not read {path}: no answer within {seconds:g} s (a hung "
+                         "mount or a stuck file system?); TRACKLAKE_READ_TIMEOUT sets how "
+                         "long a read may wait")
+        self.path = str(path)
+        self.seconds = seconds
 
 
 class PackConflictError(StoreError):

@@ -49,6 +49,7 @@ from tracklake._format import (
 )
 from tracklake._format import blob_path as _blob_path
 from tracklake._format.attempt import TERMINAL_STATUSES, effective_status
+from tracklake._format.bounded import bounded, touch
 from tracklake._format.cursor import MAX_STATE_BYTES, Cursor
 from tracklake._format.cursor import read_state as read_exporter_state
 from tracklake._format.files import NotRegularFileError, open_regular
@@ -130,10 +131,17 @@ def run_files(root: str | os.PathLike[str], project: str, run: str,
     base = resolve_root(root)
     if _is_url(base):
         return None
+    return bounded(lambda: _run_files(base, project, run, kinds), base)
+
+
+def _run_files(base: Path, project: str, run: str, kinds: tuple[str, ...]
+               ) -> tuple[tuple[str, int, int], ...]:
     found: list[tuple[str, int, int]] = []
     for directory in _stream_dirs(base, project, run, kinds).values():
+        path = os.path.join(base, directory)
+        touch(path)
         try:
-            with os.scandir(os.path.join(base, directory)) as entries:
+            with os.scandir(path) as entries:
                 for entry in entries:
                     try:
                         info = entry.stat()

@@ -15,7 +15,8 @@ EXPORTERS = Path(tracklake.exporters.__file__).parent
 EXPECTED = {
     "FORMAT_VERSION", "KINDS", "CompactionReport", "Cursor", "CursorError", "ExportError",
     "FinishReport",
-    "FormatError", "InvalidNameError", "NewerFormatError", "QueryError", "ReadProblems", "Run",
+    "FormatError", "InvalidNameError", "NewerFormatError", "NoAnswerError", "QueryError",
+    "ReadProblems", "Run",
     "RunNotFoundError", "RunRecord", "RunStateError", "Span", "StoreError", "StreamId",
     "Tracking", "TracklakeError", "compact", "connect", "find_run", "init", "list_runs",
     "query", "read_run", "trace",

@@ -196,3 +196,87 @@ def test_a_reader_never_serves_a_bundled_runs_old_data_once_the_caches_expire(
     _quiet()
     again = _lines(c.run(_job("bundled_answers()")))[0]
     assert again["r0"] == [[s, s + 100.0] for s in range(5)]
+
+
+def _cli(*args: str) -> str:
+    """Code that runs the `tracklake` command line with `args` on a node."""
+    return ("import sys\nfrom tracklake._cli.main import run\n"
+            f"sys.argv = {['tracklake', *args]!r}\nrun()")
+
+
+BOUND = "1.5"  # seconds a read may go without an answer, in the tests of a hung mount
+
+
+def test_on_a_node_whose_mount_hangs_reads_and_fsck_end_naming_what_they_could_not_read(
+        server: FileServer) -> None:
+    """Node C's mount hangs (its sshfs stopped) under a store holding a run: there,
+    `tracklake sql`, `tracklake runs` and `tracklake fsck` (reads bounded at 1.5 s) each
+    end within seconds, non-zero, with an error naming a path of the store and the
+    bound, instead of waiting for the mount. The processes end although a thread of
+    each is still blocked on the mount."""
+    c = Node("node-c", server.mount("c", cache_seconds=CACHE))
+    c.run(_job("small_runs(2, 5, 0.0)"))
+    _quiet()
+    c.mount.hang()
+    commands = {"sql": ("sql", "SELECT count(*) FROM metrics"), "runs": ("runs",),
+                "fsck": ("fsck",)}
+    try:
+        started = time.monotonic()
+        processes = {name: c.popen(_cli(*args), env_extra={"TRACKLAKE_READ_TIMEOUT": BOUND})
+                     for name, args in commands.items()}
+        ended = {}
+        for name, process in processes.items():
+            try:
+                out, err = process.communicate(timeout=max(1.0, started + 30 - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                out, err = process.communicate()
+                raise AssertionError(f"{name} still waits for the hung mount\n{err}") from None
+            ended[name] = (process.returncode, out + err, time.monotonic() - started)
+    finally:
+        c.mount.resume()
+    for name, (code, output, seconds) in ended.items():
+        assert code != 0, (name, output)
+        assert f"no answer within {BOUND} s" in output, (name, output)
+        assert str(c.root) in output and "Traceback" not in output, (name, output)
+        assert seconds < 20, (name, seconds)
+
+
+def test_a_follower_on_a_node_whose_mount_hangs_reports_the_stall_and_carries_on(
+        server: FileServer, tmp_path: Path) -> None:
+    """Node C follows a run node A writes (`tracklake export tensorboard --follow`,
+    reads bounded at 1.5 s); C's mount hangs for 8 s meanwhile: the follower says on
+    stderr which path of the store gave no answer, keeps trying, and once the mount is
+    back exports every value once and ends with the run."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    a = Node("node-a", server.mount("a", cache_seconds=CACHE))
+    c = Node("node-c", server.mount("c", cache_seconds=CACHE))
+    writer = a.popen(_job("write_rank('hung', 0, 60, 0.02, hold_finish=True)"),
+                     stdin=subprocess.PIPE)
+    assert writer.stdout is not None
+    assert writer.stdout.readline().strip() == "written"
+    logdir = tmp_path / "tb"
+    follower = c.popen(_job(f"follow('hung', {str(logdir)!r}, "
+                            f"{str(tmp_path / 'state')!r})"),
+                       env_extra={"TRACKLAKE_READ_TIMEOUT": BOUND})
+    deadline = time.monotonic() + 60
+    while not list(logdir.rglob("events.out.tfevents.*")):  # it has read the run once
+        assert time.monotonic() < deadline and follower.poll() is None, follower.stderr
+        time.sleep(0.2)
+    c.mount.hang()
+    try:
+        time.sleep(8)
+    finally:
+        c.mount.resume()
+    writer.communicate("\n", timeout=120)
+    assert writer.returncode == 0
+    _, err = follower.communicate(timeout=120)  # it ends once the run has finished
+    assert follower.returncode == 0, err
+    assert f"no answer within {BOUND} s" in err and str(c.root) in err, err
+    [events] = {p.parent for p in logdir.rglob("events.out.tfevents.*")}
+    acc = EventAccumulator(str(events), size_guidance={"scalars": 0})
+    acc.Reload()
+    got = Counter((tag, e.step) for tag in acc.Tags()["scalars"] if tag.startswith("rank0/")
+                  for e in acc.Scalars(tag))
+    assert got == Counter((f"rank0/{k}", s) for k in KEYS for s in range(60))

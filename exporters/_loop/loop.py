@@ -25,7 +25,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tracklake import ExportError
+from tracklake import ExportError, NoAnswerError
 from tracklake.exporters._loop.options import (
     ExportOptions,
     ExportProgress,
@@ -118,6 +118,7 @@ class Exporter:
         self.reads = 0
         self.skipped = 0
         self.pacer: Pacer | None = None  # while following: when passes start, events seen
+        self._stall_reported = -math.inf  # when a store that gave no answer was reported
         destination.start(ExportContext(root=self.root, ranks=self.options.ranks))
         self._write_destination_record()
 
@@ -145,7 +146,14 @@ class Exporter:
         try:
             while True:
                 last_pass = self._writer_gone()  # nothing more will be written: drain, stop
-                runs = select_runs(self.root, self.selection)
+                try:
+                    runs = select_runs(self.root, self.selection)
+                except NoAnswerError as exc:
+                    if pacer is None:
+                        raise
+                    self._report_stall(exc)  # a hung mount: look again at the next pass
+                    pacer.wait()
+                    continue
                 self.passes += 1
                 for place, info in enumerate(runs, 1):
                     self._place = (place, len(runs))
@@ -156,7 +164,10 @@ class Exporter:
                             and self.clock() - delivered.get(info.key, -math.inf)
                             < self.commit_interval):
                         continue  # not yet: a destination whose commits are costly
-                    look = unchanged.look(info) if opts.follow else None
+                    try:
+                        look = unchanged.look(info) if opts.follow else None
+                    except NoAnswerError:
+                        look = None  # read it: its export reports the stall
                     if unchanged.since_delivered(info, look):
                         self.skipped += 1
                         continue  # nothing written since its last delivery
@@ -186,6 +197,13 @@ class Exporter:
             if self._scratch is not None:  # a destination that keeps no state
                 self._scratch.cleanup()
         return self.summary
+
+    def _report_stall(self, exc: NoAnswerError) -> None:
+        """Say that the store gave no answer, at most every `RETRY_REPORT_INTERVAL`."""
+        now = self.clock()
+        if now - self._stall_reported >= RETRY_REPORT_INTERVAL:
+            self._stall_reported = now
+            self.log(f"{exc}; trying again at the next pass")
 
     def _writer_gone(self) -> bool:
         """True once the process given as `while_pid` has exited."""
@@ -219,9 +237,14 @@ class Exporter:
                 if attempt:
                     self.log(f"{info.key}: delivered after {attempt} retries")
                 return outcome
-            except ExportError as exc:
+            except (ExportError, NoAnswerError) as raised:
+                if isinstance(raised, NoAnswerError):  # the store's mount hangs: wait for it
+                    exc = ExportError(f"{raised}; the export waits for the store",
+                                      retryable=True)
+                else:
+                    exc = raised
+                    self._record_error(info, exc)  # (a store that does not answer: not)
                 outcome.error = str(exc)
-                self._record_error(info, exc)
                 now = self.clock()
                 waited = now - started
                 give_up = (None if self.options.follow and not self._writer_gone()

@@ -11,6 +11,7 @@ from typing import Any
 
 from tracklake._errors import CursorError, FormatError, NewerFormatError
 from tracklake._format import KINDS, StreamId, checks
+from tracklake._format.bounded import bounded
 from tracklake._format.files import read_regular
 from tracklake._format.schema import check_version
 
@@ -82,8 +83,9 @@ def read_state(path: Path, project: str, run: str) -> tuple[Cursor, dict[str, An
     object (for the fields the exporter keeps beside it). Read only as a regular file of
     at most `MAX_STATE_BYTES`; `FileNotFoundError` if there is none, `OSError` if it
     cannot be read, `CursorError` naming the file if it is not a state tracklake wrote
-    (`NewerFormatError` if a newer tracklake did)."""
-    raw = read_regular(path, MAX_STATE_BYTES)
+    (`NewerFormatError` if a newer tracklake did); `NoAnswerError` if its file system
+    gives no answer within the read timeout."""
+    raw = bounded(lambda: read_regular(path, MAX_STATE_BYTES), path)
     try:
         data = json.loads(raw)
     except (ValueError, RecursionError) as exc:  # JSON, UTF-8, nesting too deep

@@ -10,6 +10,8 @@ import stat
 from pathlib import Path
 from typing import BinaryIO
 
+from tracklake._format.bounded import touch
+
 
 def fsync_file(path: Path) -> None:
     """Make the contents of the file at `path` durable."""
@@ -60,6 +62,7 @@ def _what(mode: int) -> str:
 
 def is_regular_file(path: Path) -> bool:
     """True if `path` itself (not what a link there points to) is a regular file."""
+    touch(path)
     try:
         return stat.S_ISREG(os.lstat(path).st_mode)
     except (FileNotFoundError, NotADirectoryError):
@@ -73,6 +76,7 @@ def open_regular(path: Path) -> BinaryIO:
     Raises `NotRegularFileError` (an OSError naming the path and what it is) otherwise.
     """
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    touch(path)
     try:
         fd = os.open(path, flags)
     except OSError as exc:

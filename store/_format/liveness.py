@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tracklake._format.heartbeats import heartbeat_watch
+from tracklake._format.seconds import seconds_from_env
 
 
 def boot_id() -> str | None:
@@ -113,14 +114,7 @@ CLOCK_SKEW_ENV = "TRACKLAKE_CLOCK_SKEW"
 
 def clock_skew() -> float:
     """The clock difference allowed between hosts (`CLOCK_SKEW_SECONDS`, or the setting)."""
-    value = os.environ.get(CLOCK_SKEW_ENV, "").strip()
-    try:
-        seconds = float(value) if value else CLOCK_SKEW_SECONDS
-    except ValueError:
-        raise ValueError(f"{CLOCK_SKEW_ENV}={value!r} is not a number of seconds") from None
-    if not 0 <= seconds < 1e9:
-        raise ValueError(f"{CLOCK_SKEW_ENV}={value!r} is not a number of seconds >= 0")
-    return seconds
+    return seconds_from_env(CLOCK_SKEW_ENV, CLOCK_SKEW_SECONDS)
 
 
 #: Where a writer cannot be probed and this host has not watched its heartbeat stand

@@ -20,6 +20,7 @@ from typing import Any
 import pyarrow as pa
 
 from tracklake._errors import FormatError
+from tracklake._format.bounded import touch
 from tracklake._format.files import fsync_file
 from tracklake._format.part_bounds import bounded_table, string_columns
 from tracklake._format.part_summary import summary_from_rows
@@ -260,6 +261,7 @@ def open_part(path: Path, encoded: bool = False) -> Any:
     """
     import pyarrow.parquet as pq
 
+    touch(path)
     try:
         with path.open("rb") as f:  # a Path, or a path in an object store
             offset, length = _footer_span(f, f.seek(0, os.SEEK_END))

@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from tracklake._errors import FormatError
 from tracklake._format import FORMAT_VERSION, SCHEMAS, StreamId, check_version
+from tracklake._format.bounded import touch
 from tracklake._format.ipc_size import decoded_size
 
 EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
@@ -230,6 +231,7 @@ def scan_segment(path: Path, out: SegmentContents) -> Iterator[pa.RecordBatch]:
     """`read_segment` a batch at a time, so that a consumer holds one decoded batch, not
     the segment's: `out` gets the header's metadata, and once the batches are exhausted,
     how the segment ends (sealed, torn, damaged)."""
+    touch(path)
     yield from _scan(path, path.read_bytes(), 0, out)
 
 
@@ -246,6 +248,7 @@ def read_segment_from(path: Path, inode: int | None = None, offset: int = 0,
     which makes a valid IPC stream of its own. Any other file (replaced, or shorter
     than `offset`) is read from its start.
     """
+    touch(path)
     with open(path, "rb") as f:
         st = os.fstat(f.fileno())
         head = f.read(8)

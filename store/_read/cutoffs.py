@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tracklake._format import StreamId
+from tracklake._format.bounded import bounded
 from tracklake._read.listing import list_streams
 from tracklake._read.location import read_root
 from tracklake._read.reader import ReadProblems, read_stream
@@ -38,7 +39,12 @@ class AttemptCutoffs:
 
     def update(self, root: str | os.PathLike[str], problems: ReadProblems | None = None
                ) -> dict[tuple[int, int], int]:
-        root = read_root(root)
+        """The cutoffs as the store holds them now (`NoAnswerError` if its file system
+        gives no answer within the read timeout)."""
+        path = read_root(root)
+        return bounded(lambda: self._update(path, problems), path)
+
+    def _update(self, root: Path, problems: ReadProblems | None) -> dict[tuple[int, int], int]:
         lowest: dict[int, dict[int, int | None]] = {}  # rank -> attempt -> lowest step
         for stream in list_streams(root, self.project, self.run, ("metrics",)):
             # attempt 1's steps cut nothing off: only whether it has metrics matters

@@ -17,6 +17,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, BinaryIO, ClassVar, cast
 
 from tracklake._errors import StoreError
+from tracklake._format.bounded import bounded, touch
 from tracklake._format.files import is_regular_file
 from tracklake._format.layout import blob_path
 from tracklake._format.naming import env_root, resolve_root
@@ -121,6 +122,7 @@ def listdir(directory: Path) -> list[str]:
     """Names in `directory` (FileNotFoundError if there is none)."""
     if isinstance(directory, ObjectPath):
         return directory.listdir()
+    touch(directory)
     return os.listdir(directory)
 
 
@@ -130,19 +132,28 @@ def existing_root(root: str | os.PathLike[str] | None) -> Path:
     not there or cannot be read with the credentials of the environment)."""
     path = read_root(root)
     try:
-        found = path.is_dir()
+        found = bounded(lambda: _is_store_dir(path), path)
     except OSError as exc:  # pyarrow: access denied, no such bucket, endpoint down
         raise StoreError(f"cannot read the store at {path}: {exc}") from exc
-    if not found:
+    if found is None:
         raise StoreError(f"no tracklake store at {path}: pass root= (or --root) the store's "
                          "directory or URL, or set TRACKLAKE_ROOT")
-    if not isinstance(path, ObjectPath) and not is_store(path):
+    if not found:
         raise StoreError(f"{path} is a directory but not a tracklake store (it holds none of "
                          f"{', '.join(STORE_MARKS)}; an empty or unmounted mount point?): "
                          "pass root= (or --root) the store's directory, or set "
                          "TRACKLAKE_ROOT; only `tracklake.init()`, restore and unpack make "
                          "a store")
     return path
+
+
+def _is_store_dir(path: Path) -> bool | None:
+    """None if `path` is no directory, else whether it is a store (any in an object
+    store)."""
+    touch(path)
+    if not path.is_dir():
+        return None
+    return isinstance(path, ObjectPath) or is_store(path)
 
 
 #: What a directory written by tracklake holds at least one of: `init()` makes ``runs/``
@@ -162,6 +173,7 @@ def subdirs_at(root: Path, rel: str) -> list[str]:
     if isinstance(root, ObjectPath):
         return (root / rel).listdir()  # an object store has no links
     path = os.path.join(root, rel)
+    touch(path)
     if os.path.islink(path):
         return []
     with os.scandir(path) as entries:
@@ -175,6 +187,7 @@ def through_no_link(root: Path, rel: str) -> bool:
     if isinstance(root, ObjectPath):
         return ".." not in rel.split("/")
     path = os.fspath(root)
+    touch(path)
     for part in rel.split("/"):
         if part in ("", ".", ".."):
             return False
@@ -207,6 +220,7 @@ def regular_files_in(directory: Path) -> tuple[list[str], list[str]]:
         return directory.listdir(), []
     regular: list[str] = []
     other: list[str] = []
+    touch(directory)
     with os.scandir(directory) as entries:
         for e in entries:
             (regular if e.is_file(follow_symlinks=False) else other).append(e.name)
@@ -218,4 +232,6 @@ def listdir_at(root: Path, rel: str) -> list[str]:
     a path object per directory walked (FileNotFoundError if there is none)."""
     if isinstance(root, ObjectPath):
         return (root / rel).listdir()
-    return os.listdir(os.path.join(root, rel))
+    path = os.path.join(root, rel)
+    touch(path)
+    return os.listdir(path)

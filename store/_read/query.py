@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 import pyarrow as pa
 
 from tracklake._errors import FormatError, NewerFormatError, QueryError
+from tracklake._format.bounded import bounded, elsewhere
 from tracklake._format.part import read_part_table
 
 if TYPE_CHECKING:
@@ -131,7 +132,9 @@ def connect(root: str | os.PathLike[str] | None = None, *,
     found damaged are left out and noted in `problems` (a `RuntimeWarning` without it).
     """
     found = ReadProblems() if problems is None else problems
-    con = _connect(existing_root(root), threads, found, frozenset(), EVERYTHING)
+    root_path = existing_root(root)
+    con = bounded(lambda: _connect(root_path, threads, found, frozenset(), EVERYTHING),
+                  root_path)
     if problems is None:
         _warn(found)
     return con
@@ -276,10 +279,16 @@ def with_connection(root: str | os.PathLike[str] | None, problems: ReadProblems,
                     scope: Scope = EVERYTHING) -> T:
     """`work(connection)` over what `scope` reaches of the store; if it names a view
     outside `scope`, again over everything; if it fails on a part whose pages are damaged,
-    again without that part (noted in `problems`)."""
+    again without that part (noted in `problems`). A file system that gives no answer
+    for `read_timeout()` seconds ends it with `NoAnswerError` naming what it was asked."""
+    root_path = existing_root(root)
+    return bounded(lambda: _with_connection(root_path, problems, work, scope), root_path)
+
+
+def _with_connection(root_path: Path, problems: ReadProblems,
+                     work: Callable[[duckdb.DuckDBPyConnection], T], scope: Scope) -> T:
     import duckdb
 
-    root_path = existing_root(root)
     skip: frozenset[Path] = frozenset()
     relisted = 0
     while True:
@@ -431,7 +440,9 @@ def stream_query(sql: str, write: Callable[[pa.RecordBatch], None],
         import duckdb
 
         if started:
-            if not restart():
+            with elsewhere():
+                restarted = restart()
+            if not restarted:
                 raise QueryError(f"the store changed while the answer was written ({written} "
                                  "rows were): ask again")
             written, started = 0, False
@@ -444,7 +455,8 @@ def stream_query(sql: str, write: Callable[[pa.RecordBatch], None],
             except StopIteration:
                 if not batches:  # no rows: the columns still reach the output
                     started = True
-                    write(pa.RecordBatch.from_pylist([], schema=reader.schema))
+                    with elsewhere():  # a pipe's reader may keep it waiting
+                        write(pa.RecordBatch.from_pylist([], schema=reader.schema))
                 return written
             except (OSError, pa.ArrowException) as exc:  # DuckDB's error through Arrow
                 text = str(exc)
@@ -453,7 +465,8 @@ def stream_query(sql: str, write: Callable[[pa.RecordBatch], None],
                     duckdb.InvalidInputException
                 raise kind(text) from exc
             started = True
-            write(batch)
+            with elsewhere():
+                write(batch)
             batches += 1
             written += batch.num_rows
 

@@ -28,6 +28,7 @@ from tracklake._format import (
     stream_dir,
 )
 from tracklake._format.attempt import read_attempt
+from tracklake._format.bounded import bounded, bounded_iter
 from tracklake._format.cursor import Cursor
 from tracklake._format.part import read_part_table
 from tracklake._format.records import invalid_records
@@ -113,7 +114,13 @@ def positions_past_end(root: Path, cursor: Cursor, skip: frozenset[str] = frozen
     position, the stream's last seq) for each, and the keys looked at (streams with files,
     not in `skip`). A cursor only moves past records it delivered, so such a position
     was planted or restored from elsewhere, and would skip records never delivered.
-    Streams without files are not looked at: not written yet, or dropped by retention."""
+    Streams without files are not looked at: not written yet, or dropped by retention.
+    `NoAnswerError` if the file system gives no answer within the read timeout."""
+    return bounded(lambda: _positions_past_end(root, cursor, skip), root)
+
+
+def _positions_past_end(root: Path, cursor: Cursor, skip: frozenset[str]
+                        ) -> tuple[list[tuple[str, int, int]], set[str]]:
     past: list[tuple[str, int, int]] = []
     looked: set[str] = set()
     for s in list_streams(root, cursor.project, cursor.run):
@@ -165,8 +172,10 @@ def list_runs(root: str | os.PathLike[str] | None = None, project: str | None = 
               run: str | None = None) -> list[RunRecord]:
     """Runs in the store (default root: $TRACKLAKE_ROOT, else ./tracklake-store; a
     directory or a pyarrow file system URL), from their attempt files; only the files of
-    `project` / `run` are read when they are given."""
-    return runs_from(read_root(root), project, run, read_attempt)
+    `project` / `run` are read when they are given. `NoAnswerError` naming the file or
+    directory if the file system gives no answer for `read_timeout()` seconds."""
+    path = read_root(root)
+    return bounded(lambda: runs_from(path, project, run, read_attempt), path)
 
 
 def runs_from(root: Path, project: str | None, run: str | None,
@@ -371,8 +380,15 @@ def read_run(root: str | os.PathLike[str] | None, cursor: Cursor, *,
     """Batches of every stream of the cursor's run after the cursor. The cursor moves past
     each batch as it is handed out, so a consumer that stops after any batch resumes right
     after it; persist `cursor.to_json()` only once the destination holds every batch
-    handed out so far."""
-    root = read_root(root)
+    handed out so far. Each batch is read within `read_timeout()` seconds without an
+    answer of the file system, else `NoAnswerError` names the file or directory."""
+    path = read_root(root)
+    return bounded_iter(_read_run(path, cursor, kinds, ranks, problems), path)
+
+
+def _read_run(root: Path, cursor: Cursor, kinds: tuple[str, ...],
+              ranks: tuple[int, ...] | None, problems: ReadProblems | None
+              ) -> Iterator[tuple[StreamId, pa.RecordBatch]]:
     for stream in list_streams(root, cursor.project, cursor.run, kinds):
         if ranks is not None and stream.rank not in ranks:
             continue

@@ -15,13 +15,16 @@ import datetime as _dt
 import os
 import shutil
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
+from typing import TypeVar
 
 import pyarrow as pa
 
-from tracklake._errors import FormatError
+from tracklake._errors import FormatError, NoAnswerError
 from tracklake._format import FORMAT_VERSION, SCHEMAS, StreamId, fsync_dir, fsync_file
 from tracklake._format.attempt import read_attempt
+from tracklake._format.bounded import bounded
 from tracklake._format.layout import parse_part_name
 from tracklake._format.liveness import writer_known_gone
 from tracklake._format.segment import SegmentWriter, read_segment, stream_schema
@@ -43,8 +46,8 @@ from tracklake._ops.fsck.parts import (
 )
 from tracklake._ops.fsck.rebuild import rebuild_part, salvageable
 from tracklake._ops.fsck.report import FsckReport, Problem
-from tracklake._read.listing import unknown_kinds
-from tracklake._read.reader import list_stream, list_streams
+from tracklake._read.listing import stream_dirs, unknown_kinds
+from tracklake._read.reader import list_stream
 
 
 def _writer_gone(root: Path, s: StreamId, now: float) -> bool:
@@ -125,38 +128,93 @@ def _check_stream(root: Path, s: StreamId, now: float, report: FsckReport,
                                        "move it out of the store (--repair)"))
 
 
+T = TypeVar("T")
+
+
+class _Bounded:
+    """Runs fsck's checks each within the read timeout: a check whose file system gives
+    no answer is reported as a problem naming what it could not read, and the next check
+    runs; once the store's own directory gives no answer either, the rest is not
+    checked (each check would wait as long again)."""
+
+    def __init__(self, root: Path, report: FsckReport) -> None:
+        self.root = root
+        self.report = report
+        self.stopped = False
+
+    def run(self, check: Callable[[FsckReport], T], where: Path) -> T | None:
+        """`check(part)`, what it found added to the report if it ended in time (an
+        abandoned check never adds to it); None if it did not, or the store stopped
+        answering before."""
+        if self.stopped:
+            return None
+        part = FsckReport()
+        try:
+            result = bounded(lambda: check(part), where)
+        except NoAnswerError as exc:
+            self._no_answer(exc)
+            return None
+        self.report.add(part)
+        return result
+
+    def _no_answer(self, exc: NoAnswerError) -> None:
+        problem = Problem(
+            Path(exc.path), f"could not read it: no answer within {exc.seconds:g} s (a hung "
+            "mount or a stuck file system?)", "not known: it was not checked",
+            "check the file system (its mount, its server), then run fsck again",
+            repairable=False)
+        if problem not in self.report.problems:  # another check stopped there too
+            self.report.problems.append(problem)
+        try:
+            bounded(lambda: os.listdir(self.root), self.root)
+        except NoAnswerError:
+            self.stopped = True
+            self.report.problems.append(Problem(
+                self.root, f"the store gives no answer within {exc.seconds:g} s: the rest "
+                "of it was not checked, nothing was repaired", "not known",
+                "check the file system (its mount, its server), then run fsck again",
+                repairable=False))
+        except OSError:
+            return  # it answered (with an error the checks report on their own)
+
+
 def fsck(root: Path, *, repair: bool = False,
          progress: Callable[[int, int | None, str], None] | None = None) -> FsckReport:
     """Check the store at `root`; with `repair`, quarantine and salvage what is damaged.
-    `progress(done, total, note)` is called after each stream checked (streams)."""
+    `progress(done, total, note)` is called after each stream checked (streams).
+
+    Each check gives up on a file system that gives no answer for `read_timeout()`
+    seconds (a hung mount): what it could not read is a problem of the report, and
+    fsck goes on with the next check."""
     report = FsckReport()
+    checks = _Bounded(root, report)
     now = _dt.datetime.now(_dt.timezone.utc).timestamp()
     summaries = Summaries()
     try:
-        streams = list_streams(root)
-        for done, s in enumerate(streams, 1):
-            _check_stream(root, s, now, report, summaries)
+        streams = checks.run(lambda _: stream_dirs(root), root) or {}
+        for done, (s, rel) in enumerate(streams.items(), 1):
+            checks.run(partial(_check_stream, root, s, now, summaries=summaries), root / rel)
             if progress is not None:
                 progress(done, len(streams), f"{s.project}/{s.run} {s.key()}")
     finally:
         summaries.close()
-    check_special_files(root, report)
+    for check in (check_special_files, _check_kinds, check_blobs, check_referenced_blobs,
+                  check_attempts, check_exports, check_backup_records):
+        checks.run(partial(check, root), root)
+    if repair and not checks.stopped:
+        for problem in report.problems:
+            if problem.repairable:
+                problem.repaired = _repair(root, problem)
+    return report
+
+
+def _check_kinds(root: Path, report: FsckReport) -> None:
     for kind in unknown_kinds(root):
         report.problems.append(Problem(
             root / kind, f"records of kind {kind!r}, which this tracklake (store format "
             f"{FORMAT_VERSION}) does not know: a newer tracklake wrote them",
             "nothing: they stay as they are, but this version neither reads, exports, "
             "packs nor backs them up", "upgrade tracklake", repairable=False))
-    check_blobs(root, report)
-    check_referenced_blobs(root, report)
-    check_attempts(root, report)
-    check_exports(root, report)
-    check_backup_records(root, report)
-    if repair:
-        for problem in report.problems:
-            if problem.repairable:
-                problem.repaired = _repair(root, problem)
-    return report
 
 
 def _quarantine_path(root: Path, path: Path) -> Path:

@@ -8,11 +8,13 @@ import hashlib
 import os
 import re
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 from tracklake._errors import CursorError, FormatError
 from tracklake._format import SCHEMAS, StreamId, blob_path
 from tracklake._format.attempt import CRASHED_AFTER_SECONDS, check_attempt
+from tracklake._format.bounded import touch
 from tracklake._format.cursor import read_state
 from tracklake._format.files import NotRegularFileError, open_regular
 from tracklake._format.temporaries import left_over
@@ -29,25 +31,46 @@ def check_special_files(root: Path, report: FsckReport) -> None:
     never follows or opens one (readers and operations skip them), so whatever it stands
     for is not part of the store, and someone put it there."""
     quarantine = root / "quarantine"
-    for dirpath, dirnames, names in os.walk(root):  # links to directories: not descended
-        for name in sorted(dirnames + names):
-            path = Path(dirpath) / name
+    for path, mode in _walk(root):
+        if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+            if not path.is_relative_to(quarantine):  # moved there by a repair
+                _check_temporary(path, report)
+            continue
+        what = "a symbolic link" if stat.S_ISLNK(mode) else (
+            "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "a device")
+        target = f" to {os.readlink(path)}" if stat.S_ISLNK(mode) else ""
+        report.problems.append(Problem(
+            path, f"{what}{target} inside the store", "nothing: tracklake never follows "
+            "or opens it (it is not part of the store)", "remove it",
+            repairable=False))
+
+
+def _walk(root: Path) -> Iterator[tuple[Path, int]]:
+    """(path, mode as `lstat` gives it) of everything below `root`, each directory's
+    entries by name, a directory before what it holds; links to directories are not
+    descended. Each directory is named (`touch`) before it is listed, so that a listing
+    that gives no answer is reported as that directory's."""
+    stack = [root]
+    while stack:
+        directory = stack.pop()
+        touch(directory)
+        try:
+            names = sorted(os.listdir(directory))
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # removed since its parent was listed
+        below = []
+        for name in names:
+            path = directory / name
+            touch(path)
             try:
                 mode = path.lstat().st_mode
             except FileNotFoundError:
                 continue
-            if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
-                if not path.is_relative_to(quarantine):  # moved there by a repair
-                    _check_temporary(path, report)
-                continue
-            what = "a symbolic link" if stat.S_ISLNK(mode) else (
-                "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
-                else "a device")
-            target = f" to {os.readlink(path)}" if stat.S_ISLNK(mode) else ""
-            report.problems.append(Problem(
-                path, f"{what}{target} inside the store", "nothing: tracklake never follows "
-                "or opens it (it is not part of the store)", "remove it",
-                repairable=False))
+            yield path, mode
+            if stat.S_ISDIR(mode):
+                below.append(path)
+        stack.extend(reversed(below))
 
 
 def _check_temporary(path: Path, report: FsckReport) -> None:

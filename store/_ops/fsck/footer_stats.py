@@ -17,6 +17,7 @@ import contextlib
 import datetime as _dt
 import json
 import math
+import select
 import subprocess
 import sys
 import threading
@@ -26,6 +27,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+
+from tracklake._errors import NoAnswerError
+from tracklake._format.bounded import elsewhere, read_timeout
 
 
 def differs(actual: Any, recorded: Any) -> bool:
@@ -69,7 +73,9 @@ def stats_mismatch_isolated(path: Path) -> str | None:
     """`stats_mismatch` of the part at `path` (read with verified page checksums), asked
     of a child process (one per fsck, started again after it died): why the part
     disagrees with its footer, including that it does not read or that reading its
-    footer kills the reader; None if it agrees."""
+    footer kills the reader; None if it agrees. `NoAnswerError` naming the part if the
+    child gives no answer for `read_timeout()` seconds (its file system hangs): the
+    child is then killed, and the next part gets a new one."""
     with _LOCK:
         global _child
         if _child is not None and _child.poll() is not None:
@@ -84,6 +90,13 @@ def stats_mismatch_isolated(path: Path) -> str | None:
         try:
             child.stdin.write(json.dumps(str(path)) + "\n")
             child.stdin.flush()
+            seconds = read_timeout()
+            with elsewhere():  # bounded here: the child reads the part, not this thread
+                answered = seconds is None or select.select([child.stdout], [], [], seconds)[0]
+            if not answered:
+                _abandon(child)
+                _child = None
+                raise NoAnswerError(path, seconds or 0.0)
             line = child.stdout.readline()
         except OSError:
             line = ""
@@ -104,12 +117,26 @@ def _end(child: subprocess.Popen[str]) -> int:
     return child.wait()
 
 
+def _abandon(child: subprocess.Popen[str]) -> None:
+    """Kill `child` without waiting for it (a process blocked on a hung mount ends only
+    once the kernel gets to it)."""
+    child.kill()
+    for pipe in (child.stdin, child.stdout):
+        if pipe is not None:
+            with contextlib.suppress(OSError):  # gone: what was left to send is of no use
+                pipe.close()
+
+
 def _stop_child() -> None:
     global _child
-    with _LOCK:
+    held = _LOCK.acquire(timeout=1.0)  # else a check given up on holds it: kill anyway
+    try:
         if _child is not None:
-            _end(_child)
+            _abandon(_child)
             _child = None
+    finally:
+        if held:
+            _LOCK.release()
 
 
 _LOCK = threading.Lock()

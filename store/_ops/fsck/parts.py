@@ -4,6 +4,7 @@ metadata, row groups' statistics and metric summary."""
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -105,23 +106,28 @@ class Summaries:
 
     def __init__(self) -> None:
         self._con: Any = None
+        self._lock = threading.Lock()  # a check given up on may still be using it
 
     def __call__(self, table: pa.Table) -> list[dict[str, Any]]:
-        if self._con is None:
-            import duckdb
+        with self._lock:
+            if self._con is None:
+                import duckdb
 
-            self._con = duckdb.connect()
-        self._con.register("batch", table)
-        try:
-            rows = self._con.execute(SUMMARY_SQL).fetchall()
-            names = [d[0] for d in self._con.description]
-        finally:
-            self._con.unregister("batch")
+                self._con = duckdb.connect()
+            self._con.register("batch", table)
+            try:
+                rows = self._con.execute(SUMMARY_SQL).fetchall()
+                names = [d[0] for d in self._con.description]
+            finally:
+                self._con.unregister("batch")
         return [dict(zip(names, r, strict=True)) for r in rows]
 
     def close(self) -> None:
-        if self._con is not None:
-            self._con.close()
+        if self._con is not None and self._lock.acquire(timeout=1.0):
+            try:
+                self._con.close()
+            finally:
+                self._lock.release()
 
 
 def _summary_mismatch(table: pa.Table, summary: list[dict[str, Any]],

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tracklake._format import StreamId
+from tracklake._format.bounded import touch
 
 
 @dataclass
@@ -37,6 +38,7 @@ class FsckReport:
     def count(self, what: str, path: Path) -> bool:
         """Count a file checked; False if it vanished since it was listed (compaction or
         retention at work: nothing to check)."""
+        touch(path)
         try:
             size = path.lstat().st_size
         except FileNotFoundError:
@@ -44,3 +46,10 @@ class FsckReport:
         self.checked[what] = self.checked.get(what, 0) + 1
         self.bytes += size
         return True
+
+    def add(self, other: FsckReport) -> None:
+        """Take in what another report of the same check found."""
+        self.problems.extend(other.problems)
+        for what, n in other.checked.items():
+            self.checked[what] = self.checked.get(what, 0) + n
+        self.bytes += other.bytes
