@@ -218,3 +218,30 @@ def test_reading_media_writes_nothing_into_the_store(board: Dashboard,
                  f"/api/blob/{store['image']}", f"/api/blob/{store['svg']}"):
         assert request(board, "GET", path)[0] == 200
     assert files(store["root"]) == before
+
+
+def test_a_planted_blob_runs_no_script_in_chromium(
+        board: Dashboard, store: dict[str, Any], tmp_path: Path) -> None:
+    """Opened as a page of the dashboard's origin, as an image and as a script: the
+    planted SVG and HTML never run (their script would fetch /api/runs?pwned)."""
+    from _cdp import Browser
+
+    browser = Browser(tmp_path / "chromium")
+    try:
+        for name in ("svg_as_png", "svg", "html"):
+            browser.open(f"{board.url}api/blob/{store[name]}")
+            browser.wait("document.readyState === 'complete'", "the blob opened")
+        browser.open(board.url)
+        browser.wait("document.readyState === 'complete' && !!window.tracklake", "the page")
+        for name in ("svg_as_png", "svg", "html"):
+            browser.js(f"""(() => {{ const s = document.createElement('script');
+                s.src = '/api/blob/{store[name]}'; document.body.append(s);
+                const i = document.createElement('img'); i.src = s.src;
+                document.body.append(i); }})()""")
+        browser.wait(f"performance.getEntriesByType('resource').filter(e => "
+                     f"e.name.includes('{store['html']}')).length >= 1", "the blobs fetched")
+        requested = browser.requested()
+        assert any(store["svg"] in url for url in requested)
+        assert not [url for url in requested if "pwned" in url]
+    finally:
+        browser.close()
