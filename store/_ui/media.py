@@ -25,6 +25,7 @@ from tracklake._read.reader import ReadProblems
 from tracklake._read.scope import scope_of_views
 from tracklake._report.sections import media_files, media_sql, read_histograms, read_media
 from tracklake._report.svg_histogram import drawable
+from tracklake._ui.series import run_ids
 from tracklake.read import open_blob
 
 #: The largest blob served: the largest media item `log_image` and the like store by
@@ -47,7 +48,7 @@ def histograms(store: Path, runs: Runs, timeout: float) -> list[dict[str, Any]]:
     report's), those that keep the format's rules: [{project, run, key, steps: [{step,
     edges, counts}]}]."""
     def read(con: Any) -> list[dict[str, Any]]:
-        ranks = query(_RANKS_SQL, params={"runs": _run_ids(runs)}, connection=con,
+        ranks = query(_RANKS_SQL, params={"runs": run_ids(runs)}, connection=con,
                       timeout=timeout).to_pylist()
         out = []
         for row in ranks:
@@ -128,7 +129,3 @@ def open_checked(store: Path, sent: Blob) -> BinaryIO | None:
         handle.close()
         return None
     return handle
-
-
-def _run_ids(runs: Runs) -> list[str]:
-    return [f"{p}\x1f{r}" for p, r in runs]
