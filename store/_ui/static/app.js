@@ -496,15 +496,17 @@
   // ---- histograms and media: one card per key, redrawn only when its data changed ----
   const HIST = { left: 56, right: 8, top: 8, bottom: 30 };
   const media = { text: "", hists: [], items: [], cards: new Map(), sections: new Map(),
-                  pick: new Map(), at: new Map() };
+                  pick: new Map(), at: new Map(), asked: 0 };
 
   async function loadMedia() {
     const p = new URLSearchParams();
     for (const r of state.runs) if (state.shown.has(runId(r))) p.append("run", runId(r));
     let hists, items;
+    const asked = ++media.asked;
     try {
       [hists, items] = await Promise.all([api("/api/histograms?" + p), api("/api/media?" + p)]);
     } catch (e) { $("media-note").textContent = "error: " + e.message; return; }
+    if (asked !== media.asked) return;  // a newer question (runs ticked meanwhile) is on its way
     $("media-note").textContent = "";
     const text = JSON.stringify([hists, items]);
     if (text === media.text) return;
