@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _cdp import Browser
+from _cdp import Browser, until
 
 import tracklake
 from tracklake._ui.server import Dashboard
@@ -308,14 +308,19 @@ def test_a_histogram_key_is_drawn_over_steps_and_names_the_bin_under_the_cursor(
         let n = 0; for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++; return n; }})()""")
     assert painted > 1000  # the bins are drawn, not only the axes' text
     # step 3 holds 3..12 in 5 bins of width 1.8: the value 4 is in its first bin, of 2
-    x, y = page.js(f"""(() => {{ const c = {card};
-        c.canvas.scrollIntoView({{block: 'center'}});
-        const r = c.canvas.getBoundingClientRect(); const [x, y] = c.pos(3, 4);
-        return [r.left + x, r.top + y]; }})()""")
-    page.mouse("mouseMoved", x, y)
-    text = page.wait(f"(() => {{ const h = {card}.hover; return !h.hidden && h.textContent; }})()",
-                     "the hover box")
-    assert text == "step 3: [3, 4.8) count 2"
+
+    def hover() -> bool:
+        """Moves the mouse there and reads the box; the point is asked again each time, as
+        charts above that load meanwhile move the canvas down."""
+        x, y = page.js(f"""(() => {{ const c = {card};
+            c.canvas.scrollIntoView({{block: 'center'}});
+            const r = c.canvas.getBoundingClientRect(); const [x, y] = c.pos(3, 4);
+            return [r.left + x, r.top + y]; }})()""")
+        page.mouse("mouseMoved", x, y)
+        return bool(page.js(f"(() => {{ const h = {card}.hover;"
+                            "return !h.hidden && h.textContent; })()") == expected)
+    expected = "step 3: [3, 4.8) count 2"
+    until(hover, f"the hover box to say {expected!r}")
 
 
 def test_an_image_key_shows_a_strip_of_decoded_images_with_step_and_caption(
