@@ -1,6 +1,7 @@
 """What a person does with `tracklake ui`, in the system's headless Chromium driven over
 its DevTools protocol: toggle a run, smooth, read a value under the cursor, zoom, watch a
-live run grow, ask SQL; and the page asks nothing of any host but the dashboard."""
+live run grow, ask SQL, look at histograms and images; and the page asks nothing of any
+host but the dashboard."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
-from _cdp import Browser
+from _cdp import Browser, until
 
 import tracklake
 from tracklake._ui.server import Dashboard
@@ -18,6 +20,19 @@ from tracklake._ui.server import Dashboard
 pytestmark = pytest.mark.xdist_group("ui_browser")
 
 PROJECT = "p"
+HIST_STEPS = 10
+
+
+def gif() -> bytes:
+    """A two-frame 5x7 GIF (a video the page shows as an image)."""
+    import io
+
+    from PIL import Image
+
+    frames = [Image.new("RGB", (5, 7), c) for c in ("red", "blue")]
+    out = io.BytesIO()
+    frames[0].save(out, format="GIF", save_all=True, append_images=frames[1:], duration=100)
+    return out.getvalue()
 
 
 def loss(run: str, step: int) -> float:
@@ -37,6 +52,15 @@ def live_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, t
                 {"input": "capital of France?", "output": "Paris" if name == "base" else "Lyon",
                  "score": 1.0 if name == "base" else 0.0},
                 {"input": "2+2?", "output": "<b>4</b>", "score": 1.0}], step=10, key="val")
+            if name == "base":
+                for step in range(HIST_STEPS):
+                    run.log_histogram("grad/w", np.arange(10.0) + step, step=step, bins=5)
+                for step in range(3):
+                    run.log_image("samples", np.full((8, 12, 3), 60 * step, np.uint8),
+                                  step=step, caption=f"<b>epoch {step}</b>")
+                tone = np.sin(np.arange(4000) * 0.1) * 0.5
+                run.log_audio("speech", tone, sample_rate=8000, step=3, caption="tone")
+                run.log_video("clip", gif(), step=3)
     live = tracklake.init(project=PROJECT, run_id="live", root=root, name="live")
     for step in range(20):
         live.log({"loss": 3.0 + step}, step=step)
@@ -241,11 +265,17 @@ def set_control(page: Browser, control: str, value: str, event: str = "change") 
 def test_key_filter_sections_x_axis_and_log_scale(page: Browser) -> None:
     page.click_element('nav button[data-view="charts"]')
     sections = "[...document.querySelectorAll('#charts summary')].map(s => s.textContent)"
-    assert page.js(sections) == ["acc (1)", "(top level) (1)"]
+    page.wait(f"{sections}.length === 5", "the histogram and media sections")
+    assert page.js(sections) == ["acc (1)", "grad (5)", "(top level) (1)", "Histograms (1)",
+                                 "Media (3)"]
     set_control(page, "filter", "/^acc\\//", "input")
     assert page.js(sections) == ["acc (1)"]
     set_control(page, "filter", "lo*", "input")  # a glob matches the whole name
     assert page.js(sections) == ["(top level) (1)"]
+    set_control(page, "filter", "grad/w", "input")  # histograms go by the same filter
+    assert page.js(sections) == ["grad (5)", "Histograms (1)"]
+    set_control(page, "filter", "sam*", "input")
+    assert page.js(sections) == ["Media (1)"]
     set_control(page, "filter", "", "input")
     page.wait("tracklake.charts.get('loss').plot", "the loss chart again")
     set_control(page, "xaxis", "time")
@@ -263,9 +293,88 @@ def test_key_filter_sections_x_axis_and_log_scale(page: Browser) -> None:
               "return p && p.scales.y.distr === 1 && p.data[0][0] === 0; })()", "steps again")
 
 
+HISTOGRAM = "document.querySelector('.chart.histograms[data-key=\"grad/w\"]')"
+STRIP = "document.querySelector('.chart.media[data-key=\"samples\"]')"
+
+
+def test_a_histogram_key_is_drawn_over_steps_and_names_the_bin_under_the_cursor(
+        page: Browser) -> None:
+    page.wait(f"!!({HISTOGRAM} && {HISTOGRAM}.querySelector('canvas'))", "the histogram chart")
+    card = "tracklake.media.cards.get('histograms:grad/w')"
+    assert page.js(f"{card}.steps.map(s => s.step)") == list(range(HIST_STEPS))
+    assert page.js(f"{card}.run") == f"{PROJECT}/base"
+    painted = page.js(f"""(() => {{ const c = {card}.canvas;
+        const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+        let n = 0; for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++; return n; }})()""")
+    assert painted > 1000  # the bins are drawn, not only the axes' text
+    # step 3 holds 3..12 in 5 bins of width 1.8: the value 4 is in its first bin, of 2
+
+    def hover() -> bool:
+        """Moves the mouse there and reads the box; the point is asked again each time, as
+        charts above that load meanwhile move the canvas down."""
+        x, y = page.js(f"""(() => {{ const c = {card};
+            c.canvas.scrollIntoView({{block: 'center'}});
+            const r = c.canvas.getBoundingClientRect(); const [x, y] = c.pos(3, 4);
+            return [r.left + x, r.top + y]; }})()""")
+        page.mouse("mouseMoved", x, y)
+        return bool(page.js(f"(() => {{ const h = {card}.hover;"
+                            "return !h.hidden && h.textContent; })()") == expected)
+    expected = "step 3: [3, 4.8) count 2"
+    until(hover, f"the hover box to say {expected!r}")
+
+
+def test_an_image_key_shows_a_strip_of_decoded_images_with_step_and_caption(
+        page: Browser) -> None:
+    decoded = page.wait(f"""(() => {{ const s = {STRIP}; if (!s) return false;
+        const imgs = [...s.querySelectorAll('img')];
+        return imgs.length === 3 && imgs.every(i => i.complete && i.naturalWidth > 0)
+            && imgs.map(i => [i.naturalWidth, i.naturalHeight]); }})()""", "three decoded images")
+    assert decoded == [[12, 8]] * 3
+    captions = page.js(f"[...{STRIP}.querySelectorAll('figcaption')].map(c => c.textContent)")
+    assert captions == [f"step {s}: <b>epoch {s}</b>" for s in range(3)]  # text, not markup
+    assert page.js(f"{STRIP}.querySelectorAll('b').length") == 0
+    # the slider goes back to step 1: the strip shows the images up to it
+    page.js(f"(() => {{ const s = {STRIP}.querySelector('.step-slider'); s.value = '1';"
+            "s.dispatchEvent(new Event('input')); })()")
+    assert page.js(f"[...{STRIP}.querySelectorAll('figure')].map(f => f.dataset.step)") == [
+        "0", "1"]
+    page.js(f"(() => {{ const s = {STRIP}.querySelector('.step-slider'); s.value = '2';"
+            "s.dispatchEvent(new Event('input')); })()")
+
+
+def test_audio_plays_in_a_player_and_a_gif_video_shows_as_an_image(page: Browser) -> None:
+    card = "document.querySelector('.chart.media[data-key=\"{}\"]')"
+    duration = page.wait(f"(() => {{ const a = {card.format('speech')}"
+                         "?.querySelector('audio[controls]');"
+                         "return a && a.readyState >= 1 && a.duration; })()", "the audio's length")
+    assert abs(duration - 0.5) < 0.01
+    assert page.js(f"{card.format('speech')}.querySelector('figcaption').textContent"
+                   ) == "step 3: tone"
+    size = page.wait(f"(() => {{ const i = {card.format('clip')}?.querySelector('img');"
+                     "return i && i.complete && i.naturalWidth > 0 "
+                     "&& [i.naturalWidth, i.naturalHeight]; })()", "the GIF decoded")
+    assert size == [5, 7]
+
+
+def test_a_live_writers_new_image_appears_without_a_reload(
+        page: Browser, live_run: tuple[Path, tracklake.Run]) -> None:
+    live = live_run[1]
+    live.log_image("samples", np.full((16, 4, 3), 200, np.uint8), step=150, caption="new")
+    live.flush()
+    size = page.wait(f"""(() => {{ const s = {STRIP};
+        const f = s && s.querySelector('figure[data-step="150"]');
+        const i = f && f.querySelector('img');
+        return i && i.complete && i.naturalWidth > 0 && [i.naturalWidth, i.naturalHeight]; }})()""",
+                     "the live run's new image, decoded")
+    assert size == [4, 16]
+    assert page.js("window.notReloaded") is True
+
+
 def test_the_page_requests_nothing_beyond_the_dashboard(page: Browser,
                                                         dashboard: Dashboard) -> None:
     """Runs last: the network log of everything the tests above made the page do."""
     requested = page.requested()
     assert any(url.endswith("/api/series?" + url.split("?", 1)[-1]) for url in requested)
-    assert [url for url in requested if not url.startswith(dashboard.url)] == []
+    # data: URIs reach no host (Chromium's audio controls draw their icons from some)
+    assert [url for url in requested
+            if not url.startswith(dashboard.url) and not url.startswith("data:")] == []

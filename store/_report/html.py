@@ -34,6 +34,7 @@ from tracklake._report.sections import (
     ConfigRow,
     RunParts,
     config_diff,
+    media_files,
     read_parts,
 )
 from tracklake._report.series import (
@@ -48,7 +49,6 @@ from tracklake._report.series import (
 )
 from tracklake._report.svg import line_chart
 from tracklake._report.svg_histogram import histogram_chart
-from tracklake.read import media_file
 
 #: Largest image inlined into a report (as a data: URI); a larger one is named, not shown.
 MAX_INLINE_IMAGE = 2 << 20
@@ -149,10 +149,7 @@ def image_files(root: Path, parts: RunParts) -> list[tuple[str, list[dict[str, A
     """Per image key of a run, its latest images, each with ``blob``: its file, or None
     for one whose blob is missing, not of the declared size, larger than
     `MAX_INLINE_IMAGE`, or of a media type a browser should not be handed."""
-    return [(key, [{**row, "blob": media_file(root, row["digest"], row["size"],
-                                              MAX_INLINE_IMAGE)
-                    if row["media_type"] in EXTENSIONS else None} for row in rows])
-            for key, rows in parts.images.items()]
+    return media_files(root, parts.images, EXTENSIONS, MAX_INLINE_IMAGE)
 
 
 def image_strips(root: Path, parts: RunParts) -> list[tuple[str, list[dict[str, Any]]]]:

@@ -4,10 +4,13 @@ prints beside it (so a reader can run it again with `tracklake sql`)."""
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tracklake._read.query import query
+from tracklake.read import media_file
 
 if TYPE_CHECKING:
     import duckdb
@@ -35,13 +38,22 @@ WHERE project = $p AND run = $r AND rank = $rank
 QUALIFY row_number() OVER (PARTITION BY key ORDER BY step DESC, seq DESC)
   <= {MAX_HISTOGRAM_STEPS}
 ORDER BY key, step, seq"""
-IMAGES_SQL = f"""SELECT key, step, rank, caption, media_type, digest, size FROM media
-WHERE project = $p AND run = $r AND type = 'image'
+EVENTS_SQL = """SELECT time, step, rank, level, kind, title, text FROM events
+WHERE project = $p AND run = $r ORDER BY time, seq"""
+
+
+def media_sql(types: tuple[str, ...]) -> str:
+    """The latest `MAX_IMAGES` media items of each key of a run, of the `types` (image,
+    audio, video: fixed names, never text from a request)."""
+    kinds = ", ".join(f"'{t}'" for t in types)
+    return f"""SELECT key, step, rank, type, caption, media_type, digest, size FROM media
+WHERE project = $p AND run = $r AND type IN ({kinds})
 QUALIFY row_number() OVER (PARTITION BY key ORDER BY step DESC, rank DESC, seq DESC)
   <= {MAX_IMAGES}
 ORDER BY key, step, rank, seq"""
-EVENTS_SQL = """SELECT time, step, rank, level, kind, title, text FROM events
-WHERE project = $p AND run = $r ORDER BY time, seq"""
+
+
+IMAGES_SQL = media_sql(("image",))
 
 
 @dataclass
@@ -82,16 +94,39 @@ def read_parts(con: duckdb.DuckDBPyConnection, record: RunRecord) -> RunParts:
     generations = query(GENERATIONS_SQL, params=params, connection=con).to_pylist()
     spans = query(TRACES_SQL, params=params, connection=con).to_pylist()
     events = query(EVENTS_SQL, params=params, connection=con).to_pylist()
-    histograms = query(HISTOGRAMS_SQL, params={**params, "rank": min(record.ranks)},
-                       connection=con).to_pylist()
-    images = query(IMAGES_SQL, params=params, connection=con).to_pylist()
     return RunParts(
         record=record, run=runs[0] if runs else {},
         config={row["key"]: row["value"] for row in config},
         generations=generations[:MAX_GENERATIONS], traces=trees(spans[:MAX_SPANS]),
         events=events, more_generations=len(generations) > MAX_GENERATIONS,
-        more_spans=len(spans) > MAX_SPANS, histograms=_by_key(histograms),
-        images=_by_key(images))
+        more_spans=len(spans) > MAX_SPANS,
+        histograms=read_histograms(con, record.project, record.run, min(record.ranks)),
+        images=read_media(con, record.project, record.run, IMAGES_SQL))
+
+
+def read_histograms(con: duckdb.DuckDBPyConnection, project: str, run: str, rank: int,
+                    timeout: float | None = None) -> dict[str, list[dict[str, Any]]]:
+    """Per histogram key of the run's `rank`, its latest `MAX_HISTOGRAM_STEPS` records
+    (step, edges, counts) in step order."""
+    return _by_key(query(HISTOGRAMS_SQL, params={"p": project, "r": run, "rank": rank},
+                         connection=con, timeout=timeout).to_pylist())
+
+
+def read_media(con: duckdb.DuckDBPyConnection, project: str, run: str, sql: str,
+               timeout: float | None = None) -> dict[str, list[dict[str, Any]]]:
+    """Per media key of the run, the items `sql` (a `media_sql`) picks, in step order."""
+    return _by_key(query(sql, params={"p": project, "r": run}, connection=con,
+                         timeout=timeout).to_pylist())
+
+
+def media_files(root: str | os.PathLike[str], media: dict[str, list[dict[str, Any]]],
+                types: Collection[str], limit: int) -> list[tuple[str, list[dict[str, Any]]]]:
+    """Per key, its items, each with ``blob``: its file, or None for one whose blob is
+    missing, not of the declared size, larger than `limit`, or of a media type not in
+    `types` (what may be handed to a browser)."""
+    return [(key, [{**row, "blob": media_file(root, row["digest"], row["size"], limit)
+                    if row["media_type"] in types else None} for row in rows])
+            for key, rows in media.items()]
 
 
 def _by_key(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:

@@ -16,7 +16,8 @@ from tracklake._report.svg import HEIGHT, PALETTE, WIDTH, XMLNS
 _LEFT, _RIGHT, _TOP, _BOTTOM = 64, 12, 28, 40
 
 
-def _drawable(row: dict[str, Any]) -> bool:
+def drawable(row: dict[str, Any]) -> bool:
+    """Whether a histogram record keeps the format's rules (docs/format.md, "Histograms")."""
     edges, counts = row.get("edges") or [], row.get("counts") or []
     return (0 < len(counts) <= MAX_BINS and len(edges) == len(counts) + 1
             and all(isinstance(e, float) and math.isfinite(e) for e in edges)
@@ -27,7 +28,7 @@ def _drawable(row: dict[str, Any]) -> bool:
 def histogram_chart(title: str, rows: list[dict[str, Any]], standalone: bool = False) -> str:
     """`rows` (step, edges, counts; in step order) as one chart titled `title`
     (`standalone`: as a file of its own, with the SVG namespace)."""
-    rows = [r for r in rows if _drawable(r)]
+    rows = [r for r in rows if drawable(r)]
     parts = [f'<svg{XMLNS if standalone else ""} class="chart" width="{WIDTH}" '
              f'height="{HEIGHT}" '
              f'viewBox="0 0 {WIDTH} {HEIGHT}" role="img">',

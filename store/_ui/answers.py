@@ -17,6 +17,7 @@ from tracklake._ui.series import (
     SeriesQuery,
     attempts_sql,
     finite_or_mark,
+    run_ids,
     series_params,
     series_sql,
 )
@@ -122,7 +123,7 @@ def generations(store: Path, runs: tuple[tuple[str, str], ...], search: str
                 ) -> list[dict[str, Any]]:
     """The runs' generations whose prompt or output contains `search` (any case), by
     prompt, latest prompt first: one prompt's outputs across runs and steps together."""
-    params = {"runs": [f"{p}\x1f{r}" for p, r in runs], "q": search,
+    params = {"runs": run_ids(runs), "q": search,
               "prompts": GENERATION_PROMPTS, "rows": GENERATION_ROWS}
     try:
         rows: list[dict[str, Any]] = _ask(store, _GENERATIONS_SQL, params).to_pylist()

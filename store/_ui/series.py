@@ -120,8 +120,14 @@ def attempts_sql(q: SeriesQuery) -> str:
                                 .replace("epoch(time)", "epoch(m.time)"))
 
 
+def run_ids(runs: tuple[tuple[str, str], ...]) -> list[str]:
+    """The `$runs` parameter: each run as ``project || chr(31) || run`` (a byte no name
+    holds), for ``list_contains($runs, project || chr(31) || run)``."""
+    return [f"{p}\x1f{r}" for p, r in runs]
+
+
 def series_params(q: SeriesQuery) -> dict[str, Any]:
-    params = {"key": q.key, "runs": [f"{p}\x1f{r}" for p, r in q.runs],
+    params = {"key": q.key, "runs": run_ids(q.runs),
               "lo": -math.inf if q.lo is None else q.lo,
               "hi": math.inf if q.hi is None else q.hi, "buckets": q.buckets}
     if q.group is not None:

@@ -6,7 +6,9 @@ What it refuses, and why:
 - on any other bind, every request without the token printed in the URL (query
   ``?token=``, then a cookie the page keeps), compared in constant time;
 - any path but the page, its listed static files and the API: no path from a request ever
-  reaches the file system, so no traversal can;
+  reaches the file system, so no traversal can; a media blob is found by a digest that a
+  media record names (media.py), sent only within `max_blob` bytes, and as an attachment
+  unless its type is an image, audio or video type that the format allows;
 - a URL over 8 KiB, a body over 64 KiB, a request (line, headers and body) not received
   within `read_deadline` seconds, more than `MAX_CONNECTIONS` at once;
 - SQL that is not read-only (`tracklake.query`'s check, and a connection that cannot write).
@@ -19,6 +21,7 @@ import hmac
 import ipaddress
 import json
 import secrets
+import shutil
 import socket
 import sys
 import threading
@@ -32,7 +35,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from tracklake._errors import TracklakeError
-from tracklake._ui import answers
+from tracklake._ui import answers, media
 from tracklake._ui.series import SeriesQuery
 
 MAX_URL = 8 << 10
@@ -44,7 +47,11 @@ COOKIE = "tracklake_token"
 _TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
           ".css": "text/css; charset=utf-8", ".LICENSE": "text/plain; charset=utf-8"}
 _CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
-        "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+        "img-src 'self' data:; media-src 'self'; base-uri 'none'; form-action 'none'; "
+        "frame-ancestors 'none'")
+#: A blob opened on its own (a new tab) is a document of no origin that runs no script.
+_BLOB_CSP = _CSP + "; sandbox"
+BLOB_PATH = "/api/blob/"
 
 
 def _static_files() -> dict[str, tuple[bytes, str]]:
@@ -72,11 +79,12 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True  # a stuck client never keeps the process from ending
 
     def __init__(self, address: tuple[str, int], store: Path, token: str | None,
-                 read_deadline: float) -> None:
+                 read_deadline: float, max_blob: int) -> None:
         self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         self.store = store
         self.token = token
         self.read_deadline = read_deadline
+        self.max_blob = max_blob
         self.files = _static_files()
         self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self.open: set[socket.socket] = set()
@@ -206,6 +214,18 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             search = query.get("q", [""])[0]
             self._answer(lambda: answers.generations(self.server.store, runs, search))
+        elif url.path in ("/api/histograms", "/api/media"):
+            try:
+                runs = _runs(query)
+            except ValueError as exc:
+                self._error(HTTPStatus.BAD_REQUEST, str(exc))
+                return
+            store, limit = self.server.store, self.server.max_blob
+            self._answer(lambda: media.histograms(store, runs, answers.QUERY_TIMEOUT)
+                         if url.path == "/api/histograms"
+                         else media.media(store, runs, answers.QUERY_TIMEOUT, limit))
+        elif url.path.startswith(BLOB_PATH):
+            self._blob(url.path[len(BLOB_PATH):])
         elif url.path == "/api/series":
             try:
                 q = _series_query(query)
@@ -264,23 +284,62 @@ class _Handler(BaseHTTPRequestHandler):
         body = json.dumps(value, allow_nan=False, default=str).encode()
         self._send(HTTPStatus.OK, body, "application/json")
 
+    def _blob(self, digest: str) -> None:
+        """A media blob, by its digest (media.py says what is refused)."""
+        try:
+            found = media.blob(self.server.store, digest, answers.QUERY_TIMEOUT,
+                               self.server.max_blob)
+        except TracklakeError as exc:  # a failed query, a damaged store
+            self._error(HTTPStatus.BAD_REQUEST, str(exc))
+            return
+        if isinstance(found, media.Refusal):
+            self._error(HTTPStatus(found.status), found.why)
+            return
+        handle = media.open_checked(self.server.store, found)
+        if handle is None:
+            self._error(HTTPStatus.NOT_FOUND, "the store does not hold this blob as its "
+                        "record declares it (missing, a link, or of another size)")
+            return
+        with handle:
+            extra = {"Cache-Control": "private, max-age=86400, immutable"}  # by content
+            if found.attachment:
+                extra["Content-Disposition"] = f'attachment; filename="{found.digest}"'
+            self._headers(HTTPStatus.OK, found.size, found.content_type, _BLOB_CSP, extra)
+            shutil.copyfileobj(_Limited(handle, found.size), self.wfile)
+
     def _error(self, status: HTTPStatus, message: str) -> None:
         self._send(status, json.dumps({"error": message}).encode(), "application/json")
 
     def _send(self, status: HTTPStatus, body: bytes, kind: str,
               extra: dict[str, str] | None = None) -> None:
+        self._headers(status, len(body), kind, _CSP, extra or {})
+        self.wfile.write(body)
+
+    def _headers(self, status: HTTPStatus, length: int, kind: str, csp: str,
+                 extra: dict[str, str]) -> None:
         self.send_response(status)
         self.send_header("Content-Type", kind)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("Content-Security-Policy", _CSP)
+        self.send_header("Content-Length", str(length))
+        self.send_header("Content-Security-Policy", csp)
         self.send_header("X-Content-Type-Options", "nosniff")
         self.send_header("Referrer-Policy", "no-referrer")
-        self.send_header("Cache-Control", "no-store")
         self.send_header("Connection", "close")
-        for name, value in (extra or {}).items():
+        for name, value in {"Cache-Control": "no-store", **extra}.items():
             self.send_header(name, value)
         self.end_headers()
-        self.wfile.write(body)
+
+
+class _Limited:
+    """A file read up to `left` bytes and no further (the size its record declared)."""
+
+    def __init__(self, handle: Any, left: int) -> None:
+        self.handle, self.left = handle, left
+
+    def read(self, size: int = -1) -> bytes:
+        want = self.left if size < 0 else min(size, self.left)
+        data: bytes = self.handle.read(want)
+        self.left -= len(data)
+        return data
 
 
 def _runs(query: dict[str, list[str]]) -> tuple[tuple[str, str], ...]:
@@ -319,12 +378,14 @@ def _series_query(query: dict[str, list[str]]) -> SeriesQuery:
 
 class Dashboard:
     """A dashboard bound to `host`:`port` (0: any free port), serving `store`; with a
-    token unless the address is this machine's loopback."""
+    token unless the address is this machine's loopback; media blobs of at most
+    `max_blob` bytes."""
 
     def __init__(self, store: Path, *, host: str = "127.0.0.1", port: int = 0,
-                 read_deadline: float = READ_DEADLINE) -> None:
+                 read_deadline: float = READ_DEADLINE, max_blob: int = media.MAX_BLOB
+                 ) -> None:
         self.token = None if is_loopback(host) else secrets.token_urlsafe(24)
-        self._server = _Server((host, port), store, self.token, read_deadline)
+        self._server = _Server((host, port), store, self.token, read_deadline, max_blob)
         self.host, self.port = host, self._server.server_address[1]
         self._thread: threading.Thread | None = None
 

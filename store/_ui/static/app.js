@@ -94,6 +94,7 @@
     }
     for (const box of document.querySelectorAll(`input[data-run="${CSS.escape(id)}"]`)) box.checked = on;
     renderConfigDiff();
+    loadMedia();
   }
 
   // ---- charts ----
@@ -110,7 +111,7 @@
     for (const c of charts.values()) if (c.plot) c.plot.destroy();
     charts.clear();
     observer.disconnect();
-    const view = $("charts");
+    const view = $("metric-charts");
     view.textContent = "";
     const match = keyMatcher(state.filter);
     const bySection = new Map();
@@ -491,6 +492,221 @@
     select.value = keys.includes(state.group) ? state.group : "";
   }
 
+
+  // ---- histograms and media: one card per key, redrawn only when its data changed ----
+  const HIST = { left: 56, right: 8, top: 8, bottom: 30 };
+  const media = { text: "", hists: [], items: [], cards: new Map(), sections: new Map(),
+                  pick: new Map(), at: new Map(), asked: 0 };
+
+  async function loadMedia() {
+    const p = new URLSearchParams();
+    for (const r of state.runs) if (state.shown.has(runId(r))) p.append("run", runId(r));
+    let hists, items;
+    const asked = ++media.asked;
+    try {
+      [hists, items] = await Promise.all([api("/api/histograms?" + p), api("/api/media?" + p)]);
+    } catch (e) { $("media-note").textContent = "error: " + e.message; return; }
+    if (asked !== media.asked) return;  // a newer question (runs ticked meanwhile) is on its way
+    $("media-note").textContent = "";
+    const text = JSON.stringify([hists, items]);
+    if (text === media.text) return;
+    media.text = text; media.hists = hists; media.items = items;
+    renderMedia();
+  }
+
+  function byKey(rows) {
+    const out = new Map();
+    for (const row of rows) {
+      if (!out.has(row.key)) out.set(row.key, []);
+      out.get(row.key).push(row);
+    }
+    return out;
+  }
+
+  function mediaSection(name, title, count) {
+    let s = media.sections.get(name);
+    if (!s) {
+      const det = document.createElement("details");
+      det.className = "section"; det.open = true; det.dataset.media = name;
+      const sum = document.createElement("summary");
+      const grid = document.createElement("div"); grid.className = "grid";
+      det.append(sum, grid);
+      s = { det, sum, grid };
+      media.sections.set(name, s);
+    }
+    s.sum.textContent = `${title} (${count})`;
+    return s;
+  }
+
+  function renderMedia() {
+    const view = $("media-charts");
+    const match = keyMatcher(state.filter);
+    const hists = [...byKey(media.hists)].filter(([k]) => match(k));
+    const items = [...byKey(media.items)].filter(([k]) => match(k));
+    const wanted = new Set();
+    const parts = [["histograms", "Histograms", hists, histCard], ["media", "Media", items, mediaCard]];
+    for (const [name, title, keys, make] of parts) {
+      const s = mediaSection(name, title, keys.length);
+      for (const [key, rows] of keys) {
+        const id = name + ":" + key, text = JSON.stringify(rows);
+        wanted.add(id);
+        let card = media.cards.get(id);
+        if (!card) {
+          const el = document.createElement("div");
+          el.className = "chart " + name; el.dataset.key = key;
+          card = { id, key, el, text: "" };
+          media.cards.set(id, card);
+        }
+        if (card.text !== text) { card.text = text; card.rows = rows; make(card); }
+        s.grid.append(card.el);  // in key order
+      }
+      if (keys.length) view.append(s.det); else s.det.remove();
+    }
+    for (const [id, card] of media.cards) if (!wanted.has(id)) { card.el.remove(); media.cards.delete(id); }
+  }
+
+  // a histogram key: each column a step, each bin as dark as its count within the step
+  function histCard(card) {
+    const el = card.el;
+    el.textContent = "";
+    const h = document.createElement("h4"); h.textContent = card.key;
+    const runs = card.rows.map((r) => r.project + "/" + r.run);
+    let run = media.pick.get(card.key);
+    if (!runs.includes(run)) run = runs[0];
+    el.append(h);
+    if (runs.length > 1) {
+      const select = document.createElement("select");
+      select.className = "run-pick";
+      for (const id of runs) select.add(new Option(runLabel(id), id));
+      select.value = run;
+      select.addEventListener("change", () => { media.pick.set(card.key, select.value); histCard(card); });
+      el.append(select);
+    }
+    const steps = card.rows[runs.indexOf(run)].steps;
+    const note = document.createElement("div"); note.className = "note";
+    note.textContent = steps.length ? `${runLabel(run)}: ${steps.length} steps, ${steps[0].step} … ${steps[steps.length - 1].step}` : `${runLabel(run)}: no histogram to draw`;
+    const canvas = document.createElement("canvas");
+    const ratio = window.devicePixelRatio || 1;
+    canvas.width = WIDTH * ratio; canvas.height = HEIGHT * ratio;
+    canvas.style.width = WIDTH + "px"; canvas.style.height = HEIGHT + "px";
+    const hover = document.createElement("div"); hover.className = "hover"; hover.hidden = true;
+    el.append(note, canvas, hover);
+    Object.assign(card, { run, steps, canvas, hover });
+    if (!steps.length) return;
+    const lo = Math.min(...steps.map((s) => s.edges[0]));
+    const hi = Math.max(...steps.map((s) => s.edges[s.edges.length - 1]));
+    const plotW = WIDTH - HIST.left - HIST.right, plotH = HEIGHT - HIST.top - HIST.bottom;
+    const column = plotW / steps.length;
+    // halved first: ranges near ±1.8e308 stay finite (edges are finite and increasing)
+    const y = (v) => HIST.top + plotH - (v / 2 - lo / 2) / (hi / 2 - lo / 2) * plotH;
+    card.pos = (i, v) => [HIST.left + (i + 0.5) * column, y(v)];  // canvas point of step i, value v
+    const ctx = canvas.getContext("2d");
+    ctx.scale(ratio, ratio);
+    const col = color(run);
+    steps.forEach((s, i) => {
+      const top = Math.max(...s.counts) || 1;
+      s.counts.forEach((n, j) => {
+        if (!n) return;
+        const y0 = y(s.edges[j]), y1 = y(s.edges[j + 1]);
+        ctx.fillStyle = alpha(col, n / top);
+        ctx.fillRect(HIST.left + i * column, y1, Math.max(column, 1), Math.max(y0 - y1, 0.5));
+      });
+    });
+    ctx.fillStyle = "#555"; ctx.font = "10px system-ui, sans-serif";
+    ctx.textAlign = "right";
+    ctx.fillText(tick(hi), HIST.left - 4, HIST.top + 8);
+    ctx.fillText(tick(lo), HIST.left - 4, HIST.top + plotH);
+    ctx.textAlign = "left";
+    ctx.fillText("step " + steps[0].step, HIST.left, HEIGHT - HIST.bottom + 14);
+    ctx.textAlign = "right";
+    ctx.fillText("step " + steps[steps.length - 1].step, WIDTH - HIST.right, HEIGHT - HIST.bottom + 14);
+    ctx.strokeStyle = "#ccc"; ctx.strokeRect(HIST.left, HIST.top, plotW, plotH);
+    canvas.addEventListener("mousemove", (e) => {
+      const r = canvas.getBoundingClientRect();
+      const mx = e.clientX - r.left, my = e.clientY - r.top;
+      const i = Math.floor((mx - HIST.left) / column);
+      if (i < 0 || i >= steps.length || my < HIST.top || my > HIST.top + plotH) { hover.hidden = true; return; }
+      const s = steps[i];
+      const v = lo + (HIST.top + plotH - my) / plotH * (hi - lo);
+      const last = s.edges.length - 2;
+      const j = s.edges.findIndex((edge, k) => k <= last && v >= edge && (v < s.edges[k + 1] || (k === last && v <= s.edges[k + 1])));
+      hover.textContent = j < 0 ? `step ${s.step}: no bin at ${fmt(v)}`
+        : `step ${s.step}: [${fmt(s.edges[j])}, ${fmt(s.edges[j + 1])}${j === last ? "]" : ")"} count ${s.counts[j]}`;
+      hover.hidden = false;
+      hover.style.left = Math.min(mx + 12, WIDTH - 160) + "px";
+      hover.style.top = (my + 40) + "px";
+    });
+    canvas.addEventListener("mouseleave", () => { hover.hidden = true; });
+  }
+
+  // a media key: images in a strip up to the step the slider picks (the newest by
+  // default, following new steps), audio and video in players
+  function mediaCard(card) {
+    const el = card.el;
+    el.textContent = "";
+    const h = document.createElement("h4"); h.textContent = card.key;
+    el.append(h);
+    const steps = [...new Set(card.rows.flatMap((r) => r.items.map((i) => i.step)))].sort((a, b) => a - b);
+    const newest = steps[steps.length - 1];
+    let at = media.at.get(card.key);
+    if (at === undefined || !steps.includes(at)) at = newest;  // "newest": follows new steps
+    const strip = document.createElement("div"); strip.className = "strip";
+    if (steps.length > 1) {
+      const label = document.createElement("label"); label.className = "note";
+      const slider = document.createElement("input");
+      slider.type = "range"; slider.min = "0"; slider.max = String(steps.length - 1);
+      slider.value = String(steps.indexOf(at)); slider.className = "step-slider";
+      const shown = document.createElement("output"); shown.textContent = "step " + at;
+      slider.addEventListener("input", () => {
+        const step = steps[Number(slider.value)];
+        if (step === newest) media.at.delete(card.key); else media.at.set(card.key, step);
+        shown.textContent = "step " + step;
+        fillStrip(card, strip, step);
+      });
+      label.append("up to ", slider, " ", shown);
+      el.append(label);
+    }
+    el.append(strip);
+    fillStrip(card, strip, at);
+  }
+
+  function fillStrip(card, strip, at) {
+    strip.textContent = "";
+    for (const r of card.rows) {
+      const id = r.project + "/" + r.run;
+      const row = document.createElement("div"); row.className = "media-run";
+      if (card.rows.length > 1) {
+        const name = document.createElement("div"); name.className = "note"; name.textContent = runLabel(id);
+        row.append(name);
+      }
+      const items = r.items.filter((i) => i.step <= at);
+      // players are heavy: the latest few of audio and video, every image of the strip
+      const kept = items.filter((i, k) => i.type === "image" || k >= items.length - 3);
+      for (const item of kept) row.append(mediaItem(item));
+      strip.append(row);
+    }
+  }
+
+  function mediaItem(item) {
+    const fig = document.createElement("figure");
+    fig.dataset.step = String(item.step);
+    let shown;
+    if (!item.served) {
+      shown = document.createElement("div"); shown.className = "note";
+      shown.textContent = `not shown (${item.media_type}, ${item.size} bytes)`;
+    } else if (item.media_type.startsWith("image/")) {
+      shown = document.createElement("img"); shown.alt = item.caption || "";
+    } else {
+      shown = document.createElement(item.type === "audio" ? "audio" : "video");
+      shown.controls = true; shown.preload = "metadata";
+    }
+    if (item.served) shown.src = "/api/blob/" + item.digest;
+    const cap = document.createElement("figcaption");
+    cap.textContent = `step ${item.step}` + (item.rank ? ` rank ${item.rank}` : "") + (item.caption ? `: ${item.caption}` : "");
+    fig.append(shown, cap);
+    return fig;
+  }
+
   // ---- live refresh ----
   let polling = false;
   async function poll() {
@@ -511,6 +727,7 @@
         state.keys = keys;
         if (keysChanged) { renderCharts(); renderTable(); }
         else for (const c of charts.values()) if (c.visible) load(c);
+        loadMedia();
       }
       if (live && $("run-key").value && !$("table").hidden) loadSummary();
       $("status").textContent = `${runs.length} run${runs.length === 1 ? "" : "s"} · ${live ? "live" : "up to date"}`;
@@ -529,7 +746,7 @@
       if (b.dataset.view === "generations") loadGenerations();
     });
   }
-  $("filter").addEventListener("input", (e) => { state.filter = e.target.value; renderCharts(); });
+  $("filter").addEventListener("input", (e) => { state.filter = e.target.value; renderCharts(); renderMedia(); });
   $("smoothing").addEventListener("input", (e) => {
     state.smoothing = Number(e.target.value); $("smoothing-value").textContent = e.target.value;
     for (const c of charts.values()) if (c.plot) { c.plot.destroy(); c.plot = null; draw(c); }
@@ -553,7 +770,7 @@
     }
   });
 
-  window.tracklake = { state, charts, poll, toggleRun };
+  window.tracklake = { state, charts, media, poll, toggleRun };
   poll();
   setInterval(poll, POLL_MS);
 })();
