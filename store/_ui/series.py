@@ -38,52 +38,74 @@ class SeriesQuery:
 def series_sql(q: SeriesQuery) -> str:
     """The SQL (parameters $key, $runs, $lo, $hi, $buckets, and $group if grouped): one row
     per curve with its points in x order; `lo`/`hi` are the range over ranks or over a
-    group's runs (the mean's band)."""
+    group's runs (the mean's band).
+
+    One pass counts each curve's points in the range, one more sums each pixel bucket up
+    (its finite extremes with their x, the first x of each non-finite kind, the band):
+    10 M points of one key take about what DuckDB takes to read them twice
+    (benchmarks/dashboard_series.py)."""
     per_x = _per_x(q)
     group = ("" if q.group is None else
              "LEFT JOIN (SELECT project, run, any_value(value ORDER BY rank) AS g "
              "FROM run_configs WHERE key = $group GROUP BY ALL) c USING (project, run)")
+    started = "" if q.x != "relative" else "JOIN starts USING (project, run)"
     return f"""
 WITH firsts AS (
   SELECT project, run, min(rank) AS first_rank FROM metric_summaries
   WHERE key = $key GROUP BY ALL),
+starts AS MATERIALIZED (SELECT project, run, started_at AS started FROM runs),
 raw AS (
   SELECT m.project, m.run, m.rank, m.step, {_X[q.x]} AS x, m.value, f.first_rank
          {", c.g" if q.group is not None else ""}
-  FROM metrics m JOIN firsts f USING (project, run)
-       JOIN (SELECT project, run, started_at AS started FROM runs) r USING (project, run)
-       {group}
+  FROM metrics m JOIN firsts f USING (project, run) {started} {group}
   WHERE m.key = $key AND m.step IS NOT NULL
     AND list_contains($runs, m.project || chr(31) || m.run)),
-points AS MATERIALIZED (SELECT * FROM ({per_x}) WHERE x BETWEEN $lo AND $hi),
-sized AS (
-  SELECT * FROM points JOIN (
-    SELECT project, run, series, count(*) AS n, min(x) AS x0, max(x) AS x1
-    FROM points GROUP BY ALL) USING (project, run, series)),
+points AS MATERIALIZED (
+  SELECT project, run, series, x, value, lo, hi FROM ({per_x}) WHERE x BETWEEN $lo AND $hi),
+sized AS MATERIALIZED (
+  SELECT project, run, series, count(*) AS n, min(x) AS x0, max(x) AS x1
+  FROM points GROUP BY ALL),
 bucketed AS MATERIALIZED (
-  SELECT *, CASE WHEN n <= 2 * $buckets OR x1 = x0 THEN NULL
-                 ELSE least(CAST(floor((x - x0) * $buckets / (x1 - x0)) AS BIGINT),
-                            $buckets - 1) END AS bucket
-  FROM sized),
-finite AS (SELECT * FROM bucketed WHERE bucket IS NOT NULL AND isfinite(value)),
+  SELECT p.*, s.n, CASE WHEN s.n <= 2 * $buckets OR s.x1 = s.x0 THEN NULL
+                        ELSE least(CAST(floor((p.x - s.x0) * $buckets / (s.x1 - s.x0))
+                                        AS BIGINT), $buckets - 1) END AS bucket
+  FROM points p JOIN sized s USING (project, run, series)),
+summed AS MATERIALIZED (
+  SELECT project, run, series, n,
+         min(value) FILTER (WHERE isfinite(value)) AS vmin,
+         max(value) FILTER (WHERE isfinite(value)) AS vmax,
+         arg_min(x, value) FILTER (WHERE isfinite(value)) AS xmin,
+         arg_max(x, value) FILTER (WHERE isfinite(value)) AS xmax,
+         min(lo) FILTER (WHERE isfinite(value)) AS lo_f,
+         max(hi) FILTER (WHERE isfinite(value)) AS hi_f,
+         {_first_of("isnan(value)", "nan")}, {_first_of("value = 'inf'::DOUBLE", "inf")},
+         {_first_of("value = '-inf'::DOUBLE", "ninf")}
+  FROM bucketed WHERE bucket IS NOT NULL GROUP BY project, run, series, n, bucket),
 kept AS (
   SELECT project, run, series, n, x, value, lo, hi FROM bucketed WHERE bucket IS NULL
-  UNION ALL
-  SELECT project, run, series, n, arg_min(x, value), min(value), min(lo), max(hi)
-  FROM finite GROUP BY project, run, series, n, bucket
-  UNION ALL
-  SELECT project, run, series, n, arg_max(x, value), max(value), min(lo), max(hi)
-  FROM finite GROUP BY project, run, series, n, bucket
-  UNION ALL
-  SELECT project, run, series, n, min(x), any_value(value), min(lo), max(hi)
-  FROM bucketed WHERE bucket IS NOT NULL AND NOT isfinite(value)
-  GROUP BY project, run, series, n, bucket, isnan(value), value > 0),
+  UNION ALL SELECT project, run, series, n, xmin, vmin, lo_f, hi_f FROM summed
+            WHERE xmin IS NOT NULL
+  UNION ALL SELECT project, run, series, n, xmax, vmax, lo_f, hi_f FROM summed
+            WHERE xmax IS NOT NULL
+  UNION ALL SELECT project, run, series, n, x_nan, 'nan'::DOUBLE, lo_nan, hi_nan
+            FROM summed WHERE x_nan IS NOT NULL
+  UNION ALL SELECT project, run, series, n, x_inf, 'inf'::DOUBLE, lo_inf, hi_inf
+            FROM summed WHERE x_inf IS NOT NULL
+  UNION ALL SELECT project, run, series, n, x_ninf, '-inf'::DOUBLE, lo_ninf, hi_ninf
+            FROM summed WHERE x_ninf IS NOT NULL),
 distinct_points AS (SELECT DISTINCT * FROM kept)
 SELECT project, run, series, list(x ORDER BY x, value) AS xs,
        list(value ORDER BY x, value) AS ys, list(lo ORDER BY x, value) AS los,
        list(hi ORDER BY x, value) AS his, any_value(n) AS n
 FROM distinct_points GROUP BY project, run, series ORDER BY project, run, series
 """
+
+
+def _first_of(kind: str, name: str) -> str:
+    """A bucket's first x of one kind of non-finite value, with the band of those rows."""
+    return (f"min(x) FILTER (WHERE {kind}) AS x_{name}, "
+            f"min(lo) FILTER (WHERE {kind}) AS lo_{name}, "
+            f"max(hi) FILTER (WHERE {kind}) AS hi_{name}")
 
 
 def _per_x(q: SeriesQuery) -> str:
