@@ -174,6 +174,8 @@ def test_dragging_zooms_into_a_range_and_a_double_click_resets_it(page: Browser)
 def test_a_live_writers_new_steps_appear_without_a_reload(
         page: Browser, live_run: tuple[Path, tracklake.Run]) -> None:
     live = live_run[1]
+    # only charts in view refresh (the histogram and media cards above may push it out)
+    page.js("tracklake.charts.get('loss').el.scrollIntoView({block: 'center'})")
     assert page.js("tracklake.charts.get('loss').plot.data[0].includes(100)") is False
     for step in range(20, 101):
         live.log({"loss": 3.0 + step}, step=step)
