@@ -69,7 +69,7 @@ _LAZY_COMMANDS = {
     **{name: f"tracklake._cli.lifecycle:{name}"
        for name in ("retain", "pin", "unpin", "fsck", "backup", "restore")},
     "plot": "tracklake._cli.plot:plot", "report": "tracklake._cli.report:report",
-    "ui": "tracklake._cli.ui:ui",
+    "ui": "tracklake._cli.ui:ui", "ship": "tracklake._cli.ship:ship",
 }
 
 

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 from pathlib import Path
 
@@ -35,6 +37,14 @@ def attempt_file(root: Path, project: str, run: str, rank: int, attempt: int) ->
 def blob_path(root: Path, digest: str) -> Path:
     """Content-addressed location of an artifact's bytes (digest is hex sha256)."""
     return root / "blobs" / "sha256" / digest[:2] / digest
+
+
+def local_base(local_root: Path, root: Path) -> Path:
+    """Where a node's ranks write the segments of the store at `root` in ship mode: a
+    folder of `local_root` named by the store's absolute path, so two stores never share
+    one (docs/many-nodes.md, "Write locally, ship segments")."""
+    digest = hashlib.sha256(os.fsencode(os.path.abspath(root))).hexdigest()[:16]
+    return local_root / f"store-{digest}"
 
 
 def segment_name(number: int, first_seq: int) -> str:

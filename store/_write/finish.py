@@ -12,6 +12,7 @@ from __future__ import annotations
 import enum
 import sys
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,7 @@ from tracklake._errors import RunStateError
 from tracklake._format.attempt import TERMINAL_STATUSES, now_iso, write_attempt
 from tracklake._write import lifecycle as _lifecycle
 from tracklake._write.compactor import Compactor, compaction_wanted
+from tracklake._write.shipping import ShipThread
 from tracklake._write.writer import RankWriter
 
 _Handle = TypeVar("_Handle", bound="RunHandle")
@@ -70,11 +72,24 @@ class RunHandle:
         self._status = "running"
         self._report: FinishReport | None = None
         options = dict(writer_options)
-        self._compactor = (Compactor(root, project, run_id, rank)
-                           if compaction_wanted(options.pop("compact", None)) else None)
+        local: Path | None = options.pop("local", None)
+        compact = compaction_wanted(options.pop("compact", None)) and local is None
+        self._compactor = Compactor(root, project, run_id, rank) if compact else None
+        self._deadline = 0.0  # of finish(), for its last shipping round
+        self._shipping: ShipThread | None = None
         self._writer = RankWriter(
-            root, project, run_id, rank, attempt, heartbeat=self._heartbeat,
+            local or root, project, run_id, rank, attempt,
+            heartbeat=self._heartbeat if local is None else None,
             on_sealed=self._compactor.segment_sealed if self._compactor else None, **options)
+        if local is not None:  # ship mode: this node's disk, moved into root by a thread
+            try:
+                self._shipping = ShipThread(
+                    local, root, self._writer.ids.values(), heartbeat=self._heartbeat,
+                    heartbeat_interval=options.get("heartbeat_interval", 30.0),
+                    fsync=options.get("fsync", True), on_failure=self._writer.record_failure)
+            except BaseException:
+                self._writer.close(0.0)
+                raise
 
     def _refuse(self, what: str) -> None:
         _lifecycle.wait_if_terminating()  # after SIGTERM the process ends; do not raise first
@@ -111,6 +126,7 @@ class RunHandle:
             if self._finishing_thread is not threading.current_thread():
                 self._finished.wait(timeout)
             return self._report or FinishReport(status="finishing", complete=False)
+        self._deadline = time.monotonic() + timeout
         try:
             self._writer.close(timeout, finalize=self._write_final_record)
             report = self._report
@@ -140,7 +156,13 @@ class RunHandle:
                             errors_by_errno=dict(f.by_errno))
 
     def _write_final_record(self, complete: bool) -> None:
-        """On the writer thread, once the segments are sealed: the attempt's final record."""
+        """On the writer thread, once the segments are sealed: the attempt's final record
+        (in ship mode, once they are shipped, or as far as the root let them be)."""
+        if self._shipping is not None and not self._shipping.finish(self._deadline):
+            complete = False
+            self._writer.record_failure(OSError(
+                f"records are left to ship in {self._shipping.local}: `tracklake ship "
+                f"--root {self.root}` on this node moves them"))
         report = self._build_report(complete)
         self._record.update(status=self._status, finished_at=now_iso(),
                             heartbeat_at=now_iso(), write_report=report.__dict__)

@@ -39,6 +39,7 @@ from tracklake._write.finish import FinishReport, Lifecycle, RunHandle
 from tracklake._write.histogram import DEFAULT_BINS, Histogram, binned, histogram
 from tracklake._write.identity import capture, redact_config
 from tracklake._write.media_budget import RunMedia
+from tracklake._write.shipping import ship_folder
 from tracklake._write.trace import Span
 
 #: The range of the int64 columns (steps, token ids) and of the int32 ones (sample index).
@@ -397,7 +398,8 @@ def init(*, project: str, name: str | None = None, config: Any = None,
          fsync: bool = True, capture_identity: bool = True,
          compact: bool | None = None,
          export: Sequence[str] | Mapping[str, Mapping[str, Any] | None] | None = None,
-         system_metrics: bool | float | None = None) -> Run:
+         system_metrics: bool | float | None = None,
+         local_root: str | os.PathLike[str] | None = None) -> Run:
     """Start (or resume, as a new attempt) a run and return this rank's `Run`.
 
     Sealed segments are compacted to Parquet by a detached low-priority process, started
@@ -411,11 +413,16 @@ def init(*, project: str, name: str | None = None, config: Any = None,
     `system_metrics` (True, False or seconds between samples; default: on, every 10 s,
     unless TRACKLAKE_SYSTEM_METRICS says otherwise) samples CPU, memory, disk, network and
     NVIDIA GPUs into metrics under ``system/`` (docs/concepts.md, "System metrics").
+
+    `local_root` (default $TRACKLAKE_LOCAL_ROOT; unset: off) is ship mode: the segments
+    are written to that node-local folder and a thread moves their records into `root`
+    (docs/many-nodes.md, "Write locally, ship segments").
     """
     from tracklake._write.system import system_interval
 
     interval = system_interval(system_metrics)  # refused before anything is written
     root_path = check_writable_root(resolve_root(root))
+    local = ship_folder(local_root, root_path)
     given_project = project
     project = safe_name(project, "project")
     check_project_name(root_path, project, given_project)
@@ -457,7 +464,7 @@ def init(*, project: str, name: str | None = None, config: Any = None,
             writer_options={"flush_interval": flush_interval, "segment_bytes": segment_bytes,
                             "segment_seconds": segment_seconds,
                             "max_buffer_bytes": max_buffer_bytes, "fsync": fsync,
-                            "compact": compact})
+                            "compact": compact, "local": local})
     if config is not None:
         r.log_config(config)
     _lifecycle.track(r)
