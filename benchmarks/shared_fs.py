@@ -15,8 +15,9 @@ Measured, each in a fresh process on a node of its own:
    holds it (the nodes share this machine's clock); median and p95. On local disk the
    same with both processes on the same directory.
 
-Ship mode (ranks writing locally and a shipper moving sealed segments to the shared
-root) is not built, so it has no column.
+Both also in ship mode (docs/many-nodes.md): the root on the mount, and
+``TRACKLAKE_LOCAL_ROOT`` a folder on this machine's local disk standing for the node's
+own disk, so that the ranks write locally and a thread ships the records to the mount.
 
 Needs root, ``sshfs`` and ``sshd`` (Debian's ``sshfs openssh-server``). Usage::
 
@@ -65,7 +66,7 @@ print(json.dumps({{"bare": bare, "tracked": tracked, "finish": time.perf_counter
 
 WRITER = """
 import json, time, tracklake
-with tracklake.init(project="bench", run_id="live", capture_identity=False,
+with tracklake.init(project="bench", run_id="{run}", capture_identity=False,
                     system_metrics=False) as run:
     flushed = []
     for step in range({steps}):
@@ -82,7 +83,7 @@ seen = {{}}
 deadline = time.time() + {seconds}
 while time.time() < deadline and len(seen) < {steps}:
     try:
-        top = tracklake.query("SELECT max(step) AS s FROM metrics WHERE run = 'live'"
+        top = tracklake.query("SELECT max(step) AS s FROM metrics WHERE run = '{run}'"
                               ).column("s")[0].as_py()
     except Exception:
         top = None
@@ -100,16 +101,19 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def log_latency(node: Node, steps: int, work_ms: float) -> dict[str, float]:
-    out = json.loads(node.run(LOOP.format(steps=steps, work_ms=work_ms), timeout=1800))
+def log_latency(node: Node, steps: int, work_ms: float,
+                env: dict[str, str] | None = None) -> dict[str, float]:
+    out = json.loads(node.run(LOOP.format(steps=steps, work_ms=work_ms), timeout=1800,
+                              env_extra=env))
     calls_us = [c / 1000 for c in out["calls"]]
     return {"median_us": statistics.median(calls_us), "p99_us": _percentile(calls_us, 0.99),
             "slowdown": out["tracked"] / out["bare"], "finish_s": out["finish"]}
 
 
-def reader_latency(writer: Node, reader: Node, steps: int) -> dict[str, float]:
-    w = writer.popen(WRITER.format(steps=steps))
-    r = reader.popen(READER.format(steps=steps, seconds=steps * 0.1 + 60))
+def reader_latency(writer: Node, reader: Node, steps: int, run: str,
+                   env: dict[str, str] | None = None) -> dict[str, float]:
+    w = writer.popen(WRITER.format(steps=steps, run=run), env_extra=env)
+    r = reader.popen(READER.format(steps=steps, run=run, seconds=steps * 0.1 + 60))
     flushed = json.loads(w.communicate(timeout=600)[0])
     seen = {int(k): v for k, v in json.loads(r.communicate(timeout=600)[0]).items()}
     lags = [seen[s] - flushed[s] for s in range(steps) if s in seen]
@@ -140,10 +144,14 @@ def main() -> None:
             results["log: local disk"] = log_latency(_local(a, local), args.steps,
                                                      args.work_ms)
             results["log: network mount"] = log_latency(a, args.steps, args.work_ms)
+            ship = {"TRACKLAKE_LOCAL_ROOT": str(server.home / "node-a-disk")}
+            results["log: ship mode"] = log_latency(a, args.steps, args.work_ms, ship)
             results["reader: local disk"] = reader_latency(
-                _local(a, local), _local(c, local), args.reader_steps)
+                _local(a, local), _local(c, local), args.reader_steps, "local")
             results["reader: network mount, another node"] = reader_latency(
-                a, c, args.reader_steps)
+                a, c, args.reader_steps, "mount")
+            results["reader: ship mode, another node"] = reader_latency(
+                a, c, args.reader_steps, "shipped", ship)
         finally:
             server.close()
     base = results["log: local disk"]
@@ -156,10 +164,10 @@ def main() -> None:
         else:
             print(f"{name:38} {r['median_s']:9.2f}s {r['p95_s']:9.2f}s "
                   f"(saw {r['seen']:.0%} of the steps)")
-    print(f"network mount / local disk: log() median "
-          f"{net['median_us'] / base['median_us']:.2f}x, p99 "
-          f"{net['p99_us'] / base['p99_us']:.2f}x, loop slowdown "
-          f"{net['slowdown'] / base['slowdown']:.3f}x")
+    for name, r in (("network mount", net), ("ship mode", results["log: ship mode"])):
+        print(f"{name} / local disk: log() median {r['median_us'] / base['median_us']:.2f}x"
+              f", p99 {r['p99_us'] / base['p99_us']:.2f}x, loop slowdown "
+              f"{r['slowdown'] / base['slowdown']:.3f}x")
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
 

@@ -185,9 +185,10 @@ class Node:
                                  sys.executable, f"import _node_clock\n{code}"], env=env, text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=stdin)
 
-    def run(self, code: str, timeout: float = 120) -> str:
+    def run(self, code: str, timeout: float = 120, *,
+            env_extra: dict[str, str] | None = None) -> str:
         """Run Python `code` on this node to its end; its stdout (raises if it failed)."""
-        process = self.popen(code)
+        process = self.popen(code, env_extra=env_extra)
         try:
             out, err = process.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:

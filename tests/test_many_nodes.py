@@ -180,6 +180,41 @@ def test_a_hung_mount_never_blocks_log_and_other_nodes_read_on(server: FileServe
                      "status": {"0": "finished"}}
 
 
+def test_in_ship_mode_a_hung_mount_holds_up_neither_log_nor_the_records(
+        server: FileServer, tmp_path: Path) -> None:
+    """Node A writes in ship mode (segments on its own disk, the root on its mount) and
+    its mount hangs for 8 s while it logs: no `log()` call waits, node C reads the live
+    run meanwhile, and once the mount is back every value arrives, once, and nothing is
+    left on A's disk."""
+    a = Node("node-a", server.mount("a", cache_seconds=CACHE))
+    c = Node("node-c", server.mount("c", cache_seconds=CACHE))
+    disk = tmp_path / "node-a-disk"
+    writer = a.popen(_job("write_rank('shipped', 0, 120, 0.02, hang_at=40)"),
+                     stdin=subprocess.PIPE, env_extra={"TRACKLAKE_LOCAL_ROOT": str(disk),
+                                                       "TRACKLAKE_SHIP_INTERVAL": "0.3"})
+    assert writer.stdout is not None and writer.stdin is not None
+    assert writer.stdout.readline().strip() == "hang"
+    time.sleep(2 * CACHE)  # shipped, and past C's caches
+    shipped = _lines(c.run(_job("counts('shipped')"), timeout=60))[0]
+    a.mount.hang()
+    try:
+        writer.stdin.write("\n")
+        writer.stdin.flush()
+        time.sleep(8)
+    finally:
+        a.mount.resume()
+    out, err = writer.communicate(timeout=300)
+    assert writer.returncode == 0, err
+    longest = _lines(out)[-1]["longest_log"]
+    assert isinstance(longest, float) and longest < 2.0, longest
+    assert shipped["status"] == {"0": "running"} and shipped["counts"]["0"] >= 30 * len(KEYS)
+    _quiet()
+    final = _lines(c.run(_job("counts('shipped')")))[0]
+    assert final == {"counts": {"0": 120 * len(KEYS)}, "wrong": 0,
+                     "status": {"0": "finished"}}
+    assert not list(disk.rglob("*.arrows"))
+
+
 def test_a_reader_never_serves_a_bundled_runs_old_data_once_the_caches_expire(
         server: FileServer) -> None:
     """Node A writes 32 small runs; node C compacts them into a bundle and reads run r0
