@@ -6,6 +6,7 @@ host but the dashboard."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -52,6 +53,13 @@ def live_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, t
                 {"input": "capital of France?", "output": "Paris" if name == "base" else "Lyon",
                  "score": 1.0 if name == "base" else 0.0},
                 {"input": "2+2?", "output": "<b>4</b>", "score": 1.0}], step=10, key="val")
+            root_span = run.span("rollout" if name == "base" else "eval", step=5,
+                                 inputs={"prompt": "<i>hi</i>"})
+            with root_span, run.span("reward", step=5) as inner:  # a child of root_span
+                time.sleep(0.03)
+                inner.outputs = {"score": 1}
+            run.alert("loss spiked" if name == "base" else "checkpoint saved", "loss > 10",
+                      level="error" if name == "base" else "info", step=7)
             if name == "base":
                 for step in range(HIST_STEPS):
                     run.log_histogram("grad/w", np.arange(10.0) + step, step=step, bins=5)
@@ -368,6 +376,49 @@ def test_a_live_writers_new_image_appears_without_a_reload(
                      "the live run's new image, decoded")
     assert size == [4, 16]
     assert page.js("window.notReloaded") is True
+
+
+def test_a_trace_tree_expands_to_a_child_span_with_its_duration_and_searches(
+        page: Browser) -> None:
+    page.click_element('nav button[data-view="traces"]')
+    root = f"document.querySelector('.trace-run[data-run=\"{PROJECT}/base\"] > details.span')"
+    child = f"{root}.querySelector('details.span')"
+    page.wait(f"!!({root} && {child})", "base's trace tree")
+    assert page.js(f"{root}.querySelector('.name').textContent") == "rollout"
+    assert page.js(f"{child}.checkVisibility()") is False  # folded
+    page.js(f"{root}.querySelector('summary').click()")
+    page.wait(f"{child}.checkVisibility()", "the child span shown")
+    assert page.js(f"{child}.querySelector('.name').textContent") == "reward"
+    ms = page.js(f"{child}.querySelector('.ms').textContent")
+    assert ms.endswith(" ms") and int(ms[:-3]) >= 30
+    inputs = page.js(f"[...{root}.querySelectorAll(':scope > .span-field pre')]"
+                     ".map(p => p.textContent)")
+    assert '{"prompt": "<i>hi</i>"}' in inputs  # text, never markup
+    set_control(page, "trace-search", "EVAL", "input")
+    page.wait("(() => { const r = [...document.querySelectorAll('.trace-run')];"
+              f"return r.length === 1 && r[0].dataset.run === '{PROJECT}/tuned'; }})()",
+              "only the trace that matches")
+    set_control(page, "trace-search", "", "input")
+    page.wait("document.querySelectorAll('.trace-run').length === 2", "both trees again")
+    page.click_element('nav button[data-view="charts"]')
+
+
+def test_an_alert_stands_out_and_the_level_filter_hides_it(page: Browser) -> None:
+    page.click_element('nav button[data-view="events"]')
+    rows = "[...document.querySelectorAll('#event-table tbody tr')]"
+    alert = f"{rows}.find(r => r.cells[6].textContent === 'loss spiked')"
+    page.wait(f"!!{alert}", "the alert's row")
+    assert page.js(f"{alert}.className") == "level-error"
+    info = f"{rows}.find(r => r.cells[6].textContent === 'checkpoint saved')"
+    background = "(r) => getComputedStyle(r.cells[0]).backgroundColor"
+    assert page.js(f"({background})({alert})") != page.js(f"({background})({info})")
+    page.wait("[...document.getElementById('event-level').options].map(o => o.value)"
+              ".join() === ',error,info'", "the levels to pick from")
+    set_control(page, "event-level", "info")
+    page.wait(f"!{alert} && !!{info}", "the alert hidden, the info event kept")
+    set_control(page, "event-level", "")
+    page.wait(f"!!{alert}", "the alert again")
+    page.click_element('nav button[data-view="charts"]')
 
 
 def test_the_page_requests_nothing_beyond_the_dashboard(page: Browser,

@@ -103,7 +103,7 @@ def test_a_non_loopback_bind_needs_its_token(store: Path) -> None:
         token = dashboard.token
         assert token and dashboard.url.endswith(f"/?token={token}")
         for path in ("/", "/api/runs", "/static/app.js", f"/api/runs?token={token}x",
-                     "/api/runs?token="):
+                     "/api/runs?token=", "/api/traces?run=p/base", "/api/events?run=p/base"):
             status, _, body = request(dashboard, "GET", path)
             assert status == 403 and b"base" not in body, path
         for cookie in ("tracklake_token=wrong", "a=b; $bad", "tracklake_token"):
@@ -115,6 +115,9 @@ def test_a_non_loopback_bind_needs_its_token(store: Path) -> None:
         status, _, body = request(dashboard, "GET", "/api/runs",
                                   headers={"Cookie": f"tracklake_token={token}"})
         assert status == 200 and b"base" in body
+        for path in ("/api/traces?run=p/base", "/api/events?run=p/base"):
+            assert request(dashboard, "GET", path, headers={
+                "Cookie": f"tracklake_token={token}"})[0] == 200, path
         assert request(dashboard, "POST", "/api/sql", b'{"sql": "SELECT 1"}',
                        {"Content-Type": "application/json"})[0] == 403
     finally:
@@ -230,3 +233,77 @@ def test_a_taken_port_or_a_url_root_is_an_error_at_once(store: Path) -> None:
     assert f"cannot listen on 127.0.0.1:{port}" in result.stderr and "--port" in result.stderr
     result = CliRunner().invoke(main, ["ui", "--root", "s3://bucket/store"])
     assert result.exit_code == 1 and "URL" in result.stderr
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboard]:
+    """A run with a chain of spans one deeper than the dashboard sends, a span with long
+    inputs, and more alerts than the events view shows."""
+    import contextlib
+
+    from tracklake._report.sections import MAX_SPANS
+    from tracklake._ui.traces import MAX_EVENTS, MAX_FIELD
+
+    root = tmp_path_factory.mktemp("ui") / "traced"
+    with tracklake.init(project="p", run_id="t", root=root) as run:
+        with run.span("long", step=0, inputs="x" * (MAX_FIELD + 10)):
+            pass
+        with contextlib.ExitStack() as chain:
+            for depth in range(MAX_SPANS + 1):
+                chain.enter_context(run.span(f"level {depth}", step=1))
+        for i in range(MAX_EVENTS + 1):
+            run.alert(f"alert {i}", level="error" if i % 2 else "info", step=i)
+    dashboard = Dashboard(root).start()
+    yield dashboard
+    dashboard.close()
+
+
+def get(board: Dashboard, path: str) -> tuple[int, Any]:
+    status, _, body = request(board, "GET", path)
+    return status, json.loads(body)
+
+
+def test_traces_are_sent_flat_within_the_span_limit_with_long_fields_clipped(
+        traced: Dashboard) -> None:
+    from tracklake._report.sections import MAX_SPANS
+    from tracklake._ui.traces import MAX_FIELD
+
+    status, answer = get(traced, "/api/traces?run=p/t")
+    assert status == 200
+    (run,) = answer["runs"]
+    assert run["more"] is True and len(run["spans"]) == MAX_SPANS
+    long = run["spans"][0]
+    assert long["name"] == "long" and long["clipped"] == ["inputs"]
+    assert len(long["inputs"]) == MAX_FIELD
+    chain = run["spans"][1:]  # a chain deeper than JSON nests: depth and parent instead
+    assert [s["depth"] for s in chain] == list(range(len(chain)))
+    assert [s["parent"] for s in chain] == [None, *range(1, len(chain))]
+    assert answer["queries"][0]["params"] == {"p": "p", "r": "t"}
+    status, answer = get(traced, "/api/traces?run=p/t&q=LEVEL%205")
+    assert status == 200 and answer["runs"][0]["spans"][0]["name"] == "level 0"  # its trace
+    assert answer["queries"][0]["params"] == {"p": "p", "r": "t", "q": "LEVEL 5"}
+    assert get(traced, "/api/traces?run=p/t&q=nowhere")[1]["runs"][0]["spans"] == []
+
+
+def test_events_are_the_latest_within_the_limit_and_filter_by_level_and_kind(
+        traced: Dashboard) -> None:
+    from tracklake._ui.traces import MAX_EVENTS
+
+    status, answer = get(traced, "/api/events?run=p/t")
+    assert status == 200 and answer["more"] is True and len(answer["events"]) == MAX_EVENTS
+    assert answer["events"][0]["title"] == f"alert {MAX_EVENTS}"  # the newest first
+    assert answer["levels"] == ["error", "info"] and answer["kinds"] == ["alert"]
+    errors = get(traced, "/api/events?run=p/t&level=error")[1]["events"]
+    assert errors and {e["level"] for e in errors} == {"error"}
+    assert get(traced, "/api/events?run=p/t&kind=write_error")[1]["events"] == []
+    assert get(traced, "/api/events?run=p/other")[1]["events"] == []
+
+
+def test_traces_and_events_refuse_bad_runs_and_too_many(traced: Dashboard) -> None:
+    from tracklake._ui.traces import MAX_RUNS
+
+    many = "&".join(f"run=p/r{i}" for i in range(MAX_RUNS + 1))
+    for path in ("/api/traces", "/api/events"):
+        assert request(traced, "GET", f"{path}?run=bad")[0] == 400
+        assert request(traced, "GET", f"{path}?{many}")[0] == 400
+        assert request(traced, "GET", f"{path}?run=p/t&run=p/u")[0] == 200

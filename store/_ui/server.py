@@ -35,7 +35,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from tracklake._errors import TracklakeError
-from tracklake._ui import answers, media
+from tracklake._ui import answers, media, traces
 from tracklake._ui.series import SeriesQuery
 
 MAX_URL = 8 << 10
@@ -224,6 +224,19 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer(lambda: media.histograms(store, runs, answers.QUERY_TIMEOUT)
                          if url.path == "/api/histograms"
                          else media.media(store, runs, answers.QUERY_TIMEOUT, limit))
+        elif url.path in ("/api/traces", "/api/events"):
+            try:
+                runs = _runs(query)
+                if len(runs) > traces.MAX_RUNS:
+                    raise ValueError(f"at most {traces.MAX_RUNS} runs at once")
+            except ValueError as exc:
+                self._error(HTTPStatus.BAD_REQUEST, str(exc))
+                return
+            store, (search, level, kind) = self.server.store, (
+                query.get(name, [""])[0] for name in ("q", "level", "kind"))
+            self._answer(lambda: traces.traces(store, runs, search, answers.QUERY_TIMEOUT)
+                         if url.path == "/api/traces" else
+                         traces.events(store, runs, level, kind, answers.QUERY_TIMEOUT))
         elif url.path.startswith(BLOB_PATH):
             self._blob(url.path[len(BLOB_PATH):])
         elif url.path == "/api/series":

@@ -95,6 +95,8 @@
     for (const box of document.querySelectorAll(`input[data-run="${CSS.escape(id)}"]`)) box.checked = on;
     renderConfigDiff();
     loadMedia();
+    if (!$("traces").hidden) loadTraces();
+    if (!$("events").hidden) loadEvents();
   }
 
   // ---- charts ----
@@ -461,6 +463,117 @@
     }
   }
 
+  // ---- traces: each run's span trees, a span folded open on a click ----
+  const MAX_RUNS = 20;  // the server's bound on runs per traces or events request
+  const traces = { text: "", open: new Set(), asked: 0 };
+  let traceTimer = null;
+  function tickedRuns(p) {
+    const ticked = state.runs.filter((r) => state.shown.has(runId(r)));
+    for (const r of ticked.slice(0, MAX_RUNS)) p.append("run", runId(r));
+    return ticked.length > MAX_RUNS ? ` (the first ${MAX_RUNS} of ${ticked.length} ticked runs)` : "";
+  }
+  async function loadTraces() {
+    const p = new URLSearchParams({ q: $("trace-search").value });
+    const cut = tickedRuns(p);
+    const asked = ++traces.asked;
+    let a;
+    try { a = await api("/api/traces?" + p.toString()); }
+    catch (e) { $("trace-note").textContent = "error: " + e.message; return; }
+    if (asked !== traces.asked) return;  // a newer question is on its way
+    const text = JSON.stringify(a);
+    const count = a.runs.reduce((n, r) => n + r.spans.length, 0);
+    $("trace-note").textContent = (count ? `${count} spans` : "No spans in the runs ticked" +
+      ($("trace-search").value ? " that match." : ".")) + cut;
+    if (text === traces.text) return;
+    traces.text = text;
+    const list = $("trace-list"); list.textContent = "";
+    for (const r of a.runs) {
+      if (!r.spans.length) continue;
+      const box = document.createElement("section"); box.className = "trace-run";
+      box.dataset.run = r.project + "/" + r.run;
+      const h = document.createElement("h3");
+      h.textContent = runLabel(r.project + "/" + r.run) + (r.more ? " (the first spans only)" : "");
+      box.append(h);
+      const made = [];
+      for (const span of r.spans) {
+        const el = spanElement(span);
+        made.push(el);
+        (span.parent === null ? box : made[span.parent]).append(el);
+      }
+      list.append(box);
+    }
+  }
+  function spanElement(span) {
+    const det = document.createElement("details");
+    det.className = "span status-" + (span.status || "ok");
+    const id = span.trace_id + "/" + span.span_id;
+    det.dataset.span = id;
+    det.open = traces.open.has(id);
+    det.addEventListener("toggle", () => { if (det.open) traces.open.add(id); else traces.open.delete(id); });
+    const sum = document.createElement("summary");
+    const name = document.createElement("span"); name.className = "name"; name.textContent = span.name ?? "(no name)";
+    const ms = document.createElement("span"); ms.className = "ms";
+    ms.textContent = span.ms === null ? "" : `${span.ms} ms`;
+    const where = document.createElement("span"); where.className = "where";
+    where.textContent = [span.status, span.step === null ? "" : `step ${span.step}`, `rank ${span.rank}`,
+                         span.children ? `${span.children} child${span.children === 1 ? "" : "ren"}` : ""]
+      .filter(Boolean).join(" · ");
+    sum.append(name, ms, where);
+    det.append(sum);
+    for (const field of ["error", "attributes", "inputs", "outputs"]) {
+      const v = span[field];
+      if (v === null || v === undefined || v === "" || v === "{}") continue;
+      const div = document.createElement("div"); div.className = "span-field";
+      const pre = document.createElement("pre"); pre.textContent = v;
+      if (field === "error") pre.className = "error";
+      div.append(document.createTextNode(field + (span.clipped.includes(field) ? " (clipped)" : "")), pre);
+      det.append(div);
+    }
+    return det;
+  }
+
+  // ---- events: the runs' alerts and other events, the latest first ----
+  const events = { asked: 0 };
+  async function loadEvents() {
+    const p = new URLSearchParams({ level: $("event-level").value, kind: $("event-kind").value });
+    const cut = tickedRuns(p);
+    const asked = ++events.asked;
+    let a;
+    try { a = await api("/api/events?" + p.toString()); }
+    catch (e) { $("event-note").textContent = "error: " + e.message; return; }
+    if (asked !== events.asked) return;
+    for (const [id, names] of [["event-level", a.levels], ["event-kind", a.kinds]]) {
+      const select = $(id), keep = select.value;
+      const have = [...select.options].slice(1).map((o) => o.value);
+      const want = [...new Set([...names, ...(keep ? [keep] : [])])].sort();
+      if (JSON.stringify(have) === JSON.stringify(want)) continue;
+      select.length = 1;
+      for (const n of want) select.add(new Option(n, n));
+      select.value = keep;
+    }
+    const alerts = a.events.filter((e) => e.level === "warning" || e.level === "error").length;
+    $("event-note").textContent = (a.events.length ? `${a.events.length} events` +
+      (alerts ? `, ${alerts} warnings or errors` : "") + (a.more ? " (the latest only)" : "")
+      : "No events in the runs ticked.") + cut;
+    const table = $("event-table");
+    const head = table.tHead, body = table.tBodies[0];
+    head.textContent = ""; body.textContent = "";
+    const cols = ["time", "run", "step", "rank", "level", "kind", "title", "text"];
+    const hr = head.insertRow();
+    for (const c of cols) { const th = document.createElement("th"); th.textContent = c; hr.append(th); }
+    for (const e of a.events) {
+      const tr = body.insertRow();
+      tr.className = "level-" + e.level;
+      for (const c of cols) {
+        const td = tr.insertCell();
+        td.className = c;
+        const v = c === "run" ? runLabel(e.project + "/" + e.run)
+          : c === "time" && e.time ? e.time.replace("T", " ").slice(0, 19) : e[c];
+        td.textContent = v === null || v === undefined ? "" : String(v);
+      }
+    }
+  }
+
   // ---- SQL console ----
   async function runSql() {
     const err = $("sql-error"), note = $("sql-note");
@@ -730,6 +843,8 @@
         loadMedia();
       }
       if (live && $("run-key").value && !$("table").hidden) loadSummary();
+      if ((fresh || live) && !$("traces").hidden) loadTraces();
+      if ((fresh || live) && !$("events").hidden) loadEvents();
       $("status").textContent = `${runs.length} run${runs.length === 1 ? "" : "s"} · ${live ? "live" : "up to date"}`;
     } catch (e) {
       $("status").textContent = "cannot reach the dashboard: " + e.message;
@@ -744,6 +859,8 @@
       for (const o of document.querySelectorAll("nav button")) o.classList.toggle("on", o === b);
       for (const v of document.querySelectorAll(".view")) v.hidden = v.id !== b.dataset.view;
       if (b.dataset.view === "generations") loadGenerations();
+      if (b.dataset.view === "traces") loadTraces();
+      if (b.dataset.view === "events") loadEvents();
     });
   }
   $("filter").addEventListener("input", (e) => { state.filter = e.target.value; renderCharts(); renderMedia(); });
@@ -758,6 +875,9 @@
   $("run-filter").addEventListener("input", renderTable);
   $("run-key").addEventListener("change", loadSummary);
   $("gen-search").addEventListener("input", () => { clearTimeout(genTimer); genTimer = setTimeout(loadGenerations, 200); });
+  $("trace-search").addEventListener("input", () => { clearTimeout(traceTimer); traceTimer = setTimeout(loadTraces, 200); });
+  $("event-level").addEventListener("change", loadEvents);
+  $("event-kind").addEventListener("change", loadEvents);
   $("sql-run").addEventListener("click", runSql);
   $("sql-text").addEventListener("keydown", (e) => { if (e.key === "Enter" && e.ctrlKey) runSql(); });
 
@@ -770,7 +890,7 @@
     }
   });
 
-  window.tracklake = { state, charts, media, poll, toggleRun };
+  window.tracklake = { state, charts, media, traces, poll, toggleRun };
   poll();
   setInterval(poll, POLL_MS);
 })();
