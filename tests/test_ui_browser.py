@@ -272,7 +272,8 @@ def set_control(page: Browser, control: str, value: str, event: str = "change") 
 
 def test_key_filter_sections_x_axis_and_log_scale(page: Browser) -> None:
     page.click_element('nav button[data-view="charts"]')
-    sections = "[...document.querySelectorAll('#charts summary')].map(s => s.textContent)"
+    sections = ("[...document.querySelectorAll('#charts details.section > summary')]"
+                ".map(s => s.textContent)")
     page.wait(f"{sections}.length === 5", "the histogram and media sections")
     assert page.js(sections) == ["acc (1)", "grad (5)", "(top level) (1)", "Histograms (1)",
                                  "Media (3)"]
@@ -418,6 +419,27 @@ def test_an_alert_stands_out_and_the_level_filter_hides_it(page: Browser) -> Non
     page.wait(f"!{alert} && !!{info}", "the alert hidden, the info event kept")
     set_control(page, "event-level", "")
     page.wait(f"!!{alert}", "the alert again")
+    page.click_element('nav button[data-view="charts"]')
+
+
+def test_a_chart_panels_sql_opened_in_the_console_answers_the_same_rows(page: Browser) -> None:
+    chart = "tracklake.charts.get('loss')"
+    page.wait(f"!!{chart}.sql.querySelector('.sql-open')", "the loss chart's SQL")
+    page.js(f"{chart}.sql.querySelector('summary').click()")
+    page.wait(f"{chart}.sql.querySelector('pre.sql-text').checkVisibility()", "the SQL shown")
+    assert "FROM metrics" in page.js(f"{chart}.sql.querySelector('pre.sql-text').textContent")
+    params = page.js(f"{chart}.sql.querySelector('pre.sql-params').textContent")
+    assert '$key = "loss"' in params and '$buckets = "480"' in params
+    curves = page.js(f"{chart}.curves.map(k => [k.project, k.run, String(k.series),"
+                     "JSON.stringify(k.x)])")
+    assert len(curves) == 3
+    page.click_element(".chart[data-key='loss'] .sql-open")
+    rows = page.wait("(() => { const b = document.querySelector('#sql-result tbody');"
+                     "return !document.getElementById('sql').hidden && b.rows.length"
+                     " && [...b.rows].map(r => [...r.cells].slice(0, 4)"
+                     ".map(c => c.textContent)); })()", "the console's answer")
+    assert rows == curves
+    assert "runs=[" in page.js("document.getElementById('sql-params').value")
     page.click_element('nav button[data-view="charts"]')
 
 

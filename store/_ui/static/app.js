@@ -5,7 +5,8 @@
                    "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"];
   const WIDTH = 480, HEIGHT = 220, POLL_MS = 1000;
   const state = { runs: [], shown: new Set(), keys: [], smoothing: 0, x: "step",
-                  ranks: "first", group: "", log: false, filter: "", sort: ["started", -1] };
+                  ranks: "first", group: "", log: false, filter: "", sort: ["started", -1],
+                  queries: [] };
   const charts = new Map();  // key -> {el, plot, meta, curves, zoom, visible}
   const $ = (id) => document.getElementById(id);
   const runId = (r) => r.project + "/" + r.run;
@@ -138,9 +139,10 @@
         const h = document.createElement("h4"); h.textContent = k.key;
         const note = document.createElement("div"); note.className = "note";
         const hover = document.createElement("div"); hover.className = "hover"; hover.hidden = true;
-        el.append(h, note, hover);
+        const sql = document.createElement("details");
+        el.append(h, note, sql, hover);
         grid.append(el);
-        charts.set(k.key, { key: k.key, el, note, hover, plot: null, meta: [], curves: [],
+        charts.set(k.key, { key: k.key, el, note, sql, hover, plot: null, meta: [], curves: [],
                             zoom: null, visible: false, loaded: false });
         observer.observe(el);
       }
@@ -167,6 +169,7 @@
       if (asked !== epoch) { c.again = true; return; }  // an answer to an older question
       c.curves = answer.curves;
       c.attempts = answer.attempts;
+      sqlPanel(answer.queries, c.sql);
       c.loaded = true;
       draw(c);
     } catch (e) {
@@ -352,8 +355,9 @@
     summaries = new Map();
     if (key) {
       try {
-        for (const s of await api("/api/summary?" + new URLSearchParams({ key })))
-          summaries.set(s.project + "/" + s.run, s);
+        const a = await api("/api/summary?" + new URLSearchParams({ key }));
+        for (const s of a.rows) summaries.set(s.project + "/" + s.run, s);
+        summaries.queries = a.queries;
       } catch (e) { /* the table shows no values: the status line says why on the next poll */ }
     }
     renderTable();
@@ -404,6 +408,7 @@
         tr.insertCell().textContent = v === null || v === undefined ? "" : String(v);
       }
     }
+    sqlPanel([...state.queries, ...(key && summaries.queries ? summaries.queries : [])], $("table-sql"));
     renderConfigDiff();
   }
   function renderConfigDiff() {
@@ -412,6 +417,7 @@
     head.textContent = ""; body.textContent = "";
     const hr = head.insertRow();
     for (const t of ["key", ...picked.map((r) => r.name || r.run)]) { const th = document.createElement("th"); th.textContent = t; hr.append(th); }
+    sqlPanel(state.queries, $("config-sql"));
     const keys = [...new Set(picked.flatMap((r) => Object.keys(r.config)))].sort();
     const differs = (k) => new Set(picked.map((r) => r.config[k])).size > 1;
     keys.sort((a, b) => differs(b) - differs(a));
@@ -429,8 +435,11 @@
     const p = new URLSearchParams({ q: $("gen-search").value });
     for (const r of state.runs) if (state.shown.has(runId(r))) p.append("run", runId(r));
     let rows;
-    try { rows = await api("/api/generations?" + p.toString()); }
-    catch (e) { $("gen-note").textContent = "error: " + e.message; return; }
+    try {
+      const a = await api("/api/generations?" + p.toString());
+      rows = a.rows;
+      sqlPanel(a.queries, $("gen-sql"));
+    } catch (e) { $("gen-note").textContent = "error: " + e.message; return; }
     const list = $("gen-list"); list.textContent = "";
     const prompts = new Map();
     for (const g of rows) {
@@ -487,13 +496,13 @@
     if (text === traces.text) return;
     traces.text = text;
     const list = $("trace-list"); list.textContent = "";
-    for (const r of a.runs) {
+    for (const [i, r] of a.runs.entries()) {
       if (!r.spans.length) continue;
       const box = document.createElement("section"); box.className = "trace-run";
       box.dataset.run = r.project + "/" + r.run;
       const h = document.createElement("h3");
       h.textContent = runLabel(r.project + "/" + r.run) + (r.more ? " (the first spans only)" : "");
-      box.append(h);
+      box.append(h, sqlPanel([a.queries[i]]));
       const made = [];
       for (const span of r.spans) {
         const el = spanElement(span);
@@ -555,6 +564,7 @@
     $("event-note").textContent = (a.events.length ? `${a.events.length} events` +
       (alerts ? `, ${alerts} warnings or errors` : "") + (a.more ? " (the latest only)" : "")
       : "No events in the runs ticked.") + cut;
+    sqlPanel(a.queries, $("event-sql"));
     const table = $("event-table");
     const head = table.tHead, body = table.tBodies[0];
     head.textContent = ""; body.textContent = "";
@@ -574,6 +584,42 @@
     }
   }
 
+  // ---- what a panel ran: its SQL and parameters, and a button that opens it in the console ----
+  function sqlPanel(queries, box) {
+    box = box || document.createElement("details");
+    box.classList.add("sql");
+    const text = JSON.stringify(queries);
+    if (box.shownText === text) return box;  // as it is: left open or folded
+    box.shownText = text;
+    const wasOpen = box.open;
+    box.textContent = "";
+    const sum = document.createElement("summary"); sum.textContent = "SQL";
+    box.append(sum);
+    queries.forEach((q, i) => {
+      const pre = document.createElement("pre"); pre.className = "sql-text"; pre.textContent = q.sql;
+      box.append(pre);
+      const names = Object.keys(q.params);
+      if (names.length) {
+        const ps = document.createElement("pre"); ps.className = "sql-params";
+        ps.textContent = names.map((n) => `$${n} = ${JSON.stringify(q.params[n])}`).join("\n");
+        box.append(ps);
+      }
+      const open = document.createElement("button");
+      open.type = "button"; open.className = "sql-open";
+      open.textContent = queries.length > 1 ? `Open query ${i + 1} in the SQL console` : "Open in the SQL console";
+      open.addEventListener("click", () => openInConsole(q));
+      box.append(open);
+    });
+    box.open = wasOpen;
+    return box;
+  }
+  function openInConsole(q) {
+    $("sql-text").value = q.sql;
+    $("sql-params").value = Object.entries(q.params).map(([n, v]) => `${n}=${v}`).join("\n");
+    document.querySelector('nav button[data-view="sql"]').click();
+    runSql();
+  }
+
   // ---- SQL console ----
   async function runSql() {
     const err = $("sql-error"), note = $("sql-note");
@@ -581,7 +627,8 @@
     err.hidden = true; note.textContent = "running…";
     head.textContent = ""; body.textContent = "";
     try {
-      const a = await api("/api/sql", { sql: $("sql-text").value });
+      const params = $("sql-params").value.split("\n").filter((line) => line !== "");
+      const a = await api("/api/sql", { sql: $("sql-text").value, params });
       const hr = head.insertRow();
       for (const c of a.columns) { const th = document.createElement("th"); th.textContent = c; hr.append(th); }
       for (const row of a.rows) {
@@ -695,6 +742,7 @@
       select.addEventListener("change", () => { media.pick.set(card.key, select.value); histCard(card); });
       el.append(select);
     }
+    el.append(sqlPanel([card.rows[runs.indexOf(run)].query]));
     const steps = card.rows[runs.indexOf(run)].steps;
     const note = document.createElement("div"); note.className = "note";
     note.textContent = steps.length ? `${runLabel(run)}: ${steps.length} steps, ${steps[0].step} … ${steps[steps.length - 1].step}` : `${runLabel(run)}: no histogram to draw`;
@@ -758,7 +806,7 @@
     const el = card.el;
     el.textContent = "";
     const h = document.createElement("h4"); h.textContent = card.key;
-    el.append(h);
+    el.append(h, sqlPanel(card.rows.map((r) => r.query)));
     const steps = [...new Set(card.rows.flatMap((r) => r.items.map((i) => i.step)))].sort((a, b) => a - b);
     const newest = steps[steps.length - 1];
     let at = media.at.get(card.key);
@@ -826,7 +874,9 @@
     if (polling) return;
     polling = true;
     try {
-      const runs = await api("/api/runs");
+      const answer = await api("/api/runs");
+      const runs = answer.runs;
+      state.queries = answer.queries;
       const before = JSON.stringify(state.runs);
       const fresh = JSON.stringify(runs) !== before;
       const known = new Set(state.runs.map(runId));
