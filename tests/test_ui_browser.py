@@ -443,6 +443,48 @@ def test_a_chart_panels_sql_opened_in_the_console_answers_the_same_rows(page: Br
     page.click_element('nav button[data-view="charts"]')
 
 
+def test_the_console_draws_a_chart_of_its_answer(page: Browser) -> None:
+    page.click_element('nav button[data-view="sql"]')
+    page.js("document.getElementById('sql-params').value = ''")
+    page.js("document.getElementById('sql-text').value = \"SELECT value AS loss, step, "
+            "value * 2 AS twice, run FROM metrics WHERE run = 'base' AND key = 'loss' "
+            "ORDER BY step DESC\"")
+    page.click_element("#sql-run")
+    plot = "tracklake.sqlChart.plot"
+    page.wait(f"!!{plot} && {plot}.data[0].length === 40", "the answer's chart")
+    # step is x (by its name), the other numeric columns are y: uPlot has 1 + 2 series
+    assert page.js(f"{plot}.series.map(s => s.label)") == ["step", "loss", "twice"]
+    assert page.js(f"{plot}.data[0]") == list(range(40))  # drawn in x order
+    assert page.js(f"{plot}.data[1][20]") == loss("base", 20)
+
+    def stroke_at(series: int) -> bool:
+        """Whether the canvas holds the series' colour around its point at step 20."""
+        return bool(page.js(f"""(() => {{ const u = {plot};
+            const x = Math.round(u.valToPos(20, 'x', true));
+            const y = Math.round(u.valToPos(u.data[{series}][20], 'y', true));
+            const d = u.ctx.getImageData(x - 3, y - 3, 7, 7).data;
+            const want = u.series[{series}].stroke().match(/[0-9a-f]{{2}}/gi)
+                .map(h => parseInt(h, 16));
+            for (let i = 0; i < d.length; i += 4)
+                if (d[i + 3] > 128 && want.every((v, k) => Math.abs(d[i + k] - v) < 40))
+                    return true;
+            return false; }})()"""))
+    assert stroke_at(1) and stroke_at(2)
+    page.js("document.getElementById('sql-text').value = "
+            "'SELECT 1.5 AS a, 2 AS b UNION ALL SELECT 2.5, 1'")  # a decimal comes as text
+    page.click_element("#sql-run")
+    page.wait(f"!!{plot} && {plot}.data[0].length === 2", "the second answer's chart")
+    assert page.js("document.getElementById('sql-x').value") == "-1"  # no step: row numbers
+    assert page.js(f"{plot}.series.length") == 3 and page.js(f"{plot}.data[1]") == [1.5, 2.5]
+    page.js("document.getElementById('sql-text').value = \"SELECT value, time FROM metrics "
+            "WHERE run = 'base' AND key = 'loss'\"")
+    page.click_element("#sql-run")
+    page.wait(f"!!{plot} && {plot}.data[0].length === 40", "a chart over wall time")
+    assert page.js(f"{plot}.series.map(s => s.label)") == ["time", "value"]
+    assert page.js(f"{plot}.data[0][0] > 1.6e9 && {plot}.scales.x.time") is True
+    page.click_element('nav button[data-view="charts"]')
+
+
 def test_the_page_requests_nothing_beyond_the_dashboard(page: Browser,
                                                         dashboard: Dashboard) -> None:
     """Runs last: the network log of everything the tests above made the page do."""

@@ -626,6 +626,7 @@
     const head = $("sql-result").tHead, body = $("sql-result").tBodies[0];
     err.hidden = true; note.textContent = "running…";
     head.textContent = ""; body.textContent = "";
+    sqlChart.answer = null; chartAnswer();
     try {
       const params = $("sql-params").value.split("\n").filter((line) => line !== "");
       const a = await api("/api/sql", { sql: $("sql-text").value, params });
@@ -636,10 +637,73 @@
         for (const v of row) tr.insertCell().textContent = v === null ? "NULL" : typeof v === "object" ? JSON.stringify(v) : String(v);
       }
       note.textContent = `${a.rows.length} rows` + (a.truncated ? " (the first ones only)" : "");
+      sqlChart.answer = a; chartAnswer();
     } catch (e) {
       note.textContent = "";
       err.textContent = e.message; err.hidden = false;
     }
+  }
+
+  // the console's answer as a chart: x and y columns picked among the numeric ones
+  const sqlChart = { answer: null, plot: null, x: null, ys: null };
+  // a cell as a number: numbers; decimals, NaN and ±inf (sent as text: NaN and inf as
+  // gaps); timestamps (ISO text) as seconds since the epoch. undefined: not a number.
+  const ISO = /^\d{4}-\d\d-\d\d[T ]\d\d:\d\d/;
+  function cellNumber(v) {
+    if (v === null || typeof v === "number") return v;
+    if (typeof v !== "string") return undefined;
+    if (["nan", "inf", "-inf"].includes(v.toLowerCase())) return null;
+    if (/^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$/.test(v)) return Number(v);
+    if (ISO.test(v)) { const t = Date.parse(v); return isNaN(t) ? undefined : t / 1000; }
+    return undefined;
+  }
+  function numericColumns(a) {
+    return a.columns.map((name, i) => ({ name, i, time: a.rows.some((r) => typeof r[i] === "string" && ISO.test(r[i])) }))
+      .filter(({ i }) => a.rows.some((r) => r[i] !== null) && a.rows.every((r) => cellNumber(r[i]) !== undefined));
+  }
+  function chartAnswer() {
+    const a = sqlChart.answer, controls = $("sql-chart-controls"), box = $("sql-chart");
+    if (sqlChart.plot) { sqlChart.plot.destroy(); sqlChart.plot = null; }
+    box.textContent = "";
+    const numeric = a ? numericColumns(a) : [];
+    controls.hidden = !numeric.length;
+    if (!numeric.length) { $("sql-chart-note").textContent = a && a.rows.length ? "No numeric column to draw." : ""; return; }
+    const xSelect = $("sql-x"), ys = $("sql-y");
+    const key = JSON.stringify(a.columns);
+    if (sqlChart.columns !== key) {  // a new shape of answer: the default picks again
+      sqlChart.columns = key;
+      const named = numeric.find((c) => ["step", "x", "time"].includes(c.name.toLowerCase()));
+      xSelect.length = 0;
+      xSelect.add(new Option("(row number)", "-1"));
+      for (const c of numeric) xSelect.add(new Option(c.name, String(c.i)));
+      xSelect.value = named ? String(named.i) : "-1";
+      ys.textContent = "";
+      for (const c of numeric) {
+        const label = document.createElement("label");
+        const box = document.createElement("input");
+        box.type = "checkbox"; box.value = String(c.i); box.checked = !named || c.i !== named.i;
+        box.addEventListener("change", chartAnswer);
+        label.append(box, document.createTextNode(" " + c.name));
+        ys.append(label);
+      }
+    }
+    const xi = Number(xSelect.value);
+    const picked = [...ys.querySelectorAll("input")].filter((b) => b.checked && Number(b.value) !== xi).map((b) => Number(b.value));
+    for (const label of ys.querySelectorAll("label")) label.style.color = "";
+    if (!picked.length) { $("sql-chart-note").textContent = "Tick a column to draw."; return; }
+    // uPlot draws lines along x: rows in x order, those without an x left out
+    const rows = a.rows.map((r, n) => [xi < 0 ? n : cellNumber(r[xi]), r]).filter(([x]) => x !== null).sort((p, q) => p[0] - q[0]);
+    const data = [rows.map(([x]) => x), ...picked.map((i) => rows.map(([, r]) => cellNumber(r[i])))];
+    const series = [{ label: xi < 0 ? "row" : a.columns[xi] }];
+    picked.forEach((i, k) => {
+      const col = PALETTE[k % PALETTE.length];
+      series.push({ label: a.columns[i], stroke: col, width: 1.5, points: { show: rows.length < 60 } });
+      for (const b of ys.querySelectorAll("input")) if (Number(b.value) === i) b.parentElement.style.color = col;
+    });
+    $("sql-chart-note").textContent = `${rows.length} points` + (rows.length < a.rows.length ? ` (${a.rows.length - rows.length} rows without an x left out)` : "");
+    sqlChart.plot = new uPlot({ width: 720, height: 300, series, legend: { show: false },
+                                scales: { x: { time: xi >= 0 && numeric.find((c) => c.i === xi).time } },
+                                axes: [{}, { size: 56, values: (u, ticks) => ticks.map(tick) }] }, data, box);
   }
 
   function renderGroupKeys() {
@@ -929,6 +993,7 @@
   $("event-level").addEventListener("change", loadEvents);
   $("event-kind").addEventListener("change", loadEvents);
   $("sql-run").addEventListener("click", runSql);
+  $("sql-x").addEventListener("change", chartAnswer);
   $("sql-text").addEventListener("keydown", (e) => { if (e.key === "Enter" && e.ctrlKey) runSql(); });
 
   document.addEventListener("mouseup", () => {
@@ -940,7 +1005,7 @@
     }
   });
 
-  window.tracklake = { state, charts, media, traces, poll, toggleRun };
+  window.tracklake = { state, charts, media, traces, sqlChart, poll, toggleRun };
   poll();
   setInterval(poll, POLL_MS);
 })();
