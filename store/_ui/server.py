@@ -36,7 +36,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from tracklake._errors import TracklakeError
-from tracklake._read.sql_params import sql_params
+from tracklake._read.sql_params import ParamError, sql_params
 from tracklake._ui import answers, media, traces
 from tracklake._ui.series import SeriesQuery
 
@@ -280,10 +280,14 @@ class _Handler(BaseHTTPRequestHandler):
                 raise TypeError("sql is not text")
             if not isinstance(given, list) or not all(isinstance(g, str) for g in given):
                 raise TypeError("params is not a list of NAME=VALUE texts")
-            values = sql_params(statement, given)  # ParamError is a ValueError
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             self._error(HTTPStatus.BAD_REQUEST,
                         f'send {{"sql": "...", "params": ["NAME=VALUE", ...]}}: {exc}')
+            return
+        try:
+            values = sql_params(statement, given)
+        except ParamError as exc:  # what is wrong with a parameter, named
+            self._error(HTTPStatus.BAD_REQUEST, str(exc))
             return
         self._answer(lambda: answers.sql(self.server.store, statement, values))
 
