@@ -6,6 +6,7 @@ host but the dashboard."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -52,6 +53,13 @@ def live_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, t
                 {"input": "capital of France?", "output": "Paris" if name == "base" else "Lyon",
                  "score": 1.0 if name == "base" else 0.0},
                 {"input": "2+2?", "output": "<b>4</b>", "score": 1.0}], step=10, key="val")
+            root_span = run.span("rollout" if name == "base" else "eval", step=5,
+                                 inputs={"prompt": "<i>hi</i>"})
+            with root_span, run.span("reward", step=5) as inner:  # a child of root_span
+                time.sleep(0.03)
+                inner.outputs = {"score": 1}
+            run.alert("loss spiked" if name == "base" else "checkpoint saved", "loss > 10",
+                      level="error" if name == "base" else "info", step=7)
             if name == "base":
                 for step in range(HIST_STEPS):
                     run.log_histogram("grad/w", np.arange(10.0) + step, step=step, bins=5)
@@ -266,7 +274,8 @@ def set_control(page: Browser, control: str, value: str, event: str = "change") 
 
 def test_key_filter_sections_x_axis_and_log_scale(page: Browser) -> None:
     page.click_element('nav button[data-view="charts"]')
-    sections = "[...document.querySelectorAll('#charts summary')].map(s => s.textContent)"
+    sections = ("[...document.querySelectorAll('#charts details.section > summary')]"
+                ".map(s => s.textContent)")
     page.wait(f"{sections}.length === 5", "the histogram and media sections")
     assert page.js(sections) == ["acc (1)", "grad (5)", "(top level) (1)", "Histograms (1)",
                                  "Media (3)"]
@@ -370,6 +379,112 @@ def test_a_live_writers_new_image_appears_without_a_reload(
                      "the live run's new image, decoded")
     assert size == [4, 16]
     assert page.js("window.notReloaded") is True
+
+
+def test_a_trace_tree_expands_to_a_child_span_with_its_duration_and_searches(
+        page: Browser) -> None:
+    page.click_element('nav button[data-view="traces"]')
+    root = f"document.querySelector('.trace-run[data-run=\"{PROJECT}/base\"] > details.span')"
+    child = f"{root}.querySelector('details.span')"
+    page.wait(f"!!({root} && {child})", "base's trace tree")
+    assert page.js(f"{root}.querySelector('.name').textContent") == "rollout"
+    assert page.js(f"{child}.checkVisibility()") is False  # folded
+    page.js(f"{root}.querySelector('summary').click()")
+    page.wait(f"{child}.checkVisibility()", "the child span shown")
+    assert page.js(f"{child}.querySelector('.name').textContent") == "reward"
+    ms = page.js(f"{child}.querySelector('.ms').textContent")
+    assert ms.endswith(" ms") and int(ms[:-3]) >= 30
+    inputs = page.js(f"[...{root}.querySelectorAll(':scope > .span-field pre')]"
+                     ".map(p => p.textContent)")
+    assert '{"prompt": "<i>hi</i>"}' in inputs  # text, never markup
+    set_control(page, "trace-search", "EVAL", "input")
+    page.wait("(() => { const r = [...document.querySelectorAll('.trace-run')];"
+              f"return r.length === 1 && r[0].dataset.run === '{PROJECT}/tuned'; }})()",
+              "only the trace that matches")
+    set_control(page, "trace-search", "", "input")
+    page.wait("document.querySelectorAll('.trace-run').length === 2", "both trees again")
+    page.click_element('nav button[data-view="charts"]')
+
+
+def test_an_alert_stands_out_and_the_level_filter_hides_it(page: Browser) -> None:
+    page.click_element('nav button[data-view="events"]')
+    rows = "[...document.querySelectorAll('#event-table tbody tr')]"
+    alert = f"{rows}.find(r => r.cells[6].textContent === 'loss spiked')"
+    page.wait(f"!!{alert}", "the alert's row")
+    assert page.js(f"{alert}.className") == "level-error"
+    info = f"{rows}.find(r => r.cells[6].textContent === 'checkpoint saved')"
+    background = "(r) => getComputedStyle(r.cells[0]).backgroundColor"
+    assert page.js(f"({background})({alert})") != page.js(f"({background})({info})")
+    page.wait("[...document.getElementById('event-level').options].map(o => o.value)"
+              ".join() === ',error,info'", "the levels to pick from")
+    set_control(page, "event-level", "info")
+    page.wait(f"!{alert} && !!{info}", "the alert hidden, the info event kept")
+    set_control(page, "event-level", "")
+    page.wait(f"!!{alert}", "the alert again")
+    page.click_element('nav button[data-view="charts"]')
+
+
+def test_a_chart_panels_sql_opened_in_the_console_answers_the_same_rows(page: Browser) -> None:
+    chart = "tracklake.charts.get('loss')"
+    page.wait(f"!!{chart}.sql.querySelector('.sql-open')", "the loss chart's SQL")
+    page.js(f"{chart}.sql.querySelector('summary').click()")
+    page.wait(f"{chart}.sql.querySelector('pre.sql-text').checkVisibility()", "the SQL shown")
+    assert "FROM metrics" in page.js(f"{chart}.sql.querySelector('pre.sql-text').textContent")
+    params = page.js(f"{chart}.sql.querySelector('pre.sql-params').textContent")
+    assert '$key = "loss"' in params and '$buckets = "480"' in params
+    curves = page.js(f"{chart}.curves.map(k => [k.project, k.run, String(k.series),"
+                     "JSON.stringify(k.x)])")
+    assert len(curves) == 3
+    page.click_element(".chart[data-key='loss'] .sql-open")
+    rows = page.wait("(() => { const b = document.querySelector('#sql-result tbody');"
+                     "return !document.getElementById('sql').hidden && b.rows.length"
+                     " && [...b.rows].map(r => [...r.cells].slice(0, 4)"
+                     ".map(c => c.textContent)); })()", "the console's answer")
+    assert rows == curves
+    assert "runs=[" in page.js("document.getElementById('sql-params').value")
+    page.click_element('nav button[data-view="charts"]')
+
+
+def test_the_console_draws_a_chart_of_its_answer(page: Browser) -> None:
+    page.click_element('nav button[data-view="sql"]')
+    page.js("document.getElementById('sql-params').value = ''")
+    page.js("document.getElementById('sql-text').value = \"SELECT value AS loss, step, "
+            "value * 2 AS twice, run FROM metrics WHERE run = 'base' AND key = 'loss' "
+            "ORDER BY step DESC\"")
+    page.click_element("#sql-run")
+    plot = "tracklake.sqlChart.plot"
+    page.wait(f"!!{plot} && {plot}.data[0].length === 40", "the answer's chart")
+    # step is x (by its name), the other numeric columns are y: uPlot has 1 + 2 series
+    assert page.js(f"{plot}.series.map(s => s.label)") == ["step", "loss", "twice"]
+    assert page.js(f"{plot}.data[0]") == list(range(40))  # drawn in x order
+    assert page.js(f"{plot}.data[1][20]") == loss("base", 20)
+
+    def stroke_at(series: int) -> bool:
+        """Whether the canvas holds the series' colour around its point at step 20."""
+        return bool(page.js(f"""(() => {{ const u = {plot};
+            const x = Math.round(u.valToPos(20, 'x', true));
+            const y = Math.round(u.valToPos(u.data[{series}][20], 'y', true));
+            const d = u.ctx.getImageData(x - 3, y - 3, 7, 7).data;
+            const want = u.series[{series}].stroke().match(/[0-9a-f]{{2}}/gi)
+                .map(h => parseInt(h, 16));
+            for (let i = 0; i < d.length; i += 4)
+                if (d[i + 3] > 128 && want.every((v, k) => Math.abs(d[i + k] - v) < 40))
+                    return true;
+            return false; }})()"""))
+    assert stroke_at(1) and stroke_at(2)
+    page.js("document.getElementById('sql-text').value = "
+            "'SELECT 1.5 AS a, 2 AS b UNION ALL SELECT 2.5, 1'")  # a decimal comes as text
+    page.click_element("#sql-run")
+    page.wait(f"!!{plot} && {plot}.data[0].length === 2", "the second answer's chart")
+    assert page.js("document.getElementById('sql-x').value") == "-1"  # no step: row numbers
+    assert page.js(f"{plot}.series.length") == 3 and page.js(f"{plot}.data[1]") == [1.5, 2.5]
+    page.js("document.getElementById('sql-text').value = \"SELECT value, time FROM metrics "
+            "WHERE run = 'base' AND key = 'loss'\"")
+    page.click_element("#sql-run")
+    page.wait(f"!!{plot} && {plot}.data[0].length === 40", "a chart over wall time")
+    assert page.js(f"{plot}.series.map(s => s.label)") == ["time", "value"]
+    assert page.js(f"{plot}.data[0][0] > 1.6e9 && {plot}.scales.x.time") is True
+    page.click_element('nav button[data-view="charts"]')
 
 
 def test_the_page_requests_nothing_beyond_the_dashboard(page: Browser,

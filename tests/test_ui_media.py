@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from test_ui_server import files, request
+from test_ui_server import console, files, request
 
 import tracklake
 from tracklake._format import blob_path
@@ -98,11 +98,17 @@ def test_histograms_are_listed_per_run_and_key_with_their_steps(board: Dashboard
     assert hist["steps"][2]["edges"][0] == 2.0 and sum(hist["steps"][2]["counts"]) == 10
     assert get_json(board, "/api/histograms?run=p/nope") == []
     assert request(board, "GET", "/api/histograms?run=bad")[0] == 400
+    # the query the card shows, run in the SQL console with its parameters as text
+    assert [row[1] for row in console(board, hist["query"])["rows"]] == [0, 1, 2]
 
 
 def test_media_are_listed_with_what_is_served(board: Dashboard, store: dict[str, Any]) -> None:
-    listed = {m["key"]: m["items"] for m in get_json(board, "/api/media?run=p/r")}
+    answer = get_json(board, "/api/media?run=p/r")
+    listed = {m["key"]: m["items"] for m in answer}
     assert [i["step"] for i in listed["samples"]] == [0, 1, 2]
+    rows = console(board, answer[0]["query"])["rows"]  # what the cards were read with
+    assert sorted((r[0], r[1], r[6]) for r in rows) == sorted(
+        (m["key"], i["step"], i["digest"]) for m in answer for i in m["items"])
     assert listed["samples"][2]["caption"] == "<b>epoch 2</b>"  # text: the page shows it so
     assert listed["samples"][2]["digest"] == store["image"]
     assert [(i["type"], i["media_type"], i["served"]) for i in listed["sound"]] == [

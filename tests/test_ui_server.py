@@ -51,10 +51,19 @@ def request(board: Dashboard, method: str, path: str, body: bytes | None = None,
         con.close()
 
 
-def sql(board: Dashboard, statement: str) -> tuple[int, Any]:
-    status, _, body = request(board, "POST", "/api/sql", json.dumps({"sql": statement}).encode(),
+def sql(board: Dashboard, statement: str, params: Any = None) -> tuple[int, Any]:
+    asked = {"sql": statement} if params is None else {"sql": statement, "params": params}
+    status, _, body = request(board, "POST", "/api/sql", json.dumps(asked).encode(),
                               {"Content-Type": "application/json"})
     return status, json.loads(body)
+
+
+def console(board: Dashboard, shown: dict[str, Any]) -> dict[str, Any]:
+    """The console's answer to what a panel showed it ran: its SQL, its parameters as
+    NAME=VALUE texts."""
+    status, answer = sql(board, shown["sql"], [f"{k}={v}" for k, v in shown["params"].items()])
+    assert status == 200, answer
+    return dict(answer)
 
 
 def files(root: Path) -> dict[str, tuple[int, int]]:
@@ -69,7 +78,7 @@ def test_the_page_its_files_and_the_api_answer(board: Dashboard) -> None:
     assert "script-src 'self'" in headers["Content-Security-Policy"]
     for name in ("uPlot.iife.min.js", "uPlot.min.css", "uPlot.LICENSE", "app.js", "app.css"):
         assert request(board, "GET", f"/static/{name}")[0] == 200, name
-    runs = json.loads(request(board, "GET", "/api/runs")[2])
+    runs = json.loads(request(board, "GET", "/api/runs")[2])["runs"]
     assert [(r["project"], r["run"], r["config"]) for r in runs] == [("p", "base",
                                                                     {"lr": "0.1"})]
     keys = json.loads(request(board, "GET", "/api/keys")[2])
@@ -103,7 +112,7 @@ def test_a_non_loopback_bind_needs_its_token(store: Path) -> None:
         token = dashboard.token
         assert token and dashboard.url.endswith(f"/?token={token}")
         for path in ("/", "/api/runs", "/static/app.js", f"/api/runs?token={token}x",
-                     "/api/runs?token="):
+                     "/api/runs?token=", "/api/traces?run=p/base", "/api/events?run=p/base"):
             status, _, body = request(dashboard, "GET", path)
             assert status == 403 and b"base" not in body, path
         for cookie in ("tracklake_token=wrong", "a=b; $bad", "tracklake_token"):
@@ -115,6 +124,9 @@ def test_a_non_loopback_bind_needs_its_token(store: Path) -> None:
         status, _, body = request(dashboard, "GET", "/api/runs",
                                   headers={"Cookie": f"tracklake_token={token}"})
         assert status == 200 and b"base" in body
+        for path in ("/api/traces?run=p/base", "/api/events?run=p/base"):
+            assert request(dashboard, "GET", path, headers={
+                "Cookie": f"tracklake_token={token}"})[0] == 200, path
         assert request(dashboard, "POST", "/api/sql", b'{"sql": "SELECT 1"}',
                        {"Content-Type": "application/json"})[0] == 403
     finally:
@@ -182,7 +194,7 @@ def test_methods_and_bodies_it_does_not_take(board: Dashboard) -> None:
     assert request(board, "GET", "/api/series?key=loss&run=nope")[0] == 400
     assert request(board, "GET", "/api/series?key=loss&x=bogus")[0] == 400
     assert request(board, "GET", "/api/generations?run=bad")[0] == 400
-    assert json.loads(request(board, "GET", "/api/generations?run=p/base")[2]) == []
+    assert json.loads(request(board, "GET", "/api/generations?run=p/base")[2])["rows"] == []
 
 
 def test_ctrl_c_ends_the_command_cleanly(store: Path) -> None:
@@ -230,3 +242,111 @@ def test_a_taken_port_or_a_url_root_is_an_error_at_once(store: Path) -> None:
     assert f"cannot listen on 127.0.0.1:{port}" in result.stderr and "--port" in result.stderr
     result = CliRunner().invoke(main, ["ui", "--root", "s3://bucket/store"])
     assert result.exit_code == 1 and "URL" in result.stderr
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboard]:
+    """A run with a chain of spans one deeper than the dashboard sends, a span with long
+    inputs, and more alerts than the events view shows."""
+    import contextlib
+
+    from tracklake._report.sections import MAX_SPANS
+    from tracklake._ui.traces import MAX_EVENTS, MAX_FIELD
+
+    root = tmp_path_factory.mktemp("ui") / "traced"
+    with tracklake.init(project="p", run_id="t", root=root) as run:
+        with run.span("long", step=0, inputs="x" * (MAX_FIELD + 10)):
+            pass
+        with contextlib.ExitStack() as chain:
+            for depth in range(MAX_SPANS + 1):
+                chain.enter_context(run.span(f"level {depth}", step=1))
+        for i in range(MAX_EVENTS + 1):
+            run.alert(f"alert {i}", level="error" if i % 2 else "info", step=i)
+    dashboard = Dashboard(root).start()
+    yield dashboard
+    dashboard.close()
+
+
+def get(board: Dashboard, path: str) -> tuple[int, Any]:
+    status, _, body = request(board, "GET", path)
+    return status, json.loads(body)
+
+
+def test_traces_are_sent_flat_within_the_span_limit_with_long_fields_clipped(
+        traced: Dashboard) -> None:
+    from tracklake._report.sections import MAX_SPANS
+    from tracklake._ui.traces import MAX_FIELD
+
+    status, answer = get(traced, "/api/traces?run=p/t")
+    assert status == 200
+    (run,) = answer["runs"]
+    assert run["more"] is True and len(run["spans"]) == MAX_SPANS
+    long = run["spans"][0]
+    assert long["name"] == "long" and long["clipped"] == ["inputs"]
+    assert len(long["inputs"]) == MAX_FIELD
+    chain = run["spans"][1:]  # a chain deeper than JSON nests: depth and parent instead
+    assert [s["depth"] for s in chain] == list(range(len(chain)))
+    assert [s["parent"] for s in chain] == [None, *range(1, len(chain))]
+    assert answer["queries"][0]["params"] == {"p": "p", "r": "t"}
+    status, answer = get(traced, "/api/traces?run=p/t&q=LEVEL%205")
+    assert status == 200 and answer["runs"][0]["spans"][0]["name"] == "level 0"  # its trace
+    assert answer["queries"][0]["params"] == {"p": "p", "r": "t", "q": "LEVEL 5"}
+    assert get(traced, "/api/traces?run=p/t&q=nowhere")[1]["runs"][0]["spans"] == []
+
+
+def test_events_are_the_latest_within_the_limit_and_filter_by_level_and_kind(
+        traced: Dashboard) -> None:
+    from tracklake._ui.traces import MAX_EVENTS
+
+    status, answer = get(traced, "/api/events?run=p/t")
+    assert status == 200 and answer["more"] is True and len(answer["events"]) == MAX_EVENTS
+    assert answer["events"][0]["title"] == f"alert {MAX_EVENTS}"  # the newest first
+    assert answer["levels"] == ["error", "info"] and answer["kinds"] == ["alert"]
+    errors = get(traced, "/api/events?run=p/t&level=error")[1]["events"]
+    assert errors and {e["level"] for e in errors} == {"error"}
+    assert get(traced, "/api/events?run=p/t&kind=write_error")[1]["events"] == []
+    assert get(traced, "/api/events?run=p/other")[1]["events"] == []
+
+
+def test_traces_and_events_refuse_bad_runs_and_too_many(traced: Dashboard) -> None:
+    from tracklake._ui.traces import MAX_RUNS
+
+    many = "&".join(f"run=p/r{i}" for i in range(MAX_RUNS + 1))
+    for path in ("/api/traces", "/api/events"):
+        assert request(traced, "GET", f"{path}?run=bad")[0] == 400
+        assert request(traced, "GET", f"{path}?{many}")[0] == 400
+        assert request(traced, "GET", f"{path}?run=p/t&run=p/u")[0] == 200
+
+
+def test_a_panels_sql_run_in_the_console_with_its_parameters_as_text_answers_the_same(
+        board: Dashboard, traced: Dashboard) -> None:
+    """What each panel says it ran is what it ran: the console, given the same SQL and
+    the parameters as text (as `tracklake sql --param` takes them), answers its rows."""
+    status, series = get(board, "/api/series?key=loss&run=p/base&buckets=10&lo=5&hi=40")
+    assert status == 200 and [q["params"]["buckets"] for q in series["queries"][:1]] == ["10"]
+    answer = console(board, series["queries"][0])
+    assert [row[:4] for row in answer["rows"]] == [
+        ["p", "base", c["series"], c["x"]] for c in series["curves"]]
+    assert series["curves"][0]["points"] == 36 and len(series["curves"][0]["x"]) < 36
+    assert console(board, series["queries"][1])["rows"] == series["attempts"] == []
+    runs = get(board, "/api/runs")[1]
+    assert [row[1] for row in console(board, runs["queries"][0])["rows"]] == ["base"]
+    summary = get(board, "/api/summary?key=loss")[1]
+    assert console(board, summary["queries"][0])["rows"] == [
+        [r["project"], r["run"], r["last"], r["min"], r["max"]] for r in summary["rows"]]
+    traces = get(traced, "/api/traces?run=p/t&q=long")[1]
+    names = [row[3] for row in console(traced, traces["queries"][0])["rows"]]
+    assert names == [s["name"] for s in traces["runs"][0]["spans"]] == ["long"]
+    events = get(traced, "/api/events?run=p/t&level=error")[1]
+    answer = console(traced, events["queries"][0])
+    assert [row[7] for row in answer["rows"]] == [e["title"] for e in events["events"]]
+
+
+def test_the_consoles_parameters_are_text_and_refused_when_malformed_or_missing(
+        board: Dashboard) -> None:
+    assert sql(board, "SELECT $a AS a, $b AS b", ["a=007", "b=x' OR '1'='1", "unused=1"]) == (
+        200, {"columns": ["a", "b"], "rows": [["007", "x' OR '1'='1"]], "truncated": False})
+    for params, says in ((["a=1"], "$b"), (["a=1", "a=2"], "twice"), (["1a=2"], "1a=2"),
+                         ("a=1", "list"), ([1], "list")):
+        status, answer = sql(board, "SELECT $a, $b", params)
+        assert status == 400 and says in answer["error"], params

@@ -1,39 +1,17 @@
-"""`tracklake sql --param NAME=VALUE`: values of a statement's named parameters
-(``$name``), as the static report's SQL uses them (``$p``, ``$r``, ``$rank``)."""
+"""`tracklake sql --param NAME=VALUE`: the read side's parameter rule
+(`tracklake._read.sql_params`), its refusals as usage errors."""
 
 from __future__ import annotations
 
-import re
-
 import click
 
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+from tracklake._read.sql_params import ParamError
+from tracklake._read.sql_params import sql_params as _values
 
 
 def sql_params(statement: str, given: tuple[str, ...]) -> dict[str, str]:
-    """The values of `given` (``NAME=VALUE`` each) that `statement` names. A value is text:
-    DuckDB converts it where it meets a column (``rank = $rank``); elsewhere cast it
-    (``$n::BIGINT``). A parameter the statement does not name is left out (one list of
-    parameters serves every query of a report); one it names but was not given, a name
-    given twice or a malformed one is a usage error naming it."""
-    import duckdb
-
-    values: dict[str, str] = {}
-    for item in given:
-        name, sep, value = item.partition("=")
-        if not sep or not _NAME.match(name):
-            raise click.UsageError(f"--param {item!r}: write NAME=VALUE, NAME a letter or _ "
-                                   "then letters, digits or _")
-        if name in values:
-            raise click.UsageError(f"--param {name} is given twice")
-        values[name] = value
+    """The values of `given` that `statement` names; a refusal is a click UsageError."""
     try:
-        statements = duckdb.extract_statements(statement)
-    except duckdb.Error:
-        return values  # the query itself will say what is wrong with it
-    named = {p for s in statements for p in s.named_parameters}
-    missing = sorted(named - values.keys())
-    if missing:
-        raise click.UsageError("the statement uses " + ", ".join(f"${m}" for m in missing)
-                               + ": give " + " ".join(f"--param {m}=VALUE" for m in missing))
-    return {name: value for name, value in values.items() if name in named}
+        return _values(statement, given)
+    except ParamError as exc:
+        raise click.UsageError(str(exc)) from exc

@@ -30,9 +30,23 @@ CONFIG_SQL = """SELECT key, arg_max(value, seq) AS value FROM configs
 WHERE project = $p AND run = $r AND rank = $rank GROUP BY key ORDER BY key"""
 GENERATIONS_SQL = f"""SELECT step, key, sample, input, output, score, rank FROM generations
 WHERE project = $p AND run = $r ORDER BY step, key, rank, sample LIMIT {MAX_GENERATIONS + 1}"""
-TRACES_SQL = f"""SELECT trace_id, span_id, parent_id, name, status, error, step, rank,
+
+
+def traces_sql(search: bool = False) -> str:
+    """A run's spans (`$p`, `$r`), at most `MAX_SPANS` + 1; with `search`, only those of
+    the traces one of whose spans holds `$q` (any case) in its name, status, error,
+    attributes, inputs or outputs."""
+    found = "" if not search else """
+  AND trace_id IN (SELECT trace_id FROM traces WHERE project = $p AND run = $r
+    AND contains(lower(concat_ws(chr(10), name, status, error, attributes, inputs,
+                                 outputs)), lower($q)))"""
+    return (f"""SELECT trace_id, span_id, parent_id, name, status, error, step, rank,
        attributes, inputs, outputs, epoch_ms(end_time) - epoch_ms(time) AS ms
-FROM traces WHERE project = $p AND run = $r ORDER BY step, time, seq LIMIT {MAX_SPANS + 1}"""
+FROM traces WHERE project = $p AND run = $r{found}"""
+            f" ORDER BY step, time, seq LIMIT {MAX_SPANS + 1}")
+
+
+TRACES_SQL = traces_sql()
 HISTOGRAMS_SQL = f"""SELECT key, step, edges, counts FROM histograms
 WHERE project = $p AND run = $r AND rank = $rank
 QUALIFY row_number() OVER (PARTITION BY key ORDER BY step DESC, seq DESC)

@@ -21,6 +21,7 @@ from tracklake._ui.series import (
     series_params,
     series_sql,
 )
+from tracklake._ui.shown import shown
 
 #: The SQL console shows at most this many rows (it says when there were more).
 SQL_ROWS = 1000
@@ -46,12 +47,13 @@ ORDER BY r.started_at DESC, r.project, r.run
 """
 
 
-def runs(store: Path) -> list[dict[str, Any]]:
-    """Every run: identity, status, attempts, ranks, tags, times and config (rank 0's)."""
+def runs(store: Path) -> dict[str, Any]:
+    """Every run: identity, status, attempts, ranks, tags, times and config (rank 0's),
+    and the query they came from."""
     rows: list[dict[str, Any]] = _ask(store, _RUNS_SQL).to_pylist()
     for row in rows:
         row["config"] = dict(row["config"] or [])
-    return rows
+    return {"runs": rows, "queries": [shown(_RUNS_SQL, {})]}
 
 
 _KEYS_SQL = """
@@ -73,14 +75,14 @@ FROM metric_summaries WHERE key = $key GROUP BY ALL
 """
 
 
-def summary(store: Path, key: str) -> list[dict[str, Any]]:
+def summary(store: Path, key: str) -> dict[str, Any]:
     """Each run's last, smallest and largest value of `key` (its lowest rank's), for the
-    runs table to sort by."""
+    runs table to sort by, and the query they came from."""
     rows: list[dict[str, Any]] = _ask(store, _SUMMARY_SQL, {"key": key}).to_pylist()
     for row in rows:
         for name in ("last", "min", "max"):
             row[name] = _jsonable(row[name])
-    return rows
+    return {"rows": rows, "queries": [shown(_SUMMARY_SQL, {"key": key})]}
 
 
 def series(store: Path, q: SeriesQuery) -> dict[str, Any]:
@@ -93,10 +95,14 @@ def series(store: Path, q: SeriesQuery) -> dict[str, Any]:
             "points": row["n"], "x": row["xs"], "y": ys, "marks": marks,
             "lo": [v if v is not None and math.isfinite(v) else None for v in row["los"]],
             "hi": [v if v is not None and math.isfinite(v) else None for v in row["his"]]})
-    takeovers = [] if q.group is not None else _ask(
-        store, attempts_sql(q), {"key": q.key, "runs": series_params(q)["runs"]}).to_pylist()
+    queries = [shown(series_sql(q), series_params(q))]
+    takeovers = []
+    if q.group is None:
+        params = {"key": q.key, "runs": series_params(q)["runs"]}
+        takeovers = _ask(store, attempts_sql(q), params).to_pylist()
+        queries.append(shown(attempts_sql(q), params))
     return {"key": q.key, "x": q.x, "ranks": q.ranks, "group": q.group, "curves": curves,
-            "attempts": takeovers}
+            "attempts": takeovers, "queries": queries}
 
 
 #: The generations view shows this many prompts (the latest first) and at most this many
@@ -104,36 +110,37 @@ def series(store: Path, q: SeriesQuery) -> dict[str, Any]:
 GENERATION_PROMPTS = 50
 GENERATION_ROWS = 2000
 
-_GENERATIONS_SQL = """
+_GENERATIONS_SQL = f"""
 WITH g AS (
   SELECT project, run, step, key, sample, input, output, score FROM generations
   WHERE list_contains($runs, project || chr(31) || run)
     AND ($q = '' OR contains(lower(coalesce(input, '')), lower($q))
          OR contains(lower(coalesce(output, '')), lower($q)))),
 prompts AS (SELECT input, max(step) AS last FROM g GROUP BY input
-            ORDER BY last DESC NULLS LAST, input LIMIT $prompts)
+            ORDER BY last DESC NULLS LAST, input LIMIT {GENERATION_PROMPTS})
 SELECT g.project, g.run, g.step, g.key, g.sample, g.input, g.output, g.score
 FROM g JOIN prompts p ON g.input IS NOT DISTINCT FROM p.input
 ORDER BY p.last DESC NULLS LAST, g.input, g.step, g.project, g.run, g.sample
-LIMIT $rows
+LIMIT {GENERATION_ROWS}
 """
 
 
 def generations(store: Path, runs: tuple[tuple[str, str], ...], search: str
-                ) -> list[dict[str, Any]]:
+                ) -> dict[str, Any]:
     """The runs' generations whose prompt or output contains `search` (any case), by
-    prompt, latest prompt first: one prompt's outputs across runs and steps together."""
-    params = {"runs": run_ids(runs), "q": search,
-              "prompts": GENERATION_PROMPTS, "rows": GENERATION_ROWS}
+    prompt, latest prompt first: one prompt's outputs across runs and steps together;
+    and the query they came from."""
+    params = {"runs": run_ids(runs), "q": search}
+    queries = [shown(_GENERATIONS_SQL, params)]
     try:
         rows: list[dict[str, Any]] = _ask(store, _GENERATIONS_SQL, params).to_pylist()
     except QueryError as exc:
         if not _no_such_view(exc):
             raise
-        return []  # a store where no run logged generations has no such view
+        return {"rows": [], "queries": queries}  # no run logged generations: no such view
     for row in rows:
         row["score"] = _jsonable(row["score"])
-    return rows
+    return {"rows": rows, "queries": queries}
 
 
 def _no_such_view(exc: QueryError) -> bool:
@@ -142,11 +149,13 @@ def _no_such_view(exc: QueryError) -> bool:
     return isinstance(exc.__cause__, duckdb.CatalogException)
 
 
-def sql(store: Path, statement: str) -> dict[str, Any]:
+def sql(store: Path, statement: str, params: dict[str, str] | None = None
+        ) -> dict[str, Any]:
     """The console's answer: column names and the first `SQL_ROWS` rows as JSON values;
-    anything but a read-only statement raises QueryError."""
-    shown = first_rows_sql(statement, SQL_ROWS + 1)
-    table = _ask(store, shown or statement)
+    anything but a read-only statement raises QueryError. `params` are the values of the
+    statement's ``$name`` parameters, as text (`tracklake._read.sql_params`)."""
+    first = first_rows_sql(statement, SQL_ROWS + 1)
+    table = _ask(store, first or statement, params or None)
     rows = [[_jsonable(v) for v in row.values()] for row in table.to_pylist()]
     return {"columns": table.column_names, "rows": rows[:SQL_ROWS],
             "truncated": len(rows) > SQL_ROWS}

@@ -23,9 +23,16 @@ from tracklake._format.records import MEDIA_TYPES
 from tracklake._read.query import query, with_connection
 from tracklake._read.reader import ReadProblems
 from tracklake._read.scope import scope_of_views
-from tracklake._report.sections import media_files, media_sql, read_histograms, read_media
+from tracklake._report.sections import (
+    HISTOGRAMS_SQL,
+    media_files,
+    media_sql,
+    read_histograms,
+    read_media,
+)
 from tracklake._report.svg_histogram import drawable
 from tracklake._ui.series import run_ids
+from tracklake._ui.shown import shown
 from tracklake.read import open_blob
 
 #: The largest blob served: the largest media item `log_image` and the like store by
@@ -46,7 +53,7 @@ Runs = tuple[tuple[str, str], ...]
 def histograms(store: Path, runs: Runs, timeout: float) -> list[dict[str, Any]]:
     """Per run and histogram key, the latest histograms of the run's lowest rank (the
     report's), those that keep the format's rules: [{project, run, key, steps: [{step,
-    edges, counts}]}]."""
+    edges, counts}], query}], `query` what the steps were read with."""
     def read(con: Any) -> list[dict[str, Any]]:
         ranks = query(_RANKS_SQL, params={"runs": run_ids(runs)}, connection=con,
                       timeout=timeout).to_pylist()
@@ -57,7 +64,8 @@ def histograms(store: Path, runs: Runs, timeout: float) -> list[dict[str, Any]]:
                 steps = [{"step": r["step"], "edges": r["edges"], "counts": r["counts"]}
                          for r in rows if drawable(r)]
                 out.append({"project": row["project"], "run": row["run"], "key": key,
-                            "steps": steps})
+                            "steps": steps, "query": shown(HISTOGRAMS_SQL, {
+                                "p": row["project"], "r": row["run"], "rank": row["rank"]})})
         return out
     return with_connection(store, ReadProblems(), read,
                            scope_of_views({"histograms", "run_attempts"}))
@@ -66,7 +74,7 @@ def histograms(store: Path, runs: Runs, timeout: float) -> list[dict[str, Any]]:
 def media(store: Path, runs: Runs, timeout: float, limit: int = MAX_BLOB
           ) -> list[dict[str, Any]]:
     """Per run and media key, its latest items (the report's choice), each with
-    ``served``: whether `blob` serves its bytes."""
+    ``served``: whether `blob` serves its bytes; and `query`, what they were read with."""
     def read(con: Any) -> list[dict[str, Any]]:
         out = []
         for project, run in runs:
@@ -76,7 +84,8 @@ def media(store: Path, runs: Runs, timeout: float, limit: int = MAX_BLOB
                           "caption": r["caption"], "media_type": r["media_type"],
                           "digest": r["digest"], "size": r["size"],
                           "served": r["blob"] is not None} for r in rows]
-                out.append({"project": project, "run": run, "key": key, "items": items})
+                out.append({"project": project, "run": run, "key": key, "items": items,
+                            "query": shown(_MEDIA_SQL, {"p": project, "r": run})})
         return out
     return with_connection(store, ReadProblems(), read, scope_of_views({"media"}))
 

@@ -36,7 +36,8 @@ class SeriesQuery:
 
 
 def series_sql(q: SeriesQuery) -> str:
-    """The SQL (parameters $key, $runs, $lo, $hi, $buckets, and $group if grouped): one row
+    """The SQL (parameters $key, $runs, $lo, $hi, $buckets, and $group if grouped; each
+    also works given as text, as the SQL console gives them): one row
     per curve with its points in x order; `lo`/`hi` are the range over ranks or over a
     group's runs (the mean's band).
 
@@ -61,14 +62,15 @@ raw AS (
   WHERE m.key = $key AND m.step IS NOT NULL
     AND list_contains($runs, m.project || chr(31) || m.run)),
 points AS MATERIALIZED (
-  SELECT project, run, series, x, value, lo, hi FROM ({per_x}) WHERE x BETWEEN $lo AND $hi),
+  SELECT project, run, series, x, value, lo, hi FROM ({per_x})
+  WHERE x BETWEEN $lo::DOUBLE AND $hi::DOUBLE),
 sized AS MATERIALIZED (
   SELECT project, run, series, count(*) AS n, min(x) AS x0, max(x) AS x1
   FROM points GROUP BY ALL),
 bucketed AS MATERIALIZED (
-  SELECT p.*, s.n, CASE WHEN s.n <= 2 * $buckets OR s.x1 = s.x0 THEN NULL
-                        ELSE least(CAST(floor((p.x - s.x0) * $buckets / (s.x1 - s.x0))
-                                        AS BIGINT), $buckets - 1) END AS bucket
+  SELECT p.*, s.n, CASE WHEN s.n <= 2 * $buckets::BIGINT OR s.x1 = s.x0 THEN NULL
+                        ELSE least(CAST(floor((p.x - s.x0) * $buckets::BIGINT / (s.x1 - s.x0))
+                                        AS BIGINT), $buckets::BIGINT - 1) END AS bucket
   FROM points p JOIN sized s USING (project, run, series)),
 summed AS MATERIALIZED (
   SELECT project, run, series, n,

@@ -11,7 +11,8 @@ What it refuses, and why:
   unless its type is an image, audio or video type that the format allows;
 - a URL over 8 KiB, a body over 64 KiB, a request (line, headers and body) not received
   within `read_deadline` seconds, more than `MAX_CONNECTIONS` at once;
-- SQL that is not read-only (`tracklake.query`'s check, and a connection that cannot write).
+- SQL that is not read-only (`tracklake.query`'s check, and a connection that cannot write);
+  its parameters are texts, as `tracklake sql --param NAME=VALUE` takes them.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from tracklake._errors import TracklakeError
-from tracklake._ui import answers, media
+from tracklake._read.sql_params import ParamError, sql_params
+from tracklake._ui import answers, media, traces
 from tracklake._ui.series import SeriesQuery
 
 MAX_URL = 8 << 10
@@ -224,6 +226,19 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer(lambda: media.histograms(store, runs, answers.QUERY_TIMEOUT)
                          if url.path == "/api/histograms"
                          else media.media(store, runs, answers.QUERY_TIMEOUT, limit))
+        elif url.path in ("/api/traces", "/api/events"):
+            try:
+                runs = _runs(query)
+                if len(runs) > traces.MAX_RUNS:
+                    raise ValueError(f"at most {traces.MAX_RUNS} runs at once")
+            except ValueError as exc:
+                self._error(HTTPStatus.BAD_REQUEST, str(exc))
+                return
+            store, (search, level, kind) = self.server.store, (
+                query.get(name, [""])[0] for name in ("q", "level", "kind"))
+            self._answer(lambda: traces.traces(store, runs, search, answers.QUERY_TIMEOUT)
+                         if url.path == "/api/traces" else
+                         traces.events(store, runs, level, kind, answers.QUERY_TIMEOUT))
         elif url.path.startswith(BLOB_PATH):
             self._blob(url.path[len(BLOB_PATH):])
         elif url.path == "/api/series":
@@ -259,13 +274,22 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(HTTPStatus.UNSUPPORTED_MEDIA_TYPE, "send the SQL as JSON")
             return
         try:
-            statement = json.loads(body)["sql"]
+            asked = json.loads(body)
+            statement, given = asked["sql"], asked.get("params", [])
             if not isinstance(statement, str):
                 raise TypeError("sql is not text")
-        except (ValueError, KeyError, TypeError) as exc:
-            self._error(HTTPStatus.BAD_REQUEST, f'send {{"sql": "..."}}: {exc}')
+            if not isinstance(given, list) or not all(isinstance(g, str) for g in given):
+                raise TypeError("params is not a list of NAME=VALUE texts")
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            self._error(HTTPStatus.BAD_REQUEST,
+                        f'send {{"sql": "...", "params": ["NAME=VALUE", ...]}}: {exc}')
             return
-        self._answer(lambda: answers.sql(self.server.store, statement))
+        try:
+            values = sql_params(statement, given)
+        except ParamError as exc:  # what is wrong with a parameter, named
+            self._error(HTTPStatus.BAD_REQUEST, str(exc))
+            return
+        self._answer(lambda: answers.sql(self.server.store, statement, values))
 
     def _refuse_method(self) -> None:
         self._deadline.cancel()

@@ -5,7 +5,8 @@
                    "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"];
   const WIDTH = 480, HEIGHT = 220, POLL_MS = 1000;
   const state = { runs: [], shown: new Set(), keys: [], smoothing: 0, x: "step",
-                  ranks: "first", group: "", log: false, filter: "", sort: ["started", -1] };
+                  ranks: "first", group: "", log: false, filter: "", sort: ["started", -1],
+                  queries: [] };
   const charts = new Map();  // key -> {el, plot, meta, curves, zoom, visible}
   const $ = (id) => document.getElementById(id);
   const runId = (r) => r.project + "/" + r.run;
@@ -95,6 +96,8 @@
     for (const box of document.querySelectorAll(`input[data-run="${CSS.escape(id)}"]`)) box.checked = on;
     renderConfigDiff();
     loadMedia();
+    if (!$("traces").hidden) loadTraces();
+    if (!$("events").hidden) loadEvents();
   }
 
   // ---- charts ----
@@ -136,9 +139,10 @@
         const h = document.createElement("h4"); h.textContent = k.key;
         const note = document.createElement("div"); note.className = "note";
         const hover = document.createElement("div"); hover.className = "hover"; hover.hidden = true;
-        el.append(h, note, hover);
+        const sql = document.createElement("details");
+        el.append(h, note, sql, hover);
         grid.append(el);
-        charts.set(k.key, { key: k.key, el, note, hover, plot: null, meta: [], curves: [],
+        charts.set(k.key, { key: k.key, el, note, sql, hover, plot: null, meta: [], curves: [],
                             zoom: null, visible: false, loaded: false });
         observer.observe(el);
       }
@@ -165,6 +169,7 @@
       if (asked !== epoch) { c.again = true; return; }  // an answer to an older question
       c.curves = answer.curves;
       c.attempts = answer.attempts;
+      sqlPanel(answer.queries, c.sql);
       c.loaded = true;
       draw(c);
     } catch (e) {
@@ -350,8 +355,9 @@
     summaries = new Map();
     if (key) {
       try {
-        for (const s of await api("/api/summary?" + new URLSearchParams({ key })))
-          summaries.set(s.project + "/" + s.run, s);
+        const a = await api("/api/summary?" + new URLSearchParams({ key }));
+        for (const s of a.rows) summaries.set(s.project + "/" + s.run, s);
+        summaries.queries = a.queries;
       } catch (e) { /* the table shows no values: the status line says why on the next poll */ }
     }
     renderTable();
@@ -402,6 +408,7 @@
         tr.insertCell().textContent = v === null || v === undefined ? "" : String(v);
       }
     }
+    sqlPanel([...state.queries, ...(key && summaries.queries ? summaries.queries : [])], $("table-sql"));
     renderConfigDiff();
   }
   function renderConfigDiff() {
@@ -410,6 +417,7 @@
     head.textContent = ""; body.textContent = "";
     const hr = head.insertRow();
     for (const t of ["key", ...picked.map((r) => r.name || r.run)]) { const th = document.createElement("th"); th.textContent = t; hr.append(th); }
+    sqlPanel(state.queries, $("config-sql"));
     const keys = [...new Set(picked.flatMap((r) => Object.keys(r.config)))].sort();
     const differs = (k) => new Set(picked.map((r) => r.config[k])).size > 1;
     keys.sort((a, b) => differs(b) - differs(a));
@@ -427,8 +435,11 @@
     const p = new URLSearchParams({ q: $("gen-search").value });
     for (const r of state.runs) if (state.shown.has(runId(r))) p.append("run", runId(r));
     let rows;
-    try { rows = await api("/api/generations?" + p.toString()); }
-    catch (e) { $("gen-note").textContent = "error: " + e.message; return; }
+    try {
+      const a = await api("/api/generations?" + p.toString());
+      rows = a.rows;
+      sqlPanel(a.queries, $("gen-sql"));
+    } catch (e) { $("gen-note").textContent = "error: " + e.message; return; }
     const list = $("gen-list"); list.textContent = "";
     const prompts = new Map();
     for (const g of rows) {
@@ -461,14 +472,164 @@
     }
   }
 
+  // ---- traces: each run's span trees, a span folded open on a click ----
+  const MAX_RUNS = 20;  // the server's bound on runs per traces or events request
+  const traces = { text: "", open: new Set(), asked: 0 };
+  let traceTimer = null;
+  function tickedRuns(p) {
+    const ticked = state.runs.filter((r) => state.shown.has(runId(r)));
+    for (const r of ticked.slice(0, MAX_RUNS)) p.append("run", runId(r));
+    return ticked.length > MAX_RUNS ? ` (the first ${MAX_RUNS} of ${ticked.length} ticked runs)` : "";
+  }
+  async function loadTraces() {
+    const p = new URLSearchParams({ q: $("trace-search").value });
+    const cut = tickedRuns(p);
+    const asked = ++traces.asked;
+    let a;
+    try { a = await api("/api/traces?" + p.toString()); }
+    catch (e) { $("trace-note").textContent = "error: " + e.message; return; }
+    if (asked !== traces.asked) return;  // a newer question is on its way
+    const text = JSON.stringify(a);
+    const count = a.runs.reduce((n, r) => n + r.spans.length, 0);
+    $("trace-note").textContent = (count ? `${count} spans` : "No spans in the runs ticked" +
+      ($("trace-search").value ? " that match." : ".")) + cut;
+    if (text === traces.text) return;
+    traces.text = text;
+    const list = $("trace-list"); list.textContent = "";
+    for (const [i, r] of a.runs.entries()) {
+      if (!r.spans.length) continue;
+      const box = document.createElement("section"); box.className = "trace-run";
+      box.dataset.run = r.project + "/" + r.run;
+      const h = document.createElement("h3");
+      h.textContent = runLabel(r.project + "/" + r.run) + (r.more ? " (the first spans only)" : "");
+      box.append(h, sqlPanel([a.queries[i]]));
+      const made = [];
+      for (const span of r.spans) {
+        const el = spanElement(span);
+        made.push(el);
+        (span.parent === null ? box : made[span.parent]).append(el);
+      }
+      list.append(box);
+    }
+  }
+  function spanElement(span) {
+    const det = document.createElement("details");
+    det.className = "span status-" + (span.status || "ok");
+    const id = span.trace_id + "/" + span.span_id;
+    det.dataset.span = id;
+    det.open = traces.open.has(id);
+    det.addEventListener("toggle", () => { if (det.open) traces.open.add(id); else traces.open.delete(id); });
+    const sum = document.createElement("summary");
+    const name = document.createElement("span"); name.className = "name"; name.textContent = span.name ?? "(no name)";
+    const ms = document.createElement("span"); ms.className = "ms";
+    ms.textContent = span.ms === null ? "" : `${span.ms} ms`;
+    const where = document.createElement("span"); where.className = "where";
+    where.textContent = [span.status, span.step === null ? "" : `step ${span.step}`, `rank ${span.rank}`,
+                         span.children ? `${span.children} child${span.children === 1 ? "" : "ren"}` : ""]
+      .filter(Boolean).join(" · ");
+    sum.append(name, ms, where);
+    det.append(sum);
+    for (const field of ["error", "attributes", "inputs", "outputs"]) {
+      const v = span[field];
+      if (v === null || v === undefined || v === "" || v === "{}") continue;
+      const div = document.createElement("div"); div.className = "span-field";
+      const pre = document.createElement("pre"); pre.textContent = v;
+      if (field === "error") pre.className = "error";
+      div.append(document.createTextNode(field + (span.clipped.includes(field) ? " (clipped)" : "")), pre);
+      det.append(div);
+    }
+    return det;
+  }
+
+  // ---- events: the runs' alerts and other events, the latest first ----
+  const events = { asked: 0 };
+  async function loadEvents() {
+    const p = new URLSearchParams({ level: $("event-level").value, kind: $("event-kind").value });
+    const cut = tickedRuns(p);
+    const asked = ++events.asked;
+    let a;
+    try { a = await api("/api/events?" + p.toString()); }
+    catch (e) { $("event-note").textContent = "error: " + e.message; return; }
+    if (asked !== events.asked) return;
+    for (const [id, names] of [["event-level", a.levels], ["event-kind", a.kinds]]) {
+      const select = $(id), keep = select.value;
+      const have = [...select.options].slice(1).map((o) => o.value);
+      const want = [...new Set([...names, ...(keep ? [keep] : [])])].sort();
+      if (JSON.stringify(have) === JSON.stringify(want)) continue;
+      select.length = 1;
+      for (const n of want) select.add(new Option(n, n));
+      select.value = keep;
+    }
+    const alerts = a.events.filter((e) => e.level === "warning" || e.level === "error").length;
+    $("event-note").textContent = (a.events.length ? `${a.events.length} events` +
+      (alerts ? `, ${alerts} warnings or errors` : "") + (a.more ? " (the latest only)" : "")
+      : "No events in the runs ticked.") + cut;
+    sqlPanel(a.queries, $("event-sql"));
+    const table = $("event-table");
+    const head = table.tHead, body = table.tBodies[0];
+    head.textContent = ""; body.textContent = "";
+    const cols = ["time", "run", "step", "rank", "level", "kind", "title", "text"];
+    const hr = head.insertRow();
+    for (const c of cols) { const th = document.createElement("th"); th.textContent = c; hr.append(th); }
+    for (const e of a.events) {
+      const tr = body.insertRow();
+      tr.className = "level-" + e.level;
+      for (const c of cols) {
+        const td = tr.insertCell();
+        td.className = c;
+        const v = c === "run" ? runLabel(e.project + "/" + e.run)
+          : c === "time" && e.time ? e.time.replace("T", " ").slice(0, 19) : e[c];
+        td.textContent = v === null || v === undefined ? "" : String(v);
+      }
+    }
+  }
+
+  // ---- what a panel ran: its SQL and parameters, and a button that opens it in the console ----
+  function sqlPanel(queries, box) {
+    box = box || document.createElement("details");
+    box.classList.add("sql");
+    const text = JSON.stringify(queries);
+    if (box.shownText === text) return box;  // as it is: left open or folded
+    box.shownText = text;
+    const wasOpen = box.open;
+    box.textContent = "";
+    const sum = document.createElement("summary"); sum.textContent = "SQL";
+    box.append(sum);
+    queries.forEach((q, i) => {
+      const pre = document.createElement("pre"); pre.className = "sql-text"; pre.textContent = q.sql;
+      box.append(pre);
+      const names = Object.keys(q.params);
+      if (names.length) {
+        const ps = document.createElement("pre"); ps.className = "sql-params";
+        ps.textContent = names.map((n) => `$${n} = ${JSON.stringify(q.params[n])}`).join("\n");
+        box.append(ps);
+      }
+      const open = document.createElement("button");
+      open.type = "button"; open.className = "sql-open";
+      open.textContent = queries.length > 1 ? `Open query ${i + 1} in the SQL console` : "Open in the SQL console";
+      open.addEventListener("click", () => openInConsole(q));
+      box.append(open);
+    });
+    box.open = wasOpen;
+    return box;
+  }
+  function openInConsole(q) {
+    $("sql-text").value = q.sql;
+    $("sql-params").value = Object.entries(q.params).map(([n, v]) => `${n}=${v}`).join("\n");
+    document.querySelector('nav button[data-view="sql"]').click();
+    runSql();
+  }
+
   // ---- SQL console ----
   async function runSql() {
     const err = $("sql-error"), note = $("sql-note");
     const head = $("sql-result").tHead, body = $("sql-result").tBodies[0];
     err.hidden = true; note.textContent = "running…";
     head.textContent = ""; body.textContent = "";
+    sqlChart.answer = null; chartAnswer();
     try {
-      const a = await api("/api/sql", { sql: $("sql-text").value });
+      const params = $("sql-params").value.split("\n").filter((line) => line !== "");
+      const a = await api("/api/sql", { sql: $("sql-text").value, params });
       const hr = head.insertRow();
       for (const c of a.columns) { const th = document.createElement("th"); th.textContent = c; hr.append(th); }
       for (const row of a.rows) {
@@ -476,10 +637,73 @@
         for (const v of row) tr.insertCell().textContent = v === null ? "NULL" : typeof v === "object" ? JSON.stringify(v) : String(v);
       }
       note.textContent = `${a.rows.length} rows` + (a.truncated ? " (the first ones only)" : "");
+      sqlChart.answer = a; chartAnswer();
     } catch (e) {
       note.textContent = "";
       err.textContent = e.message; err.hidden = false;
     }
+  }
+
+  // the console's answer as a chart: x and y columns picked among the numeric ones
+  const sqlChart = { answer: null, plot: null, x: null, ys: null };
+  // a cell as a number: numbers; decimals, NaN and ±inf (sent as text: NaN and inf as
+  // gaps); timestamps (ISO text) as seconds since the epoch. undefined: not a number.
+  const ISO = /^\d{4}-\d\d-\d\d[T ]\d\d:\d\d/;
+  function cellNumber(v) {
+    if (v === null || typeof v === "number") return v;
+    if (typeof v !== "string") return undefined;
+    if (["nan", "inf", "-inf"].includes(v.toLowerCase())) return null;
+    if (/^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$/.test(v)) return Number(v);
+    if (ISO.test(v)) { const t = Date.parse(v); return isNaN(t) ? undefined : t / 1000; }
+    return undefined;
+  }
+  function numericColumns(a) {
+    return a.columns.map((name, i) => ({ name, i, time: a.rows.some((r) => typeof r[i] === "string" && ISO.test(r[i])) }))
+      .filter(({ i }) => a.rows.some((r) => r[i] !== null) && a.rows.every((r) => cellNumber(r[i]) !== undefined));
+  }
+  function chartAnswer() {
+    const a = sqlChart.answer, controls = $("sql-chart-controls"), box = $("sql-chart");
+    if (sqlChart.plot) { sqlChart.plot.destroy(); sqlChart.plot = null; }
+    box.textContent = "";
+    const numeric = a ? numericColumns(a) : [];
+    controls.hidden = !numeric.length;
+    if (!numeric.length) { $("sql-chart-note").textContent = a && a.rows.length ? "No numeric column to draw." : ""; return; }
+    const xSelect = $("sql-x"), ys = $("sql-y");
+    const key = JSON.stringify(a.columns);
+    if (sqlChart.columns !== key) {  // a new shape of answer: the default picks again
+      sqlChart.columns = key;
+      const named = numeric.find((c) => ["step", "x", "time"].includes(c.name.toLowerCase()));
+      xSelect.length = 0;
+      xSelect.add(new Option("(row number)", "-1"));
+      for (const c of numeric) xSelect.add(new Option(c.name, String(c.i)));
+      xSelect.value = named ? String(named.i) : "-1";
+      ys.textContent = "";
+      for (const c of numeric) {
+        const label = document.createElement("label");
+        const box = document.createElement("input");
+        box.type = "checkbox"; box.value = String(c.i); box.checked = !named || c.i !== named.i;
+        box.addEventListener("change", chartAnswer);
+        label.append(box, document.createTextNode(" " + c.name));
+        ys.append(label);
+      }
+    }
+    const xi = Number(xSelect.value);
+    const picked = [...ys.querySelectorAll("input")].filter((b) => b.checked && Number(b.value) !== xi).map((b) => Number(b.value));
+    for (const label of ys.querySelectorAll("label")) label.style.color = "";
+    if (!picked.length) { $("sql-chart-note").textContent = "Tick a column to draw."; return; }
+    // uPlot draws lines along x: rows in x order, those without an x left out
+    const rows = a.rows.map((r, n) => [xi < 0 ? n : cellNumber(r[xi]), r]).filter(([x]) => x !== null).sort((p, q) => p[0] - q[0]);
+    const data = [rows.map(([x]) => x), ...picked.map((i) => rows.map(([, r]) => cellNumber(r[i])))];
+    const series = [{ label: xi < 0 ? "row" : a.columns[xi] }];
+    picked.forEach((i, k) => {
+      const col = PALETTE[k % PALETTE.length];
+      series.push({ label: a.columns[i], stroke: col, width: 1.5, points: { show: rows.length < 60 } });
+      for (const b of ys.querySelectorAll("input")) if (Number(b.value) === i) b.parentElement.style.color = col;
+    });
+    $("sql-chart-note").textContent = `${rows.length} points` + (rows.length < a.rows.length ? ` (${a.rows.length - rows.length} rows without an x left out)` : "");
+    sqlChart.plot = new uPlot({ width: 720, height: 300, series, legend: { show: false },
+                                scales: { x: { time: xi >= 0 && numeric.find((c) => c.i === xi).time } },
+                                axes: [{}, { size: 56, values: (u, ticks) => ticks.map(tick) }] }, data, box);
   }
 
   function renderGroupKeys() {
@@ -582,6 +806,7 @@
       select.addEventListener("change", () => { media.pick.set(card.key, select.value); histCard(card); });
       el.append(select);
     }
+    el.append(sqlPanel([card.rows[runs.indexOf(run)].query]));
     const steps = card.rows[runs.indexOf(run)].steps;
     const note = document.createElement("div"); note.className = "note";
     note.textContent = steps.length ? `${runLabel(run)}: ${steps.length} steps, ${steps[0].step} … ${steps[steps.length - 1].step}` : `${runLabel(run)}: no histogram to draw`;
@@ -645,7 +870,7 @@
     const el = card.el;
     el.textContent = "";
     const h = document.createElement("h4"); h.textContent = card.key;
-    el.append(h);
+    el.append(h, sqlPanel(card.rows.map((r) => r.query)));
     const steps = [...new Set(card.rows.flatMap((r) => r.items.map((i) => i.step)))].sort((a, b) => a - b);
     const newest = steps[steps.length - 1];
     let at = media.at.get(card.key);
@@ -713,7 +938,9 @@
     if (polling) return;
     polling = true;
     try {
-      const runs = await api("/api/runs");
+      const answer = await api("/api/runs");
+      const runs = answer.runs;
+      state.queries = answer.queries;
       const before = JSON.stringify(state.runs);
       const fresh = JSON.stringify(runs) !== before;
       const known = new Set(state.runs.map(runId));
@@ -730,6 +957,8 @@
         loadMedia();
       }
       if (live && $("run-key").value && !$("table").hidden) loadSummary();
+      if ((fresh || live) && !$("traces").hidden) loadTraces();
+      if ((fresh || live) && !$("events").hidden) loadEvents();
       $("status").textContent = `${runs.length} run${runs.length === 1 ? "" : "s"} · ${live ? "live" : "up to date"}`;
     } catch (e) {
       $("status").textContent = "cannot reach the dashboard: " + e.message;
@@ -744,6 +973,8 @@
       for (const o of document.querySelectorAll("nav button")) o.classList.toggle("on", o === b);
       for (const v of document.querySelectorAll(".view")) v.hidden = v.id !== b.dataset.view;
       if (b.dataset.view === "generations") loadGenerations();
+      if (b.dataset.view === "traces") loadTraces();
+      if (b.dataset.view === "events") loadEvents();
     });
   }
   $("filter").addEventListener("input", (e) => { state.filter = e.target.value; renderCharts(); renderMedia(); });
@@ -758,7 +989,11 @@
   $("run-filter").addEventListener("input", renderTable);
   $("run-key").addEventListener("change", loadSummary);
   $("gen-search").addEventListener("input", () => { clearTimeout(genTimer); genTimer = setTimeout(loadGenerations, 200); });
+  $("trace-search").addEventListener("input", () => { clearTimeout(traceTimer); traceTimer = setTimeout(loadTraces, 200); });
+  $("event-level").addEventListener("change", loadEvents);
+  $("event-kind").addEventListener("change", loadEvents);
   $("sql-run").addEventListener("click", runSql);
+  $("sql-x").addEventListener("change", chartAnswer);
   $("sql-text").addEventListener("keydown", (e) => { if (e.key === "Enter" && e.ctrlKey) runSql(); });
 
   document.addEventListener("mouseup", () => {
@@ -770,7 +1005,7 @@
     }
   });
 
-  window.tracklake = { state, charts, media, poll, toggleRun };
+  window.tracklake = { state, charts, media, traces, sqlChart, poll, toggleRun };
   poll();
   setInterval(poll, POLL_MS);
 })();
