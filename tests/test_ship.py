@@ -269,3 +269,30 @@ def test_a_local_folder_inside_the_store_or_around_it_is_refused(root: Path) -> 
         with pytest.raises(ValueError, match="must be apart"):
             tracklake.init(project="p", run_id="r", root=root, local_root=local)
     assert not list((root / "runs").iterdir())  # refused before anything was written
+
+
+def test_a_fifo_or_a_link_named_as_a_segment_is_never_opened(root: Path,
+                                                              tmp_path: Path) -> None:
+    """Planted in the node-local folder or in the root's stream directory, a FIFO (which
+    would block its reader) or a link out of the folder is passed over, and the records
+    are shipped."""
+    from tracklake._format import segment_name
+
+    local = local_base(tmp_path / "node-local", root)
+    with tracklake.init(project="p", run_id="r", root=local, capture_identity=False) as run:
+        run.log({"x": 1.0}, step=0)
+    shutil.copytree(local / "runs", root / "runs", dirs_exist_ok=True)
+    shutil.rmtree(local / "runs")
+    ident = StreamId("p", "r", 0, 1, "metrics")
+    os.mkfifo(stream_dir(local, ident) / segment_name(7, 100))
+    (stream_dir(local, ident) / segment_name(8, 200)).symlink_to(tmp_path / "elsewhere")
+    (tmp_path / "elsewhere").write_bytes(b"not a segment")
+    stream_dir(root, ident).mkdir(parents=True)
+    os.mkfifo(stream_dir(root, ident) / segment_name(9, 50))
+    done = _ship(root, tmp_path / "node-local")
+    assert done.returncode == 0, done.stderr
+    assert "shipped 1 records" in done.stdout
+    rows = tracklake.query("SELECT step, value FROM metrics WHERE key = 'x'",
+                           root=root).to_pylist()
+    assert rows == [{"step": 0, "value": 1.0}]
+    assert (tmp_path / "elsewhere").read_bytes() == b"not a segment"

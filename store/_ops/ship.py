@@ -69,16 +69,22 @@ def _seq_last(batch: pa.RecordBatch) -> int:
     return int(seqs[len(seqs) - 1].as_py())
 
 
+def _files(directory: Path) -> list[str]:
+    """The names of the regular files in `directory` (none if it is missing): a link,
+    FIFO or device planted under a segment's name is never opened."""
+    try:
+        with os.scandir(directory) as entries:
+            return [e.name for e in entries if e.is_file(follow_symlinks=False)]
+    except FileNotFoundError:
+        return []
+
+
 def shipped_seq(directory: Path) -> int:
     """The highest sequence number a stream directory of the root holds (-1: none): its
     parts' names and its segments' complete batches."""
     highest = -1
     segments: list[tuple[int, Path]] = []
-    try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
-        return -1
-    for name in names:
+    for name in _files(directory):
         part = parse_part_name(name)
         if part is not None:
             highest = max(highest, part[1])
@@ -183,7 +189,7 @@ class Shipper:
     def _ship_stream(self, stream: _Stream, report: ShipReport) -> None:
         if stream.shipped is None:
             stream.shipped = shipped_seq(stream.shared)
-        segments = sorted((n, stream.local / name) for name in os.listdir(stream.local)
+        segments = sorted((n, stream.local / name) for name in _files(stream.local)
                           if (n := (parse_segment_name(name) or (None,))[0]) is not None)
         for i, (_, path) in enumerate(segments):
             sealed = self._ship_segment(stream, path, report)
