@@ -296,3 +296,45 @@ def test_a_fifo_or_a_link_named_as_a_segment_is_never_opened(root: Path,
                            root=root).to_pylist()
     assert rows == [{"step": 0, "value": 1.0}]
     assert (tmp_path / "elsewhere").read_bytes() == b"not a segment"
+
+
+def test_a_root_that_fails_mid_append_loses_and_doubles_nothing(
+        root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The root's disk fills while a batch is appended (half of it written): that
+    segment is cut and ended, and the next round ships from the last whole batch into a
+    new segment: readers see every record once, none lost behind a tear."""
+    import errno
+
+    from tracklake._format import segment as segments
+
+    local = local_base(tmp_path / "node-local", root)
+    with tracklake.init(project="p", run_id="r", root=local, capture_identity=False,
+                        flush_interval=0.01) as run:
+        for step in range(300):
+            run.log({"x": float(step)}, step=step)
+            if step % 20 == 0:
+                run.flush()
+    shutil.copytree(local / "runs", root / "runs", dirs_exist_ok=True)
+    shutil.rmtree(local / "runs")
+    real_write = segments.SegmentWriter._write
+    calls = 0
+
+    def full_disk(self: segments.SegmentWriter, data: bytes | bytearray) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 6:  # half a batch reaches the disk, then it is full
+            real_write(self, bytes(data)[: len(data) // 2])
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_write(self, data)
+
+    shipper = Shipper(local, root)
+    with monkeypatch.context() as m:
+        m.setattr(segments.SegmentWriter, "_write", full_disk)
+        with pytest.raises(OSError, match="No space"):
+            shipper.ship(leftovers=True)
+    shipper.ship()
+    shipper.close()
+    rows = tracklake.query("SELECT step FROM metrics WHERE key = 'x'", root=root).to_pylist()
+    assert Counter(r["step"] for r in rows) == Counter(range(300))
+    _once(root)
+    assert _local_segments(local) == []

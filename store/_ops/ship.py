@@ -214,7 +214,13 @@ class Shipper:
                 last = _seq_last(batch)
                 if last <= stream.shipped:
                     continue  # shipped before (a shipper killed after shipping it)
-                self._output(stream, batch).append(batch)
+                out = self._output(stream, batch)
+                try:
+                    out.append(batch)
+                except OSError:  # the root is full or failing: never append after a tear
+                    stream.out = None
+                    out.abandon()
+                    raise
                 stream.shipped = last
                 report.records += batch.num_rows
                 report.batches += 1
