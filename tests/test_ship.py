@@ -268,6 +268,10 @@ def test_a_local_folder_inside_the_store_or_around_it_is_refused(root: Path) -> 
     for local in (root / "local", root.parent):
         with pytest.raises(ValueError, match="must be apart"):
             tracklake.init(project="p", run_id="r", root=root, local_root=local)
+    unusable = root.parent / "a-file"
+    unusable.write_text("")
+    with pytest.raises(OSError, match="node-local folder"):
+        tracklake.init(project="p", run_id="r", root=root, local_root=unusable / "x")
     assert not list((root / "runs").iterdir())  # refused before anything was written
 
 

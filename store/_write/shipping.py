@@ -45,7 +45,16 @@ def ship_folder(local_root: str | os.PathLike[str] | None, root: Path) -> Path |
     if local == shared or shared in local.parents or local in shared.parents:
         raise ValueError(f"ship mode: the node-local folder {local} and the store {shared} "
                          f"must be apart ({LOCAL_ROOT_ENV} or init(local_root=...))")
-    return local_base(local, shared)
+    base = local_base(local, shared)
+    try:
+        base.mkdir(parents=True, exist_ok=True)  # before anything is written to the store
+    except OSError as exc:
+        raise OSError(exc.errno, f"ship mode: cannot use the node-local folder {local} "
+                      f"({LOCAL_ROOT_ENV}): {exc.strerror}") from exc
+    if not os.access(base, os.W_OK | os.X_OK):
+        raise PermissionError(f"ship mode: the node-local folder {base} is not writable "
+                              f"({LOCAL_ROOT_ENV})")
+    return base
 
 
 class ShipThread:
