@@ -119,6 +119,19 @@ class _Worker:
             del job
 
 
+#: Called when the thread waiting for bounded work is interrupted (`on_interrupt`), and
+#: how long it then waits for the work to end.
+_stoppers: list[Callable[[], None]] = []
+STOP_WAIT_SECONDS = 10.0
+
+
+def on_interrupt(stop: Callable[[], None]) -> None:
+    """Have `stop()` called (from the interrupted thread) to end running work when the
+    thread waiting for a `bounded` call is interrupted: a query stops at once."""
+    if stop not in _stoppers:
+        _stoppers.append(stop)
+
+
 _idle: list[_Worker] = []
 _idle_lock = threading.Lock()
 
@@ -139,7 +152,18 @@ def bounded(call: Callable[[], T], where: object) -> T:
     if worker is None:
         worker = _Worker()
     worker.jobs.put(job)
-    _wait(job, watch, seconds)
+    try:
+        _wait(job, watch, seconds)
+    except NoAnswerError:
+        raise  # the worker is blocked in the file system: abandoned
+    except BaseException:
+        # Ctrl-C or an exit while the work computes: stop it and let it end before this
+        # thread goes on, so that interpreter shutdown never meets the worker inside a
+        # library's native code (a daemon thread ended there aborts the process)
+        for stop in _stoppers:
+            stop()
+        job.done.wait(STOP_WAIT_SECONDS)
+        raise
     with _idle_lock:
         _idle.append(worker)
     if job.error is not None:

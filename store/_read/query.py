@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 import pyarrow as pa
 
 from tracklake._errors import FormatError, NewerFormatError, QueryError
-from tracklake._format.bounded import bounded, elsewhere
+from tracklake._format.bounded import bounded, elsewhere, on_interrupt
 from tracklake._format.part import read_part_table
 
 if TYPE_CHECKING:
@@ -416,6 +416,9 @@ def interrupt_queries() -> None:
     with _running_lock:
         for con in list(_running):
             con.interrupt()
+
+
+on_interrupt(interrupt_queries)  # a bounded read interrupted stops its query too
 
 
 def stream_query(sql: str, write: Callable[[pa.RecordBatch], None],
