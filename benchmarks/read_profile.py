@@ -129,13 +129,17 @@ def profile(root: Path, sql: str, warmup: int, repeat: int) -> dict[str, float]:
     return {name: statistics.median(values) * 1000 for name, values in per.items()}
 
 
-def cprofile(root: Path, sql: str, repeat: int, top: int) -> None:
-    """The questions under cProfile, enabled inside the read worker's thread."""
+def cprofile(root: Path, sql: str, warmup: int, repeat: int, top: int) -> None:
+    """The questions under cProfile, enabled inside the read worker's thread, after
+    `warmup` unprofiled ones."""
     import cProfile
     import pstats
 
     import tracklake
     from tracklake._read import query
+
+    for _ in range(warmup):
+        tracklake.query(sql, root=root)
 
     profiler = cProfile.Profile()
     inner = query._connect
@@ -170,7 +174,7 @@ def main() -> None:
     args = parser.parse_args()
     sql = sql_of(args.root, "tracklake", args.question, middle_run(args.root))
     if args.cprofile:
-        cprofile(args.root, sql, args.repeat, args.top)
+        cprofile(args.root, sql, args.warmup, args.repeat, args.top)
         return
     spans = profile(args.root, sql, args.warmup, args.repeat)
     print(f"{args.question} on {args.root}: median of {args.repeat} warm questions, ms")
