@@ -175,6 +175,11 @@ def test_a_question_on_metric_summaries_reads_the_values_of_resumed_runs_only(
     ("SELECT * FROM metrics m WHERE m.run = 'a' AND m.project = 'p'", "p", "a"),
     ("SELECT count(*) FROM texts WHERE 'a' = RUN", None, "a"),
     ("SELECT * FROM runs WHERE run = 'a'", None, "a"),
+    ("SELECT * FROM (SELECT step FROM metrics WHERE run = 'a' ORDER BY step) LIMIT 101",
+     None, "a"),  # what `tracklake sql` asks to show the first rows
+    ("SELECT * FROM (SELECT * FROM metrics) WHERE run = 'a'", None, None),
+    ("SELECT * FROM (SELECT * FROM metrics WHERE run = 'a') WHERE step IN (SELECT 1)",
+     None, None),
     ("SELECT * FROM metrics WHERE run = 'a' OR key = 'k'", None, None),
     ("SELECT * FROM metrics m JOIN texts t USING (run) WHERE run = 'a'", None, None),
     ("SELECT * FROM metrics WHERE run = 'a' AND step > (SELECT max(step) FROM texts)",

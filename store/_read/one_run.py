@@ -3,11 +3,12 @@ tree, so that a question about one run reads that run's files only.
 
 Only a shape whose answer cannot depend on any other run counts: one SELECT of one of
 tracklake's views (no join, set operation, CTE, sample or subquery anywhere: a sample
-drawn before the WHERE would draw from other rows) whose WHERE clause
-is ``run = 'literal'`` or has it as one of its top-level AND terms (likewise
-``project``). Every row the view holds of another run fails that WHERE, so the view
-holding that run's rows only gives the same answer. Anything else, or a parse tree of a
-shape this code does not know (another DuckDB version), restricts nothing.
+drawn before the WHERE would draw from other rows) whose WHERE clause is ``run =
+'literal'`` or has it as one of its top-level AND terms (likewise ``project``), or a
+SELECT from nothing but such a SELECT. Every row the view holds of another run fails
+that WHERE, so the view holding that run's rows only gives the same answer. Anything
+else, or a parse tree of a shape this code does not know (another DuckDB version),
+restricts nothing.
 """
 
 from __future__ import annotations
@@ -54,17 +55,26 @@ def _parse_tree(sql: str) -> Any:
 def narrowed_to(sql: str, views: set[str]) -> dict[str, str]:
     """{"project": ..., "run": ...} (either or both) that every row of `sql`'s answer
     comes from, if `sql` is one SELECT of one of `views` (lower case) narrowed by them as
-    the module says; {} otherwise."""
+    the module says, or a SELECT of nothing but such a SELECT (as `first_rows_sql` wraps
+    a statement); {} otherwise."""
     tree = _parse_tree(sql)
     statements = tree.get("statements") if tree else None
     if not isinstance(statements, list) or len(statements) != 1:
         return {}
-    node = statements[0].get("node")
+    return _narrowed(statements[0].get("node"), views)
+
+
+def _narrowed(node: Any, views: set[str]) -> dict[str, str]:
     if not isinstance(node, dict) or node.get("type") != "SELECT_NODE" or \
             node.get("cte_map", {}).get("map") or node.get("sample") or \
             _holds_subquery(node):
         return {}
     table = node.get("from_table")
+    if isinstance(table, dict) and table.get("type") == "SUBQUERY" and \
+            not table.get("sample") and isinstance(table.get("subquery"), dict):
+        # the outer SELECT reads the inner one's answer alone: it can only drop, shape
+        # or order those rows
+        return _narrowed(table["subquery"].get("node"), views)
     if not isinstance(table, dict) or table.get("type") != "BASE_TABLE" or \
             table.get("schema_name") or table.get("catalog_name") or \
             table.get("column_name_alias") or table.get("sample") or \
