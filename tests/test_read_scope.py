@@ -168,3 +168,90 @@ def test_a_question_on_metric_summaries_reads_the_values_of_resumed_runs_only(
     assert {"run": "plain", "key": "loss", "count": 1, "min": 3.0, "max": 3.0,
             "last_value": 3.0} in answer
     assert values_of == (["r"] if compacted else ["plain", "r"])  # live tails are read
+
+
+@pytest.mark.parametrize(("sql", "project", "run"), [
+    ("SELECT step, value FROM metrics WHERE run = 'a' AND key = 'k' ORDER BY step", None, "a"),
+    ("SELECT * FROM metrics m WHERE m.run = 'a' AND m.project = 'p'", "p", "a"),
+    ("SELECT count(*) FROM texts WHERE 'a' = RUN", None, "a"),
+    ("SELECT * FROM runs WHERE run = 'a'", None, "a"),
+    ("SELECT * FROM (SELECT step FROM metrics WHERE run = 'a' ORDER BY step) LIMIT 101",
+     None, "a"),  # what `tracklake sql` asks to show the first rows
+    ("SELECT * FROM (SELECT * FROM metrics) WHERE run = 'a'", None, None),
+    ("SELECT * FROM (SELECT * FROM metrics WHERE run = 'a') WHERE step IN (SELECT 1)",
+     None, None),
+    ("SELECT * FROM metrics WHERE run = 'a' OR key = 'k'", None, None),
+    ("SELECT * FROM metrics m JOIN texts t USING (run) WHERE run = 'a'", None, None),
+    ("SELECT * FROM metrics WHERE run = 'a' AND step > (SELECT max(step) FROM texts)",
+     None, None),
+    ("WITH x AS (SELECT 1) SELECT * FROM metrics WHERE run = 'a'", None, None),
+    ("SELECT * FROM metrics WHERE run = 'a' UNION ALL SELECT * FROM metrics", None, None),
+    ("SELECT * FROM metrics USING SAMPLE 10 ROWS (reservoir, 42) WHERE run = 'a'",
+     None, None),
+    ("SELECT * FROM metrics t(x, y) WHERE run = 'a'", None, None),
+    ("SELECT * FROM metrics WHERE run = '../../elsewhere'", None, None),
+    ("SELECT * FROM metrics WHERE run = $1", None, None),
+    ("SELECT * FROM metrics WHERE run = 'a' AND run = 'b'", None, None),
+    ("SELECT * FROM metrics WHERE run = 'a'; SELECT 1", None, None),
+])
+def test_a_question_is_narrowed_to_one_run_only_where_no_other_run_can_reach_its_answer(
+        sql: str, project: str | None, run: str | None) -> None:
+    scope = scope_of_sql(sql)
+    assert (scope.project, scope.run) == (project, run)
+
+
+@pytest.mark.parametrize("compacted", [False, True])
+def test_a_question_about_one_run_opens_none_of_the_other_runs_files(
+        root: Path, compacted: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every other run's parts are damaged and their directories watched: the question
+    about run `a` sees no damage, lists none of their directories, and gets the answer
+    a connection over everything gives."""
+    from tracklake._read import listing
+
+    _resumed_run(root)
+    for run_id in ("a", "b"):
+        with tracklake.init(project="p", run_id=run_id, root=root,
+                            capture_identity=False) as run:
+            for step in range(4):
+                run.log({"loss": float(step)}, step=step)
+    sql = "SELECT run, attempt, step, value FROM metrics WHERE run = 'a' ORDER BY step"
+    with tracklake.connect(root) as con:
+        everything = con.sql(sql).to_arrow_table()
+    if compacted:
+        tracklake.compact(root=root)
+        tracklake.query("SELECT count(*) FROM runs", root=root)  # the catalog written
+        for part in (root / "metrics").rglob("*.parquet"):
+            if "run=a" not in str(part):
+                part.write_bytes(b"not parquet")
+    listed: list[str] = []
+    for name in ("listdir_at", "subdirs_at"):
+        real = getattr(listing, name)
+
+        def watched(base: Path, rel: str, real: object = real) -> list[str]:
+            listed.append(rel)
+            return real(base, rel)  # type: ignore[operator, no-any-return]
+        monkeypatch.setattr(listing, name, watched)
+    problems = tracklake.ReadProblems()
+    answer = tracklake.query(sql, root=root, problems=problems)
+    assert answer.equals(everything) and answer.num_rows == 4
+    assert problems.damaged == []
+    assert not [rel for rel in listed if "run=" in rel and "run=a" not in rel]
+    if compacted:  # the same store over everything: the damage is there to be found
+        tracklake.query("SELECT count(*) FROM metrics", root=root, problems=problems)
+        assert len(problems.damaged) == 3  # r's two attempts' parts, and b's
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT attempt, step, text FROM texts WHERE run = 'r' ORDER BY ALL",
+    "SELECT attempt, step, value FROM metrics WHERE run = 'r' ORDER BY ALL",
+    "SELECT key, count, last_value FROM metric_summaries WHERE run = 'r' ORDER BY ALL",
+    "SELECT status, attempts FROM runs WHERE project = 'p' AND run = 'r'",
+])
+def test_a_resumed_runs_answers_are_the_same_when_narrowed_to_it(root: Path,
+                                                                 sql: str) -> None:
+    _resumed_run(root)
+    assert scope_of_sql(sql).run == "r"
+    with tracklake.connect(root) as con:
+        everything = con.sql(sql).to_arrow_table()
+    assert tracklake.query(sql, root=root).equals(everything)
+    assert everything.num_rows > 0

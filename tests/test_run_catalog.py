@@ -312,3 +312,22 @@ def test_a_catalogued_run_shows_the_status_of_its_attempts_as_of_the_question(
     assert first[0] == expected
     assert first[1] == [{"run": "r2", "attempt": 1, "status": "running"},
                         {"run": "r2", "attempt": 2, "status": "running"}]
+
+
+def test_a_catalog_read_before_is_read_again_once_it_is_replaced(root: Path) -> None:
+    """A settled catalog is kept in memory after its first read, and read again from the
+    file once that is another file (a reader's rename), even with the same mtime."""
+    _store(root)
+    expected = _answers(root)
+    path = root / CATALOG_FILE
+    old = time.time() - 30
+    os.utime(path, (old, old))  # older than a coarse mtime's tick: it may be kept
+    _assert_same(_answers(root), expected)
+    assert path in catalog._read_before
+    stat = path.stat()
+    replacement = path.with_name("replacement")
+    replacement.write_bytes(b"\x00not a catalog")
+    os.utime(replacement, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    os.replace(replacement, path)  # as readers replace it: a new inode, here a damaged one
+    _assert_same(_answers(root), expected)
+    assert _catalogued(root) == ["r0", "r1", "r2"]  # found damaged, and written again

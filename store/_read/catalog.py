@@ -19,13 +19,17 @@ Like `decoded`, the catalog is never the only copy of anything: delete it at any
 the next reader rebuilds it from the files. Training ranks never read or write it;
 readers replace it whole (`write_atomic`), so concurrent readers see one version or the
 other and need no lock; a file with another version, a wrong checksum or an unexpected
-schema is ignored and rebuilt. A store the reader cannot write is read without it.
+schema is ignored and rebuilt. A store the reader cannot write is read without it. A
+process keeps the table of a catalog file it read while the file stays the same (device,
+inode, size, mtime, and older than `RACY_SECONDS`), so a warm question does not decode it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import threading
+import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,6 +83,14 @@ _SCHEMA = pa.schema([("project", pa.string()), ("run", pa.string()),
 #: The mtime recorded for a directory that did not exist (a run without metrics yet).
 ABSENT = -1
 
+#: Catalog files this process read whole and checked, by path: (device, inode, size,
+#: mtime) and their table. Readers replace a catalog by a rename (a new inode); the
+#: table is a catalog's like any other, its entries checked against the runs' mtimes.
+_read_before: dict[Path, tuple[tuple[int, int, int, int], pa.Table]] = {}
+_read_before_lock = threading.Lock()
+#: Stores whose catalog is kept so (a 10,000-run catalog is ≈ 20 MB).
+_READ_BEFORE_ROOTS = 2
+
 
 @dataclass
 class RunEntry:
@@ -122,9 +134,18 @@ class RunCatalog:
         """The catalog file's table: a header line (version, CRC-32 of the rest), then an
         Arrow IPC stream; empty if missing, of another version, damaged or of another
         schema (entries are used without checking the files again, so a damaged catalog
-        must not pass for a whole one)."""
+        must not pass for a whole one). A file this process already read whole, still
+        the same file (device, inode, size, mtime) and older than `RACY_SECONDS`, is not
+        read again (`_read_before`)."""
         try:
-            header, _, body = self.path.read_bytes().partition(b"\n")
+            with open(self.path, "rb") as f:
+                st = os.fstat(f.fileno())
+                key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+                with _read_before_lock:
+                    known = _read_before.get(self.path)
+                if known is not None and known[0] == key:
+                    return known[1]
+                header, _, body = f.read().partition(b"\n")
             meta = json.loads(header)
             if not isinstance(meta, dict) or meta.get("version") != CATALOG_VERSION or \
                     meta.get("crc32") != zlib.crc32(body):
@@ -132,7 +153,16 @@ class RunCatalog:
             table = pa.ipc.open_stream(body).read_all()
         except (OSError, ValueError, pa.ArrowException):
             return empty_table(_SCHEMA)  # none yet, unreadable or damaged: rebuilt
-        return table if table.schema.equals(_SCHEMA) else empty_table(_SCHEMA)
+        if not table.schema.equals(_SCHEMA):
+            return empty_table(_SCHEMA)
+        if st.st_mtime_ns < time.time_ns() - int(RACY_SECONDS * 1e9):
+            # older than a coarse mtime's tick: a change in place would show in the mtime
+            with _read_before_lock:
+                _read_before.pop(self.path, None)
+                while len(_read_before) >= _READ_BEFORE_ROOTS:
+                    _read_before.pop(next(iter(_read_before)))
+                _read_before[self.path] = (key, table)
+        return table
 
     def settled(self, project: str | None, run: str | None) -> set[tuple[str, str]]:
         """(project, run) of the catalogued runs (of `project` / `run` if given) whose

@@ -69,6 +69,9 @@ def resumed_in(summaries: pa.Table) -> list[tuple[str, str]]:
     """(project, run) of the runs whose metric summaries come from more than one attempt."""
     if not summaries.num_rows:
         return []
+    bounds = pc.min_max(summaries.column("attempt"))
+    if bounds["min"].as_py() == bounds["max"].as_py():
+        return []  # one attempt number in all: no run has two (no grouping to pay for)
     counts = summaries.group_by(["project", "run"]).aggregate(
         [("attempt", "count_distinct")])
     many = counts.filter(pc.greater(counts.column("attempt_count_distinct"), 1))

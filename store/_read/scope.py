@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tracklake._format import KINDS
+from tracklake._read.one_run import narrowed_to
 
 #: Views over the attempt files only.
 _ATTEMPT_VIEWS = frozenset({"runs", "run_attempts"})
@@ -33,9 +34,10 @@ class Scope:
 
     @property
     def everything(self) -> bool:
-        return self.kinds == frozenset(KINDS) and self.attempts and self.run is None
+        return self.kinds == frozenset(KINDS) and self.attempts and self.project is None \
+            and self.run is None
 
-    def for_run(self, project: str, run: str) -> Scope:
+    def for_run(self, project: str | None, run: str | None) -> Scope:
         return Scope(self.kinds, self.attempts, project, run, self.metric_values)
 
 
@@ -53,8 +55,15 @@ def scope_of_views(names: set[str]) -> Scope:
                  metric_values=bool(names & {"metrics", "metrics_all"}))
 
 
+def view_names() -> set[str]:
+    """Every view a tracklake connection has (lower case)."""
+    return {*KINDS, *(f"{k}_all" for k in KINDS), "run_configs", *_SUMMARY_VIEWS,
+            *_ATTEMPT_VIEWS}
+
+
 def scope_of_sql(sql: str) -> Scope:
-    """The views `sql` names, by DuckDB's own parser; everything when it cannot tell."""
+    """The views `sql` names, by DuckDB's own parser, and the one run (or project) it is
+    restricted to, if any (`one_run`); everything when it cannot tell."""
     import duckdb
 
     names: set[str] = set()
@@ -66,4 +75,7 @@ def scope_of_sql(sql: str) -> Scope:
     scope = scope_of_views(names)
     if not scope.kinds and not scope.attempts:
         return EVERYTHING  # none of the views: it may be looking at the catalog itself
+    narrowed = narrowed_to(sql, view_names())
+    if narrowed:
+        scope = scope.for_run(narrowed.get("project"), narrowed.get("run"))
     return scope
