@@ -1,0 +1,330 @@
+#!/usr/bin/env python
+"""Dashboard benchmark: `tracklake ui` beside trackio's dashboard (`trackio show`), on the
+same runs, each logged through its own tool's API and served by its own server process.
+
+Data: ``--runs`` runs (default 4) x ``--keys`` keys (default 16, ``train/metric00`` ...)
+x ``--steps`` steps (default 10,000; ``--steps 100000`` for the larger case), one
+``log`` of every key per step, values from ``random.Random(run)`` made before the run
+starts. Each tool writes into its own folder of one temporary directory: tracklake with
+``tracklake.init(project=..., run_id=..., root=..., system_metrics=False,
+compact=False)``, ``run.log``, ``run.finish`` and then ``tracklake.compact`` (which
+``finish()`` would otherwise start in the background); trackio with ``trackio.init(
+project=..., name=..., auto_log_cpu=False, auto_log_gpu=False)``, ``trackio.log``,
+``trackio.finish`` and ``TRACKIO_DIR`` set to its folder. Every row each store holds is
+counted afterwards, so a tool that dropped data would fail here.
+
+trackio is no dependency of tracklake: its side runs as subprocesses of another
+interpreter, ``--trackio-python`` (default ``/tmp/trackio-venv/bin/python``), which this
+benchmark makes when it is missing, as::
+
+    python -m venv /tmp/trackio-venv && /tmp/trackio-venv/bin/pip install trackio==0.43.0
+
+Measured, for each tool:
+
+- log: the logging loops (``init`` to ``finish`` of every run, in one process);
+- start: from starting the dashboard's server process (``tracklake ui --port P``;
+  ``trackio show --project P`` with ``GRADIO_SERVER_PORT``) to its page answering;
+- chart: the request that gives a chart its data, as the page makes it, on loopback
+  HTTP: for tracklake ``GET /api/series?key=K&x=step&ranks=first&buckets=480`` with
+  every run (one request per chart, the page asks as charts scroll into view); for
+  trackio ``POST /api/get_logs_batch {project, runs, scalar_only: true}`` (its
+  Metrics page, ``frontend/src/pages/Metrics.svelte``, asks once for every key of up to
+  64 runs: every row of each run read from SQLite, cut to 3,000 rows, and every chart
+  drawn from that answer). The first request, then the best of ``--repeat`` (default 3)
+  more (trackio's cache of these answers is only on in a Hugging Face Space);
+- all charts: the data of every key's chart (tracklake: one request per key, six at a
+  time as a browser's connections to one host allow; trackio: the same single request);
+- RSS: the server process's resident memory (with any children) after answering;
+- disk: the bytes of each store.
+
+Printed: a table of both tools' figures and their ratio (tracklake / trackio).
+
+Usage (from the repository root)::
+
+    python benchmarks/dashboard.py
+    python benchmarks/dashboard.py --steps 100000 --trackio-python /tmp/trackio-venv/bin/python
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from urllib.parse import urlencode
+
+PROJECT = "bench"
+WIDTH = 480  # the tracklake page's chart width: the buckets its series requests ask for
+
+
+def keys(count: int) -> list[str]:
+    return [f"train/metric{k:02d}" for k in range(count)]
+
+
+def values(run: int, names: list[str], steps: int) -> list[dict[str, float]]:
+    rng = random.Random(run)
+    return [{name: rng.random() for name in names} for _ in range(steps)]
+
+
+def log_tracklake(root: Path, runs: int, names: list[str], steps: int) -> float:
+    import tracklake
+
+    took = 0.0
+    for r in range(runs):
+        rows = values(r, names, steps)
+        start = time.perf_counter()
+        run = tracklake.init(project=PROJECT, run_id=f"run{r}", root=root,
+                             system_metrics=False, compact=False)
+        for step, row in enumerate(rows):
+            run.log(row, step=step)
+        run.finish()
+        took += time.perf_counter() - start
+    return took
+
+
+def log_trackio(runs: int, names: list[str], steps: int) -> float:
+    import trackio  # in trackio's own interpreter, with TRACKIO_DIR set by the caller
+
+    took = 0.0
+    for r in range(runs):
+        rows = values(r, names, steps)
+        start = time.perf_counter()
+        trackio.init(project=PROJECT, name=f"run{r}", auto_log_cpu=False,
+                     auto_log_gpu=False)
+        for step, row in enumerate(rows):
+            trackio.log(row, step=step)
+        trackio.finish()
+        took += time.perf_counter() - start
+    return took
+
+
+def logged(tool: str, python: str, folder: Path, args: argparse.Namespace) -> float:
+    """Run one tool's logging loops in a process of its interpreter; their seconds."""
+    env = {**os.environ, "TRACKIO_DIR": str(folder), "HF_HUB_OFFLINE": "1"}
+    out = subprocess.run(
+        [python, __file__, "--log-with", tool, "--into", str(folder), "--runs",
+         str(args.runs), "--keys", str(args.keys), "--steps", str(args.steps)],
+        env=env, check=True, capture_output=True, text=True).stdout
+    return float(out.strip().splitlines()[-1])
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def request(url: str, body: object = None) -> object:
+    data = None if body is None else json.dumps(body).encode()
+    headers = {} if body is None else {"Content-Type": "application/json"}
+    with urllib.request.urlopen(urllib.request.Request(url, data, headers),
+                                timeout=300) as answer:
+        return json.loads(answer.read()) if body is not None or "/api/" in url else None
+
+
+def start_server(command: list[str], env: dict[str, str], url: str
+                 ) -> tuple[subprocess.Popen[bytes], float]:
+    """Start a server process; it and the seconds until `url` answered."""
+    start = time.perf_counter()
+    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as answer:
+                answer.read()
+            return process, time.perf_counter() - start
+        except OSError:
+            if process.poll() is not None:
+                raise RuntimeError(f"{command[0]} ended ({process.returncode}) before "
+                                   f"answering {url}") from None
+            time.sleep(0.02)
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident memory of `pid` and its descendants, from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue  # ended meanwhile
+            parent = int(stat.rsplit(")", 1)[1].split()[1])
+            children.setdefault(parent, []).append(int(entry.name))
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        todo.extend(children.get(p, []))
+        for line in Path(f"/proc/{p}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                total += int(line.split()[1]) * 1024
+    return total
+
+
+def timed(call: Callable[[], object], repeat: int) -> tuple[float, float]:
+    """The first call's seconds, and the best of `repeat` more."""
+    times = []
+    for _ in range(repeat + 1):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return times[0], min(times[1:])
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def disk_bytes(folder: Path) -> int:
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+
+
+def measure_tracklake(folder: Path, names: list[str], args: argparse.Namespace
+                      ) -> dict[str, float]:
+    import tracklake
+
+    figures = {"log": logged("tracklake", sys.executable, folder, args)}
+    start = time.perf_counter()
+    tracklake.compact(root=folder)
+    print(f"tracklake: compacted in {time.perf_counter() - start:.1f} s (not in the table)")
+    count = tracklake.query("SELECT count(*) AS n FROM metrics", root=folder)
+    assert count.column("n")[0].as_py() == args.runs * len(names) * args.steps, count
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    server, figures["start"] = start_server(
+        [sys.executable, "-m", "tracklake._cli.main", "ui", "--root", str(folder),
+         "--port", str(port)], dict(os.environ), base + "/")
+    try:
+        runs = request(base + "/api/runs")["runs"]  # type: ignore[index]
+        ids = [("run", f"{r['project']}/{r['run']}") for r in runs]
+
+        def chart(key: str) -> object:
+            url = base + "/api/series?" + urlencode(
+                [("key", key), ("x", "step"), ("ranks", "first"),
+                 ("buckets", str(WIDTH)), *ids])
+            answer = request(url)
+            curves = answer["curves"]  # type: ignore[index]
+            assert len(curves) == args.runs and all(
+                c["points"] == args.steps for c in curves), url
+            return answer
+
+        figures["chart"], figures["chart again"] = timed(lambda: chart(names[0]),
+                                                         args.repeat)
+        with ThreadPoolExecutor(6) as pool:
+            figures["all charts"], figures["all charts again"] = timed(
+                lambda: list(pool.map(chart, names)), args.repeat)
+        figures["rss"] = rss_bytes(server.pid)
+    finally:
+        stop(server)
+    figures["disk"] = disk_bytes(folder)
+    return figures
+
+
+def measure_trackio(python: str, folder: Path, names: list[str],
+                    args: argparse.Namespace) -> dict[str, float]:
+    figures = {"log": logged("trackio", python, folder, args)}
+    databases = list(folder.glob("*.db"))
+    with sqlite3.connect(databases[0]) as db:  # one row per step, the keys as JSON
+        rows = db.execute("SELECT count(*) FROM metrics").fetchone()[0]
+    assert rows == args.runs * args.steps, (databases, rows)
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "TRACKIO_DIR": str(folder), "GRADIO_SERVER_PORT": str(port),
+           "HF_HUB_OFFLINE": "1", "BROWSER": "true"}
+    server, figures["start"] = start_server(
+        [str(Path(python).parent / "trackio"), "show", "--project", PROJECT], env,
+        base + "/")
+    try:
+        runs = request(base + "/api/get_runs_for_project", {"project": PROJECT})
+        wanted = [{"run": r["name"], "run_id": r["id"]}
+                  for r in runs["data"]]  # type: ignore[index]
+
+        def batch() -> object:
+            answer = request(base + "/api/get_logs_batch", {
+                "project": PROJECT, "runs": wanted, "scalar_only": True})
+            data = answer["data"]  # type: ignore[index]
+            assert len(data) == args.runs and all(
+                set(names) <= set(d["logs"][0]) for d in data), data[0]["logs"][:1]
+            return answer
+
+        figures["chart"], figures["chart again"] = timed(batch, args.repeat)
+        figures["all charts"], figures["all charts again"] = (
+            figures["chart"], figures["chart again"])
+        figures["rss"] = rss_bytes(server.pid)
+    finally:
+        stop(server)
+    figures["disk"] = disk_bytes(folder)
+    return figures
+
+
+def trackio_python(given: str) -> str:
+    """`given`, made as a venv with trackio when it is missing."""
+    if not Path(given).exists():
+        venv = Path(given).parent.parent
+        print(f"making {venv} with trackio 0.43.0 ...")
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([given, "-m", "pip", "install", "--quiet", "trackio==0.43.0"],
+                       check=True)
+    return given
+
+
+ROWS = (("log", "log", "s"), ("start", "server up", "s"),
+        ("chart", "one chart, first", "s"), ("chart again", "one chart, again", "s"),
+        ("all charts", "all charts, first", "s"),
+        ("all charts again", "all charts, again", "s"),
+        ("rss", "server RSS", "MiB"), ("disk", "store on disk", "MiB"))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=4)
+    parser.add_argument("--keys", type=int, default=16)
+    parser.add_argument("--steps", type=int, default=10_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--trackio-python", default="/tmp/trackio-venv/bin/python")
+    # the logging loop of one tool, run in that tool's interpreter by the benchmark
+    parser.add_argument("--log-with", choices=("tracklake", "trackio"),
+                        help=argparse.SUPPRESS)
+    parser.add_argument("--into", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    names = keys(args.keys)
+    if args.log_with == "tracklake":
+        print(log_tracklake(args.into, args.runs, names, args.steps))
+        return
+    if args.log_with == "trackio":
+        print(log_trackio(args.runs, names, args.steps))
+        return
+
+    python = trackio_python(args.trackio_python)
+    version = subprocess.run([python, "-c", "import trackio; print(trackio.__version__)"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+    print(f"{args.runs} runs x {args.keys} keys x {args.steps:,} steps; "
+          f"trackio {version} from {python}")
+    with tempfile.TemporaryDirectory() as tmp:
+        ours = measure_tracklake(Path(tmp) / "tracklake", names, args)
+        theirs = measure_trackio(python, Path(tmp) / "trackio", names, args)
+    print(f"{'':20s} {'tracklake':>10s} {'trackio':>10s}  tracklake / trackio")
+    for name, label, unit in ROWS:
+        scale = 1 << 20 if unit == "MiB" else 1
+        a, b = ours[name] / scale, theirs[name] / scale
+        print(f"{label:20s} {a:8.2f} {unit:3s} {b:8.2f} {unit:3s}  {a / b:5.2f}")
+
+
+if __name__ == "__main__":
+    main()
