@@ -134,14 +134,14 @@ def test_a_run_shows_in_the_root_while_it_is_written_and_whole_once_finished(
 
 def test_records_a_killed_writer_left_are_shipped_once_by_tracklake_ship_killed_too(
         root: Path, tmp_path: Path, writers: list[subprocess.Popen[str]]) -> None:
-    """The writer is killed with records not shipped yet (a long shipping interval);
+    """The writer is killed with its records not shipped yet (a long shipping interval);
     `tracklake ship`, killed at random moments and run again, ends with each record in
     the root exactly once."""
     local = tmp_path / "node-local"
     writer = _writer(writers, tmp_path, root, local, steps=60_000, pause=0.0001,
-                     interval=2.5)
+                     interval=3600)
     assert writer.stdout is not None and writer.stdout.readline() == "logging\n"
-    time.sleep(3.2)  # one shipping round went through
+    time.sleep(2.0)  # logging, its first shipping round an hour away
     writer.send_signal(signal.SIGKILL)
     assert writer.wait(30) == -signal.SIGKILL
     shipped_by_writer = sum(_points(root).values())
@@ -151,7 +151,7 @@ def test_records_a_killed_writer_left_are_shipped_once_by_tracklake_ship_killed_
     rng = random.Random(20261203)
     cut_short = 0
     for _ in range(8):
-        grow = rng.randint(1, 64 << 10)
+        grow = rng.randint(512, 8 << 10)  # a few batches: the backlog is far larger
         killed = subprocess.run([sys.executable, "-c", SHIP_THEN_DIE, str(local), str(root),
                                  str(grow)], capture_output=True, text=True, timeout=120)
         assert killed.returncode in (0, 9), killed.stderr
@@ -162,7 +162,7 @@ def test_records_a_killed_writer_left_are_shipped_once_by_tracklake_ship_killed_
     steps = max(s for s, _, _ in points) + 1
     assert points == _expected(steps)  # a prefix of the run, each point once
     _once(root)
-    assert steps * 2 > shipped_by_writer and _local_segments(local) == []
+    assert shipped_by_writer == 0 and _local_segments(local) == []
     assert cut_short >= 3
 
 
