@@ -209,30 +209,19 @@ class _Handler(BaseHTTPRequestHandler):
             key = query.get("key", [""])[0]
             self._answer(lambda: answers.summary(self.server.store, key))
         elif url.path == "/api/generations":
-            try:
-                runs = _runs(query)
-            except ValueError as exc:
-                self._error(HTTPStatus.BAD_REQUEST, str(exc))
+            if (runs := self._asked_runs(query)) is None:
                 return
             search = query.get("q", [""])[0]
             self._answer(lambda: answers.generations(self.server.store, runs, search))
         elif url.path in ("/api/histograms", "/api/media"):
-            try:
-                runs = _runs(query)
-            except ValueError as exc:
-                self._error(HTTPStatus.BAD_REQUEST, str(exc))
+            if (runs := self._asked_runs(query)) is None:
                 return
             store, limit = self.server.store, self.server.max_blob
             self._answer(lambda: media.histograms(store, runs, answers.QUERY_TIMEOUT)
                          if url.path == "/api/histograms"
                          else media.media(store, runs, answers.QUERY_TIMEOUT, limit))
         elif url.path in ("/api/traces", "/api/events"):
-            try:
-                runs = _runs(query)
-                if len(runs) > traces.MAX_RUNS:
-                    raise ValueError(f"at most {traces.MAX_RUNS} runs at once")
-            except ValueError as exc:
-                self._error(HTTPStatus.BAD_REQUEST, str(exc))
+            if (runs := self._asked_runs(query, traces.MAX_RUNS)) is None:
                 return
             store, (search, level, kind) = self.server.store, (
                 query.get(name, [""])[0] for name in ("q", "level", "kind"))
@@ -250,6 +239,19 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer(lambda: answers.series(self.server.store, q))
         else:
             self._error(HTTPStatus.NOT_FOUND, "no such page")
+
+    def _asked_runs(self, query: dict[str, list[str]], most: int | None = None
+                    ) -> tuple[tuple[str, str], ...] | None:
+        """The request's runs (`_runs`, at most `most`); None once a 400 said what is
+        wrong with them."""
+        try:
+            runs = _runs(query)
+            if most is not None and len(runs) > most:
+                raise ValueError(f"at most {most} runs at once")
+        except ValueError as exc:
+            self._error(HTTPStatus.BAD_REQUEST, str(exc))
+            return None
+        return runs
 
     def do_POST(self) -> None:
         try:
