@@ -11,8 +11,9 @@ import json
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 from _node_jobs import KEYS, value
@@ -24,6 +25,7 @@ from tracklake._ops.backup.restore import restore
 pytestmark = [pytest.mark.skipif(missing() is not None, reason=str(missing())),
               pytest.mark.xdist_group("many-nodes")]
 
+T = TypeVar("T")
 CACHE = 2.0  # seconds each mount caches attributes, entries and listings
 STEPS = 150
 
@@ -151,6 +153,27 @@ def test_a_claim_of_a_live_host_is_kept_whatever_the_clocks_and_taken_once_it_st
     assert list((server.export / "store" / stream).glob("*.parquet"))  # compacted by C
 
 
+def _hang_while_it_logs(node: Node, writer: subprocess.Popen[str],
+                        meanwhile: Callable[[], T]) -> tuple[float, T]:
+    """Hang `node`'s mount for 8 s once `writer` (a `write_rank` that said "hang") goes on
+    logging, calling `meanwhile()` during the hang; once the mount is back and the
+    writer has ended (successfully), its longest `log()` call and what `meanwhile` gave."""
+    assert writer.stdin is not None
+    node.mount.hang()
+    try:
+        writer.stdin.write("\n")
+        writer.stdin.flush()
+        during = meanwhile()
+        time.sleep(8)
+    finally:
+        node.mount.resume()
+    out, err = writer.communicate(timeout=300)
+    assert writer.returncode == 0, err
+    longest = _lines(out)[-1]["longest_log"]
+    assert isinstance(longest, float), longest
+    return longest, during
+
+
 def test_a_hung_mount_never_blocks_log_and_other_nodes_read_on(server: FileServer) -> None:
     """Node A's mount hangs for 8 s while its rank logs (its sshfs stopped): no `log()`
     call waits for it, node C reads the store meanwhile, and once the mount is back
@@ -161,18 +184,9 @@ def test_a_hung_mount_never_blocks_log_and_other_nodes_read_on(server: FileServe
                      stdin=subprocess.PIPE)
     assert writer.stdout is not None and writer.stdin is not None
     assert writer.stdout.readline().strip() == "hang"
-    a.mount.hang()
-    try:
-        writer.stdin.write("\n")
-        writer.stdin.flush()
-        during = _lines(c.run(_job("counts('hung')"), timeout=60))[0]
-        time.sleep(8)
-    finally:
-        a.mount.resume()
-    out, err = writer.communicate(timeout=300)
-    assert writer.returncode == 0, err
-    longest = _lines(out)[-1]["longest_log"]
-    assert isinstance(longest, float) and longest < 2.0, longest  # the hang lasted 8 s
+    longest, during = _hang_while_it_logs(
+        a, writer, lambda: _lines(c.run(_job("counts('hung')"), timeout=60))[0])
+    assert longest < 2.0, longest  # the hang lasted 8 s
     assert during["status"] == {"0": "running"}
     _quiet()
     final = _lines(c.run(_job("counts('hung')")))[0]
@@ -196,17 +210,8 @@ def test_in_ship_mode_a_hung_mount_holds_up_neither_log_nor_the_records(
     assert writer.stdout.readline().strip() == "hang"
     time.sleep(2 * CACHE)  # shipped, and past C's caches
     shipped = _lines(c.run(_job("counts('shipped')"), timeout=60))[0]
-    a.mount.hang()
-    try:
-        writer.stdin.write("\n")
-        writer.stdin.flush()
-        time.sleep(8)
-    finally:
-        a.mount.resume()
-    out, err = writer.communicate(timeout=300)
-    assert writer.returncode == 0, err
-    longest = _lines(out)[-1]["longest_log"]
-    assert isinstance(longest, float) and longest < 2.0, longest
+    longest, _ = _hang_while_it_logs(a, writer, lambda: None)
+    assert longest < 2.0, longest
     assert shipped["status"] == {"0": "running"} and shipped["counts"]["0"] >= 30 * len(KEYS)
     _quiet()
     final = _lines(c.run(_job("counts('shipped')")))[0]
