@@ -151,6 +151,10 @@ def _one_form() -> Iterator[None]:
             raise
         raise CliError(exc.format_message()) from exc
     except OSError as exc:
+        from tracklake._format.files import NotRegularFileError
+
+        if isinstance(exc, NotRegularFileError):  # a link or FIFO planted in the store
+            raise CliError(exc.strerror or str(exc)) from exc
         if exc.errno not in _STORAGE_ERRNOS:
             raise
         where = f"{exc.filename}: " if exc.filename else ""
@@ -236,14 +240,19 @@ def runs(root: Path | None, project: str | None, metrics: tuple[str, ...],
 @click.argument("run")
 @root_option
 @click.option("--project", help="Project of the run, if its id exists in several.")
+@click.option("--key", "keys", multiple=True, metavar="GLOB",
+              help="Only the metric keys matching this glob (repeatable).")
+@click.option("--max-keys", type=click.IntRange(min=0), default=200, show_default=True,
+              help="Metric keys listed at most (0: every one).")
 @_friendly
-def show(run: str, root: Path | None, project: str | None) -> None:
+def show(run: str, root: Path | None, project: str | None, keys: tuple[str, ...],
+         max_keys: int) -> None:
     """Show one run: identity, attempts, ranks, records and metric summaries."""
     from tracklake._cli.present import print_run
     from tracklake._read.reader import ReadProblems
 
     problems = ReadProblems()
-    print_run(_store(root), run, project, problems)
+    print_run(_store(root), run, project, problems, keys, max_keys)
     warn_problems(problems)
 
 
@@ -412,6 +421,8 @@ def compact(root: Path | None, project: str | None, run: str | None, dry_run: bo
             click.echo(f"bundled {bundles.runs} small runs, {bundles.values} values, into "
                        f"{len(bundles.written)} bundles ({bundles.bytes:,} bytes, derived: "
                        f"ROOT/.cache/bundles); {len(bundles.removed)} outdated removed")
+        if bundles.refused:
+            click.echo(f"warning: small runs not bundled: {bundles.refused}", err=True)
         for rel in bundles.damaged:
             click.echo(f"warning: {store / rel}: its pages do not verify; its run is read "
                        "from its files, not bundled (tracklake fsck explains and repairs)",

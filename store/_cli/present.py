@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import time
 from collections.abc import Sequence
@@ -42,7 +43,15 @@ def _can_draw(console: Console) -> bool:
     return True
 
 
-def print_run(root: Path, run_id: str, project: str | None, problems: ReadProblems) -> None:
+#: Keys `show` lists unless told otherwise: a run of 100,000 keys took 50 s to print.
+SHOWN_KEYS = 200
+
+
+def print_run(root: Path, run_id: str, project: str | None, problems: ReadProblems,
+              keys: tuple[str, ...] = (), max_keys: int = SHOWN_KEYS) -> None:
+    """`tracklake show`: the run's identity, attempts, records, per key its summary (of
+    the keys matching the globs `keys`, if any; the first `max_keys` of them, 0 for
+    every one), histograms, media and config."""
     record = find_run(root, run_id, project)
     console = _console()
     latest = record.attempts[-1]
@@ -57,15 +66,29 @@ def print_run(root: Path, run_id: str, project: str | None, problems: ReadProble
     _print_fitted(console, width, attempts_table(record.attempts, width, time.time()))
     rank = min(record.ranks)
     unicode = _can_draw(console)
-    counts, summary, curves, (histograms, media) = with_connection(root, problems, lambda con: (
-        *_run_rows(con, record.project, record.run),
-        trends(con, record.project, record.run, rank, unicode),
-        media_rows(con, record.project, record.run, rank)),
-        EVERYTHING.for_run(record.project, record.run))
+
+    def read(con: duckdb.DuckDBPyConnection) -> tuple[Any, ...]:
+        counts, summary = _run_rows(con, record.project, record.run)
+        matching = [m for m in summary
+                    if not keys or any(fnmatch.fnmatchcase(m["key"], g) for g in keys)]
+        shown = matching[:max_keys] if max_keys else matching
+        curves = trends(con, record.project, record.run, rank, unicode,
+                        [m["key"] for m in shown])
+        return (counts, shown, len(matching), len(summary), curves,
+                media_rows(con, record.project, record.run, rank))
+
+    counts, summary, matching, every, curves, (histograms, media) = with_connection(
+        root, problems, read, EVERYTHING.for_run(record.project, record.run))
     console.print("records: " + ", ".join(  # the kinds of format 1.2 only when there are
         f"{c['kind']}={c['records']}" for c in counts
         if c["records"] or c["kind"] not in ("histograms", "media")))
     _print_fitted(console, width, metrics_table(summary, curves, rank, width))
+    if len(summary) < matching or (keys and matching < every):
+        console.print(
+            f"{len(summary):,} of {every:,} keys shown"
+            + (f" ({matching:,} match {', '.join(keys)})" if keys else "")
+            + "; --max-keys 0 shows every one, --key GLOB picks some, and `tracklake sql` "
+              "asks the metric_summaries view", highlight=False)
     if histograms:
         _print_fitted(console, width, histograms_table(histograms, rank, width, unicode))
     if media:

@@ -22,6 +22,7 @@ WITH v AS (
   SELECT key, CAST(step AS HUGEINT) AS step, value,
          min(CAST(step AS HUGEINT)) OVER k AS lo, max(CAST(step AS HUGEINT)) OVER k AS hi
   FROM metrics WHERE project = $p AND run = $r AND rank = $rank AND step IS NOT NULL
+    AND list_contains($keys, key)
   WINDOW k AS (PARTITION BY key))
 SELECT key, CAST(floor((step - lo) * {WIDTH} / (hi - lo + 1)) AS INTEGER) AS bucket,
        avg(value) FILTER (WHERE isfinite(value)) AS mean
@@ -30,9 +31,9 @@ FROM v GROUP BY ALL ORDER BY key, bucket
 
 
 def trends(con: duckdb.DuckDBPyConnection, project: str, run: str, rank: int,
-           unicode: bool) -> dict[str, str]:
-    """Per metric key of one rank of a run, its sparkline."""
-    rows = query(_TRENDS, params={"p": project, "r": run, "rank": rank},
+           unicode: bool, keys: list[str]) -> dict[str, str]:
+    """Per metric key of `keys` of one rank of a run, its sparkline."""
+    rows = query(_TRENDS, params={"p": project, "r": run, "rank": rank, "keys": keys},
                  connection=con).to_pylist()
     series: dict[str, list[tuple[int, float]]] = {}
     for row in rows:

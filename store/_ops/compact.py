@@ -42,6 +42,7 @@ from tracklake._format import (
     stream_dir,
 )
 from tracklake._format.attempt import read_attempt
+from tracklake._format.files import scratch
 from tracklake._format.liveness import writer_known_gone
 from tracklake._format.part import write_part_file
 from tracklake._format.segment import EOS
@@ -178,7 +179,7 @@ def write_part(directory: Path, s: StreamId, table: pa.Table, last_segment: int)
         meta["tracklake.summary"] = json.dumps(metric_summary(table), allow_nan=True)
     table = table.replace_schema_metadata(meta)
     final = directory / part_name(first, last, last_segment)
-    tmp = directory / f".{final.name}.{os.getpid()}.tmp"
+    tmp = scratch(final)
     try:
         write_part_file(tmp, table, s.kind)
         os.replace(tmp, final)

@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 
 from tracklake._errors import FormatError
 from tracklake._format import FORMAT_VERSION, SCHEMAS, StreamId, fsync_dir, part_name
+from tracklake._format.files import scratch
 from tracklake._format.part import open_part, write_part_stream
 from tracklake._format.part_bounds import bounded_batches
 from tracklake._ops.metric_sort import SORTED_SCHEMA, MetricSorter
@@ -108,8 +109,8 @@ def write_sorted_part(directory: Path, s: StreamId, sources: Iterable[pa.RecordB
     (a damaged segment may end it early); `tick()` is called after each chunk (the caller
     refreshes its claim)."""
     seen = SeqRange()
-    tmp = directory / f".part-new.parquet.{os.getpid()}.tmp"
-    spill = directory / f".sort.{platform.node()}.{os.getpid()}.tmp"
+    tmp = scratch(directory / "part-new.parquet")
+    spill = scratch(directory / f"sort.{platform.node()}")
     sorter = MetricSorter(spill) if s.kind == "metrics" else None
     meta = {"tracklake.format": FORMAT_VERSION, "tracklake.kind": s.kind,
             "tracklake.project": s.project, "tracklake.run": s.run,
