@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import errno
 import os
-import re
 from pathlib import Path
 from typing import BinaryIO
 
@@ -50,6 +49,7 @@ from tracklake._format import (
 from tracklake._format import blob_path as _blob_path
 from tracklake._format.attempt import TERMINAL_STATUSES, effective_status
 from tracklake._format.bounded import bounded, touch
+from tracklake._format.checks import is_digest
 from tracklake._format.cursor import MAX_STATE_BYTES, Cursor
 from tracklake._format.cursor import read_state as read_exporter_state
 from tracklake._format.files import NotRegularFileError, open_regular
@@ -71,8 +71,6 @@ from tracklake._read.reader import (
     stream_last_seq,
 )
 
-_DIGEST = re.compile(r"[0-9a-f]{64}")
-
 
 def blob_path(root: str | os.PathLike[str], digest: str) -> Path:
     """Where the bytes of the artifact with SHA-256 `digest` (64 hex digits) are kept.
@@ -80,7 +78,7 @@ def blob_path(root: str | os.PathLike[str], digest: str) -> Path:
     Raises `FormatError` for a digest that is not 64 lowercase hex digits (an artifact
     record from a damaged or crafted file), so that no path outside the store is formed.
     """
-    if not isinstance(digest, str) or not _DIGEST.fullmatch(digest):
+    if not is_digest(digest):
         raise FormatError(f"not an artifact digest (64 hex digits): {digest!r}")
     return _blob_path(resolve_root(root), digest)
 

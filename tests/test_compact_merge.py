@@ -87,11 +87,13 @@ def _metric_batch(rows: list[tuple[int, int, str, float]]) -> pa.RecordBatch:
                             "value": pa.array(value, pa.float64())})
 
 
+@pytest.mark.parametrize("run_rows", [17, 1 << 20])
 def test_the_streaming_sort_and_summary_equal_sorting_the_whole_table(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run_rows: int) -> None:
     """Runs of 17 rows spilled and merged, chunks of 7: every key spans several runs and
-    chunks, its steps go back once (a merge that must sort), and its summary is combined."""
-    monkeypatch.setattr(metric_sort, "RUN_ROWS", 17)
+    chunks, its steps go back once (a merge that must sort), and its summary is combined;
+    or one run sorted in memory, its summary taken for every key at once."""
+    monkeypatch.setattr(metric_sort, "RUN_ROWS", run_rows)
     monkeypatch.setattr(metric_sort, "CHUNK_ROWS", 7)
     # a 200-row part keeps its summary only if told to (it outweighs the values)
     monkeypatch.setattr(part_format, "SUMMARY_MAX_SHARE", 100.0)
@@ -190,3 +192,25 @@ def test_a_dry_run_names_the_parts_it_would_merge_and_touches_nothing(root: Path
     assert plan.parts_merged == [Path(p) for p in _parts(root)]  # the one small part
     assert plan.segments_removed and plan.parts_written == []
     assert sorted(p.name for p in root.rglob("*") if p.is_file()) == files_before
+
+
+def test_each_row_group_of_a_wide_part_stores_the_keys_it_holds_only(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stream of 3,000 keys sorted in one run shares one dictionary of keys; each row
+    group of its part stores only its own keys' (Parquet writes a row group's dictionary
+    whole: every group held all 3,000 before), and reads back as written."""
+    monkeypatch.setattr(part_format, "KEY_GROUP_MIN_ROWS", 500)
+    rows = [(seq, step, f"k{k:04d}", float(k)) for seq, (step, k) in enumerate(
+        (step, k) for step in range(2) for k in range(3000))]
+    batches = [_metric_batch(rows[i:i + 1000]) for i in range(0, len(rows), 1000)]
+    part = sorted_part.write_sorted_part(tmp_path, STREAM, iter(batches), lambda: 0)
+    assert part is not None
+    parquet = pq.ParquetFile(part, read_dictionary=["key"])
+    assert parquet.num_row_groups >= 6
+    for i in range(parquet.num_row_groups):
+        keys = parquet.read_row_group(i, columns=["key"]).column("key").combine_chunks()
+        assert len(keys.dictionary) <= len(keys), (i, len(keys.dictionary), len(keys))
+    got = pq.read_table(part)
+    assert got.column("key").to_pylist() == sorted(r[2] for r in rows)
+    assert got.column("value").to_pylist() == [float(k) for k in range(3000)
+                                               for _ in range(2)]

@@ -176,8 +176,9 @@ def test_every_command_skips_a_damaged_part_and_names_it(store: Path, tmp_path: 
                "--root", root, "--format", "json")
     export = _cli("export", "console", "--root", root, "--all")
     pack = _cli("pack", "--root", root, "--all", "-o", str(tmp_path / "x.tlpack"))
-    for name, (code, _, err) in {"runs": runs, "show b": show_b,
-                                 "sql": sql, "export": export}.items():
+    report = _cli("report", "a", "b", "--root", root, "-o", str(tmp_path / "r.html"))
+    for name, (code, _, err) in {"runs": runs, "show b": show_b, "sql": sql,
+                                 "export": export, "report": report}.items():
         assert code == 0, (name, err)
         assert str(part) in err, (name, err)
     # showing run a reads only run a's files: b's damage is not its problem

@@ -101,10 +101,10 @@ def test_a_store_the_reader_cannot_write_is_read_without_a_cache(
         root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _store(root)
 
-    def refuse(path: Path, data: bytes) -> None:
-        raise PermissionError(13, "Permission denied", str(path))
+    def refuse(root: Path, rel: str, data: bytes) -> None:
+        raise PermissionError(13, "Permission denied", str(root / rel))
 
-    monkeypatch.setattr(decoded, "write_atomic", refuse)  # a read-only mount
+    monkeypatch.setattr(decoded, "write_state", refuse)  # a read-only mount
     rows = tracklake.query(RUNS_SQL, root=root).to_pylist()
     assert [r["run"] for r in rows] == ["r0", "r1", "r2"]
     assert not (root / CACHE_FILE).exists()

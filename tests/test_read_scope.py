@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from _listings import record_listings
 
 import tracklake
 from tracklake._read.scope import EVERYTHING, scope_of_sql
@@ -200,14 +201,26 @@ def test_a_question_is_narrowed_to_one_run_only_where_no_other_run_can_reach_its
     assert (scope.project, scope.run) == (project, run)
 
 
+@pytest.mark.parametrize(("params", "project", "run"), [
+    ({"r": "a", "p": "p"}, "p", "a"),
+    ({"r": "a", "p": 3}, None, "a"),  # a number is no stored name
+    ({"r": "../elsewhere", "p": "p"}, "p", None),
+    (None, None, None),
+    (["a", "p"], None, None),
+])
+def test_named_parameters_narrow_a_question_as_their_texts_would(
+        params: object, project: str | None, run: str | None) -> None:
+    scope = scope_of_sql("SELECT * FROM metrics WHERE run = $r AND project = $p", params)
+    assert (scope.project, scope.run) == (project, run)
+
+
+@pytest.mark.parametrize("named", [False, True])
 @pytest.mark.parametrize("compacted", [False, True])
 def test_a_question_about_one_run_opens_none_of_the_other_runs_files(
-        root: Path, compacted: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+        root: Path, compacted: bool, named: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every other run's parts are damaged and their directories watched: the question
     about run `a` sees no damage, lists none of their directories, and gets the answer
     a connection over everything gives."""
-    from tracklake._read import listing
-
     _resumed_run(root)
     for run_id in ("a", "b"):
         with tracklake.init(project="p", run_id=run_id, root=root,
@@ -223,16 +236,11 @@ def test_a_question_about_one_run_opens_none_of_the_other_runs_files(
         for part in (root / "metrics").rglob("*.parquet"):
             if "run=a" not in str(part):
                 part.write_bytes(b"not parquet")
-    listed: list[str] = []
-    for name in ("listdir_at", "subdirs_at"):
-        real = getattr(listing, name)
-
-        def watched(base: Path, rel: str, real: object = real) -> list[str]:
-            listed.append(rel)
-            return real(base, rel)  # type: ignore[operator, no-any-return]
-        monkeypatch.setattr(listing, name, watched)
+    listed = record_listings(monkeypatch)
     problems = tracklake.ReadProblems()
-    answer = tracklake.query(sql, root=root, problems=problems)
+    answer = tracklake.query(sql.replace("'a'", "$r"), params={"r": "a"}, root=root,
+                             problems=problems) if named else \
+        tracklake.query(sql, root=root, problems=problems)
     assert answer.equals(everything) and answer.num_rows == 4
     assert problems.damaged == []
     assert not [rel for rel in listed if "run=" in rel and "run=a" not in rel]

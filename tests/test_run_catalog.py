@@ -232,10 +232,10 @@ def test_a_store_the_reader_cannot_write_is_read_without_a_catalog(
     expected = _from_files(root)
     shutil.rmtree(root / ".cache")
 
-    def refuse(path: Path, data: bytes) -> None:
-        raise PermissionError(13, "Permission denied", str(path))
+    def refuse(root: Path, rel: str, data: bytes) -> None:
+        raise PermissionError(13, "Permission denied", str(root / rel))
 
-    monkeypatch.setattr(catalog, "write_atomic", refuse)  # a read-only mount
+    monkeypatch.setattr(catalog, "write_state", refuse)  # a read-only mount
     _assert_same(_answers(root), expected)
     assert not (root / CATALOG_FILE).exists()
 
@@ -331,3 +331,84 @@ def test_a_catalog_read_before_is_read_again_once_it_is_replaced(root: Path) -> 
     os.replace(replacement, path)  # as readers replace it: a new inode, here a damaged one
     _assert_same(_answers(root), expected)
     assert _catalogued(root) == ["r0", "r1", "r2"]  # found damaged, and written again
+
+
+@pytest.mark.parametrize("change", ["removed", "attempt edited", "added"])
+def test_a_catalog_kept_in_memory_answers_as_the_files_after_a_change(
+        root: Path, change: str) -> None:
+    """A reading process keeps a settled catalog and what it derived from it (parts,
+    summaries, attempts) across questions; a run changed since is read again all the
+    same."""
+    _store(root)
+    _answers(root)
+    path = root / CATALOG_FILE
+    old = time.time() - 30
+    os.utime(path, (old, old))
+    before = _answers(root)
+    assert path in catalog._read_before
+    kept = catalog._read_before[path][1]
+    assert catalog._watched_before[id(kept)][1].derived  # the derived rows were kept
+    if change == "removed":
+        for kind in ("metrics", "runs"):
+            shutil.rmtree(root / kind / "project=p" / "run=r1")
+    elif change == "attempt edited":
+        attempt = next((root / "runs" / "project=p" / "run=r1").rglob("attempt=*.json"))
+        mtime = attempt.stat().st_mtime_ns
+        attempt.write_bytes(attempt.read_bytes().replace(b'"finished"', b'"killed"  '))
+        os.utime(attempt, ns=(mtime + 1000, mtime + 1000))  # in place, and not racy
+    else:
+        _write(root, "r9", steps=4)
+        tracklake.compact(root=root)
+        age(root)
+    got = _answers(root)
+    assert not got[0].equals(before[0])  # the runs view: a run gone, killed or added
+    _assert_same(got, _from_files(root))
+
+
+def test_mtimes_taken_in_a_batch_are_those_of_os_stat(tmp_path: Path) -> None:
+    """The catalog's batched `stat`s (pyarrow, two threads) give what `os.stat` gives:
+    files, directories, links followed, and `ABSENT` for a path that is missing, goes
+    through a file or through a dangling link."""
+    from tracklake._read.mtimes import ABSENT, mtimes_of
+
+    (tmp_path / "d").mkdir()
+    (tmp_path / "f").write_bytes(b"x")
+    (tmp_path / "link").symlink_to(tmp_path / "d")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    os.utime(tmp_path / "f", ns=(0, 10**18 + 2999))  # nanoseconds kept
+    names = ["d", "f", "link", "dangling", "missing", "f/under", "d/missing"] * 400
+    paths = [str(tmp_path / n) for n in names]
+
+    def one(path: str) -> int:
+        try:
+            return os.stat(path).st_mtime_ns
+        except (FileNotFoundError, NotADirectoryError):
+            return ABSENT
+
+    expected = [one(p) for p in paths]
+    assert mtimes_of(paths).tolist() == expected  # batched: 2,800 paths
+    assert mtimes_of(paths[:7]).tolist() == expected[:7]  # looped
+    assert expected[:7].count(ABSENT) == 4 and 10**18 + 2999 in expected
+
+
+def test_a_kept_listing_of_a_project_follows_runs_added_and_removed(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reading process keeps the listing of a large directory (a project's runs) while
+    its mtime stays as it was; a run added or removed changes it, old or not."""
+    from tracklake._read import location
+    from tracklake._read.kept import Kept
+
+    monkeypatch.setattr(location, "_KEPT_LISTING", 1)
+    monkeypatch.setattr(location, "_kept_listings", Kept(16))
+    _store(root)
+    _answers(root)
+    assert any(p.endswith("project=p") for p in location._kept_listings.values)
+    _write(root, "late", steps=3)
+    age(root)
+    assert "late" in [r["run"] for r in _answers(root)[0].to_pylist()]
+    for kind in ("metrics", "runs"):
+        shutil.rmtree(root / kind / "project=p" / "run=r1")
+    age(root, seconds=90)
+    got = _answers(root)
+    assert [r["run"] for r in got[0].to_pylist()] == ["late", "r0", "r2"]
+    _assert_same(got, _from_files(root))

@@ -12,6 +12,8 @@ Parts a merge replaced stay readable for a grace period (`replaced.py`); while t
 lives, a later seal's compaction deletes them. When every attempt of the rank is done,
 no seal comes again: the compactor then starts one more compactor of the rank, in a
 process that sleeps (a bare interpreter, nothing imported) until the last of them may go.
+Once every writer of a run it compacted is done, it has the run catalog and bundles
+brought up to date (`derive.start`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import time
 from pathlib import Path
 
 from tracklake._format import KINDS, stream_dir
+from tracklake._ops import derive
 from tracklake._ops.compact import CompactionReport, compact_streams, writer_done
 from tracklake._ops.replaced import grace_seconds
 from tracklake._read.reader import list_streams
@@ -86,6 +89,13 @@ def _start_later(argv: list[str], seconds: float) -> None:
                    os.environ, file_actions=devnull, setsid=True)
 
 
+def _run_done(root: Path, project: str, run: str) -> bool:
+    """Whether every writer of every rank and attempt of the run is done."""
+    now = time.time()
+    streams = list_streams(root, project, run, KINDS)
+    return bool(streams) and all(writer_done(root, s, now) for s in streams)
+
+
 def main(argv: list[str]) -> int:
     """Entry point: ROOT, then one (PROJECT, RUN, RANK) triple per rank to compact, in
     turn. The exit status is 0 unless a compaction failed (each reported on stderr)."""
@@ -96,6 +106,7 @@ def main(argv: list[str]) -> int:
         return 2
     os.nice(19)  # CPU (and, with the default I/O scheduler classes, disk) after training's
     status = 0
+    finished = False
     for at in range(0, len(rest), 3):
         project, run, rank = rest[at], rest[at + 1], int(rest[at + 2])
         try:
@@ -103,11 +114,19 @@ def main(argv: list[str]) -> int:
             if wait is not None:
                 _start_later(["-m", "tracklake._ops.auto", str(root), project, run,
                               str(rank)], wait)
+            finished = finished or _run_done(root, project, run)
         except Exception as exc:  # reported, never raised into anyone: the segments stay
             print(f"tracklake: automatic compaction of run {run!r} rank {rank} under {root} "
                   f"failed: {exc.__class__.__name__}: {exc}; its data stays in segments, "
                   "readable; `tracklake compact` retries", file=sys.stderr, flush=True)
             status = 1
+    if finished:
+        try:
+            derive.start(root)
+        except Exception as exc:  # the catalog and bundles only save readers time
+            print(f"tracklake: cannot start bringing the run catalog and bundles under "
+                  f"{root} up to date: {exc.__class__.__name__}: {exc}; readers derive them",
+                  file=sys.stderr, flush=True)
     return status
 
 

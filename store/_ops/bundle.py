@@ -20,14 +20,24 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
 import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tracklake._errors import FormatError
 from tracklake._format import FORMAT_VERSION, SCHEMAS, StreamId
-from tracklake._format.files import fsync_dir, write_atomic
+from tracklake._format.files import (
+    NotRegularFileError,
+    fsync_dir,
+    read_state,
+    scratch,
+    store_dir,
+    write_atomic,
+)
 from tracklake._format.part import read_part_table, write_part_stream
 from tracklake._ops.claims import hold_claim, remove_leftovers
 from tracklake._read.bundles import (
@@ -67,6 +77,7 @@ class BundleReport:
     changed: int = 0  # groups not kept: a source changed or went while it was copied
     damaged: list[str] = field(default_factory=list)  # parts that failed to read: not bundled
     disabled: bool = False  # TRACKLAKE_BUNDLES is off
+    refused: str | None = None  # why the bundle directory was not used (a link there)
 
 
 def build_bundles(root: Path) -> BundleReport:
@@ -76,11 +87,16 @@ def build_bundles(root: Path) -> BundleReport:
         report.disabled = True
         return report
     directory = root / BUNDLE_DIR
-    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        store_dir(root, directory)
+    except NotRegularFileError as exc:  # bundles only save time: compaction is done
+        report.refused = exc.strerror
+        return report
     with hold_claim(directory, leftovers=remove_leftovers, root=root) as claim:
         if claim is None:
             report.busy = True
             return report
+        started = time.time()
         # catalogs the settled runs no reader catalogued yet
         Snapshot(root, scope=scope_of_views({"metric_summaries"}))
         catalog = RunCatalog(root)
@@ -114,8 +130,24 @@ def build_bundles(root: Path) -> BundleReport:
             report.values += sum(values for *_, values in group)
         # what a reader compares its count of settled runs not in a bundle with
         left_out = len(runs) - len(covered_runs(covered)) - report.runs
-        write_atomic(directory / CHECKED, json.dumps({"left_out": left_out}).encode())
+        write_atomic(directory / CHECKED, json.dumps({
+            "left_out": left_out, "started": started, "ended": time.time()}).encode(),
+                     root=root)
     return report
+
+
+def last_build(root: Path) -> tuple[float, float]:
+    """(began, ended) of the last builder to finish, as epoch seconds; (0, 0) if none did
+    (or its marker is not ours to read)."""
+    try:
+        marker = json.loads(read_state(root, f"{BUNDLE_DIR.as_posix()}/{CHECKED}", 4096))
+        began, ended = marker.get("started", 0.0), marker.get("ended", 0.0)
+    except (OSError, ValueError, AttributeError):
+        return 0.0, 0.0
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+               for v in (began, ended)):
+        return 0.0, 0.0
+    return float(began), float(ended)
 
 
 def _groups(runs: list[tuple[str, str, list[str], int]], covered: set[str]
@@ -183,7 +215,7 @@ def _write_bundle(root: Path, project: str, sources: list[tuple[str, int]]) -> P
         BUNDLE_KEY: manifest})
     directory = root / BUNDLE_DIR
     final = directory / f"bundle-{digest}.parquet"
-    tmp = directory / f".part-{final.name}.{os.getpid()}.tmp"
+    tmp = scratch(final, ".part-")
     try:
         write_part_stream(tmp, table.schema, [table], "metrics", order=BUNDLE_ORDER)
         os.replace(tmp, final)
@@ -220,20 +252,29 @@ def forget_run(root: Path, project: str, run: str) -> list[Path]:
     return removed
 
 
-def main(argv: list[str]) -> int:
-    """Entry point: ROOT. Exit status 0, or 1 if building failed (reported on stderr)."""
+def background_main(argv: list[str], module: str, work: Callable[[Path], object],
+                    what: str) -> int:
+    """The entry point of a low-priority process `python -m MODULE ROOT` that does `work`
+    on the store at ROOT: exit status 0, 1 if `work` failed (said on stderr as the failure
+    of `what` under ROOT, which only costs readers time), 2 on a wrong command line."""
     if len(argv) != 1:
-        print("usage: python -m tracklake._ops.bundle ROOT", file=sys.stderr)
+        print(f"usage: python -m {module} ROOT", file=sys.stderr)
         return 2
     with contextlib.suppress(OSError):
         os.nice(19)
     try:
-        build_bundles(Path(argv[0]))
-    except Exception as exc:  # bundles only save time: the parts answer without them
-        print(f"tracklake: bundling small runs under {argv[0]} failed: "
-              f"{exc.__class__.__name__}: {exc}", file=sys.stderr, flush=True)
+        work(Path(argv[0]))
+    except Exception as exc:  # derived files only save time: the parts answer without them
+        print(f"tracklake: {what} under {argv[0]} failed: {exc.__class__.__name__}: {exc}",
+              file=sys.stderr, flush=True)
         return 1
     return 0
+
+
+def main(argv: list[str]) -> int:
+    """Entry point: ROOT (`background_main`)."""
+    return background_main(argv, "tracklake._ops.bundle", build_bundles,
+                           "bundling small runs")
 
 
 if __name__ == "__main__":

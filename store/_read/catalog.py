@@ -17,8 +17,9 @@ began (coarse mtimes, and NFS clients whose clocks differ from the server's).
 
 Like `decoded`, the catalog is never the only copy of anything: delete it at any time and
 the next reader rebuilds it from the files. Training ranks never read or write it;
-readers replace it whole (`write_atomic`), so concurrent readers see one version or the
-other and need no lock; a file with another version, a wrong checksum or an unexpected
+readers (and the deriver a finished run's compactor starts, `_ops/derive.py`) replace it
+whole (`write_atomic`), so concurrent readers see one version or the other and need no
+lock; a file with another version, a wrong checksum or an unexpected
 schema is ignored and rebuilt. A store the reader cannot write is read without it. A
 process keeps the table of a catalog file it read while the file stays the same (device,
 inode, size, mtime, and older than `RACY_SECONDS`), so a warm question does not decode it.
@@ -31,7 +32,7 @@ import os
 import threading
 import time
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,11 +40,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tracklake._format.files import write_atomic
+from tracklake._format.files import open_state, write_state
 from tracklake._format.schema import empty_table
 from tracklake._read.attempt_rows import ATTEMPTS_SCHEMA
 from tracklake._read.decoded import RACY_SECONDS
 from tracklake._read.location import is_url
+from tracklake._read.mtimes import ABSENT, mtimes_of
 
 #: Set to 0 where the file system's modification times cannot be trusted (a change that
 #: leaves a directory's or file's mtime as it was, or caches that never expire): readers
@@ -63,6 +65,12 @@ def mtimes_trusted() -> bool:
 
 #: Not `.arrows`: globs for live segments must never find it.
 CATALOG_FILE = Path(".cache") / "runs-v2.catalog"
+#: lz4: a third of the bytes (2.2 KB -> 0.7 KB a run of 16 keys), which every new process
+#: reads from disk or NFS, for 0.4 ms more to decode 1,000 runs (zstd: 0.5 KB, 1.9 ms;
+#: benchmarks/catalog_size.py).
+_COMPRESSED = pa.ipc.IpcWriteOptions(compression="lz4")
+#: A larger catalog file (planted, or not ours) is ignored and written anew.
+MAX_CATALOG_BYTES = 4 << 30
 CATALOG_VERSION = 2
 #: Catalogs of earlier versions, removed when this one is written.
 _EARLIER = (Path(".cache") / "runs-v1.catalog",)
@@ -80,8 +88,6 @@ _SCHEMA = pa.schema([("project", pa.string()), ("run", pa.string()),
                      ("attempts", pa.list_(pa.struct(list(ATTEMPTS_SCHEMA)))),
                      ("summaries", pa.list_(SUMMARY_FIELDS))])
 
-#: The mtime recorded for a directory that did not exist (a run without metrics yet).
-ABSENT = -1
 
 #: Catalog files this process read whole and checked, by path: (device, inode, size,
 #: mtime) and their table. Readers replace a catalog by a rename (a new inode); the
@@ -138,14 +144,16 @@ class RunCatalog:
         the same file (device, inode, size, mtime) and older than `RACY_SECONDS`, is not
         read again (`_read_before`)."""
         try:
-            with open(self.path, "rb") as f:
+            with open_state(self.root, CATALOG_FILE.as_posix()) as f:
                 st = os.fstat(f.fileno())
                 key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
                 with _read_before_lock:
                     known = _read_before.get(self.path)
                 if known is not None and known[0] == key:
                     return known[1]
-                header, _, body = f.read().partition(b"\n")
+                if st.st_size > MAX_CATALOG_BYTES:
+                    return empty_table(_SCHEMA)  # not ours, or past what a reader holds
+                header, _, body = f.read(MAX_CATALOG_BYTES + 1).partition(b"\n")
             meta = json.loads(header)
             if not isinstance(meta, dict) or meta.get("version") != CATALOG_VERSION or \
                     meta.get("crc32") != zlib.crc32(body):
@@ -171,23 +179,19 @@ class RunCatalog:
         t = self._table
         if not t.num_rows or not self._trusted:
             return set()
-        projects, runs = t.column("project").to_pylist(), t.column("run").to_pylist()
-        chosen = np.array([(project is None or p == project) and (run is None or r == run)
-                           for p, r in zip(projects, runs, strict=True)], dtype=bool)
-        watched = t.column("watched").combine_chunks()
-        offsets = watched.offsets.to_numpy()
-        owner = np.repeat(np.arange(t.num_rows), np.diff(offsets))  # the run of each path
-        looked = chosen[owner]
-        paths = watched.flatten().field("path").filter(pa.array(looked))
-        recorded = watched.flatten().field("mtime_ns").to_numpy()[looked]
-        owner = owner[looked]
+        w = _watched_of(self.root, t)
+        chosen = np.ones(t.num_rows, dtype=bool)
+        for name, value in (("project", project), ("run", run)):
+            if value is not None:
+                chosen &= pc.equal(t.column(name), value).to_numpy(zero_copy_only=False)
+        if chosen.all():
+            paths, recorded, owner, holds = w.paths, w.recorded, w.owner, w.holds
+        else:
+            looked = np.flatnonzero(chosen[w.owner])
+            paths = [w.paths[i] for i in looked.tolist()]
+            recorded, owner, holds = w.recorded[looked], w.owner[looked], w.holds[looked]
         # a path recorded absent is only as it was if the run holds nothing of its kind
-        holds = np.where(
-            pc.starts_with(paths, "metrics/").to_numpy(zero_copy_only=False),
-            pc.list_value_length(t.column("parts")).to_numpy()[owner] > 0,
-            pc.list_value_length(t.column("attempts")).to_numpy()[owner] > 0)
-        same = (self._mtimes(paths.to_pylist()) == recorded) & \
-            ~((recorded == ABSENT) & holds)
+        same = (mtimes_of(paths) == recorded) & ~((recorded == ABSENT) & holds)
         changed = np.bincount(owner[~same], minlength=t.num_rows) > 0
         found = set()
         for i in np.flatnonzero(chosen).tolist():
@@ -195,21 +199,8 @@ class RunCatalog:
                 self._stale.add(i)
             else:
                 self._valid.append(i)
-                found.add((projects[i], runs[i]))
+                found.add((w.projects[i], w.runs[i]))
         return found
-
-    def _mtimes(self, paths: list[str]) -> np.ndarray:
-        """`mtime_ns` of each path, in one tight loop (a store of 10,000 runs has 70,000)."""
-        prefix = f"{self.root}{os.sep}"
-        stat = os.stat
-        out: list[int] = []
-        append = out.append
-        for rel in paths:
-            try:
-                append(stat(prefix + rel).st_mtime_ns)
-            except (FileNotFoundError, NotADirectoryError):
-                append(ABSENT)
-        return np.array(out, dtype=np.int64)
 
     def _settled_rows(self) -> pa.Table:
         if self._rows is None:
@@ -218,45 +209,39 @@ class RunCatalog:
                 self._table.take(pa.array(self._valid, pa.int64()))
         return self._rows
 
+    def _derived(self, name: str, make: Any) -> Any:
+        """`make(rows)` of the settled rows; when they are the whole table, made once
+        while the process keeps it (10,000 runs: 17 ms a question), so shared by the
+        questions: callers never change what it gives."""
+        rows = self._settled_rows()
+        if rows is not self._table or not rows.num_rows:
+            return make(rows)  # some runs changed, or no catalog (an object store's)
+        memo = _watched_of(self.root, self._table).derived
+        if name not in memo:
+            memo[name] = make(rows)
+        return memo[name]
+
     def parts(self) -> list[tuple[str, int, int, int]]:
         """(path, first_seq, last_seq, last_segment) of the settled runs' metric parts."""
-        parts = self._settled_rows().column("parts").combine_chunks().flatten()
-        return list(zip(*(parts.field(n).to_pylist() for n in _PART.names), strict=True))
+        return self._derived("parts", _parts_of)  # type: ignore[no-any-return]
 
     def files(self) -> dict[str, int]:
         """Path → mtime of what the settled runs' entries watch (their directories and
         their part and attempt files), as checked by `settled`."""
-        watched = self._settled_rows().column("watched").combine_chunks().flatten()
-        return dict(zip(watched.field("path").to_pylist(),
-                        watched.field("mtime_ns").to_pylist(), strict=True))
+        return self._derived("files", _files_of)  # type: ignore[no-any-return]
 
     def runs(self) -> list[tuple[str, str, list[str], int]]:
         """(project, run, paths of its metric parts, values in them) per settled run."""
-        rows = self._settled_rows()
-        parts = rows.column("parts").to_pylist()
-        counts = rows.column("summaries").to_pylist()
-        return [(p, r, [x["path"] for x in ps], sum(x["count"] for x in cs))
-                for p, r, ps, cs in zip(rows.column("project").to_pylist(),
-                                        rows.column("run").to_pylist(), parts, counts,
-                                        strict=True)]
+        return self._derived("runs", _runs_of)  # type: ignore[no-any-return]
 
     def attempts(self) -> pa.Table:
         """The settled runs' attempts as `run_attempts` rows, statuses as recorded."""
-        rows = self._settled_rows().column("attempts").combine_chunks().flatten()
-        return pa.Table.from_struct_array(rows) if len(rows) else \
-            empty_table(ATTEMPTS_SCHEMA)
+        return self._derived("attempts", _attempts_of)
 
     def summaries(self, schema: pa.Schema) -> pa.Table:
         """The settled runs' metric summaries as a table of `schema` (project, run, then
         the fields of `SUMMARY_FIELDS`), built column by column."""
-        rows = self._settled_rows()
-        column = rows.column("summaries").combine_chunks()
-        flat = column.flatten()
-        parents = pc.list_parent_indices(column)
-        columns = {"project": rows.column("project").take(parents),
-                   "run": rows.column("run").take(parents)}
-        columns |= {name: flat.field(name) for name in SUMMARY_FIELDS.names}
-        return pa.table([columns[n] for n in schema.names], schema=schema)
+        return self._derived(f"summaries {schema}", lambda rows: _summaries_of(rows, schema))
 
     def keep(self, entry: RunEntry, since_ns: int) -> None:
         """Catalog `entry`, read by a snapshot that began at `since_ns`, unless one of its
@@ -281,16 +266,94 @@ class RunCatalog:
             "attempts": e.attempts, "summaries": e.summaries} for e in self._fresh], _SCHEMA)
         table = pa.concat_tables([self._table.take(pa.array(keep, pa.int64())), fresh])
         sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, _SCHEMA) as writer:
+        with pa.ipc.new_stream(sink, _SCHEMA, options=_COMPRESSED) as writer:
             writer.write_table(table)
         body = sink.getvalue().to_pybytes()
         header = json.dumps({"version": CATALOG_VERSION, "crc32": zlib.crc32(body)}).encode()
         try:
-            write_atomic(self.path, header + b"\n" + body)
+            write_state(self.root, CATALOG_FILE.as_posix(), header + b"\n" + body)
             for earlier in _EARLIER:
                 (self.root / earlier).unlink(missing_ok=True)
         except OSError:
             return  # a store this reader may not write: the catalog only saves time
+
+
+@dataclass(frozen=True)
+class _Watched:
+    """A catalog table's watched paths laid out for `settled`, made once per table."""
+
+    paths: list[str]  # absolute, as `mtimes_of` takes them
+    recorded: np.ndarray  # their mtimes in the catalog
+    owner: np.ndarray  # the row (run) of each path
+    holds: np.ndarray  # whether that run has files of the path's kind (parts, attempts)
+    projects: list[str]
+    runs: list[str]
+    derived: dict[str, Any] = field(default_factory=dict)  # RunCatalog._derived's
+
+
+#: `_Watched` of the tables last validated, by `id` (the table kept, so the id stays its).
+_watched_before: dict[int, tuple[pa.Table, _Watched]] = {}
+
+
+def _watched_of(root: Path, t: pa.Table) -> _Watched:
+    """`t`'s `_Watched`, made once while the process keeps `t` (`_read_before`): a
+    10,000-run catalog's 70,000 paths are not built again for each question."""
+    with _read_before_lock:
+        known = _watched_before.get(id(t))
+    if known is not None and known[0] is t:
+        return known[1]
+    watched = t.column("watched").combine_chunks()
+    offsets = watched.offsets.to_numpy()
+    owner = np.repeat(np.arange(t.num_rows), np.diff(offsets))
+    paths = watched.flatten().field("path")
+    holds = np.where(
+        pc.starts_with(paths, "metrics/").to_numpy(zero_copy_only=False),
+        pc.list_value_length(t.column("parts")).to_numpy()[owner] > 0,
+        pc.list_value_length(t.column("attempts")).to_numpy()[owner] > 0)
+    prefix = f"{os.path.abspath(root)}{os.sep}"
+    made = _Watched([prefix + p for p in paths.to_pylist()],
+                    watched.flatten().field("mtime_ns").to_numpy(), owner, holds,
+                    t.column("project").to_pylist(), t.column("run").to_pylist())
+    with _read_before_lock:
+        while len(_watched_before) >= _READ_BEFORE_ROOTS:
+            _watched_before.pop(next(iter(_watched_before)))
+        _watched_before[id(t)] = (t, made)
+    return made
+
+
+def _parts_of(rows: pa.Table) -> list[tuple[str, int, int, int]]:
+    parts = rows.column("parts").combine_chunks().flatten()
+    return list(zip(*(parts.field(n).to_pylist() for n in _PART.names), strict=True))
+
+
+def _files_of(rows: pa.Table) -> dict[str, int]:
+    watched = rows.column("watched").combine_chunks().flatten()
+    return dict(zip(watched.field("path").to_pylist(), watched.field("mtime_ns").to_pylist(),
+                    strict=True))
+
+
+def _runs_of(rows: pa.Table) -> list[tuple[str, str, list[str], int]]:
+    parts = rows.column("parts").to_pylist()
+    counts = rows.column("summaries").to_pylist()
+    return [(p, r, [x["path"] for x in ps], sum(x["count"] for x in cs))
+            for p, r, ps, cs in zip(rows.column("project").to_pylist(),
+                                    rows.column("run").to_pylist(), parts, counts,
+                                    strict=True)]
+
+
+def _attempts_of(rows: pa.Table) -> pa.Table:
+    flat = rows.column("attempts").combine_chunks().flatten()
+    return pa.Table.from_struct_array(flat) if len(flat) else empty_table(ATTEMPTS_SCHEMA)
+
+
+def _summaries_of(rows: pa.Table, schema: pa.Schema) -> pa.Table:
+    column = rows.column("summaries").combine_chunks()
+    flat = column.flatten()
+    parents = pc.list_parent_indices(column)
+    columns = {"project": rows.column("project").take(parents),
+               "run": rows.column("run").take(parents)}
+    columns |= {name: flat.field(name) for name in SUMMARY_FIELDS.names}
+    return pa.table([columns[n] for n in schema.names], schema=schema)
 
 
 def _consistent(entry: RunEntry) -> bool:

@@ -22,12 +22,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tracklake._format.files import write_atomic
+from tracklake._format.files import read_state, write_state
 from tracklake._read.location import is_url
 
 #: Where the cache lives, relative to the store root: a dot directory, which hive
 #: discovery, Parquet globs over the kinds and backups all pass over.
 CACHE_FILE = Path(".cache") / "decoded-v1.json"
+#: A larger cache file (planted, or not ours) is ignored and written anew.
+MAX_CACHE_BYTES = 1 << 30
 #: Files modified more recently than this are not cached (coarse mtimes on NFS).
 RACY_SECONDS = 5.0
 #: Version of what an entry holds; a cache of another version is ignored and rebuilt.
@@ -60,7 +62,8 @@ class DecodedCache:
         (values decoded from checked files are used without checking them again, so a
         damaged cache must not pass for a whole one)."""
         try:
-            header, _, body = self.path.read_bytes().partition(b"\n")
+            header, _, body = read_state(self.root, CACHE_FILE.as_posix(),
+                                         MAX_CACHE_BYTES).partition(b"\n")
             meta = json.loads(header)
             if not isinstance(meta, dict) or meta.get("version") != _VERSION or \
                     meta.get("crc32") != zlib.crc32(body):
@@ -101,7 +104,7 @@ class DecodedCache:
         body = json.dumps(files, separators=(",", ":")).encode()
         header = json.dumps({"version": _VERSION, "crc32": zlib.crc32(body)}).encode()
         try:
-            write_atomic(self.path, header + b"\n" + body)
+            write_state(self.root, CACHE_FILE.as_posix(), header + b"\n" + body)
         except OSError:
             # a store this reader may not write (read-only mount, another user's): the
             # cache only saves time, and every answer was read from the files themselves

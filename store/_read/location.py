@@ -11,23 +11,21 @@ environment (``AWS_*``, ``GOOGLE_*``), nothing downloaded, nothing written.
 from __future__ import annotations
 
 import os
-import re
-import stat
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, BinaryIO, ClassVar, cast
 
 from tracklake._errors import StoreError
 from tracklake._format.bounded import bounded, touch
-from tracklake._format.files import is_regular_file
+from tracklake._format.checks import is_digest
+from tracklake._format.files import is_regular_file, no_link_on_the_way
 from tracklake._format.layout import blob_path
 from tracklake._format.naming import env_root, resolve_root
+from tracklake._read.kept import Kept
 
 if TYPE_CHECKING:
     _PathBase = Path  # typed as a Path so the layers pass it on unchanged
 else:
     _PathBase = PurePosixPath
-
-_DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
 class ObjectPath(_PathBase):
@@ -166,18 +164,36 @@ def is_store(path: Path) -> bool:
     return any(os.path.lexists(os.path.join(path, mark)) for mark in STORE_MARKS)
 
 
+#: Directories of at least this many subdirectories (a project's runs) are listed once
+#: while they stay the same (`subdirs_at`): 10,000 runs, 4 ms a listing.
+_KEPT_LISTING = 1024
+_kept_listings: Kept[list[str]] = Kept(16)
+
+
 def subdirs_at(root: Path, rel: str) -> list[str]:
     """Names of the directories in directory `rel` of `root`, never a symbolic link to
     one (which would lead a read, a write or a delete out of the store); FileNotFoundError
-    if there is none, and none at all if `rel` itself is a link."""
+    if there is none, and none at all if `rel` itself is a link. A large directory's
+    names are kept while its device, inode and mtime stay as they were (a name added,
+    removed or renamed in it changes its mtime) and it is older than `RACY_SECONDS`."""
     if isinstance(root, ObjectPath):
         return (root / rel).listdir()  # an object store has no links
     path = os.path.join(root, rel)
     touch(path)
     if os.path.islink(path):
         return []
-    with os.scandir(path) as entries:
-        return [e.name for e in entries if e.is_dir(follow_symlinks=False)]
+    st = os.stat(path)
+    identity = (st.st_dev, st.st_ino, st.st_mtime_ns)
+    names = _kept_listings.get(path, identity)
+    if names is None:
+        with os.scandir(path) as entries:
+            names = [e.name for e in entries if e.is_dir(follow_symlinks=False)]
+        if len(names) >= _KEPT_LISTING:
+            from tracklake._read.catalog import mtimes_trusted
+
+            if mtimes_trusted():
+                _kept_listings.keep(path, st, identity, names)
+    return list(names)
 
 
 def through_no_link(root: Path, rel: str) -> bool:
@@ -186,25 +202,14 @@ def through_no_link(root: Path, rel: str) -> bool:
     components that do not exist are no link."""
     if isinstance(root, ObjectPath):
         return ".." not in rel.split("/")
-    path = os.fspath(root)
-    touch(path)
-    for part in rel.split("/"):
-        if part in ("", ".", ".."):
-            return False
-        path = os.path.join(path, part)
-        try:
-            if stat.S_ISLNK(os.lstat(path).st_mode):
-                return False
-        except FileNotFoundError:
-            return True
-    return True
+    return no_link_on_the_way(root, rel)
 
 
 def regular_blob(root: Path, digest: str) -> Path | None:
     """The path of blob `digest` if the store holds it as a regular file reached through
     no link; None if it is missing, a link, FIFO or device stands in its place, or the
     digest is not 64 hex digits (a crafted record, which forms no path)."""
-    if not _DIGEST.fullmatch(digest):
+    if not is_digest(digest):
         return None
     path = blob_path(root, digest)
     if isinstance(root, ObjectPath):

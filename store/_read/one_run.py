@@ -52,19 +52,42 @@ def _parse_tree(sql: str) -> Any:
     return None if not isinstance(tree, dict) or tree.get("error") else tree
 
 
-def narrowed_to(sql: str, views: set[str]) -> dict[str, str]:
+def table_names(sql: str) -> set[str] | None:
+    """The names (lower case) of every table `sql` reads, from its parse tree (which
+    takes statements with parameters, where `duckdb.get_table_names` refuses them); None
+    if DuckDB gives no tree."""
+    tree = _parse_tree(sql)
+    if tree is None:
+        return None
+    names: set[str] = set()
+    stack: list[Any] = [tree]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if item.get("type") == "BASE_TABLE" and isinstance(item.get("table_name"), str):
+                names.add(item["table_name"].lower())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return names
+
+
+def narrowed_to(sql: str, views: set[str], params: Any = None) -> dict[str, str]:
     """{"project": ..., "run": ...} (either or both) that every row of `sql`'s answer
     comes from, if `sql` is one SELECT of one of `views` (lower case) narrowed by them as
     the module says, or a SELECT of nothing but such a SELECT (as `first_rows_sql` wraps
-    a statement); {} otherwise."""
+    a statement); {} otherwise. A named parameter (``run = $r``) whose value in `params`
+    (a dict, as the query is given it) is a text counts as that literal."""
     tree = _parse_tree(sql)
     statements = tree.get("statements") if tree else None
     if not isinstance(statements, list) or len(statements) != 1:
         return {}
-    return _narrowed(statements[0].get("node"), views)
+    named = {str(k): v for k, v in params.items() if isinstance(v, str)} \
+        if isinstance(params, dict) else {}
+    return _narrowed(statements[0].get("node"), views, named)
 
 
-def _narrowed(node: Any, views: set[str]) -> dict[str, str]:
+def _narrowed(node: Any, views: set[str], named: dict[str, str]) -> dict[str, str]:
     if not isinstance(node, dict) or node.get("type") != "SELECT_NODE" or \
             node.get("cte_map", {}).get("map") or node.get("sample") or \
             _holds_subquery(node):
@@ -74,7 +97,7 @@ def _narrowed(node: Any, views: set[str]) -> dict[str, str]:
             not table.get("sample") and isinstance(table.get("subquery"), dict):
         # the outer SELECT reads the inner one's answer alone: it can only drop, shape
         # or order those rows
-        return _narrowed(table["subquery"].get("node"), views)
+        return _narrowed(table["subquery"].get("node"), views, named)
     if not isinstance(table, dict) or table.get("type") != "BASE_TABLE" or \
             table.get("schema_name") or table.get("catalog_name") or \
             table.get("column_name_alias") or table.get("sample") or \
@@ -86,7 +109,7 @@ def _narrowed(node: Any, views: set[str]) -> dict[str, str]:
         where.get("type") == "CONJUNCTION_AND" else [where]
     found: dict[str, str] = {}
     for term in terms:
-        column, value = _column_equals_literal(term, names)
+        column, value = _column_equals_literal(term, names, named)
         if column is not None and value is not None:
             if found.get(column, value) != value:
                 return {}  # run = 'a' AND run = 'b': no rows, read as written
@@ -111,16 +134,21 @@ def _holds_subquery(node: Any) -> bool:
     return False
 
 
-def _column_equals_literal(term: Any, tables: set[str]) -> tuple[str | None, str | None]:
-    """(column, value) if `term` is ``column = 'value'`` (either way round) for a column of
-    `_NARROWING`, unqualified or qualified by one of `tables`, and a value that is a
-    stored name; (None, None) otherwise."""
+def _column_equals_literal(term: Any, tables: set[str], named: dict[str, str]
+                           ) -> tuple[str | None, str | None]:
+    """(column, value) if `term` is ``column = 'value'`` (either way round; or a named
+    parameter whose text `named` holds) for a column of `_NARROWING`, unqualified or
+    qualified by one of `tables`, and a value that is a stored name; (None, None)
+    otherwise."""
     if not isinstance(term, dict) or term.get("type") != "COMPARE_EQUAL":
         return None, None
     for ref, constant in ((term.get("left"), term.get("right")),
                           (term.get("right"), term.get("left"))):
         column = _column(ref, tables)
         value = _string(constant)
+        if value is None and isinstance(constant, dict) and \
+                constant.get("class") == "PARAMETER":
+            value = named.get(str(constant.get("identifier")))
         if column is not None and value is not None:
             try:
                 stored = safe_name(value, column)

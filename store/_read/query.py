@@ -268,7 +268,7 @@ def query(sql: str, *, root: str | os.PathLike[str] | None = None,
             raise QueryError(f"{exc}; damaged: {names}") from exc
     found = ReadProblems() if problems is None else problems
     table = with_connection(root, found, lambda con: _execute(con, sql, params, timeout),
-                            scope_of_sql(sql))
+                            scope_of_sql(sql, params))
     if problems is None:
         _warn(found)
     return table
@@ -475,7 +475,7 @@ def stream_query(sql: str, write: Callable[[pa.RecordBatch], None],
 
     rows = with_connection(root, found,
                            lambda con: _execute(con, sql, params, timeout, deliver),
-                           scope_of_sql(sql))
+                           scope_of_sql(sql, params))
     if problems is None:
         _warn(found)
     return rows

@@ -4,9 +4,10 @@ has to read, so that answering it costs what it reads and not what the store hol
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from tracklake._format import KINDS
-from tracklake._read.one_run import narrowed_to
+from tracklake._read.one_run import narrowed_to, table_names
 
 #: Views over the attempt files only.
 _ATTEMPT_VIEWS = frozenset({"runs", "run_attempts"})
@@ -61,9 +62,10 @@ def view_names() -> set[str]:
             *_ATTEMPT_VIEWS}
 
 
-def scope_of_sql(sql: str) -> Scope:
+def scope_of_sql(sql: str, params: Any = None) -> Scope:
     """The views `sql` names, by DuckDB's own parser, and the one run (or project) it is
-    restricted to, if any (`one_run`); everything when it cannot tell."""
+    restricted to, if any (`one_run`, with the named `params` it is given); everything
+    when it cannot tell."""
     import duckdb
 
     names: set[str] = set()
@@ -71,11 +73,16 @@ def scope_of_sql(sql: str) -> Scope:
         for statement in duckdb.extract_statements(sql):
             names |= {n.lower() for n in duckdb.get_table_names(statement.query)}
     except duckdb.Error:
-        return EVERYTHING  # the statement fails to bind here: let the real run report it
+        # a statement with parameters, which get_table_names refuses, or one that fails
+        # to bind here (the real run reports it)
+        found = table_names(sql) if params is not None else None
+        if found is None:
+            return EVERYTHING
+        names = found
     scope = scope_of_views(names)
     if not scope.kinds and not scope.attempts:
         return EVERYTHING  # none of the views: it may be looking at the catalog itself
-    narrowed = narrowed_to(sql, view_names())
+    narrowed = narrowed_to(sql, view_names(), params)
     if narrowed:
         scope = scope.for_run(narrowed.get("project"), narrowed.get("run"))
     return scope
