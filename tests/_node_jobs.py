@@ -164,3 +164,35 @@ def backup_to(dest: str) -> None:
     from tracklake._ops.backup.backup import backup
 
     backup(Path(os.environ["TRACKLAKE_ROOT"]), dest)
+
+
+def log_until_signal(run: str, hang_at: int) -> None:
+    """Rank 0 of `run`: `KEYS` step after step, a flush every 25 steps printing "flushed S"
+    once the steps up to S are written; at step `hang_at` it prints "hang" and waits for a
+    line on stdin (the test hangs this node's mount there), once a shipping round has
+    shipped what it flushed (in ship mode, with rounds an hour apart: no round is under
+    way when the mount hangs). It ends only by a signal, finishing within
+    $SIGTERM_FINISH seconds of a SIGTERM."""
+    import tracklake._write.lifecycle as lifecycle
+
+    lifecycle.SIGTERM_FINISH_SECONDS = float(os.environ["SIGTERM_FINISH"])
+    r = tracklake.init(project="p", run_id=run, capture_identity=False, system_metrics=False)
+    step = 0
+    while True:
+        r.log({k: value(0, step, k) for k in KEYS}, step=step)
+        if step % 25 == 24 and r.flush(timeout=5):
+            print(f"flushed {step}", flush=True)
+        if step == hang_at:
+            r.flush()
+            assert r._shipping is not None and r._shipping._round()
+            print("hang", flush=True)
+            sys.stdin.readline()
+        step += 1
+        time.sleep(0.005)
+
+
+def ship(local: str) -> None:
+    """`tracklake ship --local LOCAL` on this node, into its store."""
+    from tracklake._cli.main import main
+
+    main(["ship", "--local", local], standalone_mode=False)

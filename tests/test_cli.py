@@ -328,3 +328,25 @@ def test_two_demo_runs_draw_two_curves(root: Path) -> None:
         "SELECT run, list(value ORDER BY step) AS v FROM metrics "
         "WHERE key = 'critic/score/mean' GROUP BY run", root=root).to_pylist()
     assert len(curves) == 2 and curves[0]["v"] != curves[1]["v"]
+
+
+def test_show_lists_at_most_max_keys_and_the_keys_a_glob_picks(root: Path) -> None:
+    """A run of many keys: `show` lists the first --max-keys (in key order), says how
+    many it left out and how to see them; --key narrows by glob, --max-keys 0 lists all."""
+    with tracklake.init(project="p", run_id="wide", root=root, capture_identity=False) as run:
+        for step in range(3):
+            run.log({f"layer{k % 3}/k{k:02d}": float(k + step) for k in range(12)}, step=step)
+    width = ["--root", str(root)]
+
+    def listed(out: str) -> list[str]:
+        return sorted(w for w in out.split() if "/k" in w)
+
+    code, out = invoke("show", "wide", *width, "--max-keys", "4")
+    assert code == 0
+    assert listed(out) == ["layer0/k00", "layer0/k03", "layer0/k06", "layer0/k09"]
+    assert "4 of 12 keys shown" in " ".join(out.split())
+    code, out = invoke("show", "wide", *width, "--key", "layer1/*")
+    assert listed(out) == ["layer1/k01", "layer1/k04", "layer1/k07", "layer1/k10"]
+    assert "4 of 12 keys shown (4 match layer1/*)" in " ".join(out.split())
+    code, out = invoke("show", "wide", *width, "--max-keys", "0")
+    assert len(listed(out)) == 12 and "keys shown" not in out

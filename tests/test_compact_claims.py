@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import tracklake
-from tracklake._format.liveness import CLOCK_SKEW_SECONDS
+from tracklake._format.liveness import CLOCK_SKEW_SECONDS, UNWATCHED_LIMIT_SECONDS
 from tracklake._ops.claims import CLAIM_STALE_SECONDS
 
 #: Runs compaction over argv[1], SIGKILLing itself around its argv[2]-th file operation
@@ -168,11 +168,14 @@ _PID_NS = os.stat("/proc/self/ns/pid").st_ino
 
 @pytest.mark.parametrize(("record", "age", "stale"), [
     ({"pid": 1, "host": "another-node", "boot_id": None, "start_ticks": None}, 5, False),
-    # another host's clock may differ: only older than the limit and the allowed skew
+    # another host's clock may differ by hours: its file time alone tells only past a day
+    # (else this host watches it stand still: the test below)
     ({"pid": 1, "host": "another-node", "boot_id": None, "start_ticks": None},
      CLAIM_STALE_SECONDS + 5, False),
     ({"pid": 1, "host": "another-node", "boot_id": None, "start_ticks": None},
-     CLAIM_STALE_SECONDS + CLOCK_SKEW_SECONDS + 5, True),
+     CLAIM_STALE_SECONDS + CLOCK_SKEW_SECONDS + 5, False),
+    ({"pid": 1, "host": "another-node", "boot_id": None, "start_ticks": None},
+     UNWATCHED_LIMIT_SECONDS + 5, True),
     ({"pid": 1, "host": platform.node(), "boot_id": "a-boot-before-the-last-reboot",
       "start_ticks": 1}, 5, True),
     ({"pid": os.getpid(), "host": platform.node(), "boot_id": _BOOT, "pid_ns": _PID_NS,
@@ -182,12 +185,13 @@ _PID_NS = os.stat("/proc/self/ns/pid").st_ino
     ({"pid": 999_999, "host": platform.node(), "boot_id": _BOOT, "pid_ns": _PID_NS + 1,
       "start_ticks": 1}, 5, False),
     ({"pid": 999_999, "host": platform.node(), "boot_id": _BOOT, "pid_ns": _PID_NS + 1,
-      "start_ticks": 1}, CLAIM_STALE_SECONDS + CLOCK_SKEW_SECONDS + 5, True),
+      "start_ticks": 1}, UNWATCHED_LIMIT_SECONDS + 5, True),
     # a record without its PID namespace (an older version's): not probed either
     ({"pid": 999_999, "host": platform.node(), "boot_id": _BOOT, "start_ticks": 1}, 5,
      False),
     (None, 5, False),  # unreadable (being written by an older version): only its age tells
-    (None, CLAIM_STALE_SECONDS + CLOCK_SKEW_SECONDS + 5, True),
+    (None, CLAIM_STALE_SECONDS + CLOCK_SKEW_SECONDS + 5, False),
+    (None, UNWATCHED_LIMIT_SECONDS + 5, True),
 ])
 def test_stale_claims_are_told_by_host_boot_pid_start_time_or_age(
         template: Path, tmp_path: Path, record: dict[str, object] | None, age: float,
@@ -221,3 +225,74 @@ def test_a_claim_from_another_host_is_stale_once_watched_still_whatever_its_time
     monkeypatch.setattr(claims, "time", types.SimpleNamespace(
         time=lambda: real() + 2 * CLAIM_STALE_SECONDS, monotonic=time.monotonic))
     assert tracklake.compact(root=root).skipped == [] and not claim.exists()
+
+
+def test_a_refreshed_claim_from_a_host_whose_clock_is_hours_behind_is_never_broken(
+        template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A claim from another host that its holder refreshes, its file time 3 hours behind
+    this host's clock (that host's clock, or its file server's): kept however long this
+    host watches it, and broken once it stands still for the limit."""
+    import tracklake._ops.claims as claims
+    root, claim = _claim_dir(template, tmp_path)
+    claim.write_text(json.dumps({"pid": 1, "host": "another-node", "boot_id": None,
+                                 "start_ticks": None}))
+    real = time.time
+    for minutes in (0, 9, 18, 27):
+        monkeypatch.setattr(claims, "time", types.SimpleNamespace(
+            time=lambda m=minutes: real() + m * 60, monotonic=time.monotonic))
+        behind = real() + minutes * 60 - 3 * 3600
+        os.utime(claim, (behind, behind))  # its holder refreshed it, by its clock
+        assert tracklake.compact(root=root).skipped and claim.exists(), minutes
+    monkeypatch.setattr(claims, "time", types.SimpleNamespace(
+        time=lambda: real() + 27 * 60 + CLAIM_STALE_SECONDS + 5, monotonic=time.monotonic))
+    assert tracklake.compact(root=root).skipped == [] and not claim.exists()
+
+
+
+@pytest.mark.parametrize("claim", [".shipping", ".retaining"])
+def test_a_claim_temporary_a_killed_shipper_or_applier_left_is_removed_by_the_next(
+        tmp_path: Path, claim: str) -> None:
+    """A shipper or retention applier killed while writing its claim aside leaves
+    `.CLAIM.HOST.RANDOM.PID.tmp`; the next one to hold that claim removes it."""
+    from click.testing import CliRunner
+
+    from tracklake._cli.main import main
+    from tracklake._format.layout import local_base
+    from tracklake._ops.ship import Shipper
+
+    root, local = tmp_path / "root", tmp_path / "node"
+    if claim == ".shipping":  # a writer killed in ship mode leaves its records to ship
+        env = {**os.environ, "TRACKLAKE_LOCAL_ROOT": str(local),
+               "TRACKLAKE_SHIP_INTERVAL": "3600"}
+        subprocess.run([sys.executable, "-c", KILLED_SHIP_WRITER, str(root)], env=env,
+                       check=False, timeout=120)
+        base = local_base(local.absolute(), root.absolute())
+        [directory] = {p.parent for p in base.rglob("_seg-*.arrows")}
+    else:
+        with tracklake.init(project="p", run_id="r", root=root, compact=False) as r:
+            r.log({"loss": 1.0}, step=0)
+        directory = root / "trash"
+        directory.mkdir()
+    left = directory / f"{claim}.{platform.node()}.0123456789ab.{2 ** 22 + 7}.tmp"
+    left.write_text("killed while writing its claim")
+    os.utime(left, (1, 1))
+    if claim == ".shipping":
+        shipper = Shipper(base, root)
+        shipper.ship(leftovers=True)
+        shipper.close()
+        assert tracklake.query("SELECT count(*) AS n FROM metrics", root=root
+                               ).to_pylist() == [{"n": 1}]
+    else:
+        done = CliRunner().invoke(main, ["retain", "--root", str(root), "--keep-last", "0",
+                                         "--apply"])
+        assert done.exit_code == 0, done.output
+    assert not left.exists()
+
+
+KILLED_SHIP_WRITER = """
+import os, sys, tracklake
+r = tracklake.init(project="p", run_id="r", root=sys.argv[1], compact=False)
+r.log({"loss": 1.0}, step=0)
+r.flush()
+os._exit(9)
+"""

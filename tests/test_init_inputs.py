@@ -64,6 +64,30 @@ def test_a_root_that_is_not_a_directory_is_refused_by_name(tmp_path: Path, kind:
         tracklake.init(project="p", root=root, compact=False)
 
 
+def test_run_ids_that_collapse_onto_another_runs_directory_are_refused(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`a b`, `a/b` and `a\nb` are all stored as run `a_b`: the first to write it keeps it,
+    the others are refused by name instead of becoming its next attempt (and hiding its
+    steps); the same id, given again or through $TRACKLAKE_RUN_ID, resumes it."""
+    with tracklake.init(project="p", run_id="a b", root=root) as run:
+        run.log({"loss": 1.0}, step=0)
+    for other in ("a/b", "a\nb", "a_b"):
+        with pytest.raises(tracklake.InvalidNameError,
+                           match=r"run id .* is stored as 'a_b', which already holds run 'a b'"):
+            tracklake.init(project="p", run_id=other, root=root)
+    monkeypatch.setenv("TRACKLAKE_RUN_ID", "a:b")
+    with pytest.raises(tracklake.InvalidNameError, match="'a:b'"):
+        tracklake.init(project="p", root=root)
+    monkeypatch.setenv("TRACKLAKE_RUN_ID", "a b")
+    with tracklake.init(project="p", root=root) as again:
+        assert (again.id, again.attempt) == ("a_b", 2)
+    monkeypatch.delenv("TRACKLAKE_RUN_ID")
+    with tracklake.init(project="p", run_id="a b", root=root, rank=1) as other_rank:
+        assert other_rank.attempt == 1
+    answer = tracklake.query("SELECT run, attempt, value FROM metrics", root=root)
+    assert answer.to_pylist() == [{"run": "a_b", "attempt": 1, "value": 1.0}]
+
+
 def test_names_that_collapse_onto_another_projects_directory_are_refused(root: Path) -> None:
     """`pé ü`, `p!`, `ü p` and `p` are all stored as project `p`: the first to write it
     keeps it, the others are refused by name, so no run's attempts mix across projects."""

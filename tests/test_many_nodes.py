@@ -320,3 +320,48 @@ def test_a_follower_on_a_node_whose_mount_hangs_reports_the_stall_and_carries_on
     got = Counter((tag, e.step) for tag in acc.Tags()["scalars"] if tag.startswith("rank0/")
                   for e in acc.Scalars(tag))
     assert got == Counter((f"rank0/{k}", s) for k in KEYS for s in range(60))
+
+
+def test_in_ship_mode_sigterm_while_the_mount_hangs_ends_in_time_and_keeps_the_records(
+        server: FileServer, tmp_path: Path) -> None:
+    """Node A writes in ship mode, ships a round (its segment in the root stays
+    unsealed), and its mount hangs while it logs on; SIGTERM comes (its finish bounded
+    at 3 s, as SIGTERM_FINISH_SECONDS bounds it): the process ends in time, its last
+    shipping round stuck in the mount (a process holding a file of a hung FUSE mount
+    open could not end: closing it waits for the mount), and the node's disk keeps every
+    row it flushed, which `tracklake ship` there moves into the root once the mount is
+    back, each once."""
+    import signal
+
+    a = Node("node-a", server.mount("a", cache_seconds=CACHE))
+    disk = tmp_path / "node-a-disk"
+    writer = a.popen(_job("log_until_signal('termed', 60)"), stdin=subprocess.PIPE,
+                     env_extra={"TRACKLAKE_LOCAL_ROOT": str(disk),
+                                "TRACKLAKE_SHIP_INTERVAL": "3600", "SIGTERM_FINISH": "3"})
+    assert writer.stdout is not None and writer.stdin is not None
+    while (line := writer.stdout.readline().strip()) != "hang":
+        assert line.startswith("flushed"), line
+    a.mount.hang()
+    try:
+        writer.stdin.write("\n")
+        writer.stdin.flush()
+        flushed = 0
+        while flushed < 300:  # written to A's disk while every shipping round waits
+            flushed = int(writer.stdout.readline().split()[1])
+        writer.send_signal(signal.SIGTERM)
+        termed = time.monotonic()
+        out, err = writer.communicate(timeout=60)
+        took = time.monotonic() - termed
+    finally:
+        a.mount.resume()
+    assert writer.returncode == -signal.SIGTERM, err
+    assert took < 3 + 5, (took, err)
+    flushed = max([flushed] + [int(line.split()[1]) for line in out.splitlines()])
+    a.run(_job(f"ship({str(disk)!r})"), timeout=120)
+    rows = tracklake.query("SELECT step, key, value FROM metrics WHERE run = 'termed'",
+                           root=server.export / "store").to_pylist()
+    held = Counter((r["step"], r["key"]) for r in rows)
+    assert max(held.values()) == 1
+    assert {s for s, _ in held} >= set(range(flushed + 1)), (flushed, len(held))
+    assert all(r["value"] == value(0, r["step"], r["key"]) for r in rows)
+    assert not list(disk.rglob("*.arrows"))

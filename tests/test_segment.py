@@ -84,6 +84,10 @@ class _BytesPath(type(Path())):  # type: ignore[misc]
         path._data = data
         return path
 
+    #: read whole through read_bytes(), as a segment in an object store is (a local one
+    #: is read a slice at a time, from the file)
+    fs_path = "/in-memory/seg-000000-000000000000.arrows"
+
     def read_bytes(self) -> bytes:
         return self._data
 
@@ -165,6 +169,37 @@ def test_segment_writer_refuses_to_overwrite_an_existing_file(tmp_path: Path) ->
 
 
 # -- torn tails ---------------------------------------------------------------------------
+
+def test_a_suspended_segment_is_reopened_by_the_next_append_unless_it_changed(
+        tmp_path: Path) -> None:
+    """A writer closes its file between appends (`suspend`) and appends again to the same
+    file; once the file was replaced or grew meanwhile, the next append refuses it."""
+    path = tmp_path / "seg.arrows"
+    writer = SegmentWriter(path, stream_schema(METRICS, STREAM), fsync=False)
+    batches = [_batch(0, [(0, "a", 1.0)]), _batch(1, [(1, "a", 2.0)])]
+    writer.append(batches[0])
+    writer.suspend()
+    writer.append(batches[1])
+    writer.suspend()
+    writer.seal()
+    contents = read_segment(path)
+    assert contents.sealed and _same_batches(contents.batches, batches)
+    for change in ("replaced", "grew"):
+        other = tmp_path / f"{change}.arrows"
+        writer = SegmentWriter(other, stream_schema(METRICS, STREAM), fsync=False)
+        writer.append(batches[0])
+        writer.suspend()
+        if change == "replaced":  # by a copy renamed over it (as a restore would)
+            copy = tmp_path / "copy"
+            copy.write_bytes(other.read_bytes())
+            copy.replace(other)
+        else:
+            with other.open("ab") as f:
+                f.write(b"x")
+        with pytest.raises(OSError, match="replaced or changed"):
+            writer.append(batches[1])
+        writer.abandon()
+
 
 def test_every_truncation_point_yields_a_verified_prefix(tmp_path: Path) -> None:
     """A segment cut at any byte (0 to its full length) reads as the batches that are

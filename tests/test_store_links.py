@@ -5,10 +5,12 @@ moved or deleted), and fsck reports each one."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 import tracklake
@@ -179,3 +181,134 @@ def test_the_wandb_artifacts_leave_out_a_blob_that_is_a_link(tmp_path: Path) -> 
     blob.symlink_to(secret)
     built, missing = build([record], root)
     assert built == [] and missing == ["weights.bin"]
+
+
+def test_a_writer_never_writes_through_a_directory_planted_as_a_link(tmp_path: Path) -> None:
+    """A run's metrics or runs directory, or the blobs directory, planted as a link to a
+    directory outside the store (by another user of a shared store, or in a restored
+    backup): nothing is written there. init() refuses a linked runs directory naming it;
+    a linked metrics directory or blob directory fails those writes, counted and reported
+    by finish() naming the link, and the rest of the run is written in the store."""
+    root, outside = tmp_path / "store", tmp_path / "outside"
+    _store(root, "p", ("first",))
+    for name in ("metrics", "runs", "blobs"):
+        (outside / name).mkdir(parents=True)
+    (root / "runs" / "project=p" / "run=r1").symlink_to(outside / "runs")
+    with pytest.raises(OSError, match=r"run=r1 is a symbolic link, where the store keeps"):
+        tracklake.init(project="p", run_id="r1", root=root, compact=False)
+    (root / "metrics" / "project=p" / "run=r2").symlink_to(outside / "metrics")
+    (root / "blobs").symlink_to(outside / "blobs")
+    run = tracklake.init(project="p", run_id="r2", root=root, compact=False)
+    run.log({"loss": 1.0}, step=0)
+    assert run.log_artifact(b"weights", name="w.bin") is None
+    run.log_config({"lr": 0.1})
+    report = run.finish(timeout=3)
+    assert not report.complete and "symbolic link" in str(report.last_error)
+    assert report.errors_by_errno.get("ELOOP", 0) >= 2, report
+    assert [p for p in outside.rglob("*") if p.is_file()] == []
+    (root / "metrics" / "project=p" / "run=r2").unlink()
+    assert tracklake.query("SELECT status FROM runs WHERE run = 'r2'",
+                           root=root).to_pylist() == [{"status": "finished"}]
+
+
+def test_a_rank_directory_swapped_for_a_link_after_init_gets_no_attempt_record(
+        tmp_path: Path) -> None:
+    """The rank's directory of `runs/`, moved out of the store and replaced by a link to
+    it while the run lives: finish() writes no record through the link, and says so."""
+    root, outside = tmp_path / "store", tmp_path / "outside"
+    run = tracklake.init(project="p", run_id="r", root=root, compact=False)
+    run.log({"loss": 1.0}, step=0)
+    rank_dir = root / "runs" / "project=p" / "run=r" / "rank=0"
+    shutil.move(rank_dir, outside)
+    rank_dir.symlink_to(outside)
+    before = {p.name: p.read_bytes() for p in outside.iterdir()}
+    report = run.finish(timeout=3)
+    assert not report.complete and "symbolic link" in str(report.last_error), report
+    assert {p.name: p.read_bytes() for p in outside.iterdir()} == before
+
+
+def test_the_shipper_never_writes_through_a_stream_directory_planted_as_a_link(
+        tmp_path: Path) -> None:
+    """In ship mode, the root's directory of the run is a link out of the store: the
+    records stay on the node's disk, and nothing is written outside."""
+    root, outside, local = tmp_path / "store", tmp_path / "outside", tmp_path / "local"
+    _store(root, "p", ("first",))
+    outside.mkdir()
+    (root / "metrics" / "project=p" / "run=r").symlink_to(outside)
+    run = tracklake.init(project="p", run_id="r", root=root, compact=False,
+                         local_root=local, capture_identity=False)
+    for step in range(20):
+        run.log({"loss": float(step)}, step=step)
+    report = run.finish(timeout=3)
+    assert not report.complete and report.errors_by_errno.get("ELOOP") == 1, report
+    assert "records are left to ship" in str(report.last_error), report
+    assert list(outside.rglob("*")) == []
+    (root / "metrics" / "project=p" / "run=r").unlink()  # the link removed, as told
+    result = CliRunner().invoke(main, ["ship", "--root", str(root), "--local", str(local)])
+    assert result.exit_code == 0, result.output
+    assert tracklake.query("SELECT count(*) AS n FROM metrics WHERE run = 'r'",
+                           root=root).to_pylist() == [{"n": 20}]
+
+
+@pytest.mark.parametrize("name", ["runs-v2.catalog", "decoded-v1.json", "heartbeats/h.json"])
+def test_a_fifo_named_as_a_cache_file_hangs_nothing(tmp_path: Path, name: str) -> None:
+    """The files readers keep in ROOT/.cache (the run catalog, decoded values, the
+    heartbeats a host watched) planted as FIFOs: each question ends and answers from the
+    store's own files, as when the cache is missing."""
+    root = tmp_path / "store"
+    _store(root, "p", ("r", "s"))
+    fifo = root / ".cache" / name
+    if name.startswith("heartbeats/"):
+        from tracklake._format.heartbeats import watch_file
+
+        fifo = watch_file(root)
+    for path in (root / ".cache").rglob("*"):
+        if path.is_file():
+            path.unlink()
+    fifo.parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(fifo)
+    for args in (["sql", "--root", str(root), "--format", "csv",
+                  "SELECT count(*) AS n FROM metrics"],
+                 ["runs", "--root", str(root)], ["compact", "--root", str(root)]):
+        proc = subprocess.run([sys.executable, "-m", "tracklake._cli", *args],
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, (args, proc.stderr)
+        if args[0] == "sql":
+            assert proc.stdout.split() == ['"n"', "20"], proc.stdout
+    assert fifo.exists()
+
+
+def test_the_bundle_marker_as_a_fifo_hangs_no_reader(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    _store(root, "p", ("r",))
+    (root / ".cache" / "bundles").mkdir(parents=True, exist_ok=True)
+    os.mkfifo(root / ".cache" / "bundles" / ".checked")
+    proc = subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; "
+                           "from tracklake._read.bundles import _left_out; "
+                           "print(_left_out(Path(sys.argv[1])))", str(root)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.stdout.strip() == "0", proc.stderr
+
+
+def test_a_cache_directory_planted_as_a_link_is_neither_read_nor_written(
+        tmp_path: Path) -> None:
+    """ROOT/.cache a link to a directory outside the store: questions answer from the
+    store's files, compaction compacts and says why it bundled nothing, and nothing is
+    read from or written into the directory it leads to."""
+    root, outside = tmp_path / "store", tmp_path / "outside"
+    _store(root, "p", ("r", "s"))
+    shutil.rmtree(root / ".cache", ignore_errors=True)
+    (outside / "bundles").mkdir(parents=True)
+    (outside / "runs-v2.catalog").write_bytes(b"crafted")
+    (root / ".cache").symlink_to(outside)
+    before = _files(outside)
+    assert tracklake.query("SELECT count(*) AS n FROM metrics", root=root).to_pylist() == [
+        {"n": 20}]
+    result = CliRunner().invoke(main, ["compact", "--root", str(root)])
+    assert result.exit_code == 0, result.output
+    assert "small runs not bundled" in result.output and ".cache is a symbolic link" in \
+        result.output, result.output
+    assert CliRunner().invoke(main, ["runs", "--root", str(root)]).exit_code == 0
+    assert tracklake.query("SELECT count(*) AS n FROM runs", root=root).to_pylist() == [
+        {"n": 2}]
+    assert _files(outside) == before

@@ -5,6 +5,7 @@ streams are left to its own shipper."""
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import click
@@ -18,7 +19,11 @@ from tracklake._errors import TracklakeError
 @click.option("--local", "local_root", type=click.Path(file_okay=False, path_type=Path),
               help="The node-local folder of ship mode (default: $TRACKLAKE_LOCAL_ROOT).")
 def ship(root: Path | None, local_root: Path | None) -> None:
-    """Ship the records that writers of this node left in the node-local folder."""
+    """Ship the records that writers of this node left in the node-local folder.
+
+    Exits 1 when a local segment was found damaged (its whole batches before the damage
+    are shipped, the file kept as <name>.damaged) or a stream could not be shipped, after
+    shipping everything else."""
     from tracklake._format.layout import local_base
     from tracklake._ops.ship import Shipper, ShipReport
     from tracklake._write.shipping import LOCAL_ROOT_ENV
@@ -44,6 +49,9 @@ def ship(root: Path | None, local_root: Path | None) -> None:
                f"{report.segments_done} local segments done")
     for ident in report.busy:
         click.echo(f"{ident.project}/{ident.run} rank {ident.rank} attempt {ident.attempt} "
-                   f"{ident.kind}: its writer lives and ships it")
+                   f"{ident.kind}: a live process ships it (its writer, or another "
+                   "`tracklake ship`)")
     for problem in report.problems:
         click.echo(f"warning: {problem}", err=True)
+    if report.problems:  # everything else was shipped; a script must still hear of it
+        sys.exit(1)

@@ -14,7 +14,7 @@ from typing import Any
 from tracklake._errors import FormatError, InvalidNameError, NewerFormatError
 from tracklake._format import FORMAT_VERSION, attempt_file, check_version, write_atomic
 from tracklake._format import checks as c
-from tracklake._format.files import NotRegularFileError, read_regular
+from tracklake._format.files import NotRegularFileError, read_regular, store_dir
 from tracklake._format.liveness import writer_known_gone
 
 STATUSES = ("running", "finished", "failed", "killed", "crashed")
@@ -61,18 +61,41 @@ def check_project_name(root: Path, project: str, given: str) -> None:
         runs = sorted(n for n in os.listdir(base) if n.startswith("run="))
     except (FileNotFoundError, NotADirectoryError):
         return
-    for run_dir in runs[:1]:
-        for path in sorted((base / run_dir).glob("rank=*/attempt=*.json"))[:1]:
-            try:
-                record = read_attempt(path)
-            except (OSError, FormatError):
-                return
-            known = record.get("project_given") if record else None
-            if isinstance(known, str) and known != given:
-                raise InvalidNameError(
-                    f"project name {given!r} is stored as {project!r}, which already holds "
-                    f"the runs of project {known!r}: their runs would mix. Choose a name "
-                    "that differs in its letters, digits or ._+@- characters")
+    known = _given_before(base / runs[0], "project_given") if runs else None
+    if known is not None and known != given:
+        raise InvalidNameError(
+            f"project name {given!r} is stored as {project!r}, which already holds "
+            f"the runs of project {known!r}: their runs would mix. Choose a name "
+            "that differs in its letters, digits or ._+@- characters")
+
+
+def check_run_name(root: Path, project: str, run: str, given: str | None) -> None:
+    """Refuse `given`, a run id stored as `run`, if that run was started under another
+    given id (``a b``, ``a/b`` and ``a_b`` are all stored as ``a_b``): the new job would
+    become the next attempt of an unrelated run and hide its steps. An id that was not
+    given (a launcher's job id, a new one) and attempts written before ids were recorded
+    are not held against it."""
+    if given is None:
+        return
+    known = _given_before(root / "runs" / f"project={project}" / f"run={run}", "run_given")
+    if known is not None and known != given:
+        raise InvalidNameError(
+            f"run id {given!r} of project {project!r} is stored as {run!r}, which already "
+            f"holds run {known!r}: this job would become its next attempt. Choose an id "
+            "that differs in its letters, digits or ._+@- characters, or pass "
+            f"run_id={known!r} to resume that run")
+
+
+def _given_before(run_dir: Path, field: str) -> str | None:
+    """`field` of the first attempt file of a run directory, if it is a str."""
+    for path in sorted(run_dir.glob("rank=*/attempt=*.json"))[:1]:
+        try:
+            record = read_attempt(path)
+        except (OSError, FormatError):
+            return None
+        known = record.get(field) if record else None
+        return known if isinstance(known, str) else None
+    return None
 
 
 def claim_attempt(root: Path, project: str, run: str, rank: int) -> tuple[int, Path]:
@@ -82,7 +105,7 @@ def claim_attempt(root: Path, project: str, run: str, rank: int) -> tuple[int, P
     the attempt number without talking to each other.
     """
     rank_dir = attempt_file(root, project, run, rank, 1).parent
-    rank_dir.mkdir(parents=True, exist_ok=True)
+    store_dir(root, rank_dir)
     attempt = max(attempt_numbers(rank_dir), default=0) + 1
     while True:
         path = attempt_file(root, project, run, rank, attempt)
@@ -94,9 +117,12 @@ def claim_attempt(root: Path, project: str, run: str, rank: int) -> tuple[int, P
         return attempt, path
 
 
-def write_attempt(path: Path, record: dict[str, Any]) -> None:
+def write_attempt(path: Path, record: dict[str, Any], *, root: Path | None = None) -> None:
+    """Write the attempt file at `path`; given the store's `root`, never through a
+    directory on the way that was replaced by a link (`store_dir`)."""
     record = {"format": FORMAT_VERSION, **record}
-    write_atomic(path, json.dumps(record, indent=1, default=str, allow_nan=True).encode())
+    write_atomic(path, json.dumps(record, indent=1, default=str, allow_nan=True).encode(),
+                 root=root)
 
 
 #: An attempt file is read whole; a larger one is refused as damaged or hostile.
@@ -162,6 +188,7 @@ def validate_attempt(record: object, where: object) -> dict[str, Any]:
         c.optional(c.timestamp)(record.get("finished_at"), "finished_at")
         c.optional(c.text)(record.get("name"), "name")
         c.optional(c.text)(record.get("project_given"), "project_given")
+        c.optional(c.text)(record.get("run_given"), "run_given")
         c.optional(lambda v, f: c.integer(v, f, 1, c.MAX_INT32))(record.get("world_size"),
                                                                   "world_size")
         c.optional(lambda v, f: c.list_of(v, f, c.text))(record.get("tags"), "tags")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as _dt
 import re
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeGuard, TypeVar
 
 T = TypeVar("T")
 
@@ -58,8 +58,14 @@ def boolean(value: object, field: str) -> bool:
     return value
 
 
+def is_digest(value: object) -> TypeGuard[str]:
+    """Whether `value` is a sha256 hex digest as the store names blobs: 64 lowercase hex
+    digits, so that it forms no path outside the store."""
+    return isinstance(value, str) and _HEX64.fullmatch(value) is not None
+
+
 def digest(value: object, field: str) -> str:
-    if not isinstance(value, str) or not _HEX64.fullmatch(value):
+    if not is_digest(value):
         raise FieldError(f"{field}: {_show(value)} is not a sha256 hex digest")
     return value
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import secrets
 import stat
 from pathlib import Path
 from typing import BinaryIO
@@ -28,15 +29,42 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write `data` to `path` so that no reader ever sees a partial file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
+def scratch(path: Path, prefix: str = ".") -> Path:
+    """A new name beside `path` to write it under before it is renamed into place:
+    ``.NAME.RANDOM.PID.tmp`` (`temporaries.left_over` knows the pattern). No other user
+    can guess it, so none can plant a link or FIFO there beforehand, and two threads of
+    one process never share one."""
+    return path.with_name(f"{prefix}{path.name}.{secrets.token_hex(6)}.{os.getpid()}.tmp")
+
+
+def create_new(path: Path, *, readable: bool = False) -> BinaryIO:
+    """A file created at `path` for writing (and reading back, if `readable`), which must
+    not exist yet (O_EXCL): never opened through a link or a FIFO standing under that name
+    (a `scratch` name has none)."""
+    access = os.O_RDWR if readable else os.O_WRONLY
+    fd = os.open(path, access | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    return open(fd, "w+b" if readable else "wb")
+
+
+def write_new(path: Path, data: bytes, *, fsync: bool = False) -> None:
+    """Write `data` to a file created by `create_new`."""
+    with create_new(path) as f:
+        f.write(data)
+        f.flush()
+        if fsync:
             os.fsync(f.fileno())
+
+
+def write_atomic(path: Path, data: bytes, *, root: Path | None = None) -> None:
+    """Write `data` to `path` so that no reader ever sees a partial file. Given the store's
+    `root`, the directories between are made by `store_dir` (never through a link)."""
+    if root is None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    else:
+        store_dir(root, path.parent)
+    tmp = scratch(path)
+    try:
+        write_new(tmp, data, fsync=True)
         os.replace(tmp, path)
     except OSError as exc:
         with contextlib.suppress(OSError):
@@ -58,6 +86,29 @@ def _what(mode: int) -> str:
     if stat.S_ISFIFO(mode):
         return "a FIFO"
     return "a device or socket"
+
+
+def store_dir(root: Path, directory: Path) -> Path:
+    """`directory`, a directory under `root`, created with those between if missing; an
+    OSError naming the path if one of them is a symbolic link or not a directory (planted
+    in a shared store or restored from a backup, a link would take what is written there
+    out of the store, where no reader looks). `root` itself may be a link."""
+    path = root
+    for part in directory.relative_to(root).parts:
+        path = path / part
+        try:
+            os.mkdir(path)
+            continue
+        except FileExistsError:
+            pass
+        mode = os.lstat(path).st_mode
+        if not stat.S_ISDIR(mode):
+            raise NotRegularFileError(
+                errno.ELOOP if stat.S_ISLNK(mode) else errno.ENOTDIR,
+                f"{path} is {'a regular file' if stat.S_ISREG(mode) else _what(mode)}, "
+                "where the store keeps a directory; nothing is "
+                "written through it: remove it (`tracklake fsck` lists such files)", str(path))
+    return directory
 
 
 def is_regular_file(path: Path) -> bool:
@@ -108,3 +159,47 @@ def read_regular(path: Path, limit: int) -> bytes:
                       "tracklake reads of such a file", str(path))
     return data
 
+
+def no_link_on_the_way(root: Path, rel: str) -> bool:
+    """True if no component of `rel` (a relative POSIX path) under `root` is a symbolic
+    link (which would lead a read, write, move or delete out of the store), nor `..`;
+    components that do not exist are no link."""
+    path = os.fspath(root)
+    touch(path)
+    for part in rel.split("/"):
+        if part in ("", ".", ".."):
+            return False
+        path = os.path.join(path, part)
+        try:
+            if stat.S_ISLNK(os.lstat(path).st_mode):
+                return False
+        except FileNotFoundError:
+            return True
+    return True
+
+
+def open_state(root: Path, rel: str) -> BinaryIO:
+    """Open a file the store keeps for itself (a cache, a marker) at `rel` under `root`,
+    as `open_regular` does, refusing it also when a directory on the way is a link."""
+    return open_regular(_state_path(root, rel))
+
+
+def read_state(root: Path, rel: str, limit: int) -> bytes:
+    """The bytes of `open_state(root, rel)`; an OSError naming it if it holds more than
+    `limit` bytes."""
+    return read_regular(_state_path(root, rel), limit)
+
+
+def _state_path(root: Path, rel: str) -> Path:
+    """`root / rel`, or NotRegularFileError if a directory on the way is a link."""
+    if not no_link_on_the_way(root, rel):
+        raise NotRegularFileError(errno.ELOOP, f"{root / rel} is reached through a symbolic "
+                                  "link in the store; tracklake does not follow links in a "
+                                  "store", str(root / rel))
+    return root / rel
+
+
+def write_state(root: Path, rel: str, data: bytes) -> None:
+    """`write_atomic` of a file the store keeps for itself at `rel` under `root`, its
+    directories made by `store_dir` (never written through a link)."""
+    write_atomic(root / rel, data, root=root)

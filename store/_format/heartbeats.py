@@ -23,7 +23,7 @@ import threading
 import time
 from pathlib import Path
 
-from tracklake._format.files import read_regular, write_atomic
+from tracklake._format.files import read_state, write_state
 
 WATCH_DIR = Path(".cache") / "heartbeats"
 MAX_WATCH_BYTES = 8 << 20
@@ -73,15 +73,23 @@ class HeartbeatWatch:
             self._dirty = False
             self._saved_at = time.monotonic()
         with contextlib.suppress(OSError):
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(self.path, data)
+            write_state(_root_of(self.path), _rel(self.path), data)
+
+
+def _root_of(path: Path) -> Path:
+    """The store root of a `watch_file` path."""
+    return path.parents[len(WATCH_DIR.parts)]
+
+
+def _rel(path: Path) -> str:
+    return f"{WATCH_DIR.as_posix()}/{path.name}"
 
 
 def _load(path: Path) -> dict[str, tuple[str, float]]:
     try:
         if os.lstat(path).st_uid != os.geteuid():
             return {}  # planted by someone else: their notes could age a live writer
-        raw = json.loads(read_regular(path, MAX_WATCH_BYTES))
+        raw = json.loads(read_state(_root_of(path), _rel(path), MAX_WATCH_BYTES))
     except (OSError, ValueError, RecursionError):
         return {}
     if not isinstance(raw, dict):

@@ -76,3 +76,21 @@ def decoded_size(message: memoryview) -> int | None:
         return total
     except (struct.error, IndexError):
         return None
+
+
+def message_size(message: memoryview) -> int | None:
+    """Bytes one encapsulated IPC message occupies as stored (continuation, metadata
+    length, flatbuffer, body), read from its prefix and its header's `bodyLength`; None if
+    that cannot be read from `message` (not a message, or its header is cut short)."""
+    try:
+        if bytes(message[:4]) != b"\xff\xff\xff\xff":
+            return None
+        meta_len = _I32.unpack_from(message, 4)[0]
+        if meta_len <= 0 or 8 + meta_len > len(message):
+            return None
+        fb = message[8 : 8 + meta_len]
+        body_at = _field(fb, _indirect(fb, 0), 3)  # Message.bodyLength
+        body = 0 if body_at is None else _I64.unpack_from(fb, body_at)[0]
+        return None if body < 0 else 8 + meta_len + body
+    except (struct.error, IndexError):
+        return None

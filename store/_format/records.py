@@ -5,10 +5,11 @@ using it (a histogram's bins): a record that breaks them is never handed out
 from __future__ import annotations
 
 import math
-import re
 
 import numpy as np
 import pyarrow as pa
+
+from tracklake._format.checks import is_digest
 
 #: The kinds whose records `invalid_records` checks.
 CHECKED_KINDS = frozenset({"histograms", "media"})
@@ -74,7 +75,6 @@ MEDIA_TYPES = {
     "audio": {"audio/wav", "audio/flac", "audio/ogg", "audio/mpeg"},
     "video": {"video/mp4", "video/webm", "image/gif"},
 }
-_DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
 def _invalid_media(table: pa.Table | pa.RecordBatch) -> tuple[np.ndarray, str] | None:
@@ -92,7 +92,7 @@ def _media_problem(row: dict[str, object]) -> str | None:
     digest, size, shape = row.get("digest"), row.get("size"), row.get("shape")
     if row.get("key") is None:
         return "no key"
-    if not isinstance(digest, str) or not _DIGEST.fullmatch(digest):
+    if not is_digest(digest):
         return f"digest {str(digest)[:80]!r} is not a sha256 hex digest"
     if not isinstance(size, int) or not 0 <= size <= MAX_MEDIA_BYTES:
         return f"a declared size of {size} bytes (at most {MAX_MEDIA_BYTES})"

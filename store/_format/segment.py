@@ -10,19 +10,22 @@ a sealed segment ends with the IPC end-of-stream marker. See docs/format.md.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import time
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 import pyarrow as pa
 
 from tracklake._errors import FormatError
 from tracklake._format import FORMAT_VERSION, SCHEMAS, StreamId, check_version
 from tracklake._format.bounded import touch
-from tracklake._format.ipc_size import decoded_size
+from tracklake._format.files import open_regular
+from tracklake._format.ipc_size import decoded_size, message_size
 
 EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 CONTINUATION = b"\xff\xff\xff\xff"
@@ -89,6 +92,8 @@ class SegmentWriter:
         self._header_len = len(header)
         path.parent.mkdir(parents=True, exist_ok=True)
         self._fd: int | None = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        self._inode = os.fstat(self._fd).st_ino
+        self._suspended = False  # closed between appends (`suspend`), reopened by the next
         self.size = 0  # bytes known to be completely written
         self.opened_at = time.monotonic()
         self.batches = 0
@@ -101,6 +106,8 @@ class SegmentWriter:
             raise
 
     def _write(self, data: bytes | bytearray) -> None:
+        if self._suspended:
+            self._reopen()
         assert self._fd is not None, "segment already closed"
         view = memoryview(data)
         while view:
@@ -130,6 +137,30 @@ class SegmentWriter:
         self._write(EOS)
         self.close()
 
+    def suspend(self) -> None:
+        """Close the file until the next append or `seal`, which reopen it: a process
+        that holds no file open on a mount that hangs can still exit (closing a file of a
+        FUSE mount at exit waits for the mount)."""
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            self._suspended = True
+            os.close(fd)
+
+    def _reopen(self) -> None:
+        """Open the suspended file again, if it is still the one written and holds just
+        what was written; else raise OSError (removed, replaced or changed meanwhile)."""
+        fd = os.open(self.path, os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0))
+        try:
+            st = os.fstat(fd)
+            if (st.st_ino, st.st_size) != (self._inode, self.size):
+                raise OSError(errno.ESTALE, f"{self.path} was replaced or changed while "
+                              "it was closed between appends", str(self.path))
+            os.lseek(fd, self.size, os.SEEK_SET)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd, self._suspended = fd, False
+
     def abandon(self) -> None:
         """After a failed write: cut any partial batch off if possible, and close.
 
@@ -145,6 +176,7 @@ class SegmentWriter:
         self.close()
 
     def close(self) -> None:
+        self._suspended = False
         if self._fd is not None:
             fd, self._fd = self._fd, None
             os.close(fd)
@@ -191,6 +223,13 @@ def _metadata(md: pa.KeyValueMetadata | None) -> dict[str, str]:
 #: their batches at a quarter of it, so only a crafted or foreign file holds a larger one,
 #: and a reader never allocates more for one batch than this.
 MAX_BATCH_BYTES = 256 << 20
+#: The most one batch may take as stored (its body holds at most what it decodes to, a
+#: length prefix and padding per buffer), so that a length field crafted or damaged to
+#: claim gigabytes never makes a reader read them.
+MAX_MESSAGE_BYTES = MAX_BATCH_BYTES + (4 << 20)
+
+#: Bytes of a local segment `scan_segment` reads (and holds) at a time.
+SCAN_BYTES = 16 << 20
 
 #: What pyarrow raises for bytes that do not decode (torn or damaged messages).
 _DECODE_ERRORS = (pa.ArrowException, OSError, ValueError)
@@ -230,9 +269,30 @@ def read_segment(path: Path) -> SegmentContents:
 def scan_segment(path: Path, out: SegmentContents) -> Iterator[pa.RecordBatch]:
     """`read_segment` a batch at a time, so that a consumer holds one decoded batch, not
     the segment's: `out` gets the header's metadata, and once the batches are exhausted,
-    how the segment ends (sealed, torn, damaged)."""
+    how the segment ends (sealed, torn, damaged).
+
+    A local segment is read `SCAN_BYTES` at a time (`read_segment_from`), never whole: a
+    file planted or damaged to be huge or sparse costs the memory of its largest batch
+    (at most `MAX_MESSAGE_BYTES`), not of its size."""
     touch(path)
-    yield from _scan(path, path.read_bytes(), 0, out)
+    if hasattr(path, "fs_path"):  # a store in an object store: no inode, read it whole
+        yield from _scan(path, path.read_bytes(), 0, out)
+        return
+    inode, offset = None, 0
+    while True:
+        part = read_segment_from(path, inode, offset, SCAN_BYTES)
+        if offset and (part.inode != inode or (part.ends and part.ends[0] <= offset)):
+            out.damaged = (f"the file changed while it was read (replaced or truncated "
+                           f"before byte {offset})")
+            return
+        out.schema_metadata = part.schema_metadata
+        out.ends.extend(part.ends)
+        out.sealed, out.torn_bytes, out.damaged = part.sealed, part.torn_bytes, part.damaged
+        out.inode = part.inode
+        yield from part.batches
+        if not part.more:
+            return
+        inode, offset = part.inode, part.ends[-1]
 
 
 def read_segment_from(path: Path, inode: int | None = None, offset: int = 0,
@@ -249,7 +309,7 @@ def read_segment_from(path: Path, inode: int | None = None, offset: int = 0,
     than `offset`) is read from its start.
     """
     touch(path)
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         st = os.fstat(f.fileno())
         head = f.read(8)
         header_len = _body_offset(head) if len(head) == 8 else -1
@@ -257,6 +317,7 @@ def read_segment_from(path: Path, inode: int | None = None, offset: int = 0,
                   and 0 < header_len <= offset <= st.st_size)
         start = offset if resume else 0
         limit = st.st_size - start if max_bytes is None else max_bytes
+        whole = max_bytes is None
         while True:
             f.seek(start)
             tail = f.read(limit)
@@ -266,13 +327,43 @@ def read_segment_from(path: Path, inode: int | None = None, offset: int = 0,
                 out = _decode(path, f.read(header_len) + tail, start - header_len)
             else:
                 out = _decode(path, tail, 0)
-            if out.batches or not cut or out.damaged:
+            if out.batches or not cut or out.damaged or whole:
                 break
-            limit = st.st_size - start  # one batch larger than the limit: read it whole
+            # one batch larger than the limit: read it whole, as far as a batch may go
+            whole = True
+            at = start if resume else header_len  # where that batch starts in the file
+            size = _stored_size(f, at)
+            if size is None or size > MAX_MESSAGE_BYTES:
+                claims = ("a size that cannot be read" if size is None else
+                          f"{size:,} bytes, more than the {MAX_MESSAGE_BYTES:,} a stored "
+                          "batch may take")
+                out.damaged = (f"the batch at byte {at} claims {claims} (a damaged or "
+                               "crafted length field)")
+                out.torn_bytes = st.st_size - at
+                break
+            limit = at - start + size
+    if cut and not out.batches and not out.damaged:  # that batch, whole, does not decode
+        out.damaged = f"undecodable batch at byte {start if resume else header_len}"
+        out.torn_bytes = st.st_size - (start if resume else header_len)
     if cut and not out.damaged:
         out.more, out.torn_bytes, out.sealed = True, 0, False  # the rest is read next
     out.inode = st.st_ino
     return out
+
+
+def _stored_size(f: BinaryIO, at: int) -> int | None:
+    """The bytes the message at offset `at` of `f` takes as stored, read from its length
+    prefix and header (never more than MAX_MESSAGE_BYTES of them); None if unreadable."""
+    f.seek(at)
+    prefix = f.read(8)
+    if len(prefix) < 8 or prefix[:4] != CONTINUATION:
+        return None
+    meta_len = int.from_bytes(prefix[4:], "little")
+    if meta_len == 0:
+        return len(EOS)
+    if meta_len > MAX_MESSAGE_BYTES:
+        return 8 + meta_len
+    return message_size(memoryview(prefix + f.read(meta_len)))
 
 
 def _decode(path: Path, data: bytes, shift: int) -> SegmentContents:
@@ -302,6 +393,13 @@ def _scan(path: Path, data: bytes, shift: int, out: SegmentContents
     out.schema_metadata = meta
     while True:
         pos = src.tell()
+        claimed = data[pos + 4 : pos + 8] if data[pos : pos + 4] == CONTINUATION else b""
+        if len(claimed) == 4 and int.from_bytes(claimed, "little") > MAX_MESSAGE_BYTES:
+            out.torn_bytes = len(data) - pos
+            out.damaged = (f"the batch at byte {pos + shift} claims a header of "
+                           f"{int.from_bytes(claimed, 'little'):,} bytes (a damaged or "
+                           "crafted length field)")
+            return
         size = decoded_size(memoryview(data)[pos:])
         if size is not None and size > MAX_BATCH_BYTES:
             out.torn_bytes = len(data) - pos

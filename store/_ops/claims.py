@@ -18,9 +18,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from tracklake._format.files import read_regular
+from tracklake._format.files import read_regular, scratch, write_new
 from tracklake._format.heartbeats import heartbeat_watch
 from tracklake._format.liveness import (
+    UNWATCHED_LIMIT_SECONDS,
     clock_skew,
     process_alive,
     process_identity,
@@ -78,7 +79,7 @@ def _read_claim(contents: bytes) -> dict[str, Any] | None:
 
 
 def _holder_gone(path: Path, root: Path | None, st: os.stat_result, contents: bytes,
-                 stale_after: float) -> bool:
+                 stale_after: float, *, watched_only: bool = False) -> bool:
     """True if the process that wrote `contents` (a claim or an owner file, read from
     `path`, whose stat is `st`) is certainly gone.
 
@@ -90,16 +91,16 @@ def _holder_gone(path: Path, root: Path | None, st: os.stat_result, contents: by
     gone = None if record is None else process_known_gone(record)
     if gone is not None:
         return gone
-    return _still_for(path, root, st, contents, stale_after)
+    return _still_for(path, root, st, contents, stale_after, watched_only=watched_only)
 
 
 def _take_claim(claim: Path) -> bool:
     """Create the claim exclusively, whole (written aside, then hard-linked into place:
     `link` fails if the name exists, on NFS and Lustre too, where locks may not work)."""
     data = json.dumps(_claim_record()).encode()
-    tmp = claim.with_name(f"{claim.name}.{platform.node()}.{os.getpid()}.tmp")
+    tmp = scratch(claim.with_name(f"{claim.name}.{platform.node()}"), "")
     try:
-        tmp.write_bytes(data)  # a full disk raises here, leaving nothing behind
+        write_new(tmp, data)  # a full disk raises here, leaving nothing behind
         try:
             os.link(tmp, claim)
             return True
@@ -126,6 +127,17 @@ def _take_claim(claim: Path) -> bool:
     return True
 
 
+def _claim_bytes(path: Path) -> bytes:
+    """The contents of claim `path`; none if it is not a regular file (a link, FIFO or
+    device planted there is never opened) or too large to be one."""
+    try:
+        return read_regular(path, 1 << 16)
+    except FileNotFoundError:
+        raise
+    except OSError:
+        return b""
+
+
 def _break_stale_claim(claim: Path, root: Path | None) -> None:
     """Remove a claim whose holder is gone (`_holder_gone`), unless another compactor
     replaced it meanwhile."""
@@ -136,14 +148,14 @@ def _break_stale_claim(claim: Path, root: Path | None) -> None:
         return
     except OSError:
         before, st = b"", claim.lstat()  # not a claim file at all: judged by its age
-    if not _holder_gone(claim, root, st, before, CLAIM_STALE_SECONDS):
+    if not _holder_gone(claim, root, st, before, CLAIM_STALE_SECONDS, watched_only=True):
         return
     aside = claim.with_name(f"{claim.name}-stale.{platform.node()}.{os.getpid()}.tmp")
     try:
         os.rename(claim, aside)
     except FileNotFoundError:
         return  # another compactor broke it first
-    if aside.read_bytes() != before or aside.stat().st_ino != st.st_ino:
+    if aside.lstat().st_ino != st.st_ino or _claim_bytes(aside) != before:
         # a live claim made after our look: put it back (fails only if yet another exists)
         with contextlib.suppress(FileExistsError):
             os.link(aside, claim)
@@ -151,13 +163,17 @@ def _break_stale_claim(claim: Path, root: Path | None) -> None:
 
 
 def _still_for(claim: Path, root: Path | None, st: os.stat_result, contents: bytes,
-               stale_after: float) -> bool:
+               stale_after: float, *, watched_only: bool = False) -> bool:
     """Whether a claim whose holder cannot be probed stood still for longer than
     `stale_after`: by its modification time, allowing the clocks `clock_skew()`; with
     `root`, also as this host watched its file (contents and modification time, which its
-    holder refreshes) not change, by this host's clock alone."""
+    holder refreshes) not change, by this host's clock alone. `watched_only` (with
+    `root`) trusts the modification time only once it is `UNWATCHED_LIMIT_SECONDS` old,
+    as a writer's heartbeat: clocks hours apart never break a claim that is refreshed."""
     age = time.time() - st.st_mtime
-    if age > stale_after + clock_skew():
+    limit = UNWATCHED_LIMIT_SECONDS if watched_only and root is not None else (
+        stale_after + clock_skew())
+    if age > limit:
         return True
     if root is None:
         return False
@@ -166,11 +182,13 @@ def _still_for(claim: Path, root: Path | None, st: os.stat_result, contents: byt
     return heartbeat_watch(root).unchanged_for(key, beat, time.time()) > stale_after
 
 
-#: Temporaries of a claim, of a compactor's sorted runs (a directory), and of a part
-#: (`.part-...-NNNNNN.parquet.PID.tmp`).
-_CLAIM_TMP = re.compile(r"^\.compacting(?:-stale)?\.(.+)\.(\d+)\.tmp$")
+#: Temporaries of a claim (a compactor's, a shipper's, retention's), of a compactor's
+#: sorted runs (a directory), and of a part (`.part-...-NNNNNN.parquet.RANDOM.PID.tmp`,
+#: `files.scratch`; without RANDOM before).
+_CLAIM_TMP = re.compile(
+    r"^\.(?:compacting|shipping|retaining)(?:-stale)?\.(.+?)(?:\.[0-9a-f]{12})?\.(\d+)\.tmp$")
 _SORT_TMP = re.compile(r"^\.sort\.(.+)\.(\d+)\.tmp$")
-_PART_TMP = re.compile(r"^\.part-.*\.parquet\.(\d+)\.tmp$")
+_PART_TMP = re.compile(r"^\.part-.*\.parquet\.(?:[0-9a-f]{12}\.)?(\d+)\.tmp$")
 
 
 def remove_leftovers(directory: Path) -> None:
@@ -208,10 +226,11 @@ def remove_leftovers(directory: Path) -> None:
 def hold_claim(directory: Path, name: str = ".compacting",
                leftovers: Callable[[Path], None] | None = None,
                root: Path | None = None) -> Iterator[Path | None]:
-    """Exclusively claim `directory` (a stream, for one compactor; the trash, for one
-    retention applier) of the store at `root`; yields the claim (None if a live process
-    holds it). A claim left by one that died is broken (`_break_stale_claim`); once
-    held, `leftovers(directory)` cleans up after it."""
+    """Exclusively claim `directory` (a stream, for one compactor or shipper; the trash,
+    for one retention applier) of the store at `root`; yields the claim (None if a live
+    process holds it). A claim left by one that died is broken (`_break_stale_claim`;
+    with `root`, judged by its watched progress alone, whatever the clocks: see
+    `_still_for`); once held, `leftovers(directory)` cleans up after it."""
     claim = directory / name
     for _ in range(3):
         if _take_claim(claim):

@@ -16,18 +16,25 @@ tail out). A shipper never appends to a segment it did not open, and one stream 
 shipper at a time: its `.shipping` claim in the local stream directory (the writer's own
 shipper holds it for the writer's life, so a stream whose claim can be taken belongs to
 a writer that is gone).
+
+A local segment found damaged (a checksum that does not match, bytes that do not decode,
+a torn or zero-filled tail, a file that is no segment at all) has its whole batches
+before the damage shipped and nothing after; once the shipper is done with it, it is
+renamed `<name>.damaged` (kept as evidence, never read again) and the report says so.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
 
+from tracklake._errors import FormatError, NewerFormatError
 from tracklake._format import (
     SCHEMAS,
     StreamId,
@@ -36,13 +43,27 @@ from tracklake._format import (
     segment_name,
     stream_dir,
 )
-from tracklake._format.segment import SegmentWriter, read_segment, read_segment_from, stream_schema
-from tracklake._ops.claims import hold_claim
+from tracklake._format.files import store_dir
+from tracklake._format.segment import (
+    SegmentContents,
+    SegmentWriter,
+    read_segment,
+    read_segment_from,
+    stream_schema,
+)
+from tracklake._ops.claims import hold_claim, remove_leftovers
 from tracklake._read.listing import list_streams
 
 CLAIM = ".shipping"
+#: Appended to the name of a local segment found damaged (or torn) once the shipper is
+#: done with it: kept as evidence, never read or shipped again.
+DAMAGED = ".damaged"
 #: Bytes of a local segment read per step (a live segment grows for minutes).
 READ_BYTES = 8 << 20
+#: Seconds between two refreshes of a held claim (its modification time set anew): a
+#: shipper that cannot probe the holder (another PID namespace: a container) takes a
+#: claim only once it has watched it stand still for `claims.CLAIM_STALE_SECONDS`.
+REFRESH_SECONDS = 60.0
 
 
 @dataclass
@@ -69,6 +90,11 @@ def _seq_last(batch: pa.RecordBatch) -> int:
     return int(seqs[len(seqs) - 1].as_py())
 
 
+def _stream_text(ident: StreamId) -> str:
+    return (f"{ident.project}/{ident.run} rank {ident.rank} attempt {ident.attempt} "
+            f"{ident.kind}")
+
+
 def _files(directory: Path) -> list[str]:
     """The names of the regular files in `directory` (none if it is missing): a link,
     FIFO or device planted under a segment's name is never opened."""
@@ -77,6 +103,13 @@ def _files(directory: Path) -> list[str]:
             return [e.name for e in entries if e.is_file(follow_symlinks=False)]
     except FileNotFoundError:
         return []
+
+
+def _segments(directory: Path) -> list[Path]:
+    """The segment files of a local stream directory, in their order."""
+    numbered = [(seg[0], name) for name in _files(directory)
+                if (seg := parse_segment_name(name)) is not None]
+    return [directory / name for _, name in sorted(numbered)]
 
 
 def shipped_seq(directory: Path) -> int:
@@ -112,14 +145,22 @@ class _Stream:
     """One local stream being shipped, under its claim."""
 
     def __init__(self, ident: StreamId, local: Path, shared: Path,
-                 claim: contextlib.ExitStack) -> None:
+                 claim: contextlib.ExitStack, claim_path: Path) -> None:
         self.ident = ident
         self.local = local
         self.shared = shared
         self.claim = claim
+        self.claim_path = claim_path
+        self.refreshed = time.monotonic()
         self.shipped: int | None = None  # the root's highest seq, read once
         self.reading: tuple[Path, int | None, int] | None = None  # file, inode, offset
         self.out: SegmentWriter | None = None  # this shipper's segment in the root
+
+    def refresh(self) -> None:
+        """Tell shippers that cannot probe this process that it still holds the claim."""
+        if time.monotonic() - self.refreshed >= REFRESH_SECONDS:
+            self.refreshed = time.monotonic()
+            os.utime(self.claim_path)
 
     def end_output(self) -> None:
         if self.out is not None:
@@ -141,22 +182,31 @@ class Shipper:
         self.fsync = fsync
         self._streams: dict[StreamId, _Stream] = {}
         self._own = frozenset(own)
+        self._own_streams: tuple[_Stream, ...] = ()
         for ident in self._own:
             if self._claim(ident) is None:
                 self.close()
                 raise RuntimeError(f"{stream_dir(local, ident)}: another process ships this "
                                    "stream (its .shipping claim names a live process)")
+        self._own_streams = tuple(self._streams.values())
 
     def _claim(self, ident: StreamId) -> _Stream | None:
-        directory = stream_dir(self.local, ident)
-        directory.mkdir(parents=True, exist_ok=True)
+        directory = store_dir(self.local, stream_dir(self.local, ident))
         stack = contextlib.ExitStack()
-        if stack.enter_context(hold_claim(directory, CLAIM)) is None:
+        claim = stack.enter_context(hold_claim(directory, CLAIM, remove_leftovers,
+                                                   root=self.local))
+        if claim is None:
             stack.close()
             return None
         stream = self._streams[ident] = _Stream(ident, directory,
-                                                stream_dir(self.root, ident), stack)
+                                                stream_dir(self.root, ident), stack, claim)
         return stream
+
+    def refresh_own(self) -> None:
+        """Refresh the claims of the own streams (`REFRESH_SECONDS`); safe to call from
+        another thread than `ship`'s (the writer's, which never waits on the root)."""
+        for stream in self._own_streams:
+            stream.refresh()
 
     def ship(self, *, leftovers: bool = False) -> ShipReport:
         """Ship what the own streams hold now (and, with `leftovers`, every other local
@@ -165,18 +215,29 @@ class Shipper:
         report = ShipReport()
         if leftovers:
             for ident in list_streams(self.local):
-                if ident not in self._streams and self._claim(ident) is None:
+                if ident in self._streams or not _segments(stream_dir(self.local, ident)):
+                    continue  # no segment yet: maybe a writer's, about to take its claim
+                if self._claim(ident) is None:
                     report.busy.append(ident)
         for stream in list(self._streams.values()):
-            self._ship_stream(stream, report)
+            try:
+                self._ship_stream(stream, report)
+            finally:
+                if stream.out is not None:
+                    stream.out.suspend()  # no file of the root held open between rounds
         return report
 
     def close(self) -> None:
-        """End this shipper's segments in the root and give the claims back; a stream
-        whose local files are all shipped leaves no local directory."""
+        """End this shipper's segments in the root and give the claims back, all of them
+        even where the root fails (the first OSError is raised after: a segment left
+        unsealed reads as one whose writer was killed); a stream whose local files are all
+        shipped leaves no local directory."""
+        failed: OSError | None = None
         for stream in self._streams.values():
             try:
                 stream.end_output()
+            except OSError as exc:
+                failed = failed or exc
             finally:
                 stream.claim.close()
             with contextlib.suppress(OSError):
@@ -185,29 +246,58 @@ class Shipper:
                         break
                     directory.rmdir()  # only if empty
         self._streams.clear()
+        self._own_streams = ()
+        if failed is not None:
+            raise failed
 
     def _ship_stream(self, stream: _Stream, report: ShipReport) -> None:
         if stream.shipped is None:
-            stream.shipped = shipped_seq(stream.shared)
-        segments = sorted((n, stream.local / name) for name in _files(stream.local)
-                          if (n := (parse_segment_name(name) or (None,))[0]) is not None)
-        for i, (_, path) in enumerate(segments):
-            sealed = self._ship_segment(stream, path, report)
-            if not (sealed or i + 1 < len(segments) or stream.ident not in self._own):
-                return  # the segment its writer appends to: the rest comes next time
+            try:
+                stream.shipped = shipped_seq(stream.shared)
+            except FormatError as exc:  # what the root holds is unknown: ship nothing
+                report.problems.append(f"{exc}; {_stream_text(stream.ident)} was not "
+                                       "shipped")
+                return
+        segments = _segments(stream.local)
+        for i, path in enumerate(segments):
+            try:
+                end = self._ship_segment(stream, path, report)
+            except NewerFormatError as exc:  # a newer tracklake's file: left for it
+                report.problems.append(f"{exc}; it and the rest of its stream were not "
+                                       "shipped")
+                return
+            except FormatError as exc:  # not a segment at all, or its header is damaged
+                end = SegmentContents(path, damaged=str(exc).removeprefix(f"{path}: "))
+            done = end.sealed or i + 1 < len(segments) or stream.ident not in self._own
+            if not done:  # the segment its writer appends to: the rest comes next time
+                if end.damaged:
+                    report.problems.append(f"{path}: {end.damaged}; the records after it "
+                                           "are not shipped")
+                return
             stream.end_output()
-            path.unlink()
             stream.reading = None
             report.segments_done += 1
+            why = end.damaged or (end.torn_bytes and f"its last {end.torn_bytes:,} bytes "
+                                  "are not a whole batch (cut by a kill or a power loss)")
+            if not why:
+                path.unlink()
+                continue
+            kept = path.with_name(path.name + DAMAGED)
+            os.rename(path, kept)  # evidence: never deleted, never read again
+            report.problems.append(f"{path}: {why}; every whole batch before it was "
+                                   f"shipped, nothing from there on; the file is kept as "
+                                   f"{kept}")
 
-    def _ship_segment(self, stream: _Stream, path: Path, report: ShipReport) -> bool:
-        """Ship the batches of one local segment that the root does not hold yet; True
-        if the segment is sealed (complete)."""
+    def _ship_segment(self, stream: _Stream, path: Path,
+                      report: ShipReport) -> SegmentContents:
+        """Ship the batches of one local segment that the root does not hold yet; what
+        the last read found at its end (sealed, torn, damaged)."""
         if stream.reading is None or stream.reading[0] != path:
             stream.end_output()  # a new local segment: a new segment in the root
             stream.reading = (path, None, 0)
         assert stream.shipped is not None
         while True:
+            stream.refresh()  # a long backlog takes longer than a claim may stand still
             _, inode, offset = stream.reading
             contents = read_segment_from(path, inode, offset, READ_BYTES)
             for batch in contents.batches:
@@ -227,15 +317,12 @@ class Shipper:
             if contents.ends:
                 offset = contents.ends[-1]
             stream.reading = (path, contents.inode, offset)
-            if contents.damaged:
-                report.problems.append(f"{path}: {contents.damaged}; the records after it "
-                                       "were not shipped")
             if not contents.more:
-                return contents.sealed
+                return contents
 
     def _output(self, stream: _Stream, batch: pa.RecordBatch) -> SegmentWriter:
         if stream.out is None:
-            stream.shared.mkdir(parents=True, exist_ok=True)
+            store_dir(self.root, stream.shared)
             number = _next_number(stream.shared)
             path = stream.shared / segment_name(number, int(batch.column(0)[0].as_py()))
             schema = stream_schema(SCHEMAS[stream.ident.kind], stream.ident)

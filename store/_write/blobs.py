@@ -6,11 +6,10 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import time
 from pathlib import Path
 
 from tracklake._format import blob_path, fsync_dir
-from tracklake._format.files import is_regular_file
+from tracklake._format.files import create_new, is_regular_file, scratch, store_dir
 from tracklake._format.naming import safe_name
 
 
@@ -73,9 +72,7 @@ def _directory_files(directory: Path) -> list[tuple[Path, Path]]:
 
 def store_blob(root: Path, source: bytes | Path) -> tuple[str, int]:
     """Store `source` as a blob under `root`; (sha256 hex digest, size)."""
-    tmp_dir = root / "blobs" / "tmp"
-    tmp_dir.mkdir(parents=True, exist_ok=True)
-    tmp = tmp_dir / f"{os.getpid()}-{time.time_ns()}"
+    tmp = scratch(store_dir(root, root / "blobs" / "tmp") / "blob")
     try:
         return _copy_blob(root, source, tmp)
     finally:
@@ -86,7 +83,7 @@ def store_blob(root: Path, source: bytes | Path) -> tuple[str, int]:
 def _copy_blob(root: Path, source: bytes | Path, tmp: Path) -> tuple[str, int]:
     h = hashlib.sha256()
     size = 0
-    with open(tmp, "wb") as out:
+    with create_new(tmp) as out:
         if isinstance(source, bytes):
             h.update(source)
             out.write(source)
@@ -103,7 +100,7 @@ def _copy_blob(root: Path, source: bytes | Path, tmp: Path) -> tuple[str, int]:
         os.fsync(out.fileno())
     digest = h.hexdigest()
     final = blob_path(root, digest)
-    final.parent.mkdir(parents=True, exist_ok=True)
+    store_dir(root, final.parent)
     if not is_regular_file(final):  # a link or FIFO planted in its place is replaced
         os.replace(tmp, final)
         fsync_dir(final.parent)

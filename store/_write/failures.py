@@ -85,6 +85,13 @@ def cannot_write(ident: StreamId, root: Path, budget: int, error: str | None) ->
             "retries with backoff, and reports the total at finish(). (Reported once.)")
 
 
+def cannot_ship(ident: StreamId, root: Path, error: str | None) -> str:
+    return (f"tracklake: cannot ship run {ident.run!r} rank {ident.rank} into {root}: "
+            f"{error}. Training continues; its records stay on this node's disk and are "
+            "shipped once the root answers (retried every round); finish() reports what is "
+            "left and the command that ships it. (Reported once.)")
+
+
 def dropping(ident: StreamId, root: Path, budget: int, stuck_for: float | None) -> str:
     why = (f"a write under {root} has not returned for {stuck_for:.1f} s (is the file "
            "system hung?)" if stuck_for is not None else "the writer cannot keep up")

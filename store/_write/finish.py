@@ -23,6 +23,7 @@ from tracklake._errors import RunStateError
 from tracklake._format.attempt import TERMINAL_STATUSES, now_iso, write_attempt
 from tracklake._write import lifecycle as _lifecycle
 from tracklake._write.compactor import Compactor, compaction_wanted
+from tracklake._write.failures import say
 from tracklake._write.shipping import ShipThread
 from tracklake._write.writer import RankWriter
 
@@ -79,25 +80,49 @@ class RunHandle:
         self._shipping: ShipThread | None = None
         self._writer = RankWriter(
             local or root, project, run_id, rank, attempt,
-            heartbeat=self._heartbeat if local is None else None,
+            heartbeat=self._heartbeat if local is None else self._refresh_claims,
             on_sealed=self._compactor.segment_sealed if self._compactor else None, **options)
         if local is not None:  # ship mode: this node's disk, moved into root by a thread
             try:
                 self._shipping = ShipThread(
                     local, root, self._writer.ids.values(), heartbeat=self._heartbeat,
                     heartbeat_interval=options.get("heartbeat_interval", 30.0),
-                    fsync=options.get("fsync", True), on_failure=self._writer.record_failure)
-            except BaseException:
+                    fsync=options.get("fsync", True),
+                    on_failure=lambda exc: self._writer.record_failure(exc, root))
+            except BaseException as exc:
                 self._writer.close(0.0)
+                error = self._not_started(exc, local)
+                if isinstance(exc, Exception):
+                    raise RuntimeError(error) from exc
                 raise
+
+    def _not_started(self, exc: BaseException, local: Path) -> str:
+        """Record the attempt failed (it would show running while this process lives)
+        when its shipper could not start, nothing logged yet; what went wrong."""
+        error = (f"ship mode: shipping from {local} into {self.root} could not start "
+                 f"({type(exc).__name__}: {exc})")
+        report = FinishReport(status="failed", complete=False, last_error=error)
+        self._record.update(status="failed", finished_at=now_iso(), heartbeat_at=now_iso(),
+                            write_report=report.__dict__)
+        try:
+            write_attempt(self._attempt_path, self._record, root=self.root)
+        except OSError as write_error:
+            print(f"tracklake: {error}; recording attempt {self.attempt} of run {self.id!r} "
+                  f"failed did not work either: {write_error}", file=sys.stderr, flush=True)
+        return error
 
     def _refuse(self, what: str) -> None:
         _lifecycle.wait_if_terminating()  # after SIGTERM the process ends; do not raise first
         raise RunStateError(f"run {self.id!r} is finished; {what} after finish() is refused")
 
+    def _refresh_claims(self) -> None:
+        """In ship mode, the writer thread's heartbeat: the streams' `.shipping` claims."""
+        if self._shipping is not None:
+            self._shipping.refresh_claims()
+
     def _heartbeat(self) -> None:
         self._record["heartbeat_at"] = now_iso()
-        write_attempt(self._attempt_path, self._record)
+        write_attempt(self._attempt_path, self._record, root=self.root)
 
     def flush(self, *, timeout: float = 30.0) -> bool:
         """Write everything logged so far to disk now; True if nothing is left pending.
@@ -160,14 +185,16 @@ class RunHandle:
         (in ship mode, once they are shipped, or as far as the root let them be)."""
         if self._shipping is not None and not self._shipping.finish(self._deadline):
             complete = False
-            self._writer.record_failure(OSError(
-                f"records are left to ship in {self._shipping.local}: `tracklake ship "
-                f"--root {self.root}` on this node moves them"))
+            left = (f"records are left to ship in {self._shipping.local}: `tracklake ship "
+                    f"--root {self.root} --local {self._shipping.local.parent}` on this "
+                    "node moves them")
+            self._writer.record_failure(OSError(left), self.root)
+            say(f"tracklake: run {self.id!r} rank {self.rank}: {left}")  # always, not once
         report = self._build_report(complete)
         self._record.update(status=self._status, finished_at=now_iso(),
                             heartbeat_at=now_iso(), write_report=report.__dict__)
         try:
-            write_attempt(self._attempt_path, self._record)
+            write_attempt(self._attempt_path, self._record, root=self.root)
         except OSError as exc:
             self._writer.record_failure(exc)
             report = self._build_report(complete=False)

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from tracklake._format import SCHEMAS, StreamId, segment_name, stream_dir
+from tracklake._format.files import store_dir
 from tracklake._format.segment import SegmentWriter, stream_schema
 from tracklake._write.batches import (
     KeyColumn,
@@ -288,6 +289,7 @@ class Flusher:
             ident = self.ids[kind]
             first_seq = int(batch.column(0)[0].as_py())
             path = stream_dir(self.root, ident) / segment_name(number, first_seq)
+            store_dir(self.root, path.parent)
             seg = SegmentWriter(path, stream_schema(SCHEMAS[kind], ident), fsync=self.fsync)
             self._segments[kind] = seg
         return seg

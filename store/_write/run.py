@@ -13,6 +13,7 @@ from typing import Any
 
 from tracklake._format.attempt import (
     check_project_name,
+    check_run_name,
     claim_attempt,
     now_iso,
     write_attempt,
@@ -427,6 +428,8 @@ def init(*, project: str, name: str | None = None, config: Any = None,
     project = safe_name(project, "project")
     check_project_name(root_path, project, given_project)
     run = resolve_run_id(run_id, project, name)
+    given_run = run_id if run_id is not None else os.environ.get("TRACKLAKE_RUN_ID") or None
+    check_run_name(root_path, project, run, given_run)
     rank_n = resolve_rank(rank)
     sidecar_specs = None
     if export is not None:  # checked on every rank, before anything is written
@@ -438,7 +441,8 @@ def init(*, project: str, name: str | None = None, config: Any = None,
     root_path.mkdir(parents=True, exist_ok=True)
     attempt, path = claim_attempt(root_path, project, run, rank_n)
     record: dict[str, Any] = {
-        "project": project, "project_given": given_project, "run": run, "name": name,
+        "project": project, "project_given": given_project, "run": run,
+        "run_given": given_run, "name": name,
         "rank": rank_n, "attempt": attempt,
         "world_size": world_size(),
         "tags": [str(t) for t in tags or ()], "status": "running",
@@ -448,7 +452,7 @@ def init(*, project: str, name: str | None = None, config: Any = None,
         "config": flat_config,
     }
     try:
-        write_attempt(path, record)
+        write_attempt(path, record, root=root_path)
     except OSError:
         with contextlib.suppress(OSError):
             path.unlink()  # give the attempt number back

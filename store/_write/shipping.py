@@ -42,9 +42,12 @@ def ship_folder(local_root: str | os.PathLike[str] | None, root: Path) -> Path |
     seconds_from_env(SHIP_INTERVAL_ENV, SHIP_INTERVAL)  # a bad setting: before any write
     local = Path(os.path.abspath(given))
     shared = Path(os.path.abspath(root))
-    if local == shared or shared in local.parents or local in shared.parents:
-        raise ValueError(f"ship mode: the node-local folder {local} and the store {shared} "
-                         f"must be apart ({LOCAL_ROOT_ENV} or init(local_root=...))")
+    for one, other in ((local, shared), (Path(os.path.realpath(local)),  # links followed
+                                         Path(os.path.realpath(shared)))):
+        if one == other or other in one.parents or one in other.parents:
+            raise ValueError(f"ship mode: the node-local folder {local} and the store "
+                             f"{shared} must be apart ({LOCAL_ROOT_ENV} or "
+                             "init(local_root=...))")
     base = local_base(local, shared)
     try:
         base.mkdir(parents=True, exist_ok=True)  # before anything is written to the store
@@ -83,7 +86,11 @@ class ShipThread:
         self.failing: Exception | None = None
         self._thread = threading.Thread(target=self._loop, daemon=True,
                                         name=f"tracklake-ship-{root.name}")
-        self._thread.start()
+        try:
+            self._thread.start()
+        except BaseException:
+            self._shipper.close()  # the claims go back: `tracklake ship` may take them
+            raise
 
     def _loop(self) -> None:
         while not self._stop.wait(self._interval):
@@ -94,11 +101,9 @@ class ShipThread:
         with self._lock:
             try:
                 report = self._shipper.ship(leftovers=self._leftovers)
-            except OSError as exc:
-                if self.failing is None:
+            except Exception as exc:  # the root failing, or a bug of ours: never the end
+                if self.failing is None:  # counted, and said the first time
                     self._on_failure(exc)
-                    say(f"tracklake: shipping records from {self.local} into {self.root} "
-                        f"failed ({exc}); retrying every {self._interval:g} s")
                 self.failing = exc
                 return False
             self._leftovers = False
@@ -113,6 +118,11 @@ class ShipThread:
                 except OSError as exc:
                     self._on_failure(exc)
             return True
+
+    def refresh_claims(self) -> None:
+        """Refresh the claims of this writer's streams (called from the writer's thread,
+        which never waits on the root, so a hung root does not let them stand still)."""
+        self._shipper.refresh_own()
 
     def _report(self, report: ShipReport) -> None:
         for problem in report.problems:
@@ -129,9 +139,13 @@ class ShipThread:
         if self._thread.is_alive():
             return False  # a round is stuck in the root's file system
         self._leftovers = True
-        while not self._round():
-            if time.monotonic() + self._interval > deadline:
-                return False
+        shipped = self._round()
+        while not shipped and time.monotonic() + self._interval <= deadline:
             time.sleep(self._interval)
-        self._shipper.close()
-        return True
+            shipped = self._round()
+        try:  # no round runs any more: the claims go back, for `tracklake ship`
+            self._shipper.close()
+        except OSError as exc:
+            self._on_failure(exc)
+            return False
+        return shipped

@@ -185,10 +185,11 @@ class RankWriter:
             self._accepting = False
         return self._flusher.close(timeout, finalize)
 
-    def record_failure(self, exc: Exception) -> None:
-        """Count a failure of a write other than a segment's (an artifact, the attempt file)."""
+    def record_failure(self, exc: Exception, where: Path | None = None) -> None:
+        """Count a failure of a write other than a segment's (an artifact, the attempt
+        file, shipping into the store at `where` when it is not this writer's root)."""
         with self._lock:
-            message = self._count_failure(None, exc)
+            message = self._count_failure(None, exc, where)
         _messages.say(message)
 
     def snapshot(self) -> WriteFailures:
@@ -236,11 +237,14 @@ class RankWriter:
             self._over_budget(0)
         _messages.say(message)
 
-    def _count_failure(self, kind: str | None, exc: Exception) -> str | None:
+    def _count_failure(self, kind: str | None, exc: Exception,
+                       where: Path | None = None) -> str | None:
         """Count a failed write (with _lock held); the message to print, the first time."""
         if not self.failures.write_failed(exc):
             return None
         ident = self.ids.get(kind or "metrics", self.ids["metrics"])
+        if where is not None:  # shipping: nothing waits in memory, the node's disk holds it
+            return _messages.cannot_ship(ident, where, self.failures.last_error)
         return _messages.cannot_write(ident, self.root, self.max_buffer_bytes,
                                       self.failures.last_error)
 

@@ -15,6 +15,7 @@ import os
 import re
 from pathlib import Path
 
+from tracklake._format.files import create_new, open_regular, scratch
 from tracklake._ops.backup.errors import BackupError
 
 #: Read-back buffer: big enough that hashlib releases the GIL and threads hash in parallel.
@@ -63,27 +64,21 @@ def _user_copy(fin: int, fout: int, at: int) -> None:
 def kernel_copy(src: Path, dst: Path) -> None:
     """Copy `src` to a new `dst` inside the kernel where it can (copy_file_range), else
     through user space (another file system that refuses it, an older kernel)."""
-    fin = os.open(src, os.O_RDONLY)
-    try:
-        fout = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    with open_regular(src) as source, create_new(dst) as copy:
+        fin, fout = source.fileno(), copy.fileno()
+        at = 0
         try:
-            at = 0
-            try:
-                while True:
-                    n = os.copy_file_range(fin, fout, 1 << 30, at, at)
-                    if n == 0:
-                        return
-                    at += n
-            except OSError as exc:
-                if exc.errno not in _NO_KERNEL_COPY:
-                    raise
-            except AttributeError:  # a platform without copy_file_range
-                pass
-            _user_copy(fin, fout, at)
-        finally:
-            os.close(fout)
-    finally:
-        os.close(fin)
+            while True:
+                n = os.copy_file_range(fin, fout, 1 << 30, at, at)
+                if n == 0:
+                    return
+                at += n
+        except OSError as exc:
+            if exc.errno not in _NO_KERNEL_COPY:
+                raise
+        except AttributeError:  # a platform without copy_file_range
+            pass
+        _user_copy(fin, fout, at)
 
 
 def copy_blob(src: Path, dst: Path, rel: str, name: str) -> int:
@@ -91,7 +86,7 @@ def copy_blob(src: Path, dst: Path, rel: str, name: str) -> int:
     into place only if it hashes to `name`; its size. On a mismatch nothing is left and
     the source is hashed to tell a damaged store blob (DamagedBlobError) from a backup
     disk that does not keep what it is given (BackupError)."""
-    tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
+    tmp = scratch(dst)
     try:
         kernel_copy(src, tmp)
         digest, size = file_sha256(tmp)

@@ -5,6 +5,7 @@ holds, so that retention can refuse to drop data no backup holds yet."""
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import hashlib
 import json
 import os
@@ -12,9 +13,12 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from tracklake._format import write_atomic
+from tracklake._format.files import NotRegularFileError, read_state, write_state
 
 LEDGER_DIR = "backups"
+#: The most a backup record may hold (a path, size and time per file of the store: a
+#: few million files).
+MAX_RECORD_BYTES = 512 << 20
 
 
 def ledger_path(root: Path, url: str) -> Path:
@@ -29,16 +33,26 @@ def record_backup(root: Path, url: str, files: dict[str, dict[str, Any]]) -> str
     data = {"format": 1, "destination": url, "files": held,
             "at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
     try:
-        write_atomic(ledger_path(root, url), json.dumps(data, sort_keys=True).encode())
+        write_state(root, ledger_path(root, url).relative_to(root).as_posix(),
+                    json.dumps(data, sort_keys=True).encode())
     except OSError as exc:
         return f"the store cannot record this backup ({exc}); retention that requires a " \
                "backup will not count it"
     return None
 
 
-def load_record(path: Path) -> dict[str, Any]:
-    """One backup record of the store; ValueError saying what is wrong with it."""
-    data = json.loads(path.read_bytes())
+def load_record(root: Path, path: Path) -> dict[str, Any]:
+    """One backup record of the store at `root` (read as a regular file, through no
+    link, bounded); ValueError saying what is wrong with it."""
+    try:
+        raw = read_state(root, f"{LEDGER_DIR}/{path.name}", MAX_RECORD_BYTES)
+    except NotRegularFileError as exc:
+        raise ValueError(exc.strerror) from exc
+    except OSError as exc:
+        if exc.errno != errno.EFBIG:
+            raise
+        raise ValueError(exc.strerror) from exc
+    data = json.loads(raw)
     if not isinstance(data, dict) or data.get("format") != 1:
         raise ValueError("not a tracklake backup record of format 1")
     if not isinstance(data.get("destination"), str) or not isinstance(data.get("at"), str):
@@ -61,7 +75,7 @@ def backups(root: Path) -> list[dict[str, Any]]:
     out = []
     for path in record_paths(root):
         try:
-            out.append(load_record(path))
+            out.append(load_record(root, path))
         except (OSError, ValueError):
             continue
     return out

@@ -18,7 +18,13 @@ from typing import Any
 from tracklake._errors import FormatError
 from tracklake._format import fsync_dir
 from tracklake._format.attempt import MAX_ATTEMPT_BYTES, parse_attempt
-from tracklake._format.files import read_regular
+from tracklake._format.files import (
+    NotRegularFileError,
+    is_regular_file,
+    no_link_on_the_way,
+    read_regular,
+    store_dir,
+)
 from tracklake._ops.backup.backup import BackupReport, Progress
 from tracklake._ops.backup.errors import BackupError
 from tracklake._ops.backup.manifest import MANIFEST, read_manifest
@@ -130,6 +136,12 @@ def _check_attempts(staging: Path, todo: dict[str, dict[str, Any]]) -> list[str]
     return problems
 
 
+def _holds(path: Path, entry: dict[str, Any]) -> bool:
+    """Whether the store's file at `path` is a regular file with the backup's content (a
+    link or FIFO there is other content, and is never opened)."""
+    return is_regular_file(path) and local_digest(path) == (entry["sha256"], entry["size"])
+
+
 def restore(src: str | Path, root: Path, *, selection: Selection = EVERYTHING,
             progress: Progress | None = None, policy: bool = False,
             exports: bool = False) -> BackupReport:
@@ -142,6 +154,9 @@ def restore(src: str | Path, root: Path, *, selection: Selection = EVERYTHING,
     target = open_target(src)
     try:
         return _restore(target, root, selection, progress, policy, exports)
+    except NotRegularFileError as exc:  # a link or FIFO planted: running again won't help
+        raise BackupError(f"restore of {target.url} into {root} refused: {exc}; every file "
+                          "in place is whole and verified") from exc
     except OSError as exc:
         raise BackupError(f"restore of {target.url} into {root} stopped: {exc}; every file "
                           "in place is whole and verified, run the restore again") from exc
@@ -165,8 +180,10 @@ def _restore(target: Target, root: Path, selection: Selection,
             continue
         report.bytes_total += entry["size"]
         path = root / rel
-        if path.exists():
-            if local_digest(path) == (entry["sha256"], entry["size"]):
+        if not no_link_on_the_way(root, rel):
+            conflicts.append(f"{rel} (reached through a symbolic link)")
+        elif os.path.lexists(path):
+            if _holds(path, entry):
                 report.unchanged += 1
                 continue
             conflicts.append(rel)
@@ -195,9 +212,9 @@ def _restore(target: Target, root: Path, selection: Selection,
                               + _listed(bad))
         for rel, entry in todo.items():
             dst = root / rel
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            if dst.exists():  # written meanwhile: same rule as above
-                if local_digest(dst) != (entry["sha256"], entry["size"]):
+            store_dir(root, dst.parent)
+            if os.path.lexists(dst):  # written meanwhile: same rule as above
+                if not _holds(dst, entry):
                     raise BackupError(f"{dst} was written while the restore ran; run restore "
                                       "again")
                 report.unchanged += 1

@@ -19,6 +19,14 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from tracklake._format import fsync_dir, write_atomic
+from tracklake._format.files import (
+    create_new,
+    no_link_on_the_way,
+    open_regular,
+    open_state,
+    read_state,
+    scratch,
+)
 from tracklake._format.temporaries import remove_left_over
 from tracklake._ops.backup.blobcopy import check_source, copy_blob, file_sha256
 from tracklake._ops.backup.errors import BackupError
@@ -89,25 +97,19 @@ def _copy_fd(src: Path, dst: Path) -> tuple[str, int]:
     """Copy with plain system calls (most store files fit one read), each chunk read back
     from the copy and compared with what was written; (sha256, size) of the bytes."""
     digest, size = hashlib.sha256(), 0
-    fin = os.open(src, os.O_RDONLY)
-    try:
-        fout = os.open(dst, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            while chunk := os.read(fin, CHUNK):
-                digest.update(chunk)
-                view = memoryview(chunk)
-                at = size
-                while view:
-                    written = os.pwrite(fout, view, at)
-                    view, at = view[written:], at + written
-                if os.pread(fout, len(chunk), size) != chunk:
-                    raise BackupError(f"{dst}: the copy does not read back as written (the "
-                                      "backup's storage is failing)")
-                size += len(chunk)
-        finally:
-            os.close(fout)
-    finally:
-        os.close(fin)
+    with open_regular(src) as source, create_new(dst, readable=True) as copy:
+        fin, fout = source.fileno(), copy.fileno()
+        while chunk := os.read(fin, CHUNK):
+            digest.update(chunk)
+            view = memoryview(chunk)
+            at = size
+            while view:
+                written = os.pwrite(fout, view, at)
+                view, at = view[written:], at + written
+            if os.pread(fout, len(chunk), size) != chunk:
+                raise BackupError(f"{dst}: the copy does not read back as written (the "
+                                  "backup's storage is failing)")
+            size += len(chunk)
     return digest.hexdigest(), size
 
 
@@ -119,9 +121,9 @@ def local_digest(path: Path) -> tuple[str, int]:
 def _fetch_to(stream: object, dst: Path) -> tuple[str, int]:
     """Write a readable stream to `dst` through an fsynced temporary renamed into place."""
     dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
+    tmp = scratch(dst)
     try:
-        with open(tmp, "wb") as fout:
+        with create_new(tmp) as fout:
             digest, size = _hash_copy(stream, fout)
             fout.flush()
             os.fsync(fout.fileno())
@@ -141,11 +143,11 @@ class _StatSizes(Mapping[str, int]):
 
     def __getitem__(self, rel: str) -> int:
         try:
-            st = os.stat(self.path / rel)
+            st = os.lstat(self.path / rel)
         except (FileNotFoundError, NotADirectoryError):
             raise KeyError(rel) from None
-        if not stat.S_ISREG(st.st_mode):
-            raise KeyError(rel)
+        if not stat.S_ISREG(st.st_mode) or not no_link_on_the_way(self.path, rel):
+            raise KeyError(rel)  # a link, FIFO or device in a backup is never read
         return st.st_size
 
     def __iter__(self) -> Iterator[str]:
@@ -159,6 +161,11 @@ class _StatSizes(Mapping[str, int]):
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
+
+
+#: The most `LocalTarget.read` reads of one file (the manifest: a checksum, size and
+#: runs per file of the store, a few million files).
+MAX_READ_BYTES = 1 << 30
 
 
 class LocalTarget:
@@ -183,7 +190,7 @@ class LocalTarget:
 
     def put(self, src: Path, rel: str) -> tuple[str, int]:
         dst = self._place(rel)
-        tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
+        tmp = scratch(dst)
         try:
             digest, size = _copy_fd(src, tmp)
             os.rename(tmp, dst)
@@ -196,7 +203,7 @@ class LocalTarget:
         return copy_blob(src, self._place(rel), rel, name)
 
     def fetch(self, rel: str, dst: Path) -> tuple[str, int]:
-        with open(self.path / rel, "rb") as fin:
+        with open_state(self.path, rel) as fin:
             return _fetch_to(fin, dst)
 
     def digest(self, rel: str) -> tuple[str, int]:
@@ -204,7 +211,7 @@ class LocalTarget:
 
     def read(self, rel: str) -> bytes | None:
         try:
-            return (self.path / rel).read_bytes()
+            return read_state(self.path, rel, MAX_READ_BYTES)
         except FileNotFoundError:
             return None
 

@@ -25,6 +25,7 @@ from tracklake._errors import FormatError, NoAnswerError
 from tracklake._format import FORMAT_VERSION, SCHEMAS, StreamId, fsync_dir, fsync_file
 from tracklake._format.attempt import read_attempt
 from tracklake._format.bounded import bounded
+from tracklake._format.files import store_dir
 from tracklake._format.layout import parse_part_name
 from tracklake._format.liveness import writer_known_gone
 from tracklake._format.segment import SegmentWriter, read_segment, stream_schema
@@ -220,10 +221,10 @@ def _check_kinds(root: Path, report: FsckReport) -> None:
 def _quarantine_path(root: Path, path: Path) -> Path:
     target = root / "quarantine" / path.relative_to(root)
     n = 1
-    while target.exists():
+    while os.path.lexists(target):
         target = target.with_name(f"{path.name}.{n}")
         n += 1
-    target.parent.mkdir(parents=True, exist_ok=True)
+    store_dir(root, target.parent)
     return target
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import os
-import re
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,15 +14,14 @@ from tracklake._errors import CursorError, FormatError
 from tracklake._format import SCHEMAS, StreamId, blob_path
 from tracklake._format.attempt import CRASHED_AFTER_SECONDS, check_attempt
 from tracklake._format.bounded import touch
+from tracklake._format.checks import is_digest
 from tracklake._format.cursor import read_state
-from tracklake._format.files import NotRegularFileError, open_regular
+from tracklake._format.files import NotRegularFileError, is_regular_file, open_regular
 from tracklake._format.temporaries import left_over
 from tracklake._ops.backup.ledger import load_record, record_paths
 from tracklake._ops.fsck.report import FsckReport, Problem
 from tracklake._read.blob_refs import blob_refs
 from tracklake._read.reader import ReadProblems, list_stream, positions_past_end
-
-_DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
 def check_special_files(root: Path, report: FsckReport) -> None:
@@ -118,7 +116,7 @@ def check_referenced_blobs(root: Path, report: FsckReport) -> None:
     as a regular file (removed by hand, or a store copied without its blobs), unless a
     repair moved its damaged copy to the quarantine."""
     for digest, users in sorted(blob_refs(root, ReadProblems()).items()):
-        if not _DIGEST.fullmatch(digest):
+        if not is_digest(digest):
             continue  # such a record is refused by readers, and reported as invalid
         path = blob_path(root, digest)
         if path.is_symlink() or path.parent.is_symlink():
@@ -211,10 +209,12 @@ def check_exports(root: Path, report: FsckReport) -> None:
 
 def check_backup_records(root: Path, report: FsckReport) -> None:
     for path in record_paths(root):
+        if not is_regular_file(path):
+            continue  # a link, FIFO or device: the walk of the store reports it
         if not report.count("backup records", path):
             continue
         try:
-            load_record(path)
+            load_record(root, path)
         except ValueError as exc:
             report.problems.append(Problem(
                 path, f"damaged record of a backup ({exc})", "what that backup holds, as "

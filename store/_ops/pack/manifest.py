@@ -22,7 +22,7 @@ from tracklake._format import (
     part_name,
     stream_dir,
 )
-from tracklake._format.checks import MAX_INT32, MAX_INT64
+from tracklake._format.checks import MAX_INT32, MAX_INT64, is_digest
 
 PACK_FORMAT_VERSION = "1.0"
 PACK_FORMAT_MAJOR = 1
@@ -32,7 +32,6 @@ MANIFEST_SUM = "manifest.json.sha256"
 PACKED_SEGMENT = 0
 CHUNK = 1 << 20
 _NAME = re.compile(r"[A-Za-z0-9._+@-]{1,128}")
-_HEX = re.compile(r"[0-9a-f]{64}")
 
 
 # -- manifest ---------------------------------------------------------------------------
@@ -181,7 +180,7 @@ def _covered_key(key: str, form: re.Pattern[str]) -> str:
 
 
 def _digest(value: object) -> str:
-    if not isinstance(value, str) or not _HEX.fullmatch(value):
+    if not is_digest(value):
         raise ValueError(f"{value!r} is not a sha256 hex digest")
     return value
 

@@ -27,7 +27,8 @@ import pyarrow.compute as pc
 
 from tracklake._errors import FormatError, PackConflictError, RunNotFoundError, StoreError
 from tracklake._format import SCHEMAS, attempt_file, stream_dir
-from tracklake._format.attempt import parse_attempt
+from tracklake._format.attempt import MAX_ATTEMPT_BYTES, parse_attempt
+from tracklake._format.files import read_regular
 from tracklake._format.naming import resolve_root
 from tracklake._format.schema import BLOB_KINDS
 from tracklake._ops.compact import write_part
@@ -179,10 +180,10 @@ def pack(*, root: str | os.PathLike[str] | None = None, project: str | None = No
             for a in record.attempts:
                 path = attempt_file(root_path, record.project, record.run, a["rank"],
                                     a["attempt"])
-                data = path.read_bytes()
-                try:
-                    parse_attempt(data, path)  # it may have changed since it was listed
-                except FormatError as exc:
+                try:  # it may have changed since it was listed (even into a FIFO)
+                    data = read_regular(path, MAX_ATTEMPT_BYTES)
+                    parse_attempt(data, path)
+                except (FormatError, OSError) as exc:
                     report.bad_attempts.append((path, str(exc)))
                     continue
                 entry = AttemptEntry(record.project, record.run, a["rank"], a["attempt"],

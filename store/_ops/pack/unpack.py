@@ -27,7 +27,14 @@ from tracklake._format import (
     stream_dir,
     write_atomic,
 )
-from tracklake._format.attempt import check_attempt, parse_attempt
+from tracklake._format.attempt import MAX_ATTEMPT_BYTES, check_attempt, parse_attempt
+from tracklake._format.files import (
+    create_new,
+    no_link_on_the_way,
+    read_regular,
+    scratch,
+    store_dir,
+)
 from tracklake._format.naming import resolve_root
 from tracklake._format.part_bounds import plain
 from tracklake._ops.compact import write_part
@@ -177,7 +184,7 @@ def _plan_attempt(root: Path, path: Path, tar: tarfile.TarFile,
             f"{entry.attempt} was claimed in {root} by a writer that has not written its "
             "record yet (the same run id is in use on both machines?); refusing to take "
             "it over")
-    if target.read_bytes() == data:
+    if read_regular(target, MAX_ATTEMPT_BYTES) == data:
         return None
     if mine["started_at"] != incoming["started_at"]:
         raise PackConflictError(
@@ -203,14 +210,25 @@ def _inside(root: Path, target: Path) -> Path:
     return target
 
 
+def _no_link_on_the_way(root: Path, pack_path: Path, targets: list[Path]) -> None:
+    """FormatError, before anything is written, if a directory the pack would be written
+    into is reached through a symbolic link planted in the store: what is written there
+    would land outside it, where no reader looks."""
+    for target in targets:
+        rel = _inside(root, target).relative_to(root).as_posix()
+        if not no_link_on_the_way(root, rel):
+            raise FormatError(
+                f"refusing to unpack {pack_path} into {root}: {target} is reached through a "
+                "symbolic link in the store, and tracklake never writes through one; nothing "
+                "was written (`tracklake fsck` lists such links)")
+
+
 def _copy_blob(root: Path, path: Path, tar: tarfile.TarFile, entry: BlobEntry) -> None:
     final = _inside(root, blob_path(root, entry.sha256))
-    tmp_dir = root / "blobs" / "tmp"
-    tmp_dir.mkdir(parents=True, exist_ok=True)
-    tmp = tmp_dir / f"unpack-{os.getpid()}-{entry.sha256}"
+    tmp = scratch(store_dir(root, root / "blobs" / "tmp") / f"unpack-{entry.sha256}")
     h = hashlib.sha256()
     try:
-        with read_member(tar, tar.getmember(entry.member)) as src, open(tmp, "wb") as out:
+        with read_member(tar, tar.getmember(entry.member)) as src, create_new(tmp) as out:
             while chunk := src.read(CHUNK):
                 h.update(chunk)
                 out.write(chunk)
@@ -218,7 +236,7 @@ def _copy_blob(root: Path, path: Path, tar: tarfile.TarFile, entry: BlobEntry) -
             os.fsync(out.fileno())
         if h.hexdigest() != entry.sha256:
             raise FormatError(f"{path}: blob {entry.sha256} changed while unpacking")
-        final.parent.mkdir(parents=True, exist_ok=True)
+        store_dir(root, final.parent)
         os.replace(tmp, final)
     finally:
         with contextlib.suppress(FileNotFoundError):
@@ -231,8 +249,7 @@ def _merge(root: Path, pack_path: Path, tar: tarfile.TarFile, plan: _StreamPlan,
     """Write the new seq ranges of one packed stream as parts; returns the records."""
     table = load_part(pack_path, tar, plan.entry, max_part_bytes)
     seqs = table.column("seq")
-    directory = _inside(root, stream_dir(root, plan.entry.stream))
-    directory.mkdir(parents=True, exist_ok=True)
+    directory = store_dir(root, _inside(root, stream_dir(root, plan.entry.stream)))
     records = 0
     for lo, hi in plan.ranges:
         whole = (lo, hi) == (plan.entry.first_seq, plan.entry.last_seq)
@@ -263,9 +280,15 @@ def unpack(path: str | os.PathLike[str], *, root: str | os.PathLike[str] | None 
         attempts = [(e, _plan_attempt(root_path, pack_path, tar, e))
                     for e in manifest.attempts]
         blobs = [e for e in manifest.blobs if regular_blob(root_path, e.sha256) is None]
+        _no_link_on_the_way(root_path, pack_path, [
+            *(stream_dir(root_path, p.entry.stream) for p in plans if p.ranges),
+            *(attempt_file(root_path, a.project, a.run, a.rank, a.attempt)
+              for a, data in attempts if data is not None),
+            *(blob_path(root_path, b.sha256) for b in blobs)])
         report.blobs_skipped = len(manifest.blobs) - len(blobs)
         # write: blobs first, so no artifact record points at a missing blob; the attempt
         # files last, so a run shows up once its records are in place
+        root_path.mkdir(parents=True, exist_ok=True)
         todo, done = len(blobs) + len(plans), 0
         for b in blobs:
             _copy_blob(root_path, pack_path, tar, b)
@@ -288,6 +311,6 @@ def unpack(path: str | os.PathLike[str], *, root: str | os.PathLike[str] | None 
                 report.attempts_skipped += 1
                 continue
             write_atomic(_inside(root_path, attempt_file(root_path, a.project, a.run, a.rank,
-                                                         a.attempt)), data)
+                                                         a.attempt)), data, root=root_path)
             report.attempts_written += 1
     return report

@@ -31,10 +31,11 @@ import pyarrow.parquet as pq
 from tracklake._errors import StoreError
 from tracklake._format import KINDS, blob_path, fsync_dir, write_atomic
 from tracklake._format.attempt import read_attempt
+from tracklake._format.files import store_dir
 from tracklake._format.part import FOOTER_CRC_KEY, write_part_file
 from tracklake._format.schema import BLOB_KINDS
 from tracklake._ops.bundle import forget_run
-from tracklake._ops.claims import hold_claim
+from tracklake._ops.claims import hold_claim, remove_leftovers
 from tracklake._ops.compact import compact, metric_summary
 from tracklake._ops.retention.audit import AuditLog, audit_records
 from tracklake._ops.retention.inventory import host, live_reason, now_iso, who
@@ -83,9 +84,8 @@ def _claim(root: Path) -> Iterator[None]:
     """One applier per store: the trash directory's `.retaining` claim, made and judged as
     a compactor's (`hold_claim`): written whole, and broken only when its holder is known
     gone (or, from another host or PID namespace, once it is old)."""
-    directory = trash_dir(root)
-    directory.mkdir(parents=True, exist_ok=True)
-    with hold_claim(directory, ".retaining", root=root) as claim:
+    directory = store_dir(root, trash_dir(root))
+    with hold_claim(directory, ".retaining", remove_leftovers, root=root) as claim:
         if claim is None:
             raise RetainBusyError(
                 f"another `tracklake retain --apply` holds {directory / '.retaining'}; wait "
@@ -125,7 +125,7 @@ def _move(root: Path, trash: Path, rel: str) -> None:
     src, dst = root / rel, trash / "data" / rel
     if not src.exists():
         return  # moved before a kill
-    dst.parent.mkdir(parents=True, exist_ok=True)
+    store_dir(root, dst.parent)
     os.rename(src, dst)
     fsync_dir(src.parent)
     _remove_empty(src.parent, root)
@@ -186,7 +186,7 @@ def _downsample_run(root: Path, trash: Path, action: Action, every: int, step: _
                                                         allow_nan=True).encode()
             new_meta[DOWNSAMPLED_KEY] = marker.encode()
             tmp = trash / "staging" / part.path.name
-            tmp.parent.mkdir(parents=True, exist_ok=True)
+            store_dir(root, tmp.parent)
             write_part_file(tmp, table.replace_schema_metadata(
                 {k: v for k, v in new_meta.items() if k != FOOTER_CRC_KEY.encode()}), "metrics")
             step()
@@ -312,7 +312,7 @@ def apply_plan(root: Path, plan: Plan, now: float,
                 continue
             journal = {"id": action_id, "action": asdict(action), "moves": moves,
                        "blob_bytes": blob_bytes, "every": plan.policy.downsample_every}
-            write_atomic(trash / "action.json", json.dumps(journal).encode())
+            write_atomic(trash / "action.json", json.dumps(journal).encode(), root=root)
             step()
             _finish(root, trash, journal, logged, audit, step, report)
             for users in refs.values():

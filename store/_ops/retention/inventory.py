@@ -60,7 +60,7 @@ def pin(root: Path, project: str, run: str, reason: str = "") -> Path:
     """Pin a run: retention never removes or thins it."""
     path = pin_path(root, project, run)
     write_atomic(path, json.dumps({"project": project, "run": run, "reason": reason,
-                                   "pinned_at": now_iso(), "by": who()}).encode())
+                                   "pinned_at": now_iso(), "by": who()}).encode(), root=root)
     return path
 
 
