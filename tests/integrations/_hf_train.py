@@ -9,6 +9,7 @@ on 2 processes; it evaluates and checkpoints every 3 steps and evaluates once mo
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import sys
@@ -54,6 +55,19 @@ def write_log_history(trainer: Trainer, output_dir: str) -> None:
         Path(output_dir, "log_history.json").write_text(json.dumps(trainer.state.log_history))
 
 
+def end(trainer: Trainer, output_dir: str) -> None:
+    """Writes the log history and exits as a normal exit would, but without the interpreter's
+    teardown. There gloo's worker threads, still releasing the last collective's tensors,
+    wait for the GIL the tearing-down main thread holds while it joins them: the job hangs
+    or aborts ("terminate called without an active exception") after all its work is done,
+    a torch fault (pytorch/pytorch#179291) any job of theirs can meet."""
+    write_log_history(trainer, output_dir)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    atexit._run_exitfuncs()  # tracklake's own exit handler among them, as at a normal exit
+    os._exit(0)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("root")
@@ -89,8 +103,7 @@ def main() -> None:
                       eval_dataset=Tokens(8, 2), callbacks=callbacks)
     trainer.train(resume_from_checkpoint=True if opts.resume else None)
     trainer.evaluate(metric_key_prefix="eval")
-    write_log_history(trainer, opts.output_dir)
-    sys.exit(0)
+    end(trainer, opts.output_dir)
 
 
 if __name__ == "__main__":

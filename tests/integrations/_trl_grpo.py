@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
 import torch
-from _hf_train import CrashAt, write_log_history  # the job scripts' folder is sys.path[0]
+from _hf_train import CrashAt, end  # the job scripts' folder is sys.path[0]
 from datasets import Dataset
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import (
@@ -122,8 +121,7 @@ def main() -> None:
         train_dataset=prompts(["how many a ?", "how many b ?", "a b c ?", "c d ?"] * 4),
         eval_dataset=prompts(["how many c ?", "a a ?"]), callbacks=callbacks)
     trainer.train(resume_from_checkpoint=True if opts.resume else None)
-    write_log_history(trainer, opts.output_dir)
-    sys.exit(0)
+    end(trainer, opts.output_dir)
 
 
 if __name__ == "__main__":
