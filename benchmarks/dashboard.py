@@ -26,14 +26,23 @@ Measured, for each tool:
   ``trackio show --project P`` with ``GRADIO_SERVER_PORT``) to its page answering;
 - chart: the request that gives a chart its data, as the page makes it, on loopback
   HTTP: for tracklake ``GET /api/series?key=K&x=step&ranks=first&buckets=480`` with
-  every run (one request per chart, the page asks as charts scroll into view); for
+  every run (one request per chart, the page asks as charts scroll into view; past a
+  URL of 8 KiB, as with hundreds of runs, the same parameters posted as JSON); for
   trackio ``POST /api/get_logs_batch {project, runs, scalar_only: true}`` (its
   Metrics page, ``frontend/src/pages/Metrics.svelte``, asks once for every key of up to
   64 runs: every row of each run read from SQLite, cut to 3,000 rows, and every chart
-  drawn from that answer). The first request, then the best of ``--repeat`` (default 3)
+  drawn from that answer; past 64 runs, one such request per 64 runs, one after the
+  other, as the page does). The first request, then the best of ``--repeat`` (default 3)
   more (trackio's cache of these answers is only on in a Hugging Face Space);
-- all charts: the data of every key's chart (tracklake: one request per key, six at a
-  time as a browser's connections to one host allow; trackio: the same single request);
+- all charts: the data of every key's chart, as the page asks for a page of charts in
+  view (tracklake: ``GET /api/series_batch?key=K1&key=K2...`` with every run, in batches
+  of up to 16 keys and about a million points, which are the runs times the points per
+  run of each key, six requests at a time; trackio: the same single request);
+- all charts, one request each: tracklake's page before it asked in batches (one
+  ``/api/series`` per key, six at a time as a browser's connections to one host allow);
+- in a browser (``--browser``, on by default): the page opened in headless Chromium, as
+  the dashboard's tests drive it: seconds to its first chart drawn with data, and the
+  bytes received over the wire (page, scripts, styles, data) two seconds after;
 - RSS: the server process's resident memory (with any children) after answering;
 - disk: the bytes of each store.
 
@@ -49,6 +58,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import socket
@@ -65,6 +75,11 @@ from urllib.parse import urlencode
 
 PROJECT = "bench"
 WIDTH = 480  # the tracklake page's chart width: the buckets its series requests ask for
+#: the most keys, and about the most points, the tracklake page asks for in one request
+BATCH, BATCH_POINTS = 16, 1_000_000
+#: the most runs trackio's page asks for in one request (`MAX_BATCH_RUNS` of its
+#: Metrics.svelte, one request after the other; its server refuses more)
+TRACKIO_BATCH_RUNS = 64
 
 
 def keys(count: int) -> list[str]:
@@ -133,6 +148,18 @@ def request(url: str, body: object = None) -> object:
         return json.loads(answer.read()) if body is not None or "/api/" in url else None
 
 
+def read(base: str, path: str, params: list[tuple[str, str]]) -> object:
+    """A read of tracklake's API as the page makes it: a GET, or, when the URL would pass
+    the server's 8 KiB (many runs named), its parameters posted as JSON."""
+    url = f"{base}{path}?{urlencode(params)}"
+    if len(url) - len(base) <= 8000:
+        return request(url)
+    query: dict[str, list[str]] = {}
+    for name, value in params:
+        query.setdefault(name, []).append(value)
+    return request(base + path, {"query": query})
+
+
 def start_server(command: list[str], env: dict[str, str], url: str
                  ) -> tuple[subprocess.Popen[bytes], float]:
     """Start a server process; it and the seconds until `url` answered."""
@@ -191,6 +218,43 @@ def stop(process: subprocess.Popen[bytes]) -> None:
         process.wait()
 
 
+#: How long a page is given to draw its first chart (more is reported as infinite).
+BROWSER_WAIT = 300.0
+#: In the page, true once its first chart has data drawn.
+TRACKLAKE_DRAWN = ("window.tracklake && [...tracklake.charts.values()].some("
+                   "c => c.plot && c.plot.data[0].length > 0)")
+TRACKIO_DRAWN = ("document.querySelectorAll('.vega-embed canvas, .vega-embed svg')"
+                 ".length > 0")
+
+
+def in_browser(url: str, drawn: str) -> dict[str, float]:
+    """The page at `url` in headless Chromium (the system's, driven as the tests drive it,
+    every other host unresolvable): seconds from navigating to its first chart drawn
+    (`drawn` true), and the bytes it had received (over the wire) two seconds later."""
+    sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
+    from _cdp import Browser, until
+
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as profile:
+        browser = Browser(Path(profile))
+        try:
+            started = time.perf_counter()
+            browser.open(url)
+            try:
+                until(lambda: browser.js(drawn), f"a chart drawn at {url}",
+                      timeout=BROWSER_WAIT)
+            except AssertionError:  # a page that draws nothing in time: said, not fatal
+                print(f"no chart drawn at {url} within {BROWSER_WAIT:.0f} s", flush=True)
+                return {"first chart drawn": math.inf}
+            seconds = time.perf_counter() - started
+            time.sleep(2)
+            browser.js("1")  # drains the events of the last two seconds
+            received = sum(e["params"].get("encodedDataLength", 0) for e in browser.events
+                           if e.get("method") == "Network.loadingFinished")
+        finally:
+            browser.close()
+    return {"first chart drawn": seconds, "page weight": received}
+
+
 def disk_bytes(folder: Path) -> int:
     return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
 
@@ -215,20 +279,34 @@ def measure_tracklake(folder: Path, names: list[str], args: argparse.Namespace
         ids = [("run", f"{r['project']}/{r['run']}") for r in runs]
 
         def chart(key: str) -> object:
-            url = base + "/api/series?" + urlencode(
-                [("key", key), ("x", "step"), ("ranks", "first"),
-                 ("buckets", str(WIDTH)), *ids])
-            answer = request(url)
+            answer = read(base, "/api/series", [("key", key), ("x", "step"), ("ranks", "first"),
+                                                ("buckets", str(WIDTH)), *ids])
             curves = answer["curves"]  # type: ignore[index]
             assert len(curves) == args.runs and all(
-                c["points"] == args.steps for c in curves), url
+                c["points"] == args.steps for c in curves), key
             return answer
 
+        def batch(keys: list[str]) -> object:
+            answer = read(base, "/api/series_batch", [
+                *(("key", k) for k in keys), ("x", "step"), ("ranks", "first"),
+                ("buckets", str(WIDTH)), *ids])["series"]  # type: ignore[index]
+            assert list(answer) == keys and all(
+                c["points"] == args.steps for k in keys for c in answer[k]["curves"]), keys
+            return answer
+
+        size = max(1, min(BATCH, BATCH_POINTS // (args.runs * args.steps)))
+        batches = [names[i:i + size] for i in range(0, len(names), size)]
+        print(f"tracklake: the page asks for the {len(names)} keys in {len(batches)} "
+              f"request(s)")
         figures["chart"], figures["chart again"] = timed(lambda: chart(names[0]),
                                                          args.repeat)
         with ThreadPoolExecutor(6) as pool:
             figures["all charts"], figures["all charts again"] = timed(
+                lambda: list(pool.map(batch, batches)), args.repeat)
+            figures["each chart"], figures["each chart again"] = timed(
                 lambda: list(pool.map(chart, names)), args.repeat)
+        if args.browser:
+            figures |= in_browser(base + "/", TRACKLAKE_DRAWN)
         figures["rss"] = rss_bytes(server.pid)
     finally:
         stop(server)
@@ -256,16 +334,22 @@ def measure_trackio(python: str, folder: Path, names: list[str],
                   for r in runs["data"]]  # type: ignore[index]
 
         def batch() -> object:
-            answer = request(base + "/api/get_logs_batch", {
-                "project": PROJECT, "runs": wanted, "scalar_only": True})
-            data = answer["data"]  # type: ignore[index]
+            data = []
+            for at in range(0, len(wanted), TRACKIO_BATCH_RUNS):  # as its page asks
+                answer = request(base + "/api/get_logs_batch", {
+                    "project": PROJECT, "runs": wanted[at:at + TRACKIO_BATCH_RUNS],
+                    "scalar_only": True})
+                data += answer["data"]  # type: ignore[index]
             assert len(data) == args.runs and all(
                 set(names) <= set(d["logs"][0]) for d in data), data[0]["logs"][:1]
-            return answer
+            return data
 
         figures["chart"], figures["chart again"] = timed(batch, args.repeat)
-        figures["all charts"], figures["all charts again"] = (
-            figures["chart"], figures["chart again"])
+        for name in ("all charts", "each chart"):
+            figures[name], figures[name + " again"] = (
+                figures["chart"], figures["chart again"])
+        if args.browser:
+            figures |= in_browser(f"{base}/?project={PROJECT}", TRACKIO_DRAWN)
         figures["rss"] = rss_bytes(server.pid)
     finally:
         stop(server)
@@ -288,6 +372,10 @@ ROWS = (("log", "log", "s"), ("start", "server up", "s"),
         ("chart", "one chart, first", "s"), ("chart again", "one chart, again", "s"),
         ("all charts", "all charts, first", "s"),
         ("all charts again", "all charts, again", "s"),
+        ("each chart", "each chart, first", "s"),
+        ("each chart again", "each chart, again", "s"),
+        ("first chart drawn", "browser: 1st chart", "s"),
+        ("page weight", "browser: page", "KiB"),
         ("rss", "server RSS", "MiB"), ("disk", "store on disk", "MiB"))
 
 
@@ -298,6 +386,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--trackio-python", default="/tmp/trackio-venv/bin/python")
+    parser.add_argument("--browser", action=argparse.BooleanOptionalAction, default=True,
+                        help="Open each dashboard in headless Chromium: time to its "
+                             "first chart drawn, and the page's bytes.")
     # the logging loop of one tool, run in that tool's interpreter by the benchmark
     parser.add_argument("--log-with", choices=("tracklake", "trackio"),
                         help=argparse.SUPPRESS)
@@ -318,10 +409,14 @@ def main() -> None:
           f"trackio {version} from {python}")
     with tempfile.TemporaryDirectory() as tmp:
         ours = measure_tracklake(Path(tmp) / "tracklake", names, args)
+        print(f"tracklake: {json.dumps(ours)}", flush=True)  # kept if trackio's side fails
         theirs = measure_trackio(python, Path(tmp) / "trackio", names, args)
+        print(f"trackio: {json.dumps(theirs)}", flush=True)
     print(f"{'':20s} {'tracklake':>10s} {'trackio':>10s}  tracklake / trackio")
     for name, label, unit in ROWS:
-        scale = 1 << 20 if unit == "MiB" else 1
+        if name not in ours or name not in theirs:
+            continue
+        scale = {"MiB": 1 << 20, "KiB": 1 << 10}.get(unit, 1)
         a, b = ours[name] / scale, theirs[name] / scale
         print(f"{label:20s} {a:8.2f} {unit:3s} {b:8.2f} {unit:3s}  {a / b:5.2f}")
 

@@ -1,17 +1,17 @@
-"""`tracklake report` shows a run's histograms over steps (a chart per key) and an image
-strip per key, inline (data: URIs, which the page's CSP allows and nothing else), and
-never draws what breaks the format's rules nor inlines what the store does not hold."""
+"""`tracklake report` holds a run's histograms over steps (a chart per key in the page)
+and the images of each key inline (data: URIs, which the page's CSP allows and nothing
+else), and never draws what breaks the format's rules nor inlines what the store does
+not hold."""
 
 from __future__ import annotations
 
 import base64
 import math
-import re
 from pathlib import Path
 
 import numpy as np
 from click.testing import CliRunner
-from test_report import elements
+from test_report import elements, embedded
 
 import tracklake
 from tracklake._cli.main import main
@@ -42,15 +42,17 @@ def test_histograms_and_images_are_in_the_report_inline(tmp_path: Path) -> None:
     csp = next(a["content"] for t, a in elements(html).tags
                if t == "meta" and a.get("http-equiv") == "Content-Security-Policy")
     assert "img-src data:;" in csp and "default-src 'none'" in csp
-    sources = [a["src"] for t, a in elements(html).tags if t == "img"]
-    assert sources == [
+    data = embedded(html)
+    items = {m["key"]: m["items"] for m in data["media"]}
+    assert [i["src"] for i in items["samples"]] == [
         "data:image/png;base64," + base64.b64encode(blob_path(root, d).read_bytes()).decode()
         for d in digests.values()]
-    assert "&lt;b&gt;epoch 1&lt;/b&gt;" in html and "<b>epoch" not in html
-    assert "not shown (image/png" in html  # the item whose blob is gone
-    [chart] = re.findall(r'<svg class="chart"[^>]*role="img"><title>grad/w</title>.*?</svg>',
-                         html)
-    assert chart.count("<rect") == 3 * 5 and "3 histograms" in chart
+    assert items["samples"][1]["caption"] == "<b>epoch 1</b>"  # text, held escaped
+    assert "<b>epoch" not in html
+    [gone] = items["gone"]  # its blob is missing: named, not shown
+    assert gone["served"] is False and "src" not in gone
+    [hist] = data["histograms"]
+    assert hist["key"] == "grad/w" and [len(s["counts"]) for s in hist["steps"]] == [5] * 3
 
 
 def test_a_histogram_that_breaks_the_rules_is_not_drawn() -> None:

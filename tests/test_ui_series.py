@@ -93,3 +93,14 @@ def test_a_resumed_attempt_is_marked_where_it_took_over(root: Path) -> None:
     answer = series(root, SeriesQuery(key="y", runs=(("p", "r"),)))
     assert [(a["attempt"], a["step"], a["x"]) for a in answer["attempts"]] == [(2, 6, 6.0)]
     assert answer["curves"][0]["y"] == [1.0] * 6 + [2.0] * 6
+
+
+def test_a_buckets_tied_extremes_are_drawn_at_their_first_x(root: Path) -> None:
+    """Asked twice, a chart is the same: of tied smallest (largest) values in a bucket,
+    the first one's x is kept."""
+    with tracklake.init(project="p", run_id="ties", root=root) as run:
+        for step in range(100):
+            run.log({"y": step % 2}, step=step)
+    curve, = series(root, SeriesQuery(key="y", runs=(("p", "ties"),), buckets=10))["curves"]
+    assert curve["x"] == [x for b in range(0, 100, 10) for x in (b, b + 1)]
+    assert curve["y"] == [0.0, 1.0] * 10

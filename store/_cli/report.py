@@ -1,5 +1,5 @@
-"""`tracklake report`: one self-contained HTML file (or Markdown with SVG charts) that
-shows runs offline."""
+"""`tracklake report`: one self-contained HTML file, the dashboard's page with the runs'
+data embedded (or Markdown with SVG charts), that shows runs offline."""
 
 from __future__ import annotations
 
@@ -25,20 +25,26 @@ from tracklake._report.series import CurveQuery, XAxis
 @click.option("--key", "keys", multiple=True,
               help="Metric key or glob to chart; repeatable (default: every key).")
 @click.option("--ranks", default=None, metavar="all|mean|N",
-              help="Each rank its own curve, their mean, or one rank (default: the lowest).")
+              help="Each rank its own curve, their mean, or one rank (default: the lowest); "
+                   "the HTML page holds this mode only.")
 @click.option("--smooth", default=1, show_default=True, type=click.IntRange(1),
-              help="Trailing mean over this many steps.")
+              help="Trailing mean over this many steps (md); the HTML page starts its "
+                   "smoothing at the moving average of the same span.")
 @click.option("--x", "x_axis", type=click.Choice(["step", "time"]), default="step",
-              show_default=True)
+              show_default=True, help="The x axis: the step, or the seconds since the run "
+                                      "started (the HTML page switches axes too).")
 def report(runs: tuple[str, ...], root: Path | None, project: str | None, output: Path,
            fmt: str, keys: tuple[str, ...], ranks: str | None, smooth: int,
            x_axis: XAxis) -> None:
-    """Write a report of runs: identity, config diff, charts, generations, traces and
-    alerts, each with the SQL that read it; it opens offline."""
+    """Write a report of runs: the dashboard's page with their data in one file that
+    opens offline (charts to toggle, smooth, zoom and hover; runs and config diff;
+    generations, traces, events, histograms and media), each part with the SQL that read
+    it; or, with --format md, Markdown with SVG charts."""
     from tracklake._cli.main import _store, warn_problems
     from tracklake._cli.plot import parse_ranks
-    from tracklake._report.html import read_report, to_html
+    from tracklake._report.content import read_report
     from tracklake._report.markdown import write_markdown
+    from tracklake._ui.offline import read_answers, to_page
     from tracklake.files import write_atomic
 
     store = _store(root)
@@ -51,17 +57,22 @@ def report(runs: tuple[str, ...], root: Path | None, project: str | None, output
     try:
         spec = CurveQuery(keys=keys or ("*",), ranks=parse_ranks(ranks), smooth=smooth,
                           x=x_axis)
-        content = read_report(store, [find_run(store, r, project) for r in runs], spec,
-                              problems)
+        records = [find_run(store, r, project) for r in runs]
+        if fmt == "md":
+            content = read_report(store, records, spec, problems)
+            charts = len(content.charts)
+        else:
+            data = read_answers(store, records, spec, problems)
+            charts = data["report"]["keys"]
     except TracklakeError as exc:
         raise click.ClickException(str(exc)) from exc
     try:
         if fmt == "md":
             written = write_markdown(content, output)
         else:
-            write_atomic(output, to_html(content).encode())
+            write_atomic(output, to_page(data).encode())
             written = output
     except OSError as exc:
         raise click.ClickException(f"cannot write {output}: {exc.strerror or exc}") from exc
     warn_problems(problems)
-    click.echo(f"wrote {written}: {len(content.runs)} runs, {len(content.charts)} charts")
+    click.echo(f"wrote {written}: {len(records)} runs, {charts} charts")

@@ -9,7 +9,7 @@ from html import escape
 from pathlib import Path
 
 from tracklake._format.files import write_atomic
-from tracklake._report.html import EXTENSIONS, Report, chart_svgs, image_files, section_sql
+from tracklake._report.content import EXTENSIONS, Report, chart_svgs, image_files, section_sql
 from tracklake._report.sections import Span
 from tracklake._report.svg_histogram import histogram_chart
 

@@ -151,15 +151,48 @@ def _by_key(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
 
 
 def trees(rows: list[dict[str, Any]]) -> list[Span]:
-    """Spans as trees: a span whose parent is not among the rows is a root."""
+    """Spans as trees: a span whose parent is not among the rows is a root, and so is the
+    first span (in row order) of each loop of parents (A's parent B, B's parent A: a
+    buggy tracer's, or crafted), cut from its parent, so that no span is left out and
+    every tree ends."""
     spans = {(row["trace_id"], row["span_id"]): Span(row) for row in rows}
     roots = []
+    parents: dict[int, Span] = {}
     for (trace, _), span in spans.items():
         parent = spans.get((trace, span.row["parent_id"]))
         if parent is None or parent is span:
             roots.append(span)
         else:
             parent.children.append(span)
+            parents[id(span)] = parent
+    reached: set[int] = set()
+    order = {id(span): i for i, span in enumerate(spans.values())}
+
+    def reach(top: Span) -> None:
+        todo = [top]
+        while todo:
+            span = todo.pop()
+            reached.add(id(span))
+            todo.extend(c for c in span.children if id(c) not in reached)
+
+    for root in roots:
+        reach(root)
+    for span in spans.values():
+        if id(span) in reached:
+            continue
+        # in a loop of parents or below one: go up into the loop, and cut it at its
+        # first span in row order
+        cut, seen = span, {id(span)}
+        while id(parents[id(cut)]) not in seen:
+            cut = parents[id(cut)]
+            seen.add(id(cut))
+        loop = [cut]
+        while parents[id(loop[-1])] is not cut:
+            loop.append(parents[id(loop[-1])])
+        cut = min(loop, key=lambda s: order[id(s)])
+        parents[id(cut)].children.remove(cut)
+        roots.append(cut)
+        reach(cut)
     return roots
 
 

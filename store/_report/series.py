@@ -160,21 +160,30 @@ def curves(con: duckdb.DuckDBPyConnection, project: str, run: str, keys: list[st
     return out
 
 
-def collect(con: duckdb.DuckDBPyConnection, records: list[RunRecord], spec: CurveQuery,
-            require: Require = "some run"
-            ) -> dict[str, list[Curve]]:
-    """Per chosen key (in the order of `spec.keys`), the curves of every run that has it.
+def available_keys(con: duckdb.DuckDBPyConnection, records: list[RunRecord],
+                   patterns: tuple[str, ...], require: Require = "some run"
+                   ) -> dict[tuple[str, str], list[str]]:
+    """Per run (project, run), the metric keys it has.
 
     A key pattern that `require`s a match and lacks one is an error naming the run, the
     pattern and the closest keys there are."""
     available = {(r.project, r.run): run_keys(con, r.project, r.run) for r in records}
-    everywhere = sorted({k for keys in available.values() for k in keys})
-    for pattern in spec.keys:
+    for pattern in patterns:
         lacking = [r for r in records
                    if not chosen_keys(available[(r.project, r.run)], (pattern,))]
         if lacking and (require == "every run" or
                         (require == "some run" and len(lacking) == len(records))):
             _no_such_key(lacking[0], available[(lacking[0].project, lacking[0].run)], pattern)
+    return available
+
+
+def collect(con: duckdb.DuckDBPyConnection, records: list[RunRecord], spec: CurveQuery,
+            require: Require = "some run"
+            ) -> dict[str, list[Curve]]:
+    """Per chosen key (in the order of `spec.keys`), the curves of every run that has it
+    (`available_keys` says which missing key is an error)."""
+    available = available_keys(con, records, spec.keys, require)
+    everywhere = sorted({k for keys in available.values() for k in keys})
     by_key: dict[str, list[Curve]] = {k: [] for k in chosen_keys(everywhere, spec.keys)}
     for record in records:
         keys = chosen_keys(available[(record.project, record.run)], spec.keys)

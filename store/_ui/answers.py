@@ -3,16 +3,18 @@ DuckDB views over the store, the live tail included, on a connection that cannot
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from tracklake._errors import QueryError
-from tracklake._read.query import first_rows_sql, query
+from tracklake._read.query import first_rows_sql, query, with_connection
 from tracklake._read.reader import ReadProblems
+from tracklake._read.scope import scope_of_views
 from tracklake._ui.series import (
     SeriesQuery,
     attempts_sql,
@@ -23,86 +25,164 @@ from tracklake._ui.series import (
 )
 from tracklake._ui.shown import shown
 
+if TYPE_CHECKING:
+    import duckdb
+
 #: The SQL console shows at most this many rows (it says when there were more).
 SQL_ROWS = 1000
 #: A query from the page is stopped after this many seconds.
 QUERY_TIMEOUT = 30.0
 
 
-def _ask(store: Path, sql: str, params: dict[str, Any] | None = None) -> pa.Table:
-    return query(sql, root=store, params=params, problems=ReadProblems(),
-                 timeout=QUERY_TIMEOUT)
+def _ask(store: Path, sql: str, params: dict[str, Any] | None = None,
+         problems: ReadProblems | None = None) -> pa.Table:
+    """`sql` over the store; a damaged file left out is noted in `problems` (by default in
+    a list nobody reads: the page shows what could be read)."""
+    return query(sql, root=store, params=params, timeout=QUERY_TIMEOUT,
+                 problems=ReadProblems() if problems is None else problems)
 
 
 _RUNS_SQL = """
 SELECT r.project, r.run, r.name, r.status, r.attempts, r.ranks, r.tags,
-       epoch(r.started_at) AS started, epoch(r.ended_at) AS ended,
-       coalesce(c.config, MAP {}) AS config
+       epoch(r.started_at) AS started, epoch(r.ended_at) AS ended, r.host, r.git_commit,
+       i.git_dirty, i.command, i.python, coalesce(c.config, MAP {}) AS config
 FROM runs r LEFT JOIN (
   SELECT project, run, map(list(key ORDER BY key), list(value ORDER BY key)) AS config
   FROM (SELECT project, run, key, any_value(value ORDER BY rank) AS value
         FROM run_configs GROUP BY ALL)
   GROUP BY ALL) c USING (project, run)
+LEFT JOIN (
+  SELECT project, run, arg_min(git_dirty, (rank, -attempt)) AS git_dirty,
+         arg_min(command, (rank, -attempt)) AS command,
+         arg_min(json_extract_string(identity, '$.python'), (rank, -attempt)) AS python
+  FROM run_attempts GROUP BY ALL) i USING (project, run)
 ORDER BY r.started_at DESC, r.project, r.run
 """
 
 
-def runs(store: Path) -> dict[str, Any]:
-    """Every run: identity, status, attempts, ranks, tags, times and config (rank 0's),
-    and the query they came from."""
-    rows: list[dict[str, Any]] = _ask(store, _RUNS_SQL).to_pylist()
+def runs(store: Path, problems: ReadProblems | None = None) -> dict[str, Any]:
+    """Every run: identity (the lowest rank's latest attempt's command, Python and git
+    state), status, attempts, ranks, tags, times and config (rank 0's), and the query
+    they came from."""
+    rows: list[dict[str, Any]] = _ask(store, _RUNS_SQL, None, problems).to_pylist()
     for row in rows:
         row["config"] = dict(row["config"] or [])
     return {"runs": rows, "queries": [shown(_RUNS_SQL, {})]}
 
 
-_KEYS_SQL = """
-SELECT key, max(count) AS points, count(DISTINCT (project, run)) AS runs
-FROM metric_summaries GROUP BY key ORDER BY key
-"""
+def _keys_sql(runs: bool) -> str:
+    where = "WHERE list_contains($runs, project || chr(31) || run) " if runs else ""
+    return ("SELECT key, max(count) AS points, count(DISTINCT (project, run)) AS runs\n"
+            f"FROM metric_summaries {where}GROUP BY key ORDER BY key")
 
 
-def keys(store: Path) -> list[dict[str, Any]]:
-    """Every metric key, with the most points one run's rank logged of it."""
-    rows: list[dict[str, Any]] = _ask(store, _KEYS_SQL).to_pylist()
+def keys(store: Path, runs: tuple[tuple[str, str], ...] | None = None,
+         problems: ReadProblems | None = None) -> list[dict[str, Any]]:
+    """Every metric key (of `runs`, if given), with the most points one run's rank logged
+    of it."""
+    params = None if runs is None else {"runs": run_ids(runs)}
+    rows: list[dict[str, Any]] = _ask(store, _keys_sql(runs is not None), params,
+                                          problems).to_pylist()
     return rows
 
 
-_SUMMARY_SQL = """
-SELECT project, run, arg_min(last_value, rank) AS last, arg_min(min, rank) AS min,
-       arg_min(max, rank) AS max
-FROM metric_summaries WHERE key = $key GROUP BY ALL
-"""
+def _summary_sql(many: bool) -> str:
+    where = ("key = $key" if not many else
+             "list_contains($keys, key) AND list_contains($runs, project || chr(31) || run)")
+    return ("SELECT project, run, arg_min(last_value, rank) AS last, arg_min(min, rank) AS "
+            f"min,\n       arg_min(max, rank) AS max{', key' if many else ''}\n"
+            f"FROM metric_summaries WHERE {where} GROUP BY ALL")
 
 
 def summary(store: Path, key: str) -> dict[str, Any]:
     """Each run's last, smallest and largest value of `key` (its lowest rank's), for the
     runs table to sort by, and the query they came from."""
-    rows: list[dict[str, Any]] = _ask(store, _SUMMARY_SQL, {"key": key}).to_pylist()
-    for row in rows:
+    return _summary_rows({key: []}, _ask(store, _summary_sql(False), {"key": key}))[key]
+
+
+def summaries(store: Path, keys: tuple[str, ...], runs: tuple[tuple[str, str], ...],
+              problems: ReadProblems | None = None) -> dict[str, dict[str, Any]]:
+    """Per key, what `summary` answers for it about `runs`, read by one query for all."""
+    asked = {"keys": list(keys), "runs": run_ids(runs)}
+    rows = _ask(store, _summary_sql(True), asked, problems) if keys else None
+    return _summary_rows({k: [] for k in keys}, rows)
+
+
+def _summary_rows(out: dict[str, list[dict[str, Any]]], table: pa.Table | None
+                  ) -> dict[str, dict[str, Any]]:
+    for row in table.to_pylist() if table is not None else []:
+        key = row.pop("key") if "key" in row else next(iter(out))
         for name in ("last", "min", "max"):
             row[name] = _jsonable(row[name])
-    return {"rows": rows, "queries": [shown(_SUMMARY_SQL, {"key": key})]}
+        out[key].append(row)
+    return {k: {"rows": rows, "queries": [shown(_summary_sql(False), {"key": k})]}
+            for k, rows in out.items()}
 
 
 def series(store: Path, q: SeriesQuery) -> dict[str, Any]:
     """The key's curves, at most about twice `buckets` points each (plus non-finite marks)."""
-    curves = []
-    for row in _ask(store, series_sql(q), series_params(q)).to_pylist():
+    return series_of_keys(store, q, (q.key,))[q.key]
+
+
+def series_of_keys(store: Path, q: SeriesQuery, keys: tuple[str, ...],
+                   problems: ReadProblems | None = None) -> dict[str, dict[str, Any]]:
+    """Per key of `keys`, what `series` answers for it (`q` with that key), read by one
+    query for the curves of all of them and one for their attempt lines, on one
+    connection (its views made once: about 30 ms of each request on a small store).
+    Each key's answer shows the queries that read it alone."""
+    if not keys:
+        return {}
+    many = len(keys) > 1
+    if not many:
+        q = dataclasses.replace(q, key=keys[0])
+    params = series_params(q) if not many else {
+        **{k: v for k, v in series_params(q).items() if k != "key"}, "keys": list(keys)}
+    out: dict[str, dict[str, Any]] = {}
+    for key in keys:
+        one = dataclasses.replace(q, key=key)
+        out[key] = {"key": key, "x": q.x, "ranks": q.ranks, "group": q.group, "curves": [],
+                    "attempts": [], "queries": [shown(series_sql(one), series_params(one))]}
+    asked = {"runs": params["runs"], **({"keys": params["keys"]} if many else {"key": q.key})}
+
+    def read(con: duckdb.DuckDBPyConnection) -> tuple[pa.Table, pa.Table | None]:
+        curves = query(series_sql(q, many), params=params, connection=con,
+                       timeout=QUERY_TIMEOUT)
+        if q.group is not None:  # a group's curve is over runs: no run's attempts on it
+            return curves, None
+        return curves, query(attempts_sql(q, many), params=asked, connection=con,
+                             timeout=QUERY_TIMEOUT)
+
+    views = {"metrics", "metric_summaries", "runs"} | (
+        {"run_configs"} if q.group is not None else set())
+    curves, attempts = with_connection(store, ReadProblems() if problems is None
+                                       else problems, read, scope_of_views(views))
+    band = q.ranks == "mean" or q.group is not None  # else lo and hi are y: not sent
+    for row in curves.to_pylist():
         ys, marks = finite_or_mark(row["xs"], row["ys"])
-        curves.append({
-            "project": row["project"], "run": row["run"], "series": row["series"],
-            "points": row["n"], "x": row["xs"], "y": ys, "marks": marks,
-            "lo": [v if v is not None and math.isfinite(v) else None for v in row["los"]],
-            "hi": [v if v is not None and math.isfinite(v) else None for v in row["his"]]})
-    queries = [shown(series_sql(q), series_params(q))]
-    takeovers = []
-    if q.group is None:
-        params = {"key": q.key, "runs": series_params(q)["runs"]}
-        takeovers = _ask(store, attempts_sql(q), params).to_pylist()
-        queries.append(shown(attempts_sql(q), params))
-    return {"key": q.key, "x": q.x, "ranks": q.ranks, "group": q.group, "curves": curves,
-            "attempts": takeovers, "queries": queries}
+        curve = {"project": row["project"], "run": row["run"], "series": row["series"],
+                 "points": row["n"], "x": [whole(v) for v in row["xs"]], "y": ys,
+                 "marks": marks}
+        if band:
+            curve["lo"] = [v if v is not None and math.isfinite(v) else None
+                           for v in row["los"]]
+            curve["hi"] = [v if v is not None and math.isfinite(v) else None
+                           for v in row["his"]]
+        out[row["key"]]["curves"].append(curve)
+    if attempts is not None:
+        for row in attempts.to_pylist():
+            out[row.pop("key")]["attempts"].append(row)
+        for key in keys:
+            out[key]["queries"].append(shown(attempts_sql(q),
+                                             {"key": key, "runs": params["runs"]}))
+    return out
+
+
+def whole(value: float) -> float | int:
+    """`value` as an int when it is a whole number that a double holds exactly: a step
+    is sent as ``12``, not ``12.0`` (the answers of a thousand runs' charts are JSON of
+    tens of megabytes)."""
+    return int(value) if isinstance(value, float) and value.is_integer() and \
+        abs(value) < 2**53 else value
 
 
 #: The generations view shows this many prompts (the latest first) and at most this many
@@ -125,15 +205,16 @@ LIMIT {GENERATION_ROWS}
 """
 
 
-def generations(store: Path, runs: tuple[tuple[str, str], ...], search: str
-                ) -> dict[str, Any]:
+def generations(store: Path, runs: tuple[tuple[str, str], ...], search: str,
+                problems: ReadProblems | None = None) -> dict[str, Any]:
     """The runs' generations whose prompt or output contains `search` (any case), by
     prompt, latest prompt first: one prompt's outputs across runs and steps together;
     and the query they came from."""
     params = {"runs": run_ids(runs), "q": search}
     queries = [shown(_GENERATIONS_SQL, params)]
     try:
-        rows: list[dict[str, Any]] = _ask(store, _GENERATIONS_SQL, params).to_pylist()
+        rows: list[dict[str, Any]] = _ask(store, _GENERATIONS_SQL, params,
+                                                   problems).to_pylist()
     except QueryError as exc:
         if not _no_such_view(exc):
             raise

@@ -13,6 +13,7 @@ a page that runs script in the dashboard's origin.
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 from dataclasses import dataclass
@@ -50,7 +51,8 @@ _BLOB_SQL = "SELECT DISTINCT media_type, size FROM media WHERE digest = $digest 
 Runs = tuple[tuple[str, str], ...]
 
 
-def histograms(store: Path, runs: Runs, timeout: float) -> list[dict[str, Any]]:
+def histograms(store: Path, runs: Runs, timeout: float,
+               problems: ReadProblems | None = None) -> list[dict[str, Any]]:
     """Per run and histogram key, the latest histograms of the run's lowest rank (the
     report's), those that keep the format's rules: [{project, run, key, steps: [{step,
     edges, counts}], query}], `query` what the steps were read with."""
@@ -67,14 +69,16 @@ def histograms(store: Path, runs: Runs, timeout: float) -> list[dict[str, Any]]:
                             "steps": steps, "query": shown(HISTOGRAMS_SQL, {
                                 "p": row["project"], "r": row["run"], "rank": row["rank"]})})
         return out
-    return with_connection(store, ReadProblems(), read,
+    return with_connection(store, ReadProblems() if problems is None else problems, read,
                            scope_of_views({"histograms", "run_attempts"}))
 
 
-def media(store: Path, runs: Runs, timeout: float, limit: int = MAX_BLOB
+def media(store: Path, runs: Runs, timeout: float, limit: int = MAX_BLOB,
+          inline: bool = False, problems: ReadProblems | None = None
           ) -> list[dict[str, Any]]:
     """Per run and media key, its latest items (the report's choice), each with
-    ``served``: whether `blob` serves its bytes; and `query`, what they were read with."""
+    ``served``: whether `blob` serves its bytes (with `inline`, as ``src``, a data: URI,
+    for a page that reaches no server); and `query`, what they were read with."""
     def read(con: Any) -> list[dict[str, Any]]:
         out = []
         for project, run in runs:
@@ -83,11 +87,18 @@ def media(store: Path, runs: Runs, timeout: float, limit: int = MAX_BLOB
                 items = [{"step": r["step"], "rank": r["rank"], "type": r["type"],
                           "caption": r["caption"], "media_type": r["media_type"],
                           "digest": r["digest"], "size": r["size"],
-                          "served": r["blob"] is not None} for r in rows]
+                          "served": r["blob"] is not None,
+                          **({"src": _data_uri(r["media_type"], r["blob"])}
+                             if inline and r["blob"] is not None else {})} for r in rows]
                 out.append({"project": project, "run": run, "key": key, "items": items,
                             "query": shown(_MEDIA_SQL, {"p": project, "r": run})})
         return out
-    return with_connection(store, ReadProblems(), read, scope_of_views({"media"}))
+    return with_connection(store, ReadProblems() if problems is None else problems, read,
+                           scope_of_views({"media"}))
+
+
+def _data_uri(media_type: str, path: Path) -> str:
+    return f"data:{media_type};base64," + base64.b64encode(path.read_bytes()).decode()
 
 
 @dataclass(frozen=True)

@@ -35,11 +35,12 @@ class SeriesQuery:
     group: str | None = None
 
 
-def series_sql(q: SeriesQuery) -> str:
+def series_sql(q: SeriesQuery, many: bool = False) -> str:
     """The SQL (parameters $key, $runs, $lo, $hi, $buckets, and $group if grouped; each
     also works given as text, as the SQL console gives them): one row
     per curve with its points in x order; `lo`/`hi` are the range over ranks or over a
-    group's runs (the mean's band).
+    group's runs (the mean's band). With `many`, the curves of every key in the list
+    $keys instead of $key, each key's computed apart (a report asks for all at once).
 
     One pass counts each curve's points in the range, one more sums each pixel bucket up
     (its finite extremes with their x, the first x of each non-finite kind, the band):
@@ -52,55 +53,59 @@ def series_sql(q: SeriesQuery) -> str:
     started = "" if q.x != "relative" else "JOIN starts USING (project, run)"
     return f"""
 WITH firsts AS (
-  SELECT project, run, min(rank) AS first_rank FROM metric_summaries
-  WHERE key = $key GROUP BY ALL),
+  SELECT project, run, key, min(rank) AS first_rank FROM metric_summaries
+  WHERE {_keys(many, "key")} GROUP BY ALL),
 starts AS MATERIALIZED (SELECT project, run, started_at AS started FROM runs),
 raw AS (
-  SELECT m.project, m.run, m.rank, m.step, {_X[q.x]} AS x, m.value, f.first_rank
+  SELECT m.project, m.run, m.key, m.rank, m.step, {_X[q.x]} AS x, m.value, f.first_rank
          {", c.g" if q.group is not None else ""}
-  FROM metrics m JOIN firsts f USING (project, run) {started} {group}
-  WHERE m.key = $key AND m.step IS NOT NULL
+  FROM metrics m JOIN firsts f USING (project, run, key) {started} {group}
+  WHERE {_keys(many, "m.key")} AND m.step IS NOT NULL
     AND list_contains($runs, m.project || chr(31) || m.run)),
 points AS MATERIALIZED (
-  SELECT project, run, series, x, value, lo, hi FROM ({per_x})
+  SELECT project, run, key, series, x, value, lo, hi FROM ({per_x})
   WHERE x BETWEEN $lo::DOUBLE AND $hi::DOUBLE),
 sized AS MATERIALIZED (
-  SELECT project, run, series, count(*) AS n, min(x) AS x0, max(x) AS x1
+  SELECT project, run, key, series, count(*) AS n, min(x) AS x0, max(x) AS x1
   FROM points GROUP BY ALL),
 bucketed AS MATERIALIZED (
   SELECT p.*, s.n, CASE WHEN s.n <= 2 * $buckets::BIGINT OR s.x1 = s.x0 THEN NULL
                         ELSE least(CAST(floor((p.x - s.x0) * $buckets::BIGINT / (s.x1 - s.x0))
                                         AS BIGINT), $buckets::BIGINT - 1) END AS bucket
-  FROM points p JOIN sized s USING (project, run, series)),
+  FROM points p JOIN sized s USING (project, run, key, series)),
 summed AS MATERIALIZED (
-  SELECT project, run, series, n,
+  SELECT project, run, key, series, n,
          min(value) FILTER (WHERE isfinite(value)) AS vmin,
          max(value) FILTER (WHERE isfinite(value)) AS vmax,
-         arg_min(x, value) FILTER (WHERE isfinite(value)) AS xmin,
-         arg_max(x, value) FILTER (WHERE isfinite(value)) AS xmax,
+         arg_min(x, (value, x)) FILTER (WHERE isfinite(value)) AS xmin,
+         arg_max(x, (value, -x)) FILTER (WHERE isfinite(value)) AS xmax,
          min(lo) FILTER (WHERE isfinite(value)) AS lo_f,
          max(hi) FILTER (WHERE isfinite(value)) AS hi_f,
          {_first_of("isnan(value)", "nan")}, {_first_of("value = 'inf'::DOUBLE", "inf")},
          {_first_of("value = '-inf'::DOUBLE", "ninf")}
-  FROM bucketed WHERE bucket IS NOT NULL GROUP BY project, run, series, n, bucket),
+  FROM bucketed WHERE bucket IS NOT NULL GROUP BY project, run, key, series, n, bucket),
 kept AS (
-  SELECT project, run, series, n, x, value, lo, hi FROM bucketed WHERE bucket IS NULL
-  UNION ALL SELECT project, run, series, n, xmin, vmin, lo_f, hi_f FROM summed
+  SELECT project, run, key, series, n, x, value, lo, hi FROM bucketed WHERE bucket IS NULL
+  UNION ALL SELECT project, run, key, series, n, xmin, vmin, lo_f, hi_f FROM summed
             WHERE xmin IS NOT NULL
-  UNION ALL SELECT project, run, series, n, xmax, vmax, lo_f, hi_f FROM summed
+  UNION ALL SELECT project, run, key, series, n, xmax, vmax, lo_f, hi_f FROM summed
             WHERE xmax IS NOT NULL
-  UNION ALL SELECT project, run, series, n, x_nan, 'nan'::DOUBLE, lo_nan, hi_nan
+  UNION ALL SELECT project, run, key, series, n, x_nan, 'nan'::DOUBLE, lo_nan, hi_nan
             FROM summed WHERE x_nan IS NOT NULL
-  UNION ALL SELECT project, run, series, n, x_inf, 'inf'::DOUBLE, lo_inf, hi_inf
+  UNION ALL SELECT project, run, key, series, n, x_inf, 'inf'::DOUBLE, lo_inf, hi_inf
             FROM summed WHERE x_inf IS NOT NULL
-  UNION ALL SELECT project, run, series, n, x_ninf, '-inf'::DOUBLE, lo_ninf, hi_ninf
+  UNION ALL SELECT project, run, key, series, n, x_ninf, '-inf'::DOUBLE, lo_ninf, hi_ninf
             FROM summed WHERE x_ninf IS NOT NULL),
 distinct_points AS (SELECT DISTINCT * FROM kept)
 SELECT project, run, series, list(x ORDER BY x, value) AS xs,
        list(value ORDER BY x, value) AS ys, list(lo ORDER BY x, value) AS los,
-       list(hi ORDER BY x, value) AS his, any_value(n) AS n
-FROM distinct_points GROUP BY project, run, series ORDER BY project, run, series
+       list(hi ORDER BY x, value) AS his, any_value(n) AS n, key
+FROM distinct_points GROUP BY project, run, key, series ORDER BY key, project, run, series
 """
+
+
+def _keys(many: bool, column: str) -> str:
+    return f"list_contains($keys, {column})" if many else f"{column} = $key"
 
 
 def _first_of(kind: str, name: str) -> str:
@@ -114,34 +119,37 @@ def _per_x(q: SeriesQuery) -> str:
     """One row per curve and x: a rank's, the ranks' mean, or a group's mean over runs."""
     g = ", g" if q.group is not None else ""
     if q.ranks == "mean":
-        rows = (f"SELECT project, run, -1 AS series, step, min(x) AS x, avg(value) AS value, "
-                f"min(value) AS lo, max(value) AS hi{g} FROM raw GROUP BY project, run, step{g}")
+        rows = (f"SELECT project, run, key, -1 AS series, step, min(x) AS x, "
+                f"avg(value) AS value, min(value) AS lo, max(value) AS hi{g} FROM raw "
+                f"GROUP BY project, run, key, step{g}")
     else:
-        rows = (f"SELECT project, run, rank AS series, step, x, value, value AS lo, "
+        rows = (f"SELECT project, run, key, rank AS series, step, x, value, value AS lo, "
                 f"value AS hi{g} FROM raw"
                 + (" WHERE rank = first_rank" if q.ranks == "first" else ""))
     if q.group is None:
         return rows
-    return ("SELECT 'group' AS project, coalesce(g, '(unset)') AS run, -1 AS series, step, "
-            "min(x) AS x, avg(value) AS value, min(lo) AS lo, max(hi) AS hi "
-            f"FROM ({rows}) GROUP BY g, step")
+    return ("SELECT 'group' AS project, coalesce(g, '(unset)') AS run, key, -1 AS series, "
+            "step, min(x) AS x, avg(value) AS value, min(lo) AS lo, max(hi) AS hi "
+            f"FROM ({rows}) GROUP BY g, key, step")
 
 
 #: Where a resumed attempt took over in each run: the first step of each later attempt
 #: that the default views show (the steps it logged again hide the earlier attempt's).
 ATTEMPTS_SQL = """
-SELECT m.project, m.run, m.attempt, min(m.step) AS step, arg_min({x}, m.step) AS x
+SELECT m.project, m.run, m.attempt, min(m.step) AS step, arg_min({x}, m.step) AS x, m.key
 FROM metrics m JOIN (SELECT project, run, started_at AS started FROM runs) r
      USING (project, run)
-WHERE m.key = $key AND m.step IS NOT NULL AND m.attempt > 1
+WHERE {keys} AND m.step IS NOT NULL AND m.attempt > 1
   AND list_contains($runs, m.project || chr(31) || m.run)
 GROUP BY ALL ORDER BY ALL
 """
 
 
-def attempts_sql(q: SeriesQuery) -> str:
+def attempts_sql(q: SeriesQuery, many: bool = False) -> str:
+    """`ATTEMPTS_SQL` for `q`'s x axis, of $key (with `many`: of each key in $keys)."""
     return ATTEMPTS_SQL.replace("{x}", _X[q.x].replace("step", "m.step")
-                                .replace("epoch(time)", "epoch(m.time)"))
+                                .replace("epoch(time)", "epoch(m.time)")).replace(
+        "{keys}", _keys(many, "m.key"))
 
 
 def run_ids(runs: tuple[tuple[str, str], ...]) -> list[str]:

@@ -9,7 +9,10 @@ What it refuses, and why:
   reaches the file system, so no traversal can; a media blob is found by a digest that a
   media record names (media.py), sent only within `max_blob` bytes, and as an attachment
   unless its type is an image, audio or video type that the format allows;
-- a URL over 8 KiB, a body over 64 KiB, a request (line, headers and body) not received
+- a URL over 8 KiB, a body over 64 KiB (1 MiB for the parameters of a read that a URL
+  cannot hold: `QUERY_PATHS` take their query as JSON in a POST too, as the page sends
+  one that names many runs), a series request of more than `MAX_SERIES_KEYS`
+  keys (or of a key named twice, or empty), a request (line, headers and body) not received
   within `read_deadline` seconds, more than `MAX_CONNECTIONS` at once;
 - SQL that is not read-only (`tracklake.query`'s check, and a connection that cannot write);
   its parameters are texts, as `tracklake sql --param NAME=VALUE` takes them.
@@ -42,6 +45,7 @@ from tracklake._ui.series import SeriesQuery
 
 MAX_URL = 8 << 10
 MAX_BODY = 64 << 10
+MAX_QUERY_BODY = 1 << 20
 MAX_CONNECTIONS = 32
 READ_DEADLINE = 10.0
 COOKIE = "tracklake_token"
@@ -54,6 +58,14 @@ _CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 's
 #: A blob opened on its own (a new tab) is a document of no origin that runs no script.
 _BLOB_CSP = _CSP + "; sandbox"
 BLOB_PATH = "/api/blob/"
+#: The curves of several keys (the charts in view) in one request, read by one query.
+SERIES_BATCH = "/api/series_batch"
+#: Reads whose parameters may also come as JSON in a POST (`_posted_query`): those that
+#: name runs, which a URL of 8 KiB holds only a few hundred of.
+QUERY_PATHS = frozenset({"/api/series", SERIES_BATCH, "/api/generations", "/api/histograms",
+                         "/api/media", "/api/traces", "/api/events"})
+#: The most keys one request to `SERIES_BATCH` may name.
+MAX_SERIES_KEYS = 16
 
 
 def _static_files() -> dict[str, tuple[bytes, str]]:
@@ -200,43 +212,50 @@ class _Handler(BaseHTTPRequestHandler):
                                        "SameSite=Strict; Path=/")
             self._send(HTTPStatus.OK, body, kind, extra)
             return
-        query = parse_qs(url.query)
-        if url.path == "/api/runs":
+        self._read(url.path, parse_qs(url.query))
+
+    def _read(self, path: str, query: dict[str, list[str]]) -> None:
+        """Answer a read of the API at `path` with the parameters `query`."""
+        if path == "/api/runs":
             self._answer(lambda: answers.runs(self.server.store))
-        elif url.path == "/api/keys":
+        elif path == "/api/keys":
             self._answer(lambda: answers.keys(self.server.store))
-        elif url.path == "/api/summary":
+        elif path == "/api/summary":
             key = query.get("key", [""])[0]
             self._answer(lambda: answers.summary(self.server.store, key))
-        elif url.path == "/api/generations":
+        elif path == "/api/generations":
             if (runs := self._asked_runs(query)) is None:
                 return
             search = query.get("q", [""])[0]
             self._answer(lambda: answers.generations(self.server.store, runs, search))
-        elif url.path in ("/api/histograms", "/api/media"):
+        elif path in ("/api/histograms", "/api/media"):
             if (runs := self._asked_runs(query)) is None:
                 return
             store, limit = self.server.store, self.server.max_blob
             self._answer(lambda: media.histograms(store, runs, answers.QUERY_TIMEOUT)
-                         if url.path == "/api/histograms"
+                         if path == "/api/histograms"
                          else media.media(store, runs, answers.QUERY_TIMEOUT, limit))
-        elif url.path in ("/api/traces", "/api/events"):
+        elif path in ("/api/traces", "/api/events"):
             if (runs := self._asked_runs(query, traces.MAX_RUNS)) is None:
                 return
             store, (search, level, kind) = self.server.store, (
                 query.get(name, [""])[0] for name in ("q", "level", "kind"))
             self._answer(lambda: traces.traces(store, runs, search, answers.QUERY_TIMEOUT)
-                         if url.path == "/api/traces" else
+                         if path == "/api/traces" else
                          traces.events(store, runs, level, kind, answers.QUERY_TIMEOUT))
-        elif url.path.startswith(BLOB_PATH):
-            self._blob(url.path[len(BLOB_PATH):])
-        elif url.path == "/api/series":
+        elif path.startswith(BLOB_PATH):
+            self._blob(path[len(BLOB_PATH):])
+        elif path in ("/api/series", SERIES_BATCH):
+            batch = path == SERIES_BATCH
             try:
-                q = _series_query(query)
+                keys = _series_keys(query, MAX_SERIES_KEYS if batch else 1)
+                q = _series_query(query, keys[0])
             except ValueError as exc:
                 self._error(HTTPStatus.BAD_REQUEST, str(exc))
                 return
-            self._answer(lambda: answers.series(self.server.store, q))
+            store = self.server.store
+            self._answer(lambda: {"series": answers.series_of_keys(store, q, keys)} if batch
+                         else answers.series(store, q))
         else:
             self._error(HTTPStatus.NOT_FOUND, "no such page")
 
@@ -260,20 +279,26 @@ class _Handler(BaseHTTPRequestHandler):
             self._deadline.cancel()
             self._error(HTTPStatus.LENGTH_REQUIRED, "a body needs its Content-Length")
             return
-        if length > MAX_BODY or length < 0:
+        path = urlsplit(self.path).path
+        most = MAX_QUERY_BODY if path in QUERY_PATHS else MAX_BODY
+        if length > most or length < 0:
             self._deadline.cancel()
-            self._error(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body over {MAX_BODY} bytes")
+            self._error(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body over {most} bytes")
             return
         body = self.rfile.read(length)
         self._deadline.cancel()
         if len(body) < length or not self._admitted():
             return
-        if urlsplit(self.path).path != "/api/sql":
+        if path != "/api/sql" and path not in QUERY_PATHS:
             self._error(HTTPStatus.NOT_FOUND, "no such page")
             return
         # JSON only: a form on another site cannot post it without the browser asking first
         if (self.headers.get("Content-Type") or "").split(";")[0] != "application/json":
-            self._error(HTTPStatus.UNSUPPORTED_MEDIA_TYPE, "send the SQL as JSON")
+            self._error(HTTPStatus.UNSUPPORTED_MEDIA_TYPE, "send the request as JSON")
+            return
+        if path in QUERY_PATHS:
+            if (query := self._posted_query(body)) is not None:
+                self._read(path, query)
             return
         try:
             asked = json.loads(body)
@@ -292,6 +317,21 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(HTTPStatus.BAD_REQUEST, str(exc))
             return
         self._answer(lambda: answers.sql(self.server.store, statement, values))
+
+    def _posted_query(self, body: bytes) -> dict[str, list[str]] | None:
+        """The parameters of a read posted as ``{"query": {NAME: [VALUE, ...]}}``, as a URL's
+        query would give them; None once a 400 said what is wrong."""
+        try:
+            query = json.loads(body)["query"]
+            if not isinstance(query, dict) or not all(
+                    isinstance(values, list) and all(isinstance(v, str) for v in values)
+                    for values in query.values()):
+                raise TypeError("query is not an object of lists of texts")
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
+            self._error(HTTPStatus.BAD_REQUEST,
+                        f'send {{"query": {{"NAME": ["VALUE", ...]}}}}: {exc}')
+            return None
+        return query
 
     def _refuse_method(self) -> None:
         self._deadline.cancel()
@@ -379,11 +419,29 @@ def _runs(query: dict[str, list[str]]) -> tuple[tuple[str, str], ...]:
     return tuple(runs)
 
 
-def _series_query(query: dict[str, list[str]]) -> SeriesQuery:
-    """The chart a series request asks for; ValueError says what is wrong with it."""
-    key = query.get("key", [""])[0]
-    if not key:
+def _series_keys(query: dict[str, list[str]], most: int) -> tuple[str, ...]:
+    """The `key` parameters of a series request, at most `most`, each once; ValueError
+    names the key that is wrong."""
+    keys = query.get("key", [])
+    if not keys:
         raise ValueError("series needs a key")
+    if len(keys) > most:
+        raise ValueError(f"at most {most} key{'s' if most > 1 else ''} in one request to "
+                         f"this path: {len(keys)} asked, from key {keys[most]!r} on"
+                         + ("" if most > 1 else f" (ask {SERIES_BATCH} for several)"))
+    seen: set[str] = set()
+    for key in keys:
+        if not key or "\x00" in key:
+            raise ValueError(f"key {key!r} is empty or holds NUL: no metric has it")
+        if key in seen:
+            raise ValueError(f"key {key!r} is asked twice")
+        seen.add(key)
+    return tuple(keys)
+
+
+def _series_query(query: dict[str, list[str]], key: str) -> SeriesQuery:
+    """The charts a series request asks for (`key`'s, or each of its keys'); ValueError
+    says what is wrong with it."""
     runs = _runs(query)
     x = query.get("x", ["step"])[0]
     ranks = query.get("ranks", ["first"])[0]

@@ -26,7 +26,8 @@ MAX_FIELD = 4000
 _FIELDS = ("error", "attributes", "inputs", "outputs")
 
 
-def traces(store: Path, runs: Runs, search: str, timeout: float) -> dict[str, Any]:
+def traces(store: Path, runs: Runs, search: str, timeout: float,
+           problems: ReadProblems | None = None) -> dict[str, Any]:
     """Per run, its spans (at most `MAX_SPANS`, the report's), of the traces holding
     `search` if it is not empty, in tree order: [{project, run, more, spans: [{..., depth,
     parent}]}], with the query each run's list came from."""
@@ -40,13 +41,13 @@ def traces(store: Path, runs: Runs, search: str, timeout: float) -> dict[str, An
                         "spans": _flat(trees(rows[:MAX_SPANS]))})
             queries.append(shown(sql, params))
         return {"runs": out, "queries": queries}
-    return with_connection(store, ReadProblems(), read, scope_of_views({"traces"}))
+    return with_connection(store, ReadProblems() if problems is None else problems, read,
+                           scope_of_views({"traces"}))
 
 
 def _flat(roots: list[Span]) -> list[dict[str, Any]]:
     """The trees in depth-first order, each span with `depth` and `parent` (the place of
-    its parent in the list, None for a root); a loop of parents is reached from no root
-    and left out."""
+    its parent in the list, None for a root)."""
     out: list[dict[str, Any]] = []
     todo: list[tuple[Span, int, int | None]] = [(s, 0, None) for s in reversed(roots)]
     while todo:
@@ -73,8 +74,8 @@ _KINDS_SQL = """SELECT DISTINCT level, kind FROM events
 WHERE list_contains($runs, project || chr(31) || run) ORDER BY ALL LIMIT 200"""
 
 
-def events(store: Path, runs: Runs, level: str, kind: str, timeout: float
-           ) -> dict[str, Any]:
+def events(store: Path, runs: Runs, level: str, kind: str, timeout: float,
+           problems: ReadProblems | None = None) -> dict[str, Any]:
     """The runs' latest events (newest first) of `level` and `kind` (any if empty), the
     levels and kinds they have for the filters, and the query the rows came from."""
     params = {"runs": run_ids(runs), "level": level, "kind": kind}
@@ -91,7 +92,8 @@ def events(store: Path, runs: Runs, level: str, kind: str, timeout: float
                 "levels": sorted({k["level"] for k in kinds if k["level"] is not None}),
                 "kinds": sorted({k["kind"] for k in kinds if k["kind"] is not None}),
                 "queries": [shown(EVENTS_SQL, params)]}
-    return with_connection(store, ReadProblems(), read, scope_of_views({"events"}))
+    return with_connection(store, ReadProblems() if problems is None else problems, read,
+                           scope_of_views({"events"}))
 
 
 def _clip(text: str | None) -> str | None:

@@ -1,4 +1,5 @@
-// tracklake ui: the page. Everything it shows comes from the dashboard's own /api/*.
+// tracklake ui: the page. Everything it shows comes from the dashboard's own /api/*, or,
+// in a report file (`tracklake report`), from the answers embedded in it.
 "use strict";
 (function () {
   const PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b",
@@ -11,7 +12,20 @@
   const $ = (id) => document.getElementById(id);
   const runId = (r) => r.project + "/" + r.run;
 
+  // a report file holds the server's answers for its runs: api() reads them, asks nothing
+  const EMBEDDED = document.getElementById("tracklake-data");
+  const REPORT = EMBEDDED ? JSON.parse(EMBEDDED.textContent) : null;
+
+  // a read whose URL would pass the server's 8 KiB (it names many runs) is posted instead,
+  // its parameters as JSON
+  const MAX_URL = 8000;
   async function api(path, body) {
+    if (REPORT) return offline(path, body);
+    if (body === undefined && path.length > MAX_URL) {
+      const [pathname, search] = path.split("?"), query = {};
+      for (const [name, value] of new URLSearchParams(search)) (query[name] ||= []).push(value);
+      path = pathname; body = { query };
+    }
     const init = body === undefined ? {} : {
       method: "POST", headers: { "Content-Type": "application/json" },
       body: JSON.stringify(body) };
@@ -19,6 +33,100 @@
     const answer = await res.json();
     if (!res.ok) throw new Error(answer.error || res.statusText);
     return answer;
+  }
+
+  // ---- a report file: the embedded answers, filtered as the server would filter them ----
+  const NO_SQL = "This page is a report file: it holds the answers it was written with " +
+    "and cannot run new SQL. Each panel's SQL fold shows the `tracklake sql` command that " +
+    "runs its query on the store; `tracklake ui` serves this page live.";
+  function offline(path, body) {
+    if (body !== undefined) throw new Error(NO_SQL);
+    const [pathname, search] = path.split("?");
+    const q = new URLSearchParams(search || ""), runs = new Set(q.getAll("run"));
+    const mine = (row) => runs.has(row.project + "/" + row.run);
+    switch (pathname) {
+      case "/api/runs": return REPORT.runs;
+      case "/api/keys": return REPORT.keys;
+      case "/api/summary": return REPORT.summaries[q.get("key")] || { rows: [], queries: [] };
+      case "/api/series": return offlineSeries(q, runs, q.get("key"));
+      case "/api/series_batch":
+        return { series: Object.fromEntries(q.getAll("key").map((k) => [k, offlineSeries(q, runs, k)])) };
+      case "/api/generations": return offlineGenerations(q, mine);
+      case "/api/histograms": return REPORT.histograms.filter(mine);
+      case "/api/media": return REPORT.media.filter(mine);
+      case "/api/traces": return offlineTraces(q, runs);
+      case "/api/events": return offlineEvents(q, mine);
+    }
+    throw new Error("this report holds no answer to " + pathname);
+  }
+  function offlineSeries(q, runs, key) {
+    const x = q.get("x"), byKey = REPORT.series[x === "step" ? "step" : "time"];
+    const held = Object.hasOwn(byKey, key) ? byKey[key] : null;
+    if (q.get("group") || q.get("ranks") !== REPORT.report.ranks || !held)
+      throw new Error("this report holds other curves; `tracklake ui` draws these");
+    const lo = q.has("lo") ? Number(q.get("lo")) : -Infinity;
+    const hi = q.has("hi") ? Number(q.get("hi")) : Infinity;
+    const start = (row) => {  // relative time: the wall time less the run's start
+      if (x !== "relative") return 0;
+      const r = REPORT.runs.runs.find((r) => r.project === row.project && r.run === row.run);
+      return r ? r.started : 0;
+    };
+    const curves = held.curves.filter((c) => runs.has(c.project + "/" + c.run)).map((c) => {
+      const s = start(c), kept = [];
+      c.x.forEach((v, i) => { if (v - s >= lo && v - s <= hi) kept.push(i); });
+      const pick = (a) => a && kept.map((i) => a[i]);
+      return { ...c, x: kept.map((i) => c.x[i] - s), y: pick(c.y), lo: pick(c.lo), hi: pick(c.hi),
+               marks: c.marks.map(([v, k]) => [v - s, k]).filter(([v]) => v >= lo && v <= hi) };
+    });
+    const attempts = held.attempts.filter((a) => runs.has(a.project + "/" + a.run))
+      .map((a) => ({ ...a, x: a.x - start(a) }));
+    return { ...held, x, curves, attempts };
+  }
+  function offlineGenerations(q, mine) {
+    const text = (q.get("q") || "").toLowerCase();
+    const has = (v) => (v || "").toLowerCase().includes(text);
+    return { ...REPORT.generations,
+             rows: REPORT.generations.rows.filter((g) => mine(g) && (!text || has(g.input) || has(g.output))) };
+  }
+  function offlineTraces(q, runs) {
+    const text = (q.get("q") || "").toLowerCase();
+    const fields = ["name", "status", "error", "attributes", "inputs", "outputs"];
+    const out = [], queries = [];
+    REPORT.traces.runs.forEach((r, i) => {
+      if (!runs.has(r.project + "/" + r.run)) return;
+      queries.push(REPORT.traces.queries[i]);
+      if (!text) { out.push(r); return; }
+      // the traces one of whose spans holds the text, their spans' parents found again
+      const hit = new Set(r.spans.filter((sp) => fields.some((f) => String(sp[f] ?? "").toLowerCase()
+        .includes(text))).map((sp) => sp.trace_id));
+      const place = new Map(), spans = [];
+      r.spans.forEach((sp, k) => {
+        if (!hit.has(sp.trace_id)) return;
+        place.set(k, spans.length);
+        spans.push({ ...sp, parent: sp.parent === null ? null : place.get(sp.parent) ?? null });
+      });
+      out.push({ ...r, spans });
+    });
+    return { runs: out, queries };
+  }
+  function offlineEvents(q, mine) {
+    const level = q.get("level") || "", kind = q.get("kind") || "";
+    return { ...REPORT.events, events: REPORT.events.events.filter((e) => mine(e) &&
+      (!level || e.level === level) && (!kind || e.kind === kind)) };
+  }
+  function sqlText(q) { return typeof q.sql === "number" ? REPORT.sql[q.sql] : q.sql; }
+  // a word as a POSIX shell reads it back: bare, '…', or $'…' for control bytes (0x1F)
+  function shellWord(w) {
+    if (/^[A-Za-z0-9_@%+=:,.\/-]+$/.test(w)) return w;
+    if (/[\x00-\x08\x0b-\x1f\x7f]/.test(w))
+      return "$'" + w.replace(/[\\']/g, "\\$&").replace(/[\x00-\x1f\x7f]/g,
+        (c) => "\\x" + c.charCodeAt(0).toString(16).padStart(2, "0")) + "'";
+    return "'" + w.replace(/'/g, "'\\''") + "'";
+  }
+  function sqlCommand(q) {
+    const words = ["tracklake", "sql", "--root", REPORT.report.root];
+    for (const [n, v] of Object.entries(q.params)) words.push("--param", `${n}=${v}`);
+    return [...words, sqlText(q)].map(shellWord).join(" ");
   }
 
   const groups = [];
@@ -108,7 +216,7 @@
       c.visible = e.isIntersecting;
       if (c.visible && !c.loaded) load(c);
     }
-  });
+  }, { rootMargin: "100% 0px" });  // in view or within a screen of it: ready when scrolled to
 
   function renderCharts() {
     for (const c of charts.values()) if (c.plot) c.plot.destroy();
@@ -150,32 +258,66 @@
     if (!charts.size) view.textContent = state.keys.length ? "No key matches the filter." : "No metrics yet.";
   }
 
-  function seriesUrl(c) {
-    const p = new URLSearchParams({ key: c.key, x: state.x, ranks: state.ranks, buckets: String(WIDTH) });
+  // the charts to ask for: whole ranges in one request per batch (the server's bound: 16
+  // keys), a zoomed chart alone (its range is its own). A batch also
+  // stops at about a million points to read: keys of many points are asked for in
+  // several requests, answered side by side, and the first charts are drawn sooner.
+  const BATCH_KEYS = 16, BATCH_POINTS = 1e6;
+  function seriesUrl(keys, zoom) {
+    const p = new URLSearchParams({ x: state.x, ranks: state.ranks, buckets: String(WIDTH) });
+    for (const k of keys) p.append("key", k);
     for (const r of state.runs) if (!state.group || state.shown.has(runId(r))) p.append("run", runId(r));
     if (state.group) p.set("group", state.group);
-    if (c.zoom) { p.set("lo", String(c.zoom[0])); p.set("hi", String(c.zoom[1])); }
-    return "/api/series?" + p.toString();
+    if (zoom) { p.set("lo", String(zoom[0])); p.set("hi", String(zoom[1])); }
+    return (keys.length > 1 ? "/api/series_batch?" : "/api/series?") + p.toString();
   }
 
   let epoch = 0;  // counts changes of what a series request asks (axis, ranks, group)
-  async function load(c) {
+  const pending = new Set();
+  function load(c) {
     if (c.loading) { c.again = true; return; }
-    c.loading = true;
+    if (!pending.size) setTimeout(askPending, 0);  // the charts asked for meanwhile join
+    pending.add(c);
+  }
+  function askPending() {
+    const asked = [...pending].filter((c) => charts.get(c.key) === c);  // not redrawn since
+    pending.clear();
+    const points = new Map(state.keys.map((k) => [k.key, k.points * k.runs]));
+    let batch = [], held = 0;
+    for (const c of asked) {
+      if (c.zoom) { ask([c]); continue; }
+      const more = points.get(c.key) || 0;
+      if (batch.length && (batch.length === BATCH_KEYS || held + more > BATCH_POINTS)) {
+        ask(batch); batch = []; held = 0;
+      }
+      batch.push(c); held += more;
+    }
+    if (batch.length) ask(batch);
+  }
+  async function ask(batch) {
     const asked = epoch;
+    for (const c of batch) c.loading = true;
+    let got = null, error = null;
     try {
-      const answer = await api(seriesUrl(c));
-      if (charts.get(c.key) !== c) return;  // redrawn meanwhile
-      if (asked !== epoch) { c.again = true; return; }  // an answer to an older question
-      c.curves = answer.curves;
-      c.attempts = answer.attempts;
-      sqlPanel(answer.queries, c.sql);
-      c.loaded = true;
-      draw(c);
+      const url = seriesUrl(batch.map((c) => c.key), batch.length === 1 ? batch[0].zoom : null);
+      got = batch.length === 1 ? new Map([[batch[0].key, await api(url)]])
+        : new Map(Object.entries((await api(url)).series));
     } catch (e) {
-      c.note.textContent = "error: " + e.message;
-    } finally {
+      error = e;
+    }
+    for (const c of batch) {
       c.loading = false;
+      if (charts.get(c.key) !== c) continue;  // redrawn meanwhile
+      const answer = got && got.get(c.key);
+      if (error || !answer) c.note.textContent = "error: " + (error ? error.message : "no answer");
+      else if (asked !== epoch) c.again = true;  // an answer to an older question
+      else {
+        c.curves = answer.curves;
+        c.attempts = answer.attempts;
+        sqlPanel(answer.queries, c.sql);
+        c.loaded = true;
+        try { draw(c); } catch (e) { c.note.textContent = "error: " + e.message; }
+      }
       if (c.again) { c.again = false; load(c); }
     }
   }
@@ -290,9 +432,34 @@
     });
     c.hover.textContent = "";
     for (const l of lines) { const d = document.createElement("div"); d.textContent = l; c.hover.append(d); }
-    c.hover.hidden = false;
-    c.hover.style.left = Math.min(u.cursor.left + 60, WIDTH - 120) + "px";
-    c.hover.style.top = (u.cursor.top + 30) + "px";
+    const r = u.over.getBoundingClientRect();
+    placeHover(c.hover, c.el, r.left + u.cursor.left, r.top + u.cursor.top);
+  }
+
+  // a hover box beside the cursor (x, y: the page's client coordinates) and inside its
+  // chart `el`, never over the next one: right of and below the cursor, flipped to its
+  // left or above it near an edge; no wider than the chart, and lines that do not fit
+  // its height are counted on the last one
+  function placeHover(box, el, x, y) {
+    const GAP = 12, width = el.clientWidth, height = el.clientHeight;
+    box.hidden = false;
+    Object.assign(box.style, { left: "0px", top: "0px", width: "", maxWidth: width + "px" });
+    if (box.offsetHeight > height && box.children.length > 2) {
+      const rest = document.createElement("div");
+      box.append(rest);
+      let cut = 0;
+      do { box.children[box.children.length - 2].remove(); rest.textContent = `… and ${++cut} more`; }
+      while (box.offsetHeight > height && box.children.length > 2);
+    }
+    const w = Math.min(Math.ceil(box.getBoundingClientRect().width), width);
+    const h = Math.min(box.offsetHeight, height);
+    box.style.width = w + "px";  // as measured: moved right, it would wrap again
+    const at = el.getBoundingClientRect();
+    const px = x - at.left - el.clientLeft, py = y - at.top - el.clientTop;
+    const left = px + GAP + w <= width ? px + GAP : px - GAP - w;
+    const top = py + GAP + h <= height ? py + GAP : py - GAP - h;
+    box.style.left = Math.max(0, Math.min(left, width - w)) + "px";
+    box.style.top = Math.max(0, Math.min(top, height - h)) + "px";
   }
 
   function drawMarks(c, u) {
@@ -421,11 +588,32 @@
     const keys = [...new Set(picked.flatMap((r) => Object.keys(r.config)))].sort();
     const differs = (k) => new Set(picked.map((r) => r.config[k])).size > 1;
     keys.sort((a, b) => differs(b) - differs(a));
+    const only = $("only-diff").checked;
     for (const k of keys) {
       const tr = body.insertRow();
-      if (differs(k)) tr.className = "differs";
+      tr.className = differs(k) ? "differs" : "same";
+      tr.hidden = only && !differs(k);
       tr.insertCell().textContent = k;
       for (const r of picked) tr.insertCell().textContent = r.config[k] ?? "";
+    }
+    $("config-count").textContent = `${keys.filter(differs).length} of ${keys.length} keys differ`;
+    renderIdentity(picked);
+  }
+  // the ticked runs side by side: where and how each ran (the lowest rank's latest attempt)
+  function renderIdentity(picked) {
+    const head = $("identity").tHead, body = $("identity").tBodies[0];
+    head.textContent = ""; body.textContent = "";
+    const hr = head.insertRow();
+    for (const t of ["", ...picked.map((r) => r.name || r.run)]) { const th = document.createElement("th"); th.textContent = t; hr.append(th); }
+    const when = (t) => (t ? new Date(t * 1000).toISOString().replace("T", " ").slice(0, 19) : "");
+    const fields = [["run", (r) => runId(r)], ["status", (r) => r.status], ["attempts", (r) => r.attempts],
+                    ["ranks", (r) => r.ranks], ["started", (r) => when(r.started)], ["ended", (r) => when(r.ended)],
+                    ["host", (r) => r.host], ["git commit", (r) => r.git_commit], ["git dirty", (r) => r.git_dirty],
+                    ["command", (r) => r.command], ["python", (r) => r.python], ["tags", (r) => (r.tags || []).join(", ")]];
+    for (const [name, pick] of fields) {
+      const tr = body.insertRow();
+      tr.insertCell().textContent = name;
+      for (const r of picked) { const v = pick(r); tr.insertCell().textContent = v === null || v === undefined ? "" : String(v); }
     }
   }
 
@@ -596,13 +784,19 @@
     const sum = document.createElement("summary"); sum.textContent = "SQL";
     box.append(sum);
     queries.forEach((q, i) => {
-      const pre = document.createElement("pre"); pre.className = "sql-text"; pre.textContent = q.sql;
+      const pre = document.createElement("pre"); pre.className = "sql-text"; pre.textContent = sqlText(q);
       box.append(pre);
       const names = Object.keys(q.params);
       if (names.length) {
         const ps = document.createElement("pre"); ps.className = "sql-params";
         ps.textContent = names.map((n) => `$${n} = ${JSON.stringify(q.params[n])}`).join("\n");
         box.append(ps);
+      }
+      if (REPORT) {  // no console here: the command that runs the query on the store
+        const cmd = document.createElement("pre"); cmd.className = "sql-command";
+        cmd.textContent = sqlCommand(q);
+        box.append(cmd);
+        return;
       }
       const open = document.createElement("button");
       open.type = "button"; open.className = "sql-open";
@@ -614,7 +808,7 @@
     return box;
   }
   function openInConsole(q) {
-    $("sql-text").value = q.sql;
+    $("sql-text").value = sqlText(q);
     $("sql-params").value = Object.entries(q.params).map(([n, v]) => `${n}=${v}`).join("\n");
     document.querySelector('nav button[data-view="sql"]').click();
     runSql();
@@ -857,9 +1051,7 @@
       const j = s.edges.findIndex((edge, k) => k <= last && v >= edge && (v < s.edges[k + 1] || (k === last && v <= s.edges[k + 1])));
       hover.textContent = j < 0 ? `step ${s.step}: no bin at ${fmt(v)}`
         : `step ${s.step}: [${fmt(s.edges[j])}, ${fmt(s.edges[j + 1])}${j === last ? "]" : ")"} count ${s.counts[j]}`;
-      hover.hidden = false;
-      hover.style.left = Math.min(mx + 12, WIDTH - 160) + "px";
-      hover.style.top = (my + 40) + "px";
+      placeHover(hover, el, e.clientX, e.clientY);
     });
     canvas.addEventListener("mouseleave", () => { hover.hidden = true; });
   }
@@ -925,7 +1117,7 @@
       shown = document.createElement(item.type === "audio" ? "audio" : "video");
       shown.controls = true; shown.preload = "metadata";
     }
-    if (item.served) shown.src = "/api/blob/" + item.digest;
+    if (item.served) shown.src = item.src || "/api/blob/" + item.digest;
     const cap = document.createElement("figcaption");
     cap.textContent = `step ${item.step}` + (item.rank ? ` rank ${item.rank}` : "") + (item.caption ? `: ${item.caption}` : "");
     fig.append(shown, cap);
@@ -959,7 +1151,9 @@
       if (live && $("run-key").value && !$("table").hidden) loadSummary();
       if ((fresh || live) && !$("traces").hidden) loadTraces();
       if ((fresh || live) && !$("events").hidden) loadEvents();
-      $("status").textContent = `${runs.length} run${runs.length === 1 ? "" : "s"} · ${live ? "live" : "up to date"}`;
+      $("status").textContent = `${runs.length} run${runs.length === 1 ? "" : "s"} · ` + (REPORT
+        ? `a report written ${REPORT.report.written} from ${REPORT.report.root} by tracklake ` +
+          `${REPORT.report.version}: a snapshot, never refreshed` : live ? "live" : "up to date");
     } catch (e) {
       $("status").textContent = "cannot reach the dashboard: " + e.message;
     } finally {
@@ -987,6 +1181,7 @@
   $("group").addEventListener("change", (e) => { state.group = e.target.value; redrawAll(); });
   $("logscale").addEventListener("change", (e) => { state.log = e.target.checked; for (const c of charts.values()) if (c.plot) { c.plot.destroy(); c.plot = null; draw(c); } });
   $("run-filter").addEventListener("input", renderTable);
+  $("only-diff").addEventListener("change", renderConfigDiff);
   $("run-key").addEventListener("change", loadSummary);
   $("gen-search").addEventListener("input", () => { clearTimeout(genTimer); genTimer = setTimeout(loadGenerations, 200); });
   $("trace-search").addEventListener("input", () => { clearTimeout(traceTimer); traceTimer = setTimeout(loadTraces, 200); });
@@ -1005,7 +1200,30 @@
     }
   });
 
-  window.tracklake = { state, charts, media, traces, sqlChart, poll, toggleRun };
-  poll();
-  setInterval(poll, POLL_MS);
+  if (REPORT) {  // the controls start as the report was asked for; what it cannot show says so
+    const r = REPORT.report;
+    state.x = $("xaxis").value = r.x;
+    state.ranks = $("ranks").value = r.ranks;
+    state.smoothing = r.smoothing;
+    $("smoothing").value = $("smoothing-value").textContent = String(r.smoothing);
+    $("ranks").disabled = $("group").disabled = true;
+    const note = $("report-note");
+    note.hidden = false;
+    note.textContent = `A report file: each chart holds up to ${2 * r.buckets} points a curve ` +
+      `(zooming shows those of the range), of ${r.ranks === "first" ? "each run's lowest rank"
+      : r.ranks === "mean" ? "the mean of the ranks" : r.rank !== null ? "rank " + r.rank
+      : "every rank"}; other ranks and grouping need \`tracklake ui\`.`;
+    $("sql-offline").textContent = NO_SQL;
+    $("sql-offline").hidden = false;
+    $("sql-run").disabled = true;
+  }
+  window.tracklake = { state, charts, media, traces, sqlChart, poll, toggleRun, report: REPORT };
+  poll().then(() => {
+    // page.html#q=TEXT opens on the generations searched for TEXT (a link to a search)
+    const asked = new URLSearchParams(location.hash.slice(1)).get("q");
+    if (!asked) return;
+    $("gen-search").value = asked;
+    document.querySelector('nav button[data-view="generations"]').click();
+  });
+  if (!REPORT) setInterval(poll, POLL_MS);
 })();

@@ -1,34 +1,24 @@
-"""`tracklake report`: the runs' parts read from the store, written as one self-contained
-HTML file (or Markdown with SVG files, see markdown.py). Text from the store is escaped by
-Jinja2's autoescaping; charts are built escaped by svg.py."""
+"""`tracklake report --format md`: the runs' parts read from the store, for markdown.py to
+write as Markdown with SVG files (charts are built escaped by svg.py). The HTML report is
+the dashboard's page with its answers embedded (`tracklake._ui.offline`), which also takes
+`MAX_INLINE_IMAGE` from here."""
 
 from __future__ import annotations
 
-import base64
 import dataclasses
-import datetime as _dt
 import shlex
 from dataclasses import dataclass
-from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-from jinja2 import Environment
-from markupsafe import Markup
-
 from tracklake._read.query import with_connection
 from tracklake._read.reader import ReadProblems, RunRecord
-from tracklake._report import page
 from tracklake._report.sections import (
     CONFIG_SQL,
     EVENTS_SQL,
     GENERATIONS_SQL,
     HISTOGRAMS_SQL,
     IMAGES_SQL,
-    MAX_GENERATIONS,
-    MAX_HISTOGRAM_STEPS,
-    MAX_IMAGES,
-    MAX_SPANS,
     RUN_SQL,
     TRACES_SQL,
     ConfigRow,
@@ -48,9 +38,9 @@ from tracklake._report.series import (
     run_keys,
 )
 from tracklake._report.svg import line_chart
-from tracklake._report.svg_histogram import histogram_chart
 
-#: Largest image inlined into a report (as a data: URI); a larger one is named, not shown.
+#: Largest media blob a report holds (an HTML report as a data: URI, a Markdown report as
+#: a file); a larger one is named, not shown.
 MAX_INLINE_IMAGE = 2 << 20
 #: The image types a report shows, and the extension of each in a Markdown report's folder.
 EXTENSIONS = {"image/png": "png", "image/jpeg": "jpg", "image/gif": "gif",
@@ -140,24 +130,11 @@ def chart_svgs(report: Report, standalone: bool = False) -> dict[str, str]:
             for key, curves in report.charts.items()}
 
 
-def histogram_svgs(parts: RunParts) -> list[Markup]:
-    """Per histogram key of a run, its chart over steps (svg_histogram escapes its text)."""
-    return [Markup(histogram_chart(key, rows)) for key, rows in parts.histograms.items()]
-
-
 def image_files(root: Path, parts: RunParts) -> list[tuple[str, list[dict[str, Any]]]]:
     """Per image key of a run, its latest images, each with ``blob``: its file, or None
     for one whose blob is missing, not of the declared size, larger than
     `MAX_INLINE_IMAGE`, or of a media type a browser should not be handed."""
     return media_files(root, parts.images, EXTENSIONS, MAX_INLINE_IMAGE)
-
-
-def image_strips(root: Path, parts: RunParts) -> list[tuple[str, list[dict[str, Any]]]]:
-    """`image_files`, each with ``src``: a data: URI of its bytes (None without a file)."""
-    return [(key, [{**row, "src": None if row["blob"] is None else (
-        f"data:{row['media_type']};base64,"
-        + base64.b64encode(row["blob"].read_bytes()).decode())} for row in rows])
-        for key, rows in image_files(root, parts)]
 
 
 def section_sql(report: Report) -> dict[str, str]:
@@ -166,24 +143,3 @@ def section_sql(report: Report) -> dict[str, str]:
             "charts": curves_sql(report.spec).strip(), "generations": GENERATIONS_SQL,
             "traces": TRACES_SQL, "events": EVENTS_SQL, "histograms": HISTOGRAMS_SQL,
             "images": IMAGES_SQL}
-
-
-def to_html(report: Report) -> str:
-    """The report as one HTML page that loads nothing from anywhere."""
-    env = Environment(autoescape=True, keep_trailing_newline=True)
-    template = env.from_string(page.MACROS + page.TEMPLATE)
-    points = report.spec.buckets
-    return template.render(
-        runs=report.runs, identity=report.identity(), config=report.config,
-        # svg.py escapes every text it puts in a chart
-        charts=[Markup(svg) for svg in chart_svgs(report).values()],
-        charts_note=f"; at most {points} points per curve (bucket means of consecutive "
-                    "steps beyond that, said on the chart); their SQL takes "
-                    f"{report.chart_params()} besides a run's parameters",
-        sql=section_sql(report), root=str(report.root), version=version("tracklake"),
-        written=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
-        max_generations=MAX_GENERATIONS, max_spans=MAX_SPANS,
-        media=[(p, histogram_svgs(p), image_strips(report.root, p)) for p in report.runs],
-        max_histogram_steps=MAX_HISTOGRAM_STEPS, max_images=MAX_IMAGES,
-        style=Markup(page.STYLE), script=Markup(page.SCRIPT),
-        script_hash=page.SCRIPT_HASH).lstrip()
