@@ -4,6 +4,8 @@ it never changes the store, and that Ctrl-C ends the command cleanly."""
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import http.client
 import json
 import os
@@ -11,6 +13,8 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -350,3 +354,77 @@ def test_the_consoles_parameters_are_text_and_refused_when_malformed_or_missing(
                          ("a=1", "list"), ([1], "list")):
         status, answer = sql(board, "SELECT $a, $b", params)
         assert status == 400 and says in answer["error"], params
+
+
+def test_at_most_max_queries_are_answered_at_once_and_the_rest_wait_their_turn(
+        store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tracklake._ui import answers
+    from tracklake._ui.server import MAX_QUERIES
+
+    real, lock = answers.keys, threading.Lock()
+    running, peak = [0], [0]
+
+    def slow_keys(root: Path) -> Any:
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        try:
+            time.sleep(1.0)
+            return real(root)
+        finally:
+            with lock:
+                running[0] -= 1
+
+    monkeypatch.setattr(answers, "keys", slow_keys)
+    board = Dashboard(store).start()
+    try:
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            answered = list(pool.map(lambda _: request(board, "GET", "/api/keys"), range(8)))
+    finally:
+        board.close()
+    assert [status for status, _, _ in answered] == [200] * 8
+    assert all(json.loads(body) == json.loads(answered[0][2]) for _, _, body in answered)
+    assert "loss" in answered[0][2].decode()
+    assert 1 < peak[0] <= MAX_QUERIES
+
+
+def test_a_question_waiting_its_turn_when_the_server_closes_is_never_asked(
+        store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tracklake._ui import answers
+    from tracklake._ui.server import MAX_QUERIES
+
+    release, asked = threading.Event(), []
+
+    def held(root: Path) -> Any:
+        asked.append("held")
+        release.wait(60)
+        return []
+
+    def waiting(root: Path) -> Any:
+        asked.append("waiting")
+        return []
+
+    monkeypatch.setattr(answers, "keys", held)
+    monkeypatch.setattr(answers, "runs", waiting)
+    board = Dashboard(store).start()
+    pool = concurrent.futures.ThreadPoolExecutor(MAX_QUERIES + 1)
+    try:
+        holders = [pool.submit(request, board, "GET", "/api/keys") for _ in range(MAX_QUERIES)]
+        until(lambda: len(asked) == MAX_QUERIES, "both held questions asked", 30)
+        waiter = pool.submit(request, board, "GET", "/api/runs")
+        time.sleep(0.5)  # its request is in, its question waits for a turn
+        closing = threading.Thread(target=board.close)
+        closing.start()
+        time.sleep(0.5)
+        release.set()
+        closing.join(60)
+        assert not closing.is_alive()
+        with contextlib.suppress(OSError, http.client.HTTPException):
+            waiter.result(60)  # its connection was cut: no answer, or an error
+        for holder in holders:
+            with contextlib.suppress(OSError, http.client.HTTPException):
+                holder.result(60)
+    finally:
+        release.set()
+        pool.shutdown()
+    assert asked == ["held"] * MAX_QUERIES

@@ -14,6 +14,7 @@ What it refuses, and why:
   one that names many runs), a series request of more than `MAX_SERIES_KEYS`
   keys (or of a key named twice, or empty), a request (line, headers and body) not received
   within `read_deadline` seconds, more than `MAX_CONNECTIONS` at once;
+- more than `MAX_QUERIES` questions at once: the others wait their turn;
 - SQL that is not read-only (`tracklake.query`'s check, and a connection that cannot write);
   its parameters are texts, as `tracklake sql --param NAME=VALUE` takes them.
 """
@@ -47,6 +48,11 @@ MAX_URL = 8 << 10
 MAX_BODY = 64 << 10
 MAX_QUERY_BODY = 1 << 20
 MAX_CONNECTIONS = 32
+#: Questions answered at once. Each may use DuckDB's memory limit and holds its answer
+#: (Python values, then JSON) until it is sent, so the server's memory is bounded by
+#: this many answers, not by the requests in flight (a page asks six at a time); on a
+#: machine of few cores more at once would not answer sooner.
+MAX_QUERIES = 2
 READ_DEADLINE = 10.0
 COOKIE = "tracklake_token"
 
@@ -101,6 +107,8 @@ class _Server(ThreadingHTTPServer):
         self.max_blob = max_blob
         self.files = _static_files()
         self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.queries = threading.BoundedSemaphore(MAX_QUERIES)
+        self.closing = threading.Event()
         self.open: set[socket.socket] = set()
         self.open_lock = threading.Lock()
         super().__init__(address, _Handler)
@@ -133,7 +141,9 @@ class _Server(ThreadingHTTPServer):
 
     def drain(self, timeout: float) -> None:
         """Cut every open connection and wait (up to `timeout` seconds) for the threads
-        answering them: a query running in one ends by its own timeout or interruption."""
+        answering them: a query running in one ends by its own timeout or interruption,
+        and none waiting for its turn begins."""
+        self.closing.set()
         with self.open_lock:
             for connection in self.open:
                 with contextlib.suppress(OSError):  # closed by its client meanwhile
@@ -342,19 +352,26 @@ class _Handler(BaseHTTPRequestHandler):
     # -- answers ----------------------------------------------------------------------
 
     def _answer(self, work: Any) -> None:
-        try:
-            value = work()
-        except TracklakeError as exc:  # a refused or failed query, a damaged store
-            self._error(HTTPStatus.BAD_REQUEST, str(exc))
-            return
-        body = json.dumps(value, allow_nan=False, default=str).encode()
-        self._send(HTTPStatus.OK, body, "application/json")
+        with self.server.queries:  # MAX_QUERIES: what bounds the server's memory
+            if self.server.closing.is_set():
+                return  # its connection is cut: nobody waits for the answer
+            try:
+                value = work()
+            except TracklakeError as exc:  # a refused or failed query, a damaged store
+                body, status = json.dumps({"error": str(exc)}).encode(), \
+                    HTTPStatus.BAD_REQUEST
+            else:
+                body, status = json.dumps(value, allow_nan=False, default=str).encode(), \
+                    HTTPStatus.OK
+                del value  # only its JSON is sent
+        self._send(status, body, "application/json")
 
     def _blob(self, digest: str) -> None:
         """A media blob, by its digest (media.py says what is refused)."""
         try:
-            found = media.blob(self.server.store, digest, answers.QUERY_TIMEOUT,
-                               self.server.max_blob)
+            with self.server.queries:
+                found = media.blob(self.server.store, digest, answers.QUERY_TIMEOUT,
+                                   self.server.max_blob)
         except TracklakeError as exc:  # a failed query, a damaged store
             self._error(HTTPStatus.BAD_REQUEST, str(exc))
             return
