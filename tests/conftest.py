@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import _optional
@@ -29,6 +30,12 @@ def pytest_configure(config: pytest.Config) -> None:
     # also for module-scoped fixtures, which run before `clean_environment`
     os.environ["TRACKLAKE_COMPACT"] = "0"
     os.environ["TRACKLAKE_SYSTEM_METRICS"] = "0"
+    # A shell without job control starts a background job (`make test &`) with SIGINT
+    # ignored, and every process started from it inherits that: the tests that stop a
+    # command with Ctrl-C would see it ignored. Handled here, children start with it
+    # reset to the default, as from a terminal (and xdist's workers run this too).
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)
