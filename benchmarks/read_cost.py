@@ -33,9 +33,17 @@ connection per question, as tracklake makes one. Two timings of each:
   ``runs``) against ``python -c "import duckdb; ..."``, wall and CPU (user + system) of
   the child, median of ``--fresh-repeat``, the readers interleaved.
 
-Ratios are tracklake / DuckDB; answers of the three SQL readers are compared (rows, as
-Python values). trackio is not installed here and this benchmark does not need it: its
-column of the issue is left out. The 100,000-key run is left out too.
+A fourth reader is trackio (0.43.0), as a trackio user asks these questions without a
+dashboard: the same values logged through trackio's own write path (``trackio.init`` /
+one ``trackio.log`` of the 16 values per step / ``trackio.finish``, in trackio's own
+interpreter, ``--trackio-python``, made as a venv when missing, as benchmarks/dashboard.py
+does) and read with the standard library's ``sqlite3`` from its database (a row per step,
+the values as JSON: ``json_extract(metrics, '$.k0')``; the last value through SQLite's
+bare column of ``max(step)``; the run table as each run's first time and last step, since
+trackio keeps no table of runs). ``--no-trackio`` leaves it out.
+
+Ratios are tracklake / the other reader; answers of the SQL readers are compared (rows,
+as Python values). The 100,000-key run is benchmarks/wide_runs.py's.
 
 Usage (from the repository root)::
 
@@ -49,7 +57,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -57,7 +67,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-READERS = ("tracklake", "parts", "bundles")
+READERS = ("tracklake", "parts", "bundles", "trackio")
 QUESTIONS = ("last k0 per run", "max k3 per run", "one run's k5", "tracklake runs")
 _SQL = {
     "last k0 per run": "SELECT run, arg_max(value, step) AS last FROM {src} WHERE key = 'k0' "
@@ -74,6 +84,19 @@ _RUNS_SQL = (
     "rank: 'INTEGER', attempt: 'INTEGER', status: 'VARCHAR', started_at: 'TIMESTAMPTZ'}}) a "
     "LEFT JOIN (SELECT project, run, max(step) AS last_step FROM {src} GROUP BY ALL) s "
     "USING (project, run) ORDER BY a.started_at DESC LIMIT 50")
+#: The same questions over trackio's database (``many.db``: a row per logged step).
+_TRACKIO_SQL = {
+    "last k0 per run": "SELECT run, last FROM (SELECT run_name AS run, "
+                       "json_extract(metrics, '$.k0') AS last, max(step) FROM metrics "
+                       "GROUP BY run_name) ORDER BY run",
+    "max k3 per run": "SELECT run_name AS run, max(json_extract(metrics, '$.k3')) AS max "
+                      "FROM metrics GROUP BY run_name ORDER BY run",
+    "one run's k5": "SELECT step, json_extract(metrics, '$.k5') AS value FROM metrics "
+                    "WHERE run_name = '{run}' ORDER BY step",
+    "tracklake runs": "SELECT run_name AS run, min(timestamp) AS started_at, "
+                      "max(step) AS last_step FROM metrics GROUP BY run_name "
+                      "ORDER BY started_at DESC LIMIT 50",
+}
 
 
 def source(root: Path, reader: str) -> str:
@@ -89,7 +112,14 @@ def middle_run(root: Path) -> str:
     return runs[len(runs) // 2]
 
 
+def trackio_db(root: Path) -> Path:
+    """Where the trackio store built beside `root` keeps its database."""
+    return root.parent / "trackio" / f"{PROJECT}.db"
+
+
 def sql_of(root: Path, reader: str, question: str, run: str) -> str:
+    if reader == "trackio":
+        return _TRACKIO_SQL[question].format(run=run)
     src = source(root, reader)
     if question == "tracklake runs":
         return _RUNS_SQL.format(root=root, src=src)
@@ -121,6 +151,20 @@ def _child(reader: str, root: Path, question: str, run: str, repeat: int) -> Non
 
             def ask() -> Any:
                 return tracklake.query(sql, root=root).to_pylist()
+    elif reader == "trackio":
+        import sqlite3
+
+        sql, db = sql_of(root, reader, question, run), trackio_db(root)
+
+        def ask() -> Any:
+            con = sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True)
+            try:
+                cursor = con.execute(sql)
+                names = [d[0] for d in cursor.description]
+                rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+                return len(rows) if question == "tracklake runs" else rows
+            finally:
+                con.close()
     else:
         import duckdb
 
@@ -168,6 +212,11 @@ def process_argv(reader: str, root: Path, question: str, run: str) -> list[str]:
         args = ["runs"] if question == "tracklake runs" else \
             ["sql", sql_of(root, reader, question, run)]
         return [*cli, *args, "--root", str(root)]
+    if reader == "trackio":
+        code = ("import sqlite3, sys; con = sqlite3.connect(sys.argv[2], uri=True); "
+                "print(con.execute(sys.argv[1]).fetchall()[:3])")
+        return [sys.executable, "-c", code, sql_of(root, reader, question, run),
+                f"{trackio_db(root).as_uri()}?mode=ro"]
     code = ("import duckdb, sys; con = duckdb.connect(); con.execute('SET threads = 2'); "
             "print(con.execute(sys.argv[1]).fetchall()[:3])")
     return [sys.executable, "-c", code, sql_of(root, reader, question, run)]
@@ -190,6 +239,41 @@ def whole_process(readers: tuple[str, ...], root: Path, question: str, run: str,
 
 # -- the stores -------------------------------------------------------------------------
 
+PROJECT = "many"  # many_runs.py's
+
+
+def _trackio_child(folder: Path, runs: int, steps: int) -> None:
+    """In trackio's interpreter (TRACKIO_DIR=`folder`): many_runs.py's values, its run
+    names and project, logged through trackio."""
+    import numpy as np
+    import trackio
+
+    keys = [f"k{i}" for i in range(16)]
+    for i in range(runs):
+        rows = np.random.default_rng([20261201, i]).random((steps, len(keys))).tolist()
+        trackio.init(project=PROJECT, name=f"run-{i:05d}", auto_log_cpu=False,
+                     auto_log_gpu=False)
+        for step, row in enumerate(rows):
+            trackio.log(dict(zip(keys, row, strict=True)), step=step)
+        trackio.finish()
+
+
+def build_trackio(root: Path, runs: int, steps: int, python: str) -> None:
+    """The trackio store beside `root` (`trackio_db`), unless it is there."""
+    folder = trackio_db(root).parent
+    if (folder / "written").exists():
+        return
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir()
+    started = time.perf_counter()
+    subprocess.run([python, __file__, "--trackio-child", str(folder), str(runs), str(steps)],
+                   env={**os.environ, "TRACKIO_DIR": str(folder)}, check=True,
+                   stdout=subprocess.DEVNULL)
+    seconds = time.perf_counter() - started
+    (folder / "written").write_text(f"{seconds:.1f}\n")
+    print(f"  trackio: {runs:,} runs written in {seconds:.1f} s", flush=True)
+
 
 def build(base: Path, runs: int, steps: int, jobs: int, rebuild: bool) -> Path:
     """A store of `runs` runs built by many_runs.py's builder, then compacted once."""
@@ -211,8 +295,9 @@ def build(base: Path, runs: int, steps: int, jobs: int, rebuild: bool) -> Path:
 
 def measure(root: Path, repeat: int, fresh_repeat: int) -> list[dict[str, Any]]:
     run = middle_run(root)
-    readers = READERS if any(root.glob(".cache/bundles/bundle-*.parquet")) else \
-        READERS[:2]
+    readers = tuple(r for r in READERS
+                    if (r != "bundles" or any(root.glob(".cache/bundles/bundle-*.parquet")))
+                    and (r != "trackio" or trackio_db(root).exists()))
     subprocess.run(process_argv("tracklake", root, "tracklake runs", run),
                    capture_output=True, check=True)  # the catalog as a user meets it
     rows = []
@@ -223,7 +308,7 @@ def measure(root: Path, repeat: int, fresh_repeat: int) -> list[dict[str, Any]]:
         row["process"] = whole_process(readers, root, question, run, fresh_repeat)
         answers = {row[r]["answer"] for r in readers}
         row["same"] = "-" if question == "tracklake runs" else \
-            "yes" if len(answers) == 1 else "NO"
+            "yes" if len(answers) == 1 else f"NO: {len(answers)} answers"
         for reader in readers:
             row[reader].pop("answer")
         rows.append(row)
@@ -257,6 +342,9 @@ def print_rows(title: str, rows: list[dict[str, Any]]) -> None:
 
 
 def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--trackio-child":
+        _trackio_child(Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
+        return
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         reader, root, question, run, repeat = sys.argv[2:7]
         _child(reader, Path(root), question, run, int(repeat))
@@ -275,6 +363,9 @@ def main() -> None:
     parser.add_argument("--rebuild", action="store_true")
     parser.add_argument("--root", type=Path, help="Only time this existing store as it is.")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--trackio-python", default="/tmp/trackio-venv/bin/python",
+                        help="An interpreter with trackio (made as a venv when missing).")
+    parser.add_argument("--no-trackio", action="store_true")
     args = parser.parse_args()
     results: dict[str, Any] = {}
     if args.root is not None:
@@ -282,6 +373,11 @@ def main() -> None:
         print_rows(str(args.root), rows)
     for size in ([] if args.root else [int(s) for s in args.sizes.split(",")]):
         root = build(args.data_dir, size, args.steps, args.jobs, args.rebuild)
+        if not args.no_trackio:
+            sys.path.insert(0, str(Path(__file__).parent))
+            from dashboard import trackio_python
+
+            build_trackio(root, size, args.steps, trackio_python(args.trackio_python))
         results[str(size)] = rows = measure(root, args.repeat, args.fresh_repeat)
         print_rows(f"{size:,} runs x {args.steps} steps x 16 keys, compacted ({root})", rows)
     if args.json:
