@@ -43,7 +43,8 @@ Measured, for each tool:
 - in a browser (``--browser``, on by default): the page opened in headless Chromium, as
   the dashboard's tests drive it: seconds to its first chart drawn with data, and the
   bytes received over the wire (page, scripts, styles, data) two seconds after;
-- RSS: the server process's resident memory (with any children) after answering;
+- RSS: the server process's resident memory (with any children) after answering, and
+  the most the server process itself held at any time (its ``VmHWM``);
 - disk: the bytes of each store.
 
 Printed: a table of both tools' figures and their ratio (tracklake / trackio).
@@ -199,6 +200,14 @@ def rss_bytes(pid: int) -> int:
     return total
 
 
+def peak_rss_bytes(pid: int) -> int:
+    """The most resident memory `pid` held at any time (its ``VmHWM``), from /proc."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
 def timed(call: Callable[[], object], repeat: int) -> tuple[float, float]:
     """The first call's seconds, and the best of `repeat` more."""
     times = []
@@ -308,6 +317,7 @@ def measure_tracklake(folder: Path, names: list[str], args: argparse.Namespace
         if args.browser:
             figures |= in_browser(base + "/", TRACKLAKE_DRAWN)
         figures["rss"] = rss_bytes(server.pid)
+        figures["peak rss"] = peak_rss_bytes(server.pid)
     finally:
         stop(server)
     figures["disk"] = disk_bytes(folder)
@@ -351,6 +361,7 @@ def measure_trackio(python: str, folder: Path, names: list[str],
         if args.browser:
             figures |= in_browser(f"{base}/?project={PROJECT}", TRACKIO_DRAWN)
         figures["rss"] = rss_bytes(server.pid)
+        figures["peak rss"] = peak_rss_bytes(server.pid)
     finally:
         stop(server)
     figures["disk"] = disk_bytes(folder)
@@ -376,7 +387,8 @@ ROWS = (("log", "log", "s"), ("start", "server up", "s"),
         ("each chart again", "each chart, again", "s"),
         ("first chart drawn", "browser: 1st chart", "s"),
         ("page weight", "browser: page", "KiB"),
-        ("rss", "server RSS", "MiB"), ("disk", "store on disk", "MiB"))
+        ("rss", "server RSS", "MiB"), ("peak rss", "server peak RSS", "MiB"),
+        ("disk", "store on disk", "MiB"))
 
 
 def main() -> None:
