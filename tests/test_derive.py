@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -18,10 +19,10 @@ from _settled import age
 import tracklake
 from tracklake._format import KINDS
 from tracklake._ops import derive
-from tracklake._ops.bundle import BUNDLE_MIN_RUNS, build_bundles
+from tracklake._ops.bundle import BUNDLE_MIN_RUNS, build_bundles, last_build
 from tracklake._ops.claims import hold_claim
 from tracklake._ops.compact import compact_streams
-from tracklake._read.bundles import BUNDLE_DIR, bundle_paths, read_bundle
+from tracklake._read.bundles import BUNDLE_DIR, CHECKED, bundle_paths, read_bundle
 from tracklake._read.catalog import RunCatalog
 from tracklake._read.reader import list_streams
 
@@ -175,3 +176,47 @@ def test_with_bundles_off_no_deriver_is_started(tmp_path: Path,
     monkeypatch.setenv("TRACKLAKE_BUNDLES", "0")
     assert derive.start(root) is False
     assert not (root / BUNDLE_DIR / derive.WANTED).exists()
+
+
+def test_a_deriver_killed_at_random_points_leaves_what_the_next_one_finishes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGKILL of the deriver process (as a finished run's compactor starts it) at 8
+    random moments of its work: readers answer exactly whatever it left, a bundle in place is
+    whole, and the next deriver takes over the dead one's claims and finishes."""
+    import random
+    import signal
+    import subprocess
+    import sys
+
+    monkeypatch.setattr("tracklake._read.bundles.BUILD_MIN_RUNS", 10**9)  # no reader's
+    root = tmp_path / "store"
+    _runs(root, BUNDLE_MIN_RUNS + 3, compact=False)
+    question = "SELECT run, key, step, value FROM metrics ORDER BY ALL"
+    monkeypatch.setenv("TRACKLAKE_BUNDLES", "0")  # the answer from the parts alone
+    expected = tracklake.query(question, root=root)
+    rng = random.Random(20261204)
+    for _ in range(8):  # from nothing derived each time: it builds at once, in ≈ 0.6 s
+        shutil.rmtree(root / ".cache", ignore_errors=True)
+        derive.want(root, time.time() - 60)  # settled long ago
+        deriver = subprocess.Popen([sys.executable, "-m", "tracklake._ops.derive", str(root)],
+                                   env={k: v for k, v in os.environ.items()
+                                        if k != "TRACKLAKE_BUNDLES"})
+        time.sleep(rng.uniform(0.1, 0.8))  # imports, catalog, bundle, marker, or after
+        deriver.send_signal(signal.SIGKILL)
+        deriver.wait()
+        for path in bundle_paths(root):
+            read_bundle(path)  # a bundle in place is whole
+        monkeypatch.delenv("TRACKLAKE_BUNDLES")
+        assert tracklake.query(question, root=root) == expected  # from what it left
+        monkeypatch.setenv("TRACKLAKE_BUNDLES", "0")
+    monkeypatch.delenv("TRACKLAKE_BUNDLES")
+    derive.want(root, time.time() - 60)
+    built = last_build(root)[1] > 0  # the last one killed after its build ended
+    # past the dead deriver's and builder's claims (no build if the last one's ended)
+    assert derive.derive(root) == (0 if built else 1)
+    assert len(_catalogued(root)) == BUNDLE_MIN_RUNS + 3
+    assert len(_bundled_runs(root)) == BUNDLE_MIN_RUNS + 3
+    left = sorted(os.listdir(root / BUNDLE_DIR))
+    assert [n for n in left if not n.startswith("bundle-")] == sorted(
+        [derive.WANTED, CHECKED]), left  # no claim, no temporary
+    assert tracklake.query(question, root=root) == expected
