@@ -130,3 +130,28 @@ def test_the_cache_is_not_in_the_way_of_plain_engines(root: Path) -> None:
     assert (root / CACHE_FILE).exists()
     table = ds.dataset(root / "metrics", format="parquet", partitioning="hive").to_table()
     assert table.num_rows == 3 * 5
+
+
+def test_the_cache_holds_only_what_the_run_catalog_does_not(root: Path) -> None:
+    """What the catalog keeps of a run (its attempts, its parts' summaries) is not kept
+    twice: the files of catalogued runs leave the cache, the others' stay in it."""
+    from _settled import age
+
+    from tracklake._read.catalog import RunCatalog
+
+    _store(root)
+    age(root)  # directories too: every run can be catalogued
+    recent = root / "metrics" / "project=p" / "run=r2" / "rank=0"
+    os.utime(recent)  # ... but r2, whose directory changed just now
+    first = [tracklake.query(sql, root=root) for sql in (RUNS_SQL, SUMMARY_SQL)]
+    assert RunCatalog(root).settled(None, None) == {("p", "r0"), ("p", "r1")}
+    cached = _entries(root)
+    assert cached and all("/run=r2/" in k for k in cached), sorted(cached)
+    age(root)  # r2 settles: catalogued by the next question, and gone from the cache
+    again = [tracklake.query(sql, root=root) for sql in (RUNS_SQL, SUMMARY_SQL)]
+    assert RunCatalog(root).settled(None, None) == {("p", f"r{i}") for i in range(3)}
+    assert _entries(root) == {}
+    (root / ".cache" / "runs-v2.catalog").unlink()  # the decoded values come from the files
+    fresh = [tracklake.query(sql, root=root) for sql in (RUNS_SQL, SUMMARY_SQL)]
+    for a, b, c in zip(first, again, fresh, strict=True):
+        assert a.equals(b) and a.equals(c)

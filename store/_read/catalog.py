@@ -135,6 +135,7 @@ class RunCatalog:
         self._stale: set[int] = set() if trusted else set(range(self._table.num_rows))
         self._trusted = trusted
         self._fresh: list[RunEntry] = []
+        self._saved: pa.Table | None = None  # what `save` left on disk
 
     def _load(self) -> pa.Table:
         """The catalog file's table: a header line (version, CRC-32 of the rest), then an
@@ -250,15 +251,16 @@ class RunCatalog:
                 m < since_ns - int(RACY_SECONDS * 1e9) for _, m in entry.watched):
             self._fresh.append(entry)
 
-    def save(self) -> None:
+    def save(self) -> bool:
         """Write the catalog if it changed: the entries still valid, the fresh ones, and
         those of the runs `settled` did not look at; the entries it found stale go (the
-        run changed since, or is gone)."""
+        run changed since, or is gone). True if the file holds them now (`vouched`)."""
         if not self.enabled:
-            return
+            return False
         keep = [i for i in range(self._table.num_rows) if i not in self._stale]
         if not self._fresh and not self._stale:
-            return
+            self._saved = self._table
+            return True
         fresh = pa.Table.from_pylist([{
             "project": e.project, "run": e.run,
             "watched": [{"path": d, "mtime_ns": m} for d, m in e.watched],
@@ -275,7 +277,17 @@ class RunCatalog:
             for earlier in _EARLIER:
                 (self.root / earlier).unlink(missing_ok=True)
         except OSError:
-            return  # a store this reader may not write: the catalog only saves time
+            return False  # a store this reader may not write: the catalog only saves time
+        self._saved = table
+        return True
+
+    def vouched(self) -> set[str]:
+        """The paths (relative to the root) that the catalog `save` left on disk watches:
+        what is decoded from those files is in it, while they stay as recorded."""
+        if self._saved is None or not self._saved.num_rows:
+            return set()
+        watched = self._saved.column("watched").combine_chunks().flatten()
+        return set(watched.field("path").to_pylist())
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,9 @@ is rebuilt from the files alone (delete it at any time). Training ranks never re
 write it; readers replace it atomically (`write_atomic`), so concurrent readers on NFS or
 Lustre see one whole version or the other and need no lock. A file modified in the last
 `RACY_SECONDS` is decoded but not cached: on a file system with coarse timestamps, a
-rewrite of the same size within one tick would otherwise look unchanged.
+rewrite of the same size within one tick would otherwise look unchanged. The files of
+the runs the run catalog holds (catalog.py) are left out: the catalog keeps what they
+decode to, and the cache holds only the runs not catalogued yet.
 """
 
 from __future__ import annotations
@@ -93,12 +95,19 @@ class DecodedCache:
             self._changed = True
         return value
 
-    def save(self, complete: bool) -> None:
+    def save(self, complete: bool, vouched: Callable[[], set[str]] | None = None) -> None:
         """Write the cache if it changed. `complete`: every cached kind of file was looked
-        at, so entries not seen are of files that are gone and are dropped."""
+        at, so entries not seen are of files that are gone and are dropped. `vouched`:
+        the files the run catalog holds what they decode to; their entries are dropped
+        too, so that the cache holds only what the catalog does not (at 10,000 runs the
+        whole store's was 39 MB of JSON, read and written again by the first question
+        after a few runs ended: 1.4 s of its 3.4 s)."""
         if not self.enabled or self._loaded is None:
             return  # never used: nothing changed
         files = self._seen if complete else {**self._entries, **self._seen}
+        if vouched is not None and files:
+            covered = vouched()
+            files = {k: v for k, v in files.items() if k not in covered}
         if not self._changed and files.keys() == self._entries.keys():
             return
         body = json.dumps(files, separators=(",", ":")).encode()

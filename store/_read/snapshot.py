@@ -174,8 +174,9 @@ class Snapshot:
                     catalog.attempts(),
                     pa.Table.from_pylist(listed, ATTEMPTS_SCHEMA) if listed else
                     empty_table(ATTEMPTS_SCHEMA)])
-        cache.save(complete=scope.everything)
-        catalog.save()
+        # the catalog first: what it holds, the decoded cache need not
+        vouched = catalog.save()
+        cache.save(complete=scope.everything, vouched=catalog.vouched if vouched else None)
 
     def _add_parts(self, root: Path, s: StreamId, directory: Path, skip: frozenset[Path],
                    problems: ReadProblems, cache: DecodedCache,
