@@ -22,6 +22,7 @@ What it refuses, and why:
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import hmac
 import ipaddress
 import json
@@ -53,6 +54,10 @@ MAX_CONNECTIONS = 32
 #: this many answers, not by the requests in flight (a page asks six at a time); on a
 #: machine of few cores more at once would not answer sooner.
 MAX_QUERIES = 2
+#: After an answer of at least this many bytes, the C allocator is asked to give the
+#: freed memory back to the system (glibc's `malloc_trim`): it otherwise keeps what the
+#: answer's Python objects and DuckDB's query held, and the server stays at its peak.
+TRIM_AFTER_BYTES = 1 << 20
 READ_DEADLINE = 10.0
 COOKIE = "tracklake_token"
 
@@ -365,6 +370,9 @@ class _Handler(BaseHTTPRequestHandler):
                     HTTPStatus.OK
                 del value  # only its JSON is sent
         self._send(status, body, "application/json")
+        if len(body) >= TRIM_AFTER_BYTES:
+            del body
+            _give_memory_back()
 
     def _blob(self, digest: str) -> None:
         """A media blob, by its digest (media.py says what is refused)."""
@@ -410,6 +418,22 @@ class _Handler(BaseHTTPRequestHandler):
         for name, value in {"Cache-Control": "no-store", **extra}.items():
             self.send_header(name, value)
         self.end_headers()
+
+
+def _give_memory_back() -> None:
+    """Have glibc return freed heap memory to the system; nothing elsewhere (musl,
+    macOS), where there is no `malloc_trim`."""
+    global _malloc_trim
+    if _malloc_trim is None:
+        try:
+            _malloc_trim = ctypes.CDLL(None).malloc_trim
+        except (OSError, AttributeError):
+            _malloc_trim = False
+    if _malloc_trim:
+        _malloc_trim(0)
+
+
+_malloc_trim: Any = None
 
 
 class _Limited:
