@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import hmac
 import ipaddress
 import json
@@ -357,19 +358,21 @@ class _Handler(BaseHTTPRequestHandler):
     # -- answers ----------------------------------------------------------------------
 
     def _answer(self, work: Any) -> None:
+        refused: str | None = None
         with self.server.queries:  # MAX_QUERIES: what bounds the server's memory
             if self.server.closing.is_set():
                 return  # its connection is cut: nobody waits for the answer
             try:
                 value = work()
             except TracklakeError as exc:  # a refused or failed query, a damaged store
-                body, status = json.dumps({"error": str(exc)}).encode(), \
-                    HTTPStatus.BAD_REQUEST
+                refused = str(exc)
             else:
-                body, status = json.dumps(value, allow_nan=False, default=str).encode(), \
-                    HTTPStatus.OK
+                body = json.dumps(value, allow_nan=False, default=str).encode()
                 del value  # only its JSON is sent
-        self._send(status, body, "application/json")
+        if refused is not None:
+            self._error(HTTPStatus.BAD_REQUEST, refused)
+            return
+        self._send(HTTPStatus.OK, body, "application/json")
         if len(body) >= TRIM_AFTER_BYTES:
             del body
             _give_memory_back()
@@ -423,17 +426,18 @@ class _Handler(BaseHTTPRequestHandler):
 def _give_memory_back() -> None:
     """Have glibc return freed heap memory to the system; nothing elsewhere (musl,
     macOS), where there is no `malloc_trim`."""
-    global _malloc_trim
-    if _malloc_trim is None:
-        try:
-            _malloc_trim = ctypes.CDLL(None).malloc_trim
-        except (OSError, AttributeError):
-            _malloc_trim = False
-    if _malloc_trim:
-        _malloc_trim(0)
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
 
 
-_malloc_trim: Any = None
+@functools.cache
+def _malloc_trim() -> Any:
+    """glibc's `malloc_trim`, or None where the C library has none."""
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
 
 
 class _Limited:
