@@ -214,3 +214,30 @@ def test_each_row_group_of_a_wide_part_stores_the_keys_it_holds_only(
     assert got.column("key").to_pylist() == sorted(r[2] for r in rows)
     assert got.column("value").to_pylist() == [float(k) for k in range(3000)
                                                for _ in range(2)]
+
+
+def test_a_summary_too_large_to_store_is_never_made(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A part of 3,000 keys of one value each cannot carry its summary (far more bytes
+    than its values): it is written without one, and the per-key objects are never made;
+    readers compute the same summary from its rows. A part of few keys stores its summary
+    as JSON without spaces."""
+    made: list[int] = []
+    rows_of = metric_sort.SummaryBuilder.rows
+    monkeypatch.setattr(metric_sort.SummaryBuilder, "rows",
+                        lambda self: made.append(len(self)) or rows_of(self))
+    wide = [(k, 0, f"k{k:04d}", float(k)) for k in range(3000)]
+    part = sorted_part.write_sorted_part(tmp_path, STREAM, iter([_metric_batch(wide)]),
+                                         lambda: 0)
+    assert part is not None and made == []
+    assert part_format.SUMMARY_KEY.encode() not in pq.ParquetFile(part).metadata.metadata
+    got = part_format.summary_rows(part_format.open_part(part), part)
+    assert got == metric_summary(pq.read_table(part))
+    narrow = [(seq, seq // 2, f"k{seq % 2}", float(seq)) for seq in range(20_000)]
+    (tmp_path / "narrow").mkdir()
+    part = sorted_part.write_sorted_part(tmp_path / "narrow", STREAM,
+                                         iter([_metric_batch(narrow)]), lambda: 0)
+    assert part is not None and made == [2]
+    stored = pq.ParquetFile(part).metadata.metadata[part_format.SUMMARY_KEY.encode()]
+    assert b" " not in stored
+    assert json.loads(stored) == metric_summary(pq.read_table(part))

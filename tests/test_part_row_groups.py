@@ -43,6 +43,8 @@ def test_row_groups_end_where_the_key_changes_whatever_the_chunks(seed: int) -> 
                                                     strict=True)]
     groups = list(key_row_groups(chunks))
     _check_groups(groups, len(keys))
+    # each group one chunk: Parquet's writer pays per chunk it is handed
+    assert all(g.column(c).num_chunks == 1 for g in groups for c in range(g.num_columns))
     assert pa.concat_tables(groups).column("step").to_pylist() == list(range(len(keys)))
 
 

@@ -23,11 +23,11 @@ def summary_from_rows(table: pa.Table) -> list[dict[str, Any]]:
     if table.num_rows == 0:
         return []
     table = table.select(["key", "step", "seq", "value", "time"])
-    table = table.take(pc.sort_indices(table, sort_keys=[
-        ("key", "ascending"), ("step", "ascending"), ("seq", "ascending")]))
-    keys = table.column("key").combine_chunks()
-    if pa.types.is_dictionary(keys.type):
-        keys = keys.cast(pa.string())
+    keys = _strings(table.column("key"))
+    if not _in_part_order(keys, table.column("step").to_numpy(), table.column("seq").to_numpy()):
+        table = table.take(pc.sort_indices(table, sort_keys=[
+            ("key", "ascending"), ("step", "ascending"), ("seq", "ascending")]))
+        keys = _strings(table.column("key"))
     starts = np.flatnonzero(np.r_[True, pc.not_equal(keys[1:], keys[:-1]).to_numpy(
         zero_copy_only=False)])
     ends = np.r_[starts[1:], table.num_rows] - 1
@@ -47,3 +47,22 @@ def summary_from_rows(table: pa.Table) -> list[dict[str, Any]]:
         "last_time_us": time_us[ends].tolist(),
     }
     return [dict(zip(columns, row, strict=True)) for row in zip(*columns.values(), strict=True)]
+
+
+def _strings(keys: pa.ChunkedArray) -> pa.Array:
+    keys = keys.combine_chunks()
+    return keys.cast(pa.string()) if pa.types.is_dictionary(keys.type) else keys
+
+
+def _in_part_order(keys: pa.Array, step: np.ndarray, seq: np.ndarray) -> bool:
+    """Whether the rows are in (key, step, seq) order already, as every part tracklake
+    writes is (a part from elsewhere may not be): sorting a million rows again cost
+    0.1 s of summarising a 100,000-key part."""
+    if keys.null_count:
+        return False
+    if len(keys) < 2:
+        return True
+    later = pc.greater(keys[1:], keys[:-1]).to_numpy(zero_copy_only=False)
+    same = pc.equal(keys[1:], keys[:-1]).to_numpy(zero_copy_only=False)
+    ordered = (step[1:] > step[:-1]) | ((step[1:] == step[:-1]) & (seq[1:] >= seq[:-1]))
+    return bool(np.all(later | (same & ordered)))

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import json
 import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -44,7 +43,7 @@ from tracklake._format import (
 from tracklake._format.attempt import read_attempt
 from tracklake._format.files import scratch
 from tracklake._format.liveness import writer_known_gone
-from tracklake._format.part import write_part_file
+from tracklake._format.part import SUMMARY_KEY, summary_json, write_part_file
 from tracklake._format.segment import EOS
 from tracklake._ops.claims import hold_claim, remove_leftovers
 from tracklake._ops.part_sources import PartSources
@@ -176,7 +175,7 @@ def write_part(directory: Path, s: StreamId, table: pa.Table, last_segment: int)
         "tracklake.rank": str(s.rank), "tracklake.attempt": str(s.attempt),
     }
     if s.kind == "metrics":
-        meta["tracklake.summary"] = json.dumps(metric_summary(table), allow_nan=True)
+        meta[SUMMARY_KEY] = summary_json(metric_summary(table))
     table = table.replace_schema_metadata(meta)
     final = directory / part_name(first, last, last_segment)
     tmp = scratch(final)

@@ -231,10 +231,12 @@ class SummaryBuilder:
 
     def __init__(self) -> None:
         self._rows: dict[str, dict[str, Any]] = {}
+        self._sorted: list[tuple[list[tuple[str, int, int]], dict[str, np.ndarray]]] = []
 
     def add(self, batch: pa.RecordBatch) -> None:
         if batch.num_rows == 0:
             return
+        self._objects()
         key = batch.column(3)[0].as_py()
         values = batch.column(4).to_numpy(zero_copy_only=False)
         nan = np.isnan(values)
@@ -256,24 +258,37 @@ class SummaryBuilder:
     def add_sorted(self, table: pa.Table, keys: list[tuple[str, int, int]]) -> None:
         """`add` of every key's rows of `table` at once: `table` in (key, step, seq)
         order, `keys` each key's (key, start, length) in it (as `_sort_run` gives them),
-        none of them added before."""
+        none of them added before. The per-key objects are made only if `rows` is asked
+        for (a part too wide to store its summary never does)."""
         starts = np.array([start for _, start, _ in keys], dtype=np.int64)
         counts = np.array([length for _, _, length in keys], dtype=np.int64)
         ends = starts + counts - 1
         values = table.column("value").to_numpy()
         steps = table.column("step").to_numpy()
-        lows = np.fmin.reduceat(values, starts)  # NaN only where the key has no number
-        highs = np.maximum.reduceat(values, starts)  # NaN where the key has one
-        last_seqs = np.maximum.reduceat(table.column("seq").to_numpy(), starts)
-        times = table.column("time").cast(pa.int64()).to_numpy()[ends]
-        for (key, _, _), count, lo, hi, first, last, value, seq, time in zip(
-                keys, counts.tolist(), lows.tolist(), highs.tolist(), steps[starts].tolist(),
-                steps[ends].tolist(), values[ends].tolist(), last_seqs.tolist(),
-                times.tolist(), strict=True):
-            self._rows[key] = {"key": key, "count": count, "min": lo, "max": hi,
-                               "first_step": first, "last_step": last, "last_value": value,
-                               "last_seq": seq, "last_time_us": time}
+        self._sorted.append((keys, {
+            "count": counts,
+            "min": np.fmin.reduceat(values, starts),  # NaN only where the key has no number
+            "max": np.maximum.reduceat(values, starts),  # NaN where the key has one
+            "first_step": steps[starts], "last_step": steps[ends],
+            "last_value": values[ends],
+            "last_seq": np.maximum.reduceat(table.column("seq").to_numpy(), starts),
+            "last_time_us": table.column("time").cast(pa.int64()).to_numpy()[ends]}))
+
+    def _objects(self) -> dict[str, dict[str, Any]]:
+        """Every key's object, those `add_sorted` took made now."""
+        for keys, columns in self._sorted:
+            names = list(columns)
+            for (key, _, _), *values in zip(keys, *(c.tolist() for c in columns.values()),
+                                            strict=True):
+                self._rows[key] = {"key": key, **dict(zip(names, values, strict=True))}
+        self._sorted.clear()
+        return self._rows
+
+    def __len__(self) -> int:
+        """How many keys it summarises."""
+        return len(self._rows) + sum(len(keys) for keys, _ in self._sorted)
 
     def rows(self) -> list[dict[str, Any]]:
         """One object per key, in key order (as `compact.metric_summary` gives them)."""
-        return [self._rows[k] for k in sorted(self._rows, key=str.encode)]
+        rows = self._objects()
+        return [rows[k] for k in sorted(rows, key=str.encode)]

@@ -14,7 +14,6 @@ run sizes, not on the stream's length (docs/performance.md).
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import platform
 import shutil
@@ -28,7 +27,7 @@ import pyarrow.compute as pc
 from tracklake._errors import FormatError
 from tracklake._format import FORMAT_VERSION, SCHEMAS, StreamId, fsync_dir, part_name
 from tracklake._format.files import scratch
-from tracklake._format.part import open_part, write_part_stream
+from tracklake._format.part import open_part, summary_entry, write_part_stream
 from tracklake._format.part_bounds import bounded_batches
 from tracklake._ops.metric_sort import SORTED_SCHEMA, MetricSorter
 
@@ -119,8 +118,10 @@ def write_sorted_part(directory: Path, s: StreamId, sources: Iterable[pa.RecordB
     try:
         if sorter is not None:
             chunks = _sorted_metric_chunks(seen.observe(sources, tick), sorter, tick)
-            write_part_stream(tmp, SORTED_SCHEMA.with_metadata(meta), chunks, s.kind, lambda: {
-                "tracklake.summary": json.dumps(sorter.summary.rows(), allow_nan=True)})
+            summary = sorter.summary
+            write_part_stream(tmp, SORTED_SCHEMA.with_metadata(meta), chunks, s.kind,
+                              lambda written: summary_entry(len(summary), summary.rows,
+                                                            written))
         else:
             write_part_stream(tmp, schema, _seq_chunks(s.kind, seen.observe(sources, tick)),
                               s.kind)

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 
 from tracklake._errors import FormatError
 from tracklake._format import FORMAT_VERSION, SCHEMAS, StreamId, fsync_dir
-from tracklake._format.part import write_part_file
+from tracklake._format.part import SUMMARY_KEY, summary_json, write_part_file
 from tracklake._format.part_bounds import bounded_table, string_columns
 from tracklake._ops.compact import metric_summary
 from tracklake._ops.fsck.footer_stats import KILLS_READER, stats_mismatch_isolated
@@ -77,7 +77,7 @@ def rebuild_part(s: StreamId, path: Path, table: pa.Table) -> None:
             "tracklake.project": s.project, "tracklake.run": s.run,
             "tracklake.rank": str(s.rank), "tracklake.attempt": str(s.attempt)}.items()}
     if s.kind == "metrics":
-        meta[b"tracklake.summary"] = json.dumps(metric_summary(table), allow_nan=True).encode()
+        meta[SUMMARY_KEY.encode()] = summary_json(metric_summary(table)).encode()
     meta.update(_kept_metadata(path))
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:

@@ -32,7 +32,7 @@ from tracklake._errors import StoreError
 from tracklake._format import KINDS, blob_path, fsync_dir, write_atomic
 from tracklake._format.attempt import read_attempt
 from tracklake._format.files import store_dir
-from tracklake._format.part import FOOTER_CRC_KEY, write_part_file
+from tracklake._format.part import FOOTER_CRC_KEY, SUMMARY_KEY, summary_json, write_part_file
 from tracklake._format.schema import BLOB_KINDS
 from tracklake._ops.bundle import forget_run
 from tracklake._ops.claims import hold_claim, remove_leftovers
@@ -182,8 +182,7 @@ def _downsample_run(root: Path, trash: Path, action: Action, every: int, step: _
                 continue
             table = _downsample_table(read_part(part), every)
             new_meta = {k: v for k, v in meta.items() if k != b"tracklake.summary"}
-            new_meta[b"tracklake.summary"] = json.dumps(metric_summary(table),
-                                                        allow_nan=True).encode()
+            new_meta[SUMMARY_KEY.encode()] = summary_json(metric_summary(table)).encode()
             new_meta[DOWNSAMPLED_KEY] = marker.encode()
             tmp = trash / "staging" / part.path.name
             store_dir(root, tmp.parent)
