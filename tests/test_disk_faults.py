@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -763,3 +764,60 @@ def test_lifecycle_commands_on_a_full_disk_say_so_in_one_line(tmpfs: Path) -> No
             assert len(lines) == 1 and "No space left on device" in lines[0], (
                 args, result.stderr)
     assert tracklake.query("SELECT count(*) AS n FROM metrics", root=root).to_pylist() == before
+
+
+def test_a_full_disk_leaves_questions_answering_and_nothing_derived_half_written(
+        tmpfs: Path) -> None:
+    """With the disk full, a finished run's compactor cannot record that the catalog and
+    bundles are wanted, a deriver cannot build them, and a question cannot save its
+    catalog or decoded cache: each says so in one line or goes on without them, the
+    answers are those of before, and nothing half-written stays under `.cache`. Once
+    space is freed, the next deriver builds as usual."""
+    from _settled import age
+
+    from tracklake._ops import derive
+    from tracklake._ops.bundle import BUNDLE_MIN_RUNS
+    from tracklake._read.bundles import bundle_paths
+    from tracklake._read.catalog import RunCatalog
+
+    root = tmpfs / "store"
+    for i in range(BUNDLE_MIN_RUNS):
+        with tracklake.init(project="p", run_id=f"r{i:03d}", root=root,
+                            capture_identity=False, compact=False) as run:
+            for step in range(5):
+                run.log({"loss": float(i * 10 + step)}, step=step)
+    tracklake.compact(root=root)
+    question = "SELECT run, arg_max(value, step) AS last FROM metrics GROUP BY run ORDER BY run"
+    want = tracklake.query(question, root=root).to_pylist()
+    assert len(want) == BUNDLE_MIN_RUNS
+    shutil.rmtree(root / ".cache")
+    derive.want(root, time.time() - 600)  # a run settled long ago: no waiting
+    age(root)
+    fill_disk(tmpfs / "filler")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    compactor = subprocess.run([sys.executable, "-m", "tracklake._ops.auto", str(root), "p",
+                                "r000", "0"], capture_output=True, text=True, env=env,
+                               timeout=120)
+    deriver = subprocess.run([sys.executable, "-m", "tracklake._ops.derive", str(root)],
+                             capture_output=True, text=True, env=env, timeout=120)
+    for done in (compactor, deriver):
+        assert "Traceback" not in done.stderr, done.stderr
+        if done.returncode:
+            lines = done.stderr.strip().splitlines()
+            assert len(lines) == 1 and "No space left on device" in lines[0], done.stderr
+            assert f"{root}/.cache/" in lines[0], done.stderr  # naming the file
+    assert deriver.returncode == 1, deriver.stderr  # it could not build, and said why
+    assert tracklake.query(question, root=root).to_pylist() == want
+    assert tracklake.query(question, root=root).to_pylist() == want
+    left = sorted(str(p.relative_to(root)) for p in (root / ".cache").rglob("*")
+                  if (p.is_file() and p.stat().st_size == 0) or ".part-" in p.name
+                  or p.name.endswith(".tmp"))
+    assert left == [], left
+    assert bundle_paths(root) == [] and RunCatalog(root)._table.num_rows == 0
+    (tmpfs / "filler").unlink()
+    deriver = subprocess.run([sys.executable, "-m", "tracklake._ops.derive", str(root)],
+                             capture_output=True, text=True, env=env, timeout=120)
+    assert deriver.returncode == 0, deriver.stderr
+    assert len(bundle_paths(root)) == 1
+    assert len(RunCatalog(root)._table) == BUNDLE_MIN_RUNS
+    assert tracklake.query(question, root=root).to_pylist() == want

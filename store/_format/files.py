@@ -47,12 +47,18 @@ def create_new(path: Path, *, readable: bool = False) -> BinaryIO:
 
 
 def write_new(path: Path, data: bytes, *, fsync: bool = False) -> None:
-    """Write `data` to a file created by `create_new`."""
-    with create_new(path) as f:
-        f.write(data)
-        f.flush()
-        if fsync:
-            os.fsync(f.fileno())
+    """Write `data` to a file created by `create_new`. An error names `path` (a full disk
+    fails in the write, whose error names no file)."""
+    try:
+        with create_new(path) as f:
+            f.write(data)
+            f.flush()
+            if fsync:
+                os.fsync(f.fileno())
+    except OSError as exc:
+        if exc.filename is not None:
+            raise
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
 
 
 def write_atomic(path: Path, data: bytes, *, root: Path | None = None) -> None:
