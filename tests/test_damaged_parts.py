@@ -243,3 +243,39 @@ def test_an_error_in_the_sql_itself_does_not_read_every_part(root: Path) -> None
     assert problems.damaged == [] and "damaged" not in str(caught.value)
     _, problems = _sql_rows(store)
     assert [p for p, _ in problems.damaged] == [part]
+
+
+@pytest.mark.parametrize("summary", [
+    '[{"key":"loss","count":"x"}]', '[{"key":5,"count":1}]', '[{"count":3}]',
+    '[{"key":"loss"}]', '[{"key":"loss","count":1e400}]',
+    '[{"key":"loss","count":99999999999999999999999}]', '[{"key":"loss","count":1,"min":[]}]'])
+def test_a_crafted_summary_is_named_and_never_takes_the_store_down(root: Path,
+                                                                   summary: str) -> None:
+    """A part whose footer carries a summary of the wrong shape or types, checksums and
+    all (as a forger or another tool would write it): every reader names the part and
+    what it loses, and answers for the rest of the store; before, every question over
+    the store failed with Arrow's "Could not convert 'x'", naming no file."""
+    import pyarrow.parquet as pq
+
+    from tracklake._format.part import write_part_stream
+
+    _write(root, "a")
+    _write(root, "b", steps=3000)
+    tracklake.compact(root=root)
+    good = {name: read(root)[0] for name, read in READERS.items()}
+    part = _metrics_part(root, "b")
+    table = pq.read_table(part)
+    meta = {k: v for k, v in pq.ParquetFile(part).metadata.metadata.items()
+            if k != FOOTER_CRC_KEY.encode()}
+    write_part_stream(part, table.schema.with_metadata({**meta, SUMMARY_KEY.encode():
+                                                        summary.encode()}),
+                      [table], "metrics")
+    for name, read in READERS.items():
+        rows, problems = read(root)
+        if name == "reader":  # reads the rows; the summary is not its business
+            assert rows == good[name]
+            continue
+        assert [p for p, _ in problems.damaged] == [part], (name, problems.damaged)
+        assert "metric summary" in problems.damaged[0][1], problems.damaged
+        assert [r for r in rows if r["run"] == "a"] == [r for r in good[name]
+                                                        if r["run"] == "a"], name

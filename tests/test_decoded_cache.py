@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import zlib
 from pathlib import Path
 
 import pytest
@@ -40,7 +41,7 @@ def _store(root: Path, runs: int = 3) -> None:
 
 def _entries(root: Path) -> dict[str, list[object]]:
     header, _, body = (root / CACHE_FILE).read_bytes().partition(b"\n")
-    assert json.loads(header)["version"] == 1
+    assert json.loads(header)["version"] == decoded._VERSION
     files: dict[str, list[object]] = json.loads(body)
     return files
 
@@ -90,8 +91,9 @@ def test_a_damaged_cache_is_ignored_and_rebuilt(root: Path, damage: str) -> None
     path.write_bytes({
         "garbage": b"\x00not json",
         "flipped": header + b"\n" + forged,
-        "wrong crc": json.dumps({"version": 1, "crc32": 1}).encode() + b"\n" + body,
-        "other version": header.replace(b'"version": 1', b'"version": 99') + b"\n" + body,
+        "wrong crc": json.dumps({"version": decoded._VERSION, "crc32": 1}).encode() + b"\n" + body,
+        "other version": json.dumps({"version": 99, "crc32": zlib.crc32(body)}).encode()
+        + b"\n" + body,
     }[damage])
     assert tracklake.query(RUNS_SQL, root=root).equals(expected)
     assert _entries(root)  # written again, whole
@@ -155,3 +157,31 @@ def test_the_cache_holds_only_what_the_run_catalog_does_not(root: Path) -> None:
     fresh = [tracklake.query(sql, root=root) for sql in (RUNS_SQL, SUMMARY_SQL)]
     for a, b, c in zip(first, again, fresh, strict=True):
         assert a.equals(b) and a.equals(c)
+
+
+@pytest.mark.parametrize("planted", [
+    {"key": [5], "count": ["x"]},
+    [{"key": "loss", "count": 5}],  # an entry as the cache held it before columns
+    {"key": ["loss", "acc"], "count": [1]},
+    {"count": [1]},
+    "loss"])
+def test_a_planted_summary_entry_is_read_from_its_part_instead(root: Path,
+                                                              planted: object) -> None:
+    """A cache file whose checksum matches (a forger computes it) but whose summary
+    entries do not convert: each such part's summary is read from the part itself, and
+    the answers are those of the files."""
+    from tracklake._read.catalog import CATALOG_FILE
+
+    _store(root)
+    expected = tracklake.query(SUMMARY_SQL, root=root)
+    files = _entries(root)
+    summaries = [k for k in files if k.startswith("metrics/")]
+    assert summaries
+    for key in summaries:
+        files[key][2] = planted
+    body = json.dumps(files).encode()
+    (root / CACHE_FILE).write_bytes(json.dumps({"version": decoded._VERSION,
+                                                "crc32": zlib.crc32(body)}).encode()
+                                    + b"\n" + body)
+    (root / CATALOG_FILE).unlink(missing_ok=True)  # so that the cache is what answers
+    assert tracklake.query(SUMMARY_SQL, root=root).equals(expected)

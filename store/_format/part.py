@@ -23,7 +23,7 @@ from tracklake._errors import FormatError
 from tracklake._format.bounded import touch
 from tracklake._format.files import fsync_file
 from tracklake._format.part_bounds import bounded_table, string_columns
-from tracklake._format.part_summary import summary_from_rows
+from tracklake._format.part_summary import SUMMARY_SCHEMA, rows_of, summary_columns
 from tracklake._format.schema import PART_ORDER, check_version
 
 #: Key-value metadata key holding a metric part's summary (a JSON list, one object per key).
@@ -348,15 +348,23 @@ def open_part(path: Path, encoded: bool = False) -> Any:
 
 
 def summary_rows(parquet: Any, path: Path) -> list[dict[str, Any]]:
-    """The metric summary of a part opened with `open_part` (one object per key; none for
-    other kinds): the one its footer carries, or, for a part too small to carry one
-    (`SUMMARY_MAX_SHARE`), computed from its rows. `FormatError` naming the file if the
-    stored one is not a list of objects, or the rows do not read."""
+    """The metric summary of a part opened with `open_part`, one object per key
+    (`part_summary_columns`)."""
+    return rows_of(part_summary_columns(parquet, path))
+
+
+def part_summary_columns(parquet: Any, path: Path) -> dict[str, list[Any]]:
+    """The metric summary of a part opened with `open_part` as columns (`SUMMARY_SCHEMA`'s
+    names; none for other kinds): the one its footer carries, or, for a part too small to
+    carry one (`SUMMARY_MAX_SHARE`), computed from its rows. `FormatError` naming the file
+    if the stored one is not a list of objects with a key and a count and the fields'
+    types (checksums prove who wrote a footer no more than a forger's), or the rows do
+    not read."""
     meta = parquet.metadata.metadata or {}
     raw = meta.get(SUMMARY_KEY.encode())
     if raw is None and meta.get(b"tracklake.kind") == b"metrics":
         try:
-            return summary_from_rows(bounded_table(open_part(path, encoded=True), path))
+            return summary_columns(bounded_table(open_part(path, encoded=True), path))
         except _DECODE_ERRORS as exc:
             raise FormatError(f"{path}: damaged Parquet part: {exc}") from exc
     try:
@@ -365,7 +373,16 @@ def summary_rows(parquet: Any, path: Path) -> list[dict[str, Any]]:
         raise FormatError(f"{path}: its metric summary is not JSON ({exc})") from exc
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
         raise FormatError(f"{path}: its metric summary is not a list of objects")
-    return rows
+    try:
+        table = pa.Table.from_pylist(rows, SUMMARY_SCHEMA)
+    except (pa.ArrowException, OverflowError, TypeError, ValueError) as exc:
+        raise FormatError(f"{path}: its metric summary holds a value of the wrong type "
+                          f"({exc})") from exc
+    if table.column("key").null_count or table.column("count").null_count:
+        raise FormatError(f"{path}: its metric summary has an object without a key or a "
+                          "count")
+    columns: dict[str, list[Any]] = table.to_pydict()
+    return columns
 
 
 def read_part_table(path: Path) -> pa.Table:

@@ -16,12 +16,29 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+#: A part's metric summary, one row per key (as `summary_columns` gives it).
+SUMMARY_SCHEMA = pa.schema([
+    ("key", pa.string()), ("count", pa.int64()), ("min", pa.float64()),
+    ("max", pa.float64()), ("first_step", pa.int64()), ("last_step", pa.int64()),
+    ("last_value", pa.float64()), ("last_seq", pa.int64()), ("last_time_us", pa.int64())])
+
 
 def summary_from_rows(table: pa.Table) -> list[dict[str, Any]]:
     """One object per key, in key order: count, min, max, first_step, last_step,
     last_value, last_seq, last_time_us of the metric records in `table`."""
+    return rows_of(summary_columns(table))
+
+
+def rows_of(columns: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    """A summary's columns as one object per key."""
+    return [dict(zip(columns, row, strict=True)) for row in zip(*columns.values(), strict=True)]
+
+
+def summary_columns(table: pa.Table) -> dict[str, list[Any]]:
+    """`summary_from_rows` as columns (`SUMMARY_SCHEMA`'s names): no object per key is made
+    (a part of 100,000 keys)."""
     if table.num_rows == 0:
-        return []
+        return {name: [] for name in SUMMARY_SCHEMA.names}
     table = table.select(["key", "step", "seq", "value", "time"])
     keys = _strings(table.column("key"))
     if not _in_part_order(keys, table.column("step").to_numpy(), table.column("seq").to_numpy()):
@@ -35,7 +52,7 @@ def summary_from_rows(table: pa.Table) -> list[dict[str, Any]]:
     seq = table.column("seq").to_numpy()
     value = table.column("value").to_numpy()
     time_us = table.column("time").cast(pa.int64()).to_numpy()
-    columns = {
+    return {
         "key": keys.take(pa.array(starts)).to_pylist(),
         "count": (ends - starts + 1).tolist(),
         "min": np.fmin.reduceat(value, starts).tolist(),  # NaN only if every value is
@@ -46,7 +63,6 @@ def summary_from_rows(table: pa.Table) -> list[dict[str, Any]]:
         "last_seq": np.maximum.reduceat(seq, starts).tolist(),
         "last_time_us": time_us[ends].tolist(),
     }
-    return [dict(zip(columns, row, strict=True)) for row in zip(*columns.values(), strict=True)]
 
 
 def _strings(keys: pa.ChunkedArray) -> pa.Array:

@@ -81,14 +81,31 @@ class _Run:
         self._reader = None
 
 
-def _sort_run(table: pa.Table) -> tuple[pa.Table, list[tuple[str, int, int]]]:
-    """`table` sorted by (key, step, seq), and each key's (key, start, length)."""
+@dataclass
+class KeySpans:
+    """Where each key's rows are in a table sorted by (key, step, seq): `names[i]` holds
+    rows [starts[i], starts[i] + lengths[i])."""
+
+    names: list[str]
+    starts: np.ndarray
+    lengths: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __iter__(self) -> Iterator[tuple[str, int, int]]:
+        return zip(self.names, self.starts.tolist(), self.lengths.tolist(), strict=True)
+
+
+def _sort_run(table: pa.Table) -> tuple[pa.Table, KeySpans]:
+    """`table` sorted by (key, step, seq), its keys dictionary-encoded in key order, and
+    where each key's rows are."""
     encoded = pc.dictionary_encode(table.column("key").combine_chunks())
-    names = encoded.dictionary.to_pylist()
-    order = sorted(range(len(names)), key=lambda i: names[i].encode())
+    # Arrow orders strings by their bytes, as str.encode does
+    order = pc.array_sort_indices(encoded.dictionary).to_numpy()
     # numpy's stable sort of 16-bit integers is a radix sort, several times faster
-    rank_of = np.empty(len(names), np.int16 if len(names) <= 1 << 15 else np.int64)
-    rank_of[order] = np.arange(len(names))
+    rank_of = np.empty(len(order), np.int16 if len(order) <= 1 << 15 else np.int64)
+    rank_of[order] = np.arange(len(order))
     ranks = rank_of[encoded.indices.to_numpy(zero_copy_only=False)]
     step = table.column("step").to_numpy()
     seq = table.column("seq").to_numpy()
@@ -98,19 +115,17 @@ def _sort_run(table: pa.Table) -> tuple[pa.Table, list[tuple[str, int, int]]]:
         idx = np.lexsort((seq, step, ranks))
     ranked = ranks[idx]
     starts = np.flatnonzero(np.r_[True, ranked[1:] != ranked[:-1]])
-    lengths = np.diff(np.r_[starts, len(ranked)])
-    keys = [(names[order[ranked[a]]], int(a), int(n))
-            for a, n in zip(starts, lengths, strict=True)]
-    # numpy gathers the fixed-width columns; the keys are decoded from their dictionary
-    # indices (taking a string column directly costs several times more)
+    dictionary = encoded.dictionary.take(pa.array(order))  # index = rank
+    spans = KeySpans(dictionary.take(pa.array(ranked[starts])).to_pylist(), starts,
+                     np.diff(np.r_[starts, len(ranked)]))
+    # numpy gathers the fixed-width columns; the keys are their ranks in a dictionary
+    # in key order (taking a string column directly costs several times more)
     columns = {name: pa.array(table.column(name).to_numpy()[idx], _SCHEMA.field(name).type)
                for name in ("seq", "step", "value")}
     columns["time"] = pa.array(table.column("time").cast(pa.int64()).to_numpy()[idx]
                                ).cast(_SCHEMA.field("time").type)
-    columns["key"] = pa.DictionaryArray.from_arrays(
-        pa.array(encoded.indices.to_numpy(zero_copy_only=False)[idx], pa.int32()),
-        encoded.dictionary)
-    return pa.table([columns[f.name] for f in SORTED_SCHEMA], schema=SORTED_SCHEMA), keys
+    columns["key"] = pa.DictionaryArray.from_arrays(pa.array(ranked, pa.int32()), dictionary)
+    return pa.table([columns[f.name] for f in SORTED_SCHEMA], schema=SORTED_SCHEMA), spans
 
 
 class MetricSorter:
@@ -231,7 +246,7 @@ class SummaryBuilder:
 
     def __init__(self) -> None:
         self._rows: dict[str, dict[str, Any]] = {}
-        self._sorted: list[tuple[list[tuple[str, int, int]], dict[str, np.ndarray]]] = []
+        self._sorted: list[tuple[KeySpans, dict[str, np.ndarray]]] = []
 
     def add(self, batch: pa.RecordBatch) -> None:
         if batch.num_rows == 0:
@@ -255,13 +270,12 @@ class SummaryBuilder:
                        last_seq=max(old["last_seq"], new["last_seq"]))
         self._rows[key] = new
 
-    def add_sorted(self, table: pa.Table, keys: list[tuple[str, int, int]]) -> None:
+    def add_sorted(self, table: pa.Table, keys: KeySpans) -> None:
         """`add` of every key's rows of `table` at once: `table` in (key, step, seq)
-        order, `keys` each key's (key, start, length) in it (as `_sort_run` gives them),
-        none of them added before. The per-key objects are made only if `rows` is asked
-        for (a part too wide to store its summary never does)."""
-        starts = np.array([start for _, start, _ in keys], dtype=np.int64)
-        counts = np.array([length for _, _, length in keys], dtype=np.int64)
+        order, `keys` where each key's rows are in it (as `_sort_run` gives them), none of
+        them added before. The per-key objects are made only if `rows` is asked for (a
+        part too wide to store its summary never does)."""
+        starts, counts = keys.starts, keys.lengths
         ends = starts + counts - 1
         values = table.column("value").to_numpy()
         steps = table.column("step").to_numpy()
@@ -278,8 +292,8 @@ class SummaryBuilder:
         """Every key's object, those `add_sorted` took made now."""
         for keys, columns in self._sorted:
             names = list(columns)
-            for (key, _, _), *values in zip(keys, *(c.tolist() for c in columns.values()),
-                                            strict=True):
+            for key, *values in zip(keys.names, *(c.tolist() for c in columns.values()),
+                                    strict=True):
                 self._rows[key] = {"key": key, **dict(zip(names, values, strict=True))}
         self._sorted.clear()
         return self._rows

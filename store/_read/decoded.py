@@ -35,7 +35,8 @@ MAX_CACHE_BYTES = 1 << 30
 #: Files modified more recently than this are not cached (coarse mtimes on NFS).
 RACY_SECONDS = 5.0
 #: Version of what an entry holds; a cache of another version is ignored and rebuilt.
-_VERSION = 1
+#: (2: a part's summary as columns, not one object per key.)
+_VERSION = 2
 
 
 class DecodedCache:

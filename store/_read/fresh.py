@@ -29,9 +29,10 @@ class FreshRuns:
             self._entries[key] = RunEntry(project, run, [], [], [], [])
         return self._entries[key]
 
-    def add(self, stream: StreamId, files: StreamFiles, rows: list[dict[str, Any]],
+    def add(self, stream: StreamId, files: StreamFiles, rows: list[pa.Table],
             settled: bool) -> None:
-        """Metric stream `stream` as listed (`files`), with its parts' summary `rows`."""
+        """Metric stream `stream` as listed (`files`), with its parts' summaries (tables
+        with the fields of `catalog.SUMMARY_FIELDS` among their columns)."""
         entry = self._entry(stream.project, stream.run)
         if not settled:
             self._unsettled.add((stream.project, stream.run))

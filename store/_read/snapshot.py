@@ -14,7 +14,7 @@ import pyarrow as pa
 from tracklake._errors import FormatError, NewerFormatError, StoreError
 from tracklake._format import KINDS, PARTITION_SCHEMA, SCHEMAS, StreamId
 from tracklake._format.attempt import read_attempt
-from tracklake._format.part import open_part, summary_rows
+from tracklake._format.part import open_part, part_summary_columns
 from tracklake._format.schema import empty_table, with_partition_columns
 from tracklake._read.attempt_rows import ATTEMPTS_SCHEMA, attempt_row
 from tracklake._read.bundles import (
@@ -97,7 +97,7 @@ class Snapshot:
         since = time.time_ns()
         self.parts: dict[str, list[Part]] = {k: [] for k in KINDS}
         live: dict[str, list[tuple[pa.Table, StreamId]]] = {k: [] for k in KINDS}
-        summaries: list[dict[str, Any]] = []
+        summaries: list[pa.Table] = []
         # runs whose metric parts and attempt files are as the catalog has them are not
         # listed again (with parts to skip, a rare retry after damage, all are)
         catalog = RunCatalog(root, trust_catalog)
@@ -132,8 +132,7 @@ class Snapshot:
                     live[s.kind].append((pa.Table.from_batches(batches, SCHEMAS[s.kind]), s))
         self.live = {k: with_partitions(v, k) for k, v in live.items()}
         catalogued = catalog.summaries(_SUMMARY_SCHEMA)
-        self.summaries = pa.concat_tables(
-            [catalogued, pa.Table.from_pylist(summaries, _SUMMARY_SCHEMA)])
+        self.summaries = pa.concat_tables([catalogued, *summaries])
         #: the runs whose metrics have more than one attempt (only those have cutoffs)
         self.resumed = sorted({*_resumed(streams), *_resumed_in(catalogued)})
         catalogued_parts = catalog.parts()
@@ -180,19 +179,19 @@ class Snapshot:
 
     def _add_parts(self, root: Path, s: StreamId, directory: Path, skip: frozenset[Path],
                    problems: ReadProblems, cache: DecodedCache,
-                   summaries: list[dict[str, Any]]) -> StreamFiles:
+                   summaries: list[pa.Table]) -> StreamFiles:
         """The parts of stream `s` whose footers verify (and their metric summaries); the
         stream is listed again if a part went (merged or pruned) after it was listed."""
         for _ in range(_RELISTS):
             files = list_stream(root, s, directory)
             found: list[Part] = []
-            rows: list[dict[str, Any]] = []
+            rows: list[pa.Table] = []
             try:
                 for p in files.parts:
                     if p.path in skip:
                         continue
                     try:
-                        rows.extend(_part_summary(cache.get(p.path, _verified_summary), s))
+                        rows.append(_part_summary(p.path, cache, s))
                     except NewerFormatError:
                         raise
                     except FormatError as exc:
@@ -219,14 +218,29 @@ def _empty(kind: str) -> pa.Table:
     return empty_table(with_partition_columns(SCHEMAS[kind]))
 
 
-def _verified_summary(path: Path) -> list[dict[str, Any]]:
-    """The metric summary a part carries (none for other kinds), its footer verified."""
-    return summary_rows(open_part(path), path)
+def _verified_summary(path: Path) -> dict[str, list[Any]]:
+    """The metric summary a part carries as columns (none for other kinds), its footer
+    verified."""
+    return part_summary_columns(open_part(path), path)
 
 
-def _part_summary(rows: list[dict[str, Any]], s: StreamId) -> list[dict[str, Any]]:
-    return [{"project": s.project, "run": s.run, "rank": s.rank, "attempt": s.attempt, **r}
-            for r in rows]
+def _part_summary(path: Path, cache: DecodedCache, s: StreamId) -> pa.Table:
+    """The metric summary of part `path` of stream `s`, as `_SUMMARY_SCHEMA` rows: from
+    the decoded cache, or from the part if the cache's entry does not convert (a cache
+    file is outside input too: it may have been planted)."""
+    try:
+        return _summary_table(cache.get(path, _verified_summary), s)
+    except (pa.ArrowException, OverflowError, TypeError, ValueError, KeyError,
+            AttributeError):
+        return _summary_table(_verified_summary(path), s)
+
+
+def _summary_table(columns: dict[str, list[Any]], s: StreamId) -> pa.Table:
+    rows = len(columns["key"])
+    fixed = {"project": s.project, "run": s.run, "rank": s.rank, "attempt": s.attempt}
+    return pa.table([pa.repeat(pa.scalar(fixed[f.name], f.type), rows) if f.name in fixed
+                     else pa.array(columns[f.name], f.type) for f in _SUMMARY_SCHEMA],
+                    schema=_SUMMARY_SCHEMA)
 
 
 def _verified_format(dictionaries: tuple[str, ...] = ()) -> Any:
