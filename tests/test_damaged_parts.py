@@ -279,3 +279,10 @@ def test_a_crafted_summary_is_named_and_never_takes_the_store_down(root: Path,
         assert "metric summary" in problems.damaged[0][1], problems.damaged
         assert [r for r in rows if r["run"] == "a"] == [r for r in good[name]
                                                         if r["run"] == "a"], name
+    # fsck names the part and why, and --repair rebuilds the summary from its records
+    _, out, err = _cli("fsck", "--root", str(root))
+    found = [line for line in (out + err).splitlines() if part.name in line]
+    assert len(found) == 1 and "metric summary" in found[0], out + err
+    _cli("fsck", "--root", str(root), "--repair")
+    assert "clean" in _cli("fsck", "--root", str(root))[1]
+    assert {name: read(root)[0] for name, read in READERS.items()} == good

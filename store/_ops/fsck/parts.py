@@ -3,7 +3,6 @@ metadata, row groups' statistics and metric summary."""
 
 from __future__ import annotations
 
-import json
 import threading
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,7 @@ import pyarrow.parquet as pq
 
 from tracklake._errors import FormatError
 from tracklake._format import SCHEMAS, StreamId, check_version
-from tracklake._format.part import open_part
+from tracklake._format.part import open_part, summary_rows
 from tracklake._format.part_bounds import bounded_table
 from tracklake._format.records import invalid_records
 from tracklake._ops.compact import SUMMARY_SQL
@@ -85,7 +84,11 @@ def _part_contents(s: StreamId, path: Path, f: pq.ParquetFile, table: pa.Table,
     if why is not None:
         return why
     if s.kind == "metrics" and "tracklake.summary" in meta:
-        return _summary_mismatch(table, json.loads(meta["tracklake.summary"]), summaries)
+        try:  # as readers take it: a list of objects of the summary's fields and types
+            stored = summary_rows(f, path)
+        except FormatError as exc:
+            return str(exc).removeprefix(f"{path}: ")
+        return _summary_mismatch(table, stored, summaries)
     return None
 
 
