@@ -103,7 +103,7 @@ def test_a_store_the_reader_cannot_write_is_read_without_a_cache(
         root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _store(root)
 
-    def refuse(root: Path, rel: str, data: bytes) -> None:
+    def refuse(root: Path, rel: str, data: bytes, **options: object) -> None:
         raise PermissionError(13, "Permission denied", str(root / rel))
 
     monkeypatch.setattr(decoded, "write_state", refuse)  # a read-only mount

@@ -232,7 +232,7 @@ def test_a_store_the_reader_cannot_write_is_read_without_a_catalog(
     expected = _from_files(root)
     shutil.rmtree(root / ".cache")
 
-    def refuse(root: Path, rel: str, data: bytes) -> None:
+    def refuse(root: Path, rel: str, data: bytes, **options: object) -> None:
         raise PermissionError(13, "Permission denied", str(root / rel))
 
     monkeypatch.setattr(catalog, "write_state", refuse)  # a read-only mount
@@ -412,3 +412,39 @@ def test_a_kept_listing_of_a_project_follows_runs_added_and_removed(
     got = _answers(root)
     assert [r["run"] for r in got[0].to_pylist()] == ["late", "r0", "r2"]
     _assert_same(got, _from_files(root))
+
+
+def test_a_copy_of_the_catalog_left_by_a_killed_reader_is_removed_by_the_next(
+        tmp_path: Path) -> None:
+    """A reader killed while it saved the catalog (or the decoded cache) leaves its copy
+    under a temporary name in `.cache` (20 MB at 10,000 runs), which nothing read: the
+    next reader that saves one removes it once it is stale and its process is gone, and
+    leaves a recent one, or a live process's, alone."""
+    import subprocess
+
+    from tracklake._format.files import scratch
+    from tracklake._read.catalog import CATALOG_FILE
+
+    root = tmp_path / "store"
+    with tracklake.init(project="p", run_id="r", root=root, capture_identity=False) as run:
+        run.log({"loss": 1.0}, step=0)
+    tracklake.compact(root=root)
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+
+    def temporary(pid: int) -> str:  # as `write_atomic` names it, in process `pid`
+        return scratch(root / CATALOG_FILE).name.replace(f".{os.getpid()}.tmp", f".{pid}.tmp")
+
+    stale, young, live = temporary(gone.pid), temporary(gone.pid), temporary(os.getpid())
+    cache = root / ".cache"
+    cache.mkdir(exist_ok=True)
+    (root / CATALOG_FILE).unlink(missing_ok=True)
+    age(root)  # settled, so that the question saves a catalog
+    now = time.time()
+    for name, seconds in ((stale, 3600), (young, 0), (live, 3600)):
+        (cache / name).write_bytes(b"x" * 1000)
+        os.utime(cache / name, (now - seconds, now - seconds))
+    tracklake.query("SELECT count(*) FROM metrics", root=root)
+    assert (root / CATALOG_FILE).exists()
+    assert sorted(p.name for p in cache.iterdir() if p.name.endswith(".tmp")) == sorted(
+        [young, live])

@@ -205,7 +205,15 @@ def _state_path(root: Path, rel: str) -> Path:
     return root / rel
 
 
-def write_state(root: Path, rel: str, data: bytes) -> None:
+def write_state(root: Path, rel: str, data: bytes, *, tidy: bool = False) -> None:
     """`write_atomic` of a file the store keeps for itself at `rel` under `root`, its
-    directories made by `store_dir` (never written through a link)."""
+    directories made by `store_dir` (never written through a link). `tidy`: then delete
+    the temporaries that killed processes left beside it (`temporaries.left_over`): a
+    reader killed while it saved the run catalog left a copy of it, 20 MB at 10,000 runs,
+    that nothing else removes."""
     write_atomic(root / rel, data, root=root)
+    if tidy:
+        from tracklake._format.temporaries import remove_left_over
+
+        with contextlib.suppress(OSError):  # another user's, in a shared store: stays
+            remove_left_over((root / rel).parent)

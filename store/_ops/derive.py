@@ -56,7 +56,7 @@ def _rel(name: str) -> str:
 def want(root: Path, at: float | None = None) -> None:
     """Record that a run settled `at` (now if not given)."""
     write_state(root, _rel(WANTED), json.dumps({"at": time.time() if at is None else at}
-                                               ).encode())
+                                               ).encode(), tidy=True)
 
 
 def wanted(root: Path) -> float:

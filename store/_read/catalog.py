@@ -275,7 +275,8 @@ class RunCatalog:
         body = sink.getvalue().to_pybytes()
         header = json.dumps({"version": CATALOG_VERSION, "crc32": zlib.crc32(body)}).encode()
         try:
-            write_state(self.root, CATALOG_FILE.as_posix(), header + b"\n" + body)
+            write_state(self.root, CATALOG_FILE.as_posix(), header + b"\n" + body,
+                        tidy=True)
             for earlier in _EARLIER:
                 (self.root / earlier).unlink(missing_ok=True)
         except OSError:

@@ -114,7 +114,7 @@ class DecodedCache:
         body = json.dumps(files, separators=(",", ":")).encode()
         header = json.dumps({"version": _VERSION, "crc32": zlib.crc32(body)}).encode()
         try:
-            write_state(self.root, CACHE_FILE.as_posix(), header + b"\n" + body)
+            write_state(self.root, CACHE_FILE.as_posix(), header + b"\n" + body, tidy=True)
         except OSError:
             # a store this reader may not write (read-only mount, another user's): the
             # cache only saves time, and every answer was read from the files themselves
