@@ -201,7 +201,10 @@ def test_methods_and_bodies_it_does_not_take(board: Dashboard) -> None:
     assert json.loads(request(board, "GET", "/api/generations?run=p/base")[2])["rows"] == []
 
 
-def test_ctrl_c_ends_the_command_cleanly(store: Path) -> None:
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_or_sigterm_ends_the_command_cleanly(store: Path, stop: signal.Signals) -> None:
+    """Ctrl-C, or SIGTERM as a service manager or `kill` sends it: the server stops
+    taking requests, cuts the one still arriving, frees its port and exits 0."""
     process = subprocess.Popen(
         [sys.executable, "-m", "tracklake._cli", "ui", "--root", str(store), "--port", "0"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -215,7 +218,7 @@ def test_ctrl_c_ends_the_command_cleanly(store: Path) -> None:
         assert request(None, "GET", "/api/runs", port=port)[0] == 200  # type: ignore[arg-type]
         with socket.create_connection(("127.0.0.1", port), timeout=60) as held:
             held.sendall(b"GET /api/runs HTTP/1.1\r\n")  # a request still arriving
-            process.send_signal(signal.SIGINT)
+            process.send_signal(stop)
             out, err = process.communicate(timeout=60)
             try:
                 left = held.recv(100)

@@ -1,6 +1,10 @@
-"""`tracklake ui`: serve a read-only dashboard of the store until Ctrl-C."""
+"""`tracklake ui`: serve a read-only dashboard of the store until Ctrl-C or SIGTERM."""
 
 from __future__ import annotations
+
+import signal
+import threading
+from typing import Any
 
 import click
 
@@ -18,7 +22,7 @@ DEFAULT_PORT = 7373
               help="Port to listen on (0: any free port).")
 def ui(root: str | None, host: str, port: int) -> None:
     """Serve a read-only dashboard of the store (charts, runs, SQL) at a local URL; it
-    follows live runs. Ctrl-C stops it."""
+    follows live runs. Ctrl-C (or SIGTERM) stops it."""
     import os
 
     from tracklake._cli.main import CliError, _store
@@ -43,10 +47,25 @@ def ui(root: str | None, host: str, port: int) -> None:
     if dashboard.token is not None:
         click.echo("  not a loopback address: requests without this token are refused")
     click.echo("Ctrl-C stops it.", nl=True)
+    previous = _stop_on_sigterm()
     try:
         dashboard.serve_forever()
     except KeyboardInterrupt:
         interrupt_queries()
     finally:
         dashboard.close()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     click.echo("tracklake ui: stopped")
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _stop_on_sigterm() -> Any:
+    """Have SIGTERM (a service manager's stop, `kill`) stop the server as Ctrl-C does;
+    the handler it replaces (None off the main thread, where none can be set)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, _interrupt)
