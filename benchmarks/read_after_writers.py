@@ -10,7 +10,8 @@ the runs end over a while as a sweep's do. The moment the last writer returns, q
 asked one after the other, each in a fresh process (read_cold.py's child: seconds after
 ``import tracklake``, wall seconds, peak RSS); then, once no compactor or deriver is left
 at work, the same question again. Each line also says what ``.cache`` held before the
-question: runs catalogued, bundles, and whether a deriver was at work.
+question: runs catalogued, bundles, and whether a deriver was at work; and before the
+questions once all is done, each run the catalog does not hold, with what its files hold.
 
 Usage (from the repository root)::
 
@@ -44,6 +45,30 @@ def _cache_state(root: Path) -> str:
     catalogued = RunCatalog(root)._table.num_rows
     return (f"{catalogued} catalogued, {len(bundle_paths(root))} bundles"
             + (", deriver at work" if running(root) else ""))
+
+
+def _not_catalogued(root: Path) -> None:
+    """Print each run the catalog does not hold, with what its files hold (segments,
+    parts, attempt files) and how long ago its newest path changed."""
+    from tracklake._read.catalog import RunCatalog
+
+    held = RunCatalog(root).settled(None, None)
+    now = time.time()
+    for kind_dir in sorted((root / "metrics").glob("project=*/run=*")):
+        project = kind_dir.parent.name.removeprefix("project=")
+        run = kind_dir.name.removeprefix("run=")
+        if (project, run) in held:
+            continue
+        paths = [*kind_dir.rglob("*"), *(root / "runs" / kind_dir.parent.name
+                                          / kind_dir.name).rglob("*")]
+        names = [p.name for p in paths if p.is_file()]
+        newest = max((p.lstat().st_mtime for p in paths), default=0.0)
+        print(json.dumps({"not catalogued": f"{project}/{run}",
+                          "segments": sum(n.endswith(".arrows") for n in names),
+                          "parts": sum(n.endswith(".parquet") for n in names),
+                          "attempt files": sum(n.endswith(".json") for n in names),
+                          "newest change, seconds ago": round(now - newest, 1)}),
+              flush=True)
 
 
 def _busy() -> bool:
@@ -118,6 +143,7 @@ def main() -> None:
         time.sleep(1.0)
     print(f"compactors and derivers done {time.perf_counter() - ended:.1f} s after the "
           "writers", flush=True)
+    _not_catalogued(root)
     _ask(root, f"{QUESTION}, once they are done", ended)
     _ask(root, f"{QUESTION}, again", ended)
 
