@@ -260,7 +260,7 @@ def test_a_crafted_summary_is_named_and_never_takes_the_store_down(root: Path,
     from tracklake._format.part import write_part_stream
 
     _write(root, "a")
-    _write(root, "b", steps=3000)
+    _write(root, "b")
     tracklake.compact(root=root)
     good = {name: read(root)[0] for name, read in READERS.items()}
     part = _metrics_part(root, "b")
@@ -270,6 +270,7 @@ def test_a_crafted_summary_is_named_and_never_takes_the_store_down(root: Path,
     write_part_stream(part, table.schema.with_metadata({**meta, SUMMARY_KEY.encode():
                                                         summary.encode()}),
                       [table], "metrics")
+    assert pq.ParquetFile(part).metadata.metadata[SUMMARY_KEY.encode()] == summary.encode()
     for name, read in READERS.items():
         rows, problems = read(root)
         if name == "reader":  # reads the rows; the summary is not its business
@@ -279,6 +280,8 @@ def test_a_crafted_summary_is_named_and_never_takes_the_store_down(root: Path,
         assert "metric summary" in problems.damaged[0][1], problems.damaged
         assert [r for r in rows if r["run"] == "a"] == [r for r in good[name]
                                                         if r["run"] == "a"], name
+    if summary not in ('[{"key":"loss","count":"x"}]', '[{"count":3}]'):
+        return  # fsck and --repair for one summary of each fault: a type, the shape
     # fsck names the part and why, and --repair rebuilds the summary from its records
     _, out, err = _cli("fsck", "--root", str(root))
     found = [line for line in (out + err).splitlines() if part.name in line]
