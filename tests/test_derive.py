@@ -220,3 +220,27 @@ def test_a_deriver_killed_at_random_points_leaves_what_the_next_one_finishes(
     assert [n for n in left if not n.startswith("bundle-")] == sorted(
         [derive.WANTED, CHECKED]), left  # no claim, no temporary
     assert tracklake.query(question, root=root) == expected
+
+
+def test_a_waiting_deriver_keeps_its_claim_fresh(tmp_path: Path, quick: None,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Between builds a deriver naps; its claim is touched after each nap and build, as a
+    compactor touches its own, so that another host sharing the store, which takes a
+    claim it watched stand still for ten minutes for a dead holder's, leaves it alone."""
+    monkeypatch.setattr(derive, "_NAP_SECONDS", 0.05)
+    root = tmp_path / "store"
+    _runs(root, 3, compact=False)
+    derive.want(root)
+    claim = root / BUNDLE_DIR / derive.CLAIM
+    ages: list[float] = []
+    now = [time.time()]
+
+    def sleep(seconds: float) -> None:
+        ages.append(time.time() - claim.stat().st_mtime)
+        old = time.time() - 3600
+        os.utime(claim, (old, old))  # as if it had stood still for an hour
+        now[0] += seconds
+
+    assert derive.derive(root, clock=lambda: now[0], sleep=sleep) == 1
+    assert len(ages) >= 3, ages
+    assert all(age < 60 for age in ages), ages  # touched again after every nap

@@ -20,6 +20,7 @@ killed builder leaves, and readers derive what is missing themselves.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -124,7 +125,9 @@ def derive(root: Path, clock: Callable[[], float] = time.time,
                     sleep(min(wait, _NAP_SECONDS))
                     if not (root / "runs").is_dir():
                         return builds
+                    _refresh(claim)
                 report = build_bundles(root)
+                _refresh(claim)
                 if report.disabled or report.refused is not None:
                     return builds
                 if report.busy:  # a reader's builder: it may have begun too early
@@ -132,6 +135,14 @@ def derive(root: Path, clock: Callable[[], float] = time.time,
                     continue
                 handled, builds = at, builds + 1
     return builds
+
+
+def _refresh(claim: Path) -> None:
+    """Show the claim's holder at work, as a compactor does its claim's: another host
+    takes a claim it watched stand still for `CLAIM_STALE_SECONDS` for a dead one's, and
+    a deriver holds its claim for up to `MAX_SECONDS`, waiting between builds."""
+    with contextlib.suppress(FileNotFoundError):
+        os.utime(claim)
 
 
 def main(argv: list[str]) -> int:
