@@ -20,13 +20,17 @@ from hypothesis import strategies as st
 import tracklake
 from tracklake._format import SCHEMAS
 from tracklake._format.part import SUMMARY_KEY, open_part, summary_rows
-from tracklake._format.part_summary import summary_from_rows
+from tracklake._format.part_summary import rows_of, summary_columns
 from tracklake._ops.compact import metric_summary
 
 _T0 = _dt.datetime(2026, 1, 1, tzinfo=_dt.timezone.utc)
 _VALUES = st.one_of(st.floats(allow_nan=True, allow_infinity=True, width=64),
                     st.sampled_from([math.nan, -0.0, 0.0, 1e308]))
 _KEYS = st.sampled_from(["a", "B", "é", "z/x", "a b", "Ä", "k" * 200])
+
+
+def _summary_from_rows(table: pa.Table) -> list[dict[str, Any]]:
+    return rows_of(summary_columns(table))
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -52,18 +56,18 @@ def test_rows_give_the_summary_compaction_would_store(rows: list[tuple[str, int,
         "step": [r[1] for r in rows], "key": [r[0] for r in rows],
         "value": [r[2] for r in rows]}, schema=SCHEMAS["metrics"])
     want = metric_summary(table)
-    _assert_same(summary_from_rows(table), want)
+    _assert_same(_summary_from_rows(table), want)
     # in part order already (as compaction writes parts), and with keys read back
     # dictionary-encoded: summarised without sorting again, the same
     ordered = table.take(pc.sort_indices(table, sort_keys=[
         ("key", "ascending"), ("step", "ascending"), ("seq", "ascending")]))
-    _assert_same(summary_from_rows(ordered), want)
+    _assert_same(_summary_from_rows(ordered), want)
     encoded = ordered.set_column(3, "key", pc.dictionary_encode(ordered.column("key")))
-    _assert_same(summary_from_rows(encoded), want)
+    _assert_same(_summary_from_rows(encoded), want)
 
 
 def test_an_empty_table_has_no_summary() -> None:
-    assert summary_from_rows(SCHEMAS["metrics"].empty_table()) == []
+    assert _summary_from_rows(SCHEMAS["metrics"].empty_table()) == []
 
 
 def test_a_small_part_is_summarised_from_its_rows_by_every_reader(root: Path) -> None:

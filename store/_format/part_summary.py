@@ -23,20 +23,16 @@ SUMMARY_SCHEMA = pa.schema([
     ("last_value", pa.float64()), ("last_seq", pa.int64()), ("last_time_us", pa.int64())])
 
 
-def summary_from_rows(table: pa.Table) -> list[dict[str, Any]]:
-    """One object per key, in key order: count, min, max, first_step, last_step,
-    last_value, last_seq, last_time_us of the metric records in `table`."""
-    return rows_of(summary_columns(table))
-
-
 def rows_of(columns: dict[str, list[Any]]) -> list[dict[str, Any]]:
     """A summary's columns as one object per key."""
     return [dict(zip(columns, row, strict=True)) for row in zip(*columns.values(), strict=True)]
 
 
 def summary_columns(table: pa.Table) -> dict[str, list[Any]]:
-    """`summary_from_rows` as columns (`SUMMARY_SCHEMA`'s names): no object per key is made
-    (a part of 100,000 keys)."""
+    """The summary of the metric records in `table`, as columns (`SUMMARY_SCHEMA`'s
+    names), one row per key in key order: count, min, max, first_step, last_step,
+    last_value, last_seq, last_time_us. No object per key is made (a part of 100,000
+    keys); `rows_of` makes them."""
     if table.num_rows == 0:
         return {name: [] for name in SUMMARY_SCHEMA.names}
     table = table.select(["key", "step", "seq", "value", "time"])

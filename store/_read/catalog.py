@@ -41,6 +41,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tracklake._format.files import open_state, write_state
+from tracklake._format.part_summary import SUMMARY_SCHEMA
 from tracklake._format.schema import empty_table
 from tracklake._read.attempt_rows import ATTEMPTS_SCHEMA
 from tracklake._read.decoded import RACY_SECONDS
@@ -76,10 +77,7 @@ CATALOG_VERSION = 2
 _EARLIER = (Path(".cache") / "runs-v1.catalog",)
 
 SUMMARY_FIELDS = pa.struct(
-    [("rank", pa.int32()), ("attempt", pa.int32()), ("key", pa.string()),
-     ("count", pa.int64()), ("min", pa.float64()), ("max", pa.float64()),
-     ("first_step", pa.int64()), ("last_step", pa.int64()), ("last_value", pa.float64()),
-     ("last_seq", pa.int64()), ("last_time_us", pa.int64())])
+    [("rank", pa.int32()), ("attempt", pa.int32()), *SUMMARY_SCHEMA])
 _PART = pa.struct([("path", pa.string()), ("first_seq", pa.int64()),
                    ("last_seq", pa.int64()), ("last_segment", pa.int64())])
 _DIR = pa.struct([("path", pa.string()), ("mtime_ns", pa.int64())])

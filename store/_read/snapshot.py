@@ -25,7 +25,7 @@ from tracklake._read.bundles import (
     start_builder,
     usable,
 )
-from tracklake._read.catalog import RunCatalog
+from tracklake._read.catalog import SUMMARY_FIELDS, RunCatalog
 from tracklake._read.decoded import DecodedCache
 from tracklake._read.fresh import FreshRuns as _FreshRuns
 from tracklake._read.fresh import resumed_in as _resumed_in
@@ -49,12 +49,7 @@ _RELISTS = 5
 STEP_KINDS = frozenset({"metrics", "texts", "generations", "histograms", "media"})
 
 _SUMMARY_SCHEMA = pa.schema(
-    [("project", pa.string()), ("run", pa.string()), ("rank", pa.int32()),
-     ("attempt", pa.int32()), ("key", pa.string()), ("count", pa.int64()),
-     ("min", pa.float64()), ("max", pa.float64()), ("first_step", pa.int64()),
-     ("last_step", pa.int64()), ("last_value", pa.float64()), ("last_seq", pa.int64()),
-     ("last_time_us", pa.int64())]
-)
+    [("project", pa.string()), ("run", pa.string()), *SUMMARY_FIELDS])
 
 
 def with_partitions(tables: list[tuple[pa.Table, StreamId]], kind: str) -> pa.Table:
