@@ -18,7 +18,7 @@ from _settled import age
 
 import tracklake
 from tracklake._format import KINDS
-from tracklake._ops import derive
+from tracklake._ops import bundle, derive
 from tracklake._ops.bundle import BUNDLE_MIN_RUNS, build_bundles, last_build
 from tracklake._ops.claims import hold_claim
 from tracklake._ops.compact import compact_streams
@@ -244,3 +244,31 @@ def test_a_waiting_deriver_keeps_its_claim_fresh(tmp_path: Path, quick: None,
     assert derive.derive(root, clock=lambda: now[0], sleep=sleep) == 1
     assert len(ages) >= 3, ages
     assert all(age < 60 for age in ages), ages  # touched again after every nap
+
+
+def test_a_long_build_keeps_both_claims_fresh(tmp_path: Path, quick: None,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A build of many runs can outlast the ten minutes after which another host takes a
+    claim for a dead holder's: the builder touches its own claim and the deriver's as each
+    bundle is written."""
+    monkeypatch.setattr(bundle, "BUNDLE_MIN_RUNS", 2)
+    monkeypatch.setattr(bundle, "BUNDLE_MAX_VALUES", 20)  # 10 values a run: 2 a bundle
+    root = tmp_path / "store"
+    _runs(root, 6, compact=False)
+    derive.want(root)
+    claims = [root / BUNDLE_DIR / derive.CLAIM, root / BUNDLE_DIR / ".compacting"]
+    write = bundle._write_bundle
+    ages: list[list[float]] = []
+
+    def slow_write(*args: object) -> object:
+        ages.append([time.time() - c.stat().st_mtime for c in claims])
+        old = time.time() - 3600
+        for c in claims:
+            os.utime(c, (old, old))  # as if the write had taken an hour
+        return write(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(bundle, "_write_bundle", slow_write)
+    assert derive.derive(root) == 1
+    assert len(_bundled_runs(root)) == 6
+    assert len(ages) == 3, ages
+    assert all(age < 60 for pair in ages for age in pair), ages

@@ -80,8 +80,11 @@ class BundleReport:
     refused: str | None = None  # why the bundle directory was not used (a link there)
 
 
-def build_bundles(root: Path) -> BundleReport:
-    """Bundle the store's small settled runs that no bundle holds (see the module)."""
+def build_bundles(root: Path, touch: Callable[[], None] | None = None) -> BundleReport:
+    """Bundle the store's small settled runs that no bundle holds (see the module).
+    Its claim, and whatever `touch` refreshes, are touched as each step ends: another host
+    takes a claim it watched stand still for `CLAIM_STALE_SECONDS` for a dead holder's,
+    and a build of many runs can last longer."""
     report = BundleReport()
     if not enabled():
         report.disabled = True
@@ -96,11 +99,21 @@ def build_bundles(root: Path) -> BundleReport:
         if claim is None:
             report.busy = True
             return report
+
+        held = claim
+
+        def progress() -> None:
+            with contextlib.suppress(FileNotFoundError):
+                os.utime(held)
+            if touch is not None:
+                touch()
+
         started = time.time()
         # catalogs the settled runs no reader catalogued yet
         Snapshot(root, scope=scope_of_views({"metric_summaries"}))
         catalog = RunCatalog(root)
         catalog.settled(None, None)
+        progress()
         files = catalog.files()
         kept, covered = usable(root, files, None)
         for path in set(bundle_paths(root)) - {b.path for b in kept}:
@@ -124,6 +137,7 @@ def build_bundles(root: Path) -> BundleReport:
                 if len(group) >= BUNDLE_MIN_RUNS:  # else too few left once damage is out
                     report.changed += 1
                 continue
+            progress()
             report.written.append(written)
             report.bytes += written.stat().st_size
             report.runs += len(group)

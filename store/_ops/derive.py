@@ -27,6 +27,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from tracklake._format.files import read_state, write_state
@@ -126,7 +127,7 @@ def derive(root: Path, clock: Callable[[], float] = time.time,
                     if not (root / "runs").is_dir():
                         return builds
                     _refresh(claim)
-                report = build_bundles(root)
+                report = build_bundles(root, touch=partial(_refresh, claim))
                 _refresh(claim)
                 if report.disabled or report.refused is not None:
                     return builds
@@ -140,7 +141,8 @@ def derive(root: Path, clock: Callable[[], float] = time.time,
 def _refresh(claim: Path) -> None:
     """Show the claim's holder at work, as a compactor does its claim's: another host
     takes a claim it watched stand still for `CLAIM_STALE_SECONDS` for a dead one's, and
-    a deriver holds its claim for up to `MAX_SECONDS`, waiting between builds."""
+    a deriver holds its claim for up to `MAX_SECONDS`, waiting between builds and through
+    builds that can each last longer than that."""
     with contextlib.suppress(FileNotFoundError):
         os.utime(claim)
 
