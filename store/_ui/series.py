@@ -42,39 +42,51 @@ def series_sql(q: SeriesQuery, many: bool = False) -> str:
     group's runs (the mean's band). With `many`, the curves of every key in the list
     $keys instead of $key, each key's computed apart (a report asks for all at once).
 
-    One pass counts each curve's points in the range, one more sums each pixel bucket up
-    (its finite extremes with their x, the first x of each non-finite kind, the band):
-    10 M points of one key take about what DuckDB takes to read them twice
+    The runs and keys asked for are numbered first, from their summaries: each point then
+    carries its curve's number, not its project, run and key, through the passes. One pass
+    counts each curve's points in the range, one more sums each pixel bucket up (its
+    finite extremes with their x, the first x of each non-finite kind, the band): 10 M
+    points of one key take about six times what DuckDB takes to read them
     (benchmarks/dashboard_series.py)."""
-    per_x = _per_x(q)
-    group = ("" if q.group is None else
-             "LEFT JOIN (SELECT project, run, any_value(value ORDER BY rank) AS g "
-             "FROM run_configs WHERE key = $group GROUP BY ALL) c USING (project, run)")
+    grouped = q.group is not None
+    config = ("" if not grouped else
+              "LEFT JOIN (SELECT project, run, any_value(value ORDER BY rank) AS g "
+              "FROM run_configs WHERE key = $group GROUP BY ALL) c USING (project, run)")
     started = "" if q.x != "relative" else "JOIN starts USING (project, run)"
+    relative = ", started" if q.x == "relative" else ""
+    # a curve is a run's key, or a group's: the runs with one value of the config key
+    curve = ("cid" if not grouped else
+             "dense_rank() OVER (ORDER BY coalesce(g, '(unset)'), key)")
     return f"""
-WITH firsts AS (
+WITH starts AS MATERIALIZED (SELECT project, run, started_at AS started FROM runs),
+asked AS (
   SELECT project, run, key, min(rank) AS first_rank FROM metric_summaries
-  WHERE {_keys(many, "key")} GROUP BY ALL),
-starts AS MATERIALIZED (SELECT project, run, started_at AS started FROM runs),
+  WHERE {_keys(many, "key")} AND list_contains($runs, project || chr(31) || run)
+  GROUP BY ALL),
+curves AS MATERIALIZED (
+  SELECT *, {curve} AS curve
+  FROM (SELECT a.*{", g" if grouped else ""}{relative}, row_number() OVER () AS cid
+        FROM asked a {config} {started})),
+shown AS MATERIALIZED (
+  SELECT DISTINCT curve, {"'group'" if grouped else "project"} AS project,
+         {"coalesce(g, '(unset)')" if grouped else "run"} AS run, key FROM curves),
 raw AS (
-  SELECT m.project, m.run, m.key, m.rank, m.step, {_X[q.x]} AS x, m.value, f.first_rank
-         {", c.g" if q.group is not None else ""}
-  FROM metrics m JOIN firsts f USING (project, run, key) {started} {group}
-  WHERE {_keys(many, "m.key")} AND m.step IS NOT NULL
-    AND list_contains($runs, m.project || chr(31) || m.run)),
+  SELECT c.cid, c.curve, c.first_rank, m.rank, m.step, {_X[q.x]} AS x, m.value
+  FROM metrics m JOIN curves c USING (project, run, key)
+  WHERE {_keys(many, "m.key")} AND m.step IS NOT NULL),
 points AS MATERIALIZED (
-  SELECT project, run, key, series, x, value, lo, hi FROM ({per_x})
+  SELECT curve, series, x, value, lo, hi FROM ({_per_x(q)})
   WHERE x BETWEEN $lo::DOUBLE AND $hi::DOUBLE),
 sized AS MATERIALIZED (
-  SELECT project, run, key, series, count(*) AS n, min(x) AS x0, max(x) AS x1
+  SELECT curve, series, count(*) AS n, min(x) AS x0, max(x) AS x1
   FROM points GROUP BY ALL),
 bucketed AS MATERIALIZED (
   SELECT p.*, s.n, CASE WHEN s.n <= 2 * $buckets::BIGINT OR s.x1 = s.x0 THEN NULL
                         ELSE least(CAST(floor((p.x - s.x0) * $buckets::BIGINT / (s.x1 - s.x0))
                                         AS BIGINT), $buckets::BIGINT - 1) END AS bucket
-  FROM points p JOIN sized s USING (project, run, key, series)),
+  FROM points p JOIN sized s USING (curve, series)),
 summed AS MATERIALIZED (
-  SELECT project, run, key, series, n,
+  SELECT curve, series, n,
          min(value) FILTER (WHERE isfinite(value)) AS vmin,
          max(value) FILTER (WHERE isfinite(value)) AS vmax,
          arg_min(x, (value, x)) FILTER (WHERE isfinite(value)) AS xmin,
@@ -83,24 +95,26 @@ summed AS MATERIALIZED (
          max(hi) FILTER (WHERE isfinite(value)) AS hi_f,
          {_first_of("isnan(value)", "nan")}, {_first_of("value = 'inf'::DOUBLE", "inf")},
          {_first_of("value = '-inf'::DOUBLE", "ninf")}
-  FROM bucketed WHERE bucket IS NOT NULL GROUP BY project, run, key, series, n, bucket),
+  FROM bucketed WHERE bucket IS NOT NULL GROUP BY curve, series, n, bucket),
 kept AS (
-  SELECT project, run, key, series, n, x, value, lo, hi FROM bucketed WHERE bucket IS NULL
-  UNION ALL SELECT project, run, key, series, n, xmin, vmin, lo_f, hi_f FROM summed
+  SELECT curve, series, n, x, value, lo, hi FROM bucketed WHERE bucket IS NULL
+  UNION ALL SELECT curve, series, n, xmin, vmin, lo_f, hi_f FROM summed
             WHERE xmin IS NOT NULL
-  UNION ALL SELECT project, run, key, series, n, xmax, vmax, lo_f, hi_f FROM summed
+  UNION ALL SELECT curve, series, n, xmax, vmax, lo_f, hi_f FROM summed
             WHERE xmax IS NOT NULL
-  UNION ALL SELECT project, run, key, series, n, x_nan, 'nan'::DOUBLE, lo_nan, hi_nan
+  UNION ALL SELECT curve, series, n, x_nan, 'nan'::DOUBLE, lo_nan, hi_nan
             FROM summed WHERE x_nan IS NOT NULL
-  UNION ALL SELECT project, run, key, series, n, x_inf, 'inf'::DOUBLE, lo_inf, hi_inf
+  UNION ALL SELECT curve, series, n, x_inf, 'inf'::DOUBLE, lo_inf, hi_inf
             FROM summed WHERE x_inf IS NOT NULL
-  UNION ALL SELECT project, run, key, series, n, x_ninf, '-inf'::DOUBLE, lo_ninf, hi_ninf
+  UNION ALL SELECT curve, series, n, x_ninf, '-inf'::DOUBLE, lo_ninf, hi_ninf
             FROM summed WHERE x_ninf IS NOT NULL),
-distinct_points AS (SELECT DISTINCT * FROM kept)
-SELECT project, run, series, list(x ORDER BY x, value) AS xs,
-       list(value ORDER BY x, value) AS ys, list(lo ORDER BY x, value) AS los,
-       list(hi ORDER BY x, value) AS his, any_value(n) AS n, key
-FROM distinct_points GROUP BY project, run, key, series ORDER BY key, project, run, series
+lines AS (
+  SELECT curve, series, list(x ORDER BY x, value) AS xs,
+         list(value ORDER BY x, value) AS ys, list(lo ORDER BY x, value) AS los,
+         list(hi ORDER BY x, value) AS his, any_value(n) AS n
+  FROM (SELECT DISTINCT * FROM kept) GROUP BY curve, series)
+SELECT s.project, s.run, l.series, l.xs, l.ys, l.los, l.his, l.n, s.key
+FROM lines l JOIN shown s USING (curve) ORDER BY s.key, s.project, s.run, l.series
 """
 
 
@@ -116,21 +130,18 @@ def _first_of(kind: str, name: str) -> str:
 
 
 def _per_x(q: SeriesQuery) -> str:
-    """One row per curve and x: a rank's, the ranks' mean, or a group's mean over runs."""
-    g = ", g" if q.group is not None else ""
+    """One row per curve and x: a rank's, the ranks' mean (per run: `cid`), or a group's
+    mean over its runs."""
     if q.ranks == "mean":
-        rows = (f"SELECT project, run, key, -1 AS series, step, min(x) AS x, "
-                f"avg(value) AS value, min(value) AS lo, max(value) AS hi{g} FROM raw "
-                f"GROUP BY project, run, key, step{g}")
+        rows = ("SELECT curve, -1 AS series, step, min(x) AS x, avg(value) AS value, "
+                "min(value) AS lo, max(value) AS hi FROM raw GROUP BY cid, curve, step")
     else:
-        rows = (f"SELECT project, run, key, rank AS series, step, x, value, value AS lo, "
-                f"value AS hi{g} FROM raw"
-                + (" WHERE rank = first_rank" if q.ranks == "first" else ""))
+        rows = ("SELECT curve, rank AS series, step, x, value, value AS lo, value AS hi "
+                "FROM raw" + (" WHERE rank = first_rank" if q.ranks == "first" else ""))
     if q.group is None:
         return rows
-    return ("SELECT 'group' AS project, coalesce(g, '(unset)') AS run, key, -1 AS series, "
-            "step, min(x) AS x, avg(value) AS value, min(lo) AS lo, max(hi) AS hi "
-            f"FROM ({rows}) GROUP BY g, key, step")
+    return ("SELECT curve, -1 AS series, step, min(x) AS x, avg(value) AS value, "
+            f"min(lo) AS lo, max(hi) AS hi FROM ({rows}) GROUP BY curve, step")
 
 
 #: Where a resumed attempt took over in each run: the first step of each later attempt
