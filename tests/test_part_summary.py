@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from hypothesis import strategies as st
 
 import tracklake
 from tracklake._format import SCHEMAS
+from tracklake._format import part as part_module
 from tracklake._format.part import SUMMARY_KEY, open_part, summary_rows
 from tracklake._format.part_summary import rows_of, summary_columns
 from tracklake._ops.compact import metric_summary
@@ -98,3 +100,33 @@ def test_a_small_part_whose_pages_are_damaged_is_named(root: Path) -> None:
     path.write_bytes(bytes(data))
     with pytest.raises(tracklake.FormatError, match=re.escape(str(path))):
         summary_rows(open_part(path), path)
+
+
+def test_a_part_written_without_a_summary_is_not_summarised_again_by_its_writer(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`tracklake compact` catalogs what it compacted: the summary of a part too wide for
+    its footer comes from what the writer summarised, the same as from the rows, and only
+    while the file stays as written."""
+    keys = ["a", "B", "é", "Ä", "z/x", "a b", *(f"k{i}" for i in range(300))]
+    with tracklake.init(project="p", run_id="r", root=root, capture_identity=False,
+                        compact=False, system_metrics=False) as run:
+        for step in range(3):
+            run.log({k: (math.nan if (i + step) % 7 == 0 else float(i * step))
+                     for i, k in enumerate(keys)}, step=step)
+        run.log({"a": -1.0}, step=2)  # twice at one step: the later is the last value
+    tracklake.compact(root=root)
+    (path,) = root.glob("metrics/**/*.parquet")
+    assert SUMMARY_KEY.encode() not in pq.ParquetFile(path).metadata.metadata
+    from_rows = _summary_from_rows(pq.read_table(path))
+    read: list[Path] = []
+    bounded = part_module.bounded_table
+    monkeypatch.setattr(part_module, "bounded_table",
+                        lambda parquet, p: read.append(p) or bounded(parquet, p))
+    _assert_same(summary_rows(open_part(path), path), from_rows)
+    assert read == []  # the writer's own summary
+    answer = tracklake.query("SELECT key, count, last_value FROM metric_summaries "
+                             "WHERE key = 'a'", root=root).to_pylist()
+    assert answer == [{"key": "a", "count": 4, "last_value": -1.0}]
+    os.utime(path)  # no longer the file as written: summarised from its rows again
+    _assert_same(summary_rows(open_part(path), path), from_rows)
+    assert read == [path]

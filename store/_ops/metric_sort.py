@@ -35,6 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tracklake._format import SCHEMAS
+from tracklake._format.part_summary import SUMMARY_SCHEMA
 
 #: Records per sorted run (one run is in memory at a time, about 40 bytes per record).
 RUN_ROWS = 1 << 20
@@ -306,3 +307,15 @@ class SummaryBuilder:
         """One object per key, in key order (as `compact.metric_summary` gives them)."""
         rows = self._objects()
         return [rows[k] for k in sorted(rows, key=str.encode)]
+
+    def columns(self) -> dict[str, list[Any]]:
+        """What `rows` gives, as columns (`part_summary.SUMMARY_SCHEMA`'s names), made
+        without an object per key when every key came through `add_sorted` in key order
+        (str orders by code point, as UTF-8 bytes do)."""
+        names = [k for keys, _ in self._sorted for k in keys.names]
+        if self._rows or any(a >= b for a, b in itertools.pairwise(names)):
+            rows = self.rows()
+            return {name: [r[name] for r in rows] for name in SUMMARY_SCHEMA.names}
+        return {"key": names, **{
+            name: (np.concatenate([c[name] for _, c in self._sorted]).tolist()
+                   if self._sorted else []) for name in SUMMARY_SCHEMA.names[1:]}}

@@ -27,7 +27,12 @@ import pyarrow.compute as pc
 from tracklake._errors import FormatError
 from tracklake._format import FORMAT_VERSION, SCHEMAS, StreamId, fsync_dir, part_name
 from tracklake._format.files import scratch
-from tracklake._format.part import open_part, summary_entry, write_part_stream
+from tracklake._format.part import (
+    open_part,
+    remember_summary,
+    summary_entry,
+    write_part_stream,
+)
 from tracklake._format.part_bounds import bounded_batches
 from tracklake._ops.metric_sort import SORTED_SCHEMA, MetricSorter
 
@@ -111,6 +116,7 @@ def write_sorted_part(directory: Path, s: StreamId, sources: Iterable[pa.RecordB
     tmp = scratch(directory / "part-new.parquet")
     spill = scratch(directory / f"sort.{platform.node()}")
     sorter = MetricSorter(spill) if s.kind == "metrics" else None
+    stored = False  # whether the footer holds the metric summary
     meta = {"tracklake.format": FORMAT_VERSION, "tracklake.kind": s.kind,
             "tracklake.project": s.project, "tracklake.run": s.run,
             "tracklake.rank": str(s.rank), "tracklake.attempt": str(s.attempt)}
@@ -119,9 +125,9 @@ def write_sorted_part(directory: Path, s: StreamId, sources: Iterable[pa.RecordB
         if sorter is not None:
             chunks = _sorted_metric_chunks(seen.observe(sources, tick), sorter, tick)
             summary = sorter.summary
-            write_part_stream(tmp, SORTED_SCHEMA.with_metadata(meta), chunks, s.kind,
-                              lambda written: summary_entry(len(summary), summary.rows,
-                                                            written))
+            stored = write_part_stream(
+                tmp, SORTED_SCHEMA.with_metadata(meta), chunks, s.kind,
+                lambda written: summary_entry(len(summary), summary.rows, written))
         else:
             write_part_stream(tmp, schema, _seq_chunks(s.kind, seen.observe(sources, tick)),
                               s.kind)
@@ -137,4 +143,7 @@ def write_sorted_part(directory: Path, s: StreamId, sources: Iterable[pa.RecordB
     finally:
         shutil.rmtree(spill, ignore_errors=True)
     fsync_dir(directory)
+    if sorter is not None and not stored:
+        with contextlib.suppress(OSError):  # only saves a reader here from summarising it
+            remember_summary(final, sorter.summary.columns())
     return final
