@@ -22,8 +22,9 @@ Each is answered by three readers: tracklake (``tracklake.query(sql, root=ROOT)`
 run table through the CLI's own ``print_runs``), DuckDB over the parts
 (``read_parquet('ROOT/metrics/**/*.parquet', hive_partitioning = true)``) and DuckDB over
 the bundles tracklake built (``read_parquet('ROOT/.cache/bundles/bundle-*.parquet')``,
-which store the partition columns), DuckDB with ``SET threads = 2`` and a new in-memory
-connection per question, as tracklake makes one. Two timings of each:
+which store the partition columns), DuckDB with ``SET threads = 2``: one in-memory
+database per process, opened by the first question, and a new connection to it per
+question, as tracklake keeps one. Two timings of each:
 
 - **after import**: in a fresh process that has imported the reader (``import
   tracklake`` / ``import duckdb``), the first question (``first``: what a notebook's first
@@ -169,10 +170,13 @@ def _child(reader: str, root: Path, question: str, run: str, repeat: int) -> Non
         import duckdb
 
         sql = sql_of(root, reader, question, run)
+        kept: list[Any] = []
 
         def ask() -> Any:
-            con = duckdb.connect()
-            con.execute("SET threads = 2")
+            if not kept:  # the first question opens the database
+                kept.append(duckdb.connect())
+                kept[0].execute("SET threads = 2")
+            con = kept[0].cursor()
             try:
                 cursor = con.execute(sql)
                 names = [d[0] for d in cursor.description]

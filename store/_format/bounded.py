@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import os
 import queue
 import threading
 import time
@@ -134,6 +135,18 @@ def on_interrupt(stop: Callable[[], None]) -> None:
 
 _idle: list[_Worker] = []
 _idle_lock = threading.Lock()
+
+
+def _forget_workers() -> None:
+    """In a forked child: none of the parent's threads run there, so its idle workers
+    would never take a job (every read would wait out the bound), and a lock another
+    thread held at the fork would stay held."""
+    global _idle_lock
+    _idle.clear()
+    _idle_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_workers)
 
 
 def bounded(call: Callable[[], T], where: object) -> T:

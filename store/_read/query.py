@@ -35,7 +35,13 @@ from tracklake._read.reader import (
     ReadProblems,
     add_once,
 )
-from tracklake._read.readonly import MEMORY_ENV, check_read_only, lock_down, memory_limit
+from tracklake._read.readonly import (
+    MEMORY_ENV,
+    check_read_only,
+    lock_down,
+    memory_limit,
+    question_connection,
+)
 from tracklake._read.scope import EVERYTHING, Scope, scope_of_sql
 from tracklake._read.snapshot import (
     STEP_KINDS,
@@ -52,7 +58,7 @@ def _sql_str(value: str) -> str:
 
 
 _RUNS_VIEW = """
-CREATE VIEW runs AS
+CREATE TEMP VIEW runs AS
 WITH a AS (
   SELECT *, CAST(started_at AS TIMESTAMPTZ) AS started,
          CAST(coalesce(finished_at, heartbeat_at) AS TIMESTAMPTZ) AS ended,
@@ -78,7 +84,7 @@ GROUP BY project, run
 #: A run's config is, per rank, its latest attempt's (docs/format.md): the attempt's last
 #: value of each key by seq.
 _RUN_CONFIGS_VIEW = """
-CREATE VIEW run_configs AS
+CREATE TEMP VIEW run_configs AS
 WITH latest AS (SELECT project, run, rank, max(attempt) AS attempt FROM configs_all
                 GROUP BY ALL)
 SELECT c.project, c.run, c.rank, c.attempt, c.key, arg_max(c.value, c.seq) AS value
@@ -133,8 +139,8 @@ def connect(root: str | os.PathLike[str] | None = None, *,
     """
     found = ReadProblems() if problems is None else problems
     root_path = existing_root(root)
-    con = bounded(lambda: _connect(root_path, threads, found, frozenset(), EVERYTHING),
-                  root_path)
+    con = bounded(lambda: _connect(root_path, threads, found, frozenset(), EVERYTHING,
+                                    own=True), root_path)
     if problems is None:
         _warn(found)
     return con
@@ -148,13 +154,15 @@ def _warn(problems: ReadProblems) -> None:
 
 
 def _connect(root_path: Path, threads: int | None, problems: ReadProblems,
-             skip: frozenset[Path], scope: Scope, trust_catalog: bool = True
-             ) -> duckdb.DuckDBPyConnection:
-    """The views of `scope` (those of the kinds it does not reach are not created)."""
+             skip: frozenset[Path], scope: Scope, trust_catalog: bool = True,
+             own: bool = False) -> duckdb.DuckDBPyConnection:
+    """The views of `scope` (those of the kinds it does not reach are not created), on a
+    database of its `own`, or on a connection to the process's (`question_connection`)."""
     import duckdb  # imported on use: `import tracklake` stays light for training processes
 
     snap = Snapshot(root_path, problems, skip, scope, trust_catalog)
-    con = duckdb.connect(":memory:")
+    # a connection handed to the caller (`connect`) has a database of its own
+    con = duckdb.connect(":memory:") if own else question_connection()
     if threads:
         con.execute(f"SET threads = {int(threads)}")
     con.register("_tracklake_parts", pa.table(
@@ -175,7 +183,7 @@ def _connect(root_path: Path, threads: int | None, problems: ReadProblems,
         if kind == "metrics" and snap.bundles:
             con.register("_bundles_metrics", bundles_dataset(snap.bundles))
             sources.insert(0, f"SELECT {cols} FROM _bundles_metrics")
-        con.execute(f"CREATE VIEW {kind}_all AS {' UNION ALL '.join(sources)}")
+        con.execute(f"CREATE TEMP VIEW {kind}_all AS {' UNION ALL '.join(sources)}")
     if "metrics" in snap.kinds:
         _summary_views(con, snap)
     else:
@@ -183,15 +191,16 @@ def _connect(root_path: Path, threads: int | None, problems: ReadProblems,
     if scope.attempts:
         now = _dt.datetime.now(_dt.timezone.utc).timestamp()
         con.register("_attempts", attempts_view(snap.attempts, now))
-        con.execute("CREATE VIEW run_attempts AS SELECT * FROM _attempts")
+        con.execute("CREATE TEMP VIEW run_attempts AS SELECT * FROM _attempts")
         con.execute(_RUNS_VIEW)
-    lock_down(con)
+    if own:
+        lock_down(con)
     return con
 
 
 def _step_views(con: duckdb.DuckDBPyConnection, kinds: tuple[str, ...], where: str) -> None:
     for kind in kinds:
-        con.execute(f"CREATE VIEW {kind} AS SELECT * FROM {kind}_all"
+        con.execute(f"CREATE TEMP VIEW {kind} AS SELECT * FROM {kind}_all"
                     + (where if kind in STEP_KINDS else ""))
 
 
@@ -200,7 +209,7 @@ def _summary_views(con: duckdb.DuckDBPyConnection, snap: Snapshot) -> None:
     a later attempt logged again."""
     con.register("_summaries_parts", snap.summaries)
     con.execute("""
-        CREATE VIEW metric_summaries_all AS
+        CREATE TEMP VIEW metric_summaries_all AS
         SELECT * FROM _summaries_parts
         UNION ALL
         SELECT project, run, rank, attempt, key, count(*), min(value), max(value), min(step),
@@ -219,7 +228,7 @@ def _summary_views(con: duckdb.DuckDBPyConnection, snap: Snapshot) -> None:
         runs_cut = " OR ".join(f"(project = {_sql_str(p)} AND run = {_sql_str(r)})"
                                for p, r, *_ in cutoffs)
         con.execute(f"""
-            CREATE VIEW metric_summaries AS
+            CREATE TEMP VIEW metric_summaries AS
             SELECT project, run, rank, key, CAST(sum(count) AS BIGINT) AS count, min(min) AS min,
                    max(max) AS max, min(first_step) AS first_step,
                    max(last_step) AS last_step,
@@ -230,7 +239,7 @@ def _summary_views(con: duckdb.DuckDBPyConnection, snap: Snapshot) -> None:
             FROM metrics WHERE {runs_cut} GROUP BY ALL""")
     else:
         con.execute("""
-            CREATE VIEW metric_summaries AS
+            CREATE TEMP VIEW metric_summaries AS
             SELECT project, run, rank, key, CAST(sum(count) AS BIGINT) AS count, min(min) AS min,
                    max(max) AS max, min(first_step) AS first_step,
                    max(last_step) AS last_step,
