@@ -214,6 +214,24 @@ def test_named_parameters_narrow_a_question_as_their_texts_would(
     assert (scope.project, scope.run) == (project, run)
 
 
+def test_a_question_asked_again_with_other_parameters_is_narrowed_to_each(
+        root: Path) -> None:
+    """The scope of a question is kept for the next time it is asked: with other values
+    of its parameters (or values equal to them of another type) it narrows to the runs
+    those name."""
+    for run_id in ("1", "b"):
+        with tracklake.init(project="p", run_id=run_id, root=root,
+                            capture_identity=False, system_metrics=False) as run:
+            run.log({"loss": 7.0 if run_id == "b" else 1.0}, step=0)
+    sql = "SELECT run, value FROM metrics WHERE run = $r"
+    for r in ("b", "1", "b", "1"):
+        answer = tracklake.query(sql, params={"r": r}, root=root).to_pylist()
+        assert answer == [{"run": r, "value": 7.0 if r == "b" else 1.0}]
+    # a number is no stored name: not narrowed, whatever text equal to it was asked before
+    assert [scope_of_sql(sql, {"r": r}).run for r in ("1", 1, True, 1.0, "1")] == \
+        ["1", None, None, None, "1"]
+
+
 @pytest.mark.parametrize("named", [False, True])
 @pytest.mark.parametrize("compacted", [False, True])
 def test_a_question_about_one_run_opens_none_of_the_other_runs_files(

@@ -171,12 +171,15 @@ def _connect(root_path: Path, threads: int | None, problems: ReadProblems,
          "last_seq": [p.last_seq for k in KINDS for p in snap.parts[k]]}))
     con.register("_tracklake_bundles", pa.table(
         {"path": pa.array([str(b.path) for b in snap.bundles], pa.string())}))
+    # the summary views: asked for, or for the cutoffs of resumed runs (`_Cutoffs`)
+    summaries = "metrics" in snap.kinds and (scope.summaries or bool(snap.resumed))
     for kind in snap.kinds:
-        con.register(f"_live_{kind}", snap.live[kind])
         cols = ", ".join(f'"{n}"' for n in [*SCHEMAS[kind].names, *PARTITION_SCHEMA.names])
         parts = snap.parts[kind]
-        sources = [f"SELECT {cols} FROM _live_{kind}"] if snap.live[kind].num_rows or not \
-            parts else []
+        live = bool(snap.live[kind].num_rows) or not parts
+        if live or (kind == "metrics" and summaries):
+            con.register(f"_live_{kind}", snap.live[kind])
+        sources = [f"SELECT {cols} FROM _live_{kind}"] if live else []
         if parts:
             con.register(f"_parts_{kind}", parts_dataset(root_path, kind, parts))
             sources.insert(0, f"SELECT {cols} FROM _parts_{kind}")
@@ -185,7 +188,7 @@ def _connect(root_path: Path, threads: int | None, problems: ReadProblems,
             sources.insert(0, f"SELECT {cols} FROM _bundles_metrics")
         con.execute(f"CREATE TEMP VIEW {kind}_all AS {' UNION ALL '.join(sources)}")
     if "metrics" in snap.kinds:
-        _summary_views(con, snap)
+        _summary_views(con, snap, summaries)
     else:
         _step_views(con, snap.kinds, "")
     if scope.attempts:
@@ -204,22 +207,28 @@ def _step_views(con: duckdb.DuckDBPyConnection, kinds: tuple[str, ...], where: s
                     + (where if kind in STEP_KINDS else ""))
 
 
-def _summary_views(con: duckdb.DuckDBPyConnection, snap: Snapshot) -> None:
-    """metric_summaries(_all), and the default views of `snap`'s kinds without the steps
-    a later attempt logged again."""
-    con.register("_summaries_parts", snap.summaries)
-    con.execute("""
-        CREATE TEMP VIEW metric_summaries_all AS
-        SELECT * FROM _summaries_parts
-        UNION ALL
-        SELECT project, run, rank, attempt, key, count(*), min(value), max(value), min(step),
-               max(step), arg_max(value, (step, seq)), max(seq),
-               epoch_us(arg_max(time, (step, seq)))
-        FROM _live_metrics GROUP BY ALL""")
-    cutoffs = _Cutoffs.compute(con, snap.resumed)
+def _summary_views(con: duckdb.DuckDBPyConnection, snap: Snapshot, summaries: bool
+                   ) -> None:
+    """metric_summaries(_all) if `summaries` (each statement costs a question about
+    0.3 ms), and the default views of `snap`'s kinds without the steps a later attempt
+    logged again."""
+    cutoffs: list[tuple[str, str, int, int, int]] = []
+    if summaries:
+        con.register("_summaries_parts", snap.summaries)
+        con.execute("""
+            CREATE TEMP VIEW metric_summaries_all AS
+            SELECT * FROM _summaries_parts
+            UNION ALL
+            SELECT project, run, rank, attempt, key, count(*), min(value), max(value),
+                   min(step), max(step), arg_max(value, (step, seq)), max(seq),
+                   epoch_us(arg_max(time, (step, seq)))
+            FROM _live_metrics GROUP BY ALL""")
+        cutoffs = _Cutoffs.compute(con, snap.resumed)
     _step_views(con, snap.kinds, _superseded_filter(cutoffs))
     if "configs" in snap.kinds:
         con.execute(_RUN_CONFIGS_VIEW)
+    if not summaries:
+        return
     summary_cols = "key, count(*) AS count, min(value) AS min, max(value) AS max, " \
                    "min(step) AS first_step, max(step) AS last_step, " \
                    "arg_max(value, (step, seq)) AS last_value"
