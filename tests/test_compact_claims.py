@@ -13,8 +13,10 @@ import subprocess
 import sys
 import time
 import types
+from collections.abc import Callable
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 import tracklake
@@ -89,14 +91,15 @@ def _kill_at(root: Path, target: int, where: str, counted: str = "all"
                            counted], capture_output=True, text=True, timeout=120, check=False)
 
 
-def _assert_recovers(root: Path, expected: list[tuple[object, ...]]) -> None:
+def _assert_recovers(root: Path, expected: object,
+                     contents: Callable[[Path], object] = _contents) -> None:
     """The next compaction is not held off, leaves nothing behind, and loses nothing."""
-    assert _contents(root) == expected  # readers see every record once, even before
+    assert contents(root) == expected  # readers see every record once, even before
     report = tracklake.compact(root=root)
     assert report.skipped == []
     assert not list(root.rglob("*.arrows")), "a consumed or sealed segment was left"
     assert not list(root.rglob(".compacting*"))
-    assert _contents(root) == expected
+    assert contents(root) == expected
     # a part being written when the kill came is left for a while (unpack writes parts
     # without a claim, perhaps from another host), then removed
     leftovers = list(root.rglob(".part-*.tmp"))
@@ -131,6 +134,67 @@ def test_sigkill_at_random_points_of_compaction_never_blocks_or_loses(
         child = _kill_at(root, target, where)
         assert child.returncode == -signal.SIGKILL, (target, where, child.stderr)
         _assert_recovers(root, expected)
+
+
+#: Compacts argv[1], saying "go" once imported (a kill timed from then hits compaction).
+TIMED_CHILD = r"""
+import sys, tracklake
+print("go", flush=True)
+tracklake.compact(root=sys.argv[1])
+"""
+
+
+def _wide_contents(root: Path) -> list[object]:
+    table = tracklake.query("SELECT seq, step, key, value FROM metrics_all ORDER BY ALL",
+                            root=root)
+    digest = tracklake.query(
+        "SELECT count(*) AS n, count(DISTINCT seq) AS seqs, sum(hash(seq, step, key, value)"
+        "::HUGEINT) AS h FROM metrics_all", root=root).to_pylist()
+    return [table.num_rows, digest]
+
+
+def _timed_compaction(root: Path, delay: float | None) -> tuple[int, float]:
+    """Compaction of `root` in a child killed `delay` seconds after it is ready (None:
+    left to finish); its return code and how long it ran from then."""
+    with subprocess.Popen([sys.executable, "-c", TIMED_CHILD, str(root)],
+                          stdout=subprocess.PIPE, text=True) as child:
+        assert child.stdout is not None and child.stdout.readline() == "go\n"
+        started = time.monotonic()
+        if delay is not None:
+            time.sleep(delay)
+            child.kill()
+        code = child.wait(120)
+        return code, time.monotonic() - started
+
+
+def test_sigkill_while_a_part_of_many_row_groups_is_written_loses_nothing(
+        tmp_path: Path) -> None:
+    """A run of 2,000 keys: its part is cut into row groups at key changes; killed at
+    random moments of writing it, the next compaction finishes and every value is there
+    once."""
+    template = tmp_path / "template"
+    keys = [f"layer{k // 100}/k{k}" for k in range(2_000)]
+    with tracklake.init(project="p", run_id="wide", root=template, capture_identity=False,
+                        compact=False, system_metrics=False, segment_bytes=1 << 18) as run:
+        for step in range(100):
+            run.log({key: step + k / 7 for k, key in enumerate(keys)}, step=step)
+            if step % 20 == 19:
+                run.flush()
+    assert len(list(template.rglob("*.arrows"))) >= 2
+    expected = _wide_contents(template)
+    assert expected[0] == 200_000
+    code, duration = _timed_compaction(_copy(template, tmp_path / "timed"), None)
+    assert code == 0
+    (part,) = (tmp_path / "timed").rglob("part-*.parquet")
+    assert pq.ParquetFile(part).metadata.num_row_groups >= 5
+    rng = random.Random(26)
+    killed = 0
+    for i in range(6):
+        root = _copy(template, tmp_path / f"trial{i}")
+        code, _ = _timed_compaction(root, rng.uniform(0, duration))
+        killed += code == -signal.SIGKILL
+        _assert_recovers(root, expected, _wide_contents)
+    assert killed >= 3  # most trials were killed mid-way, not after it ended
 
 
 def _claim_dir(template: Path, tmp_path: Path) -> tuple[Path, Path]:
