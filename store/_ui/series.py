@@ -8,6 +8,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import numpy as np
+
 XAxis = Literal["step", "time", "relative"]
 Ranks = Literal["first", "mean", "all"]
 
@@ -129,18 +131,23 @@ def _first_of(kind: str, name: str) -> str:
             f"max(hi) FILTER (WHERE {kind}) AS hi_{name}")
 
 
+_MEAN = "fsum(value) / count(value) AS value"
+
+
 def _per_x(q: SeriesQuery) -> str:
     """One row per curve and x: a rank's, the ranks' mean (per run: `cid`), or a group's
-    mean over its runs."""
+    mean over its runs. A mean's sum is `fsum`'s, compensated: a plain float sum depends
+    on the order DuckDB's threads add in, and its last bit moved tied extremes to another
+    x from one answer to the next."""
     if q.ranks == "mean":
-        rows = ("SELECT curve, -1 AS series, step, min(x) AS x, avg(value) AS value, "
+        rows = (f"SELECT curve, -1 AS series, step, min(x) AS x, {_MEAN}, "
                 "min(value) AS lo, max(value) AS hi FROM raw GROUP BY cid, curve, step")
     else:
         rows = ("SELECT curve, rank AS series, step, x, value, value AS lo, value AS hi "
                 "FROM raw" + (" WHERE rank = first_rank" if q.ranks == "first" else ""))
     if q.group is None:
         return rows
-    return ("SELECT curve, -1 AS series, step, min(x) AS x, avg(value) AS value, "
+    return (f"SELECT curve, -1 AS series, step, min(x) AS x, {_MEAN}, "
             f"min(lo) AS lo, max(hi) AS hi FROM ({rows}) GROUP BY curve, step")
 
 
@@ -176,6 +183,39 @@ def series_params(q: SeriesQuery) -> dict[str, Any]:
     if q.group is not None:
         params["group"] = q.group
     return params
+
+
+def whole_numbers(xs: np.ndarray) -> list[float | int]:
+    """`xs` as a list, each whole number that a double holds exactly as an int: a step is
+    sent as ``12``, not ``12.0`` (the answers of a thousand runs' charts are JSON of tens
+    of megabytes). Decided for the whole array at once (a million points a request)."""
+    with np.errstate(invalid="ignore"):
+        exact = (xs == np.floor(xs)) & (np.abs(xs) < 2**53)
+    if exact.all():
+        return list(xs.astype(np.int64).tolist())
+    if not exact.any():
+        return list(xs.tolist())
+    return [int(v) if e else v for v, e in zip(xs.tolist(), exact.tolist(), strict=True)]
+
+
+def finite_or_none(values: np.ndarray) -> list[float | None]:
+    """`values` as a list, a non-finite one as None (a gap)."""
+    out: list[float | None] = values.tolist()
+    for i in np.flatnonzero(~np.isfinite(values)).tolist():
+        out[i] = None
+    return out
+
+
+def finite_or_mark_array(xs: np.ndarray, ys: np.ndarray
+                         ) -> tuple[list[float | None], list[list[Any]]]:
+    """`finite_or_mark` of arrays without nulls, decided for the whole array at once."""
+    out: list[float | None] = ys.tolist()
+    marks: list[list[Any]] = []
+    for i in np.flatnonzero(~np.isfinite(ys)).tolist():
+        y, out[i] = out[i], None
+        assert y is not None
+        marks.append([float(xs[i]), "NaN" if math.isnan(y) else ("inf" if y > 0 else "-inf")])
+    return out, marks
 
 
 def finite_or_mark(xs: list[float], ys: list[float]) -> tuple[list[float | None],
