@@ -97,3 +97,28 @@ def test_a_forked_child_asks_on_a_database_of_its_own(root: Path) -> None:
     child.join(60)
     assert child.exitcode == 0
     assert out.get(timeout=5) == sum(range(20))
+
+
+def test_a_question_that_runs_out_of_memory_or_time_leaves_the_others_answering(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Questions at once share the database's memory limit: one past it fails by name, and
+    neither it nor a question stopped by its timeout leaves the database unable to answer
+    the questions asked beside it or after it."""
+    _store(root, 0.0)
+    monkeypatch.setenv(MEMORY_ENV, "64MiB")
+    answers: list[float] = []
+
+    def small() -> None:
+        for _ in range(10):
+            answers.append(_total(root))
+
+    beside = threading.Thread(target=small)
+    beside.start()
+    with pytest.raises(tracklake.QueryError, match=MEMORY_ENV):
+        tracklake.query("SELECT list(i) FROM range(500000000) t(i)", root=root)
+    with pytest.raises(tracklake.QueryError, match="stopped after"):
+        tracklake.query("SELECT count(*) FROM range(100000000000) a, range(1000) b",
+                        root=root, timeout=0.5)
+    beside.join(60)
+    assert answers == [sum(range(20))] * 10
+    assert _total(root) == sum(range(20))
