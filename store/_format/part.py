@@ -351,6 +351,8 @@ def open_part(path: Path, encoded: bool = False) -> Any:
 _WRITTEN: dict[Path, tuple[tuple[int, ...], dict[str, list[Any]]]] = {}
 #: At most this many keys' summaries are kept (the oldest go first).
 _WRITTEN_MAX_KEYS = 1 << 20
+#: How many keys `_WRITTEN` holds.
+_written_keys = 0
 
 
 def _identity(st: os.stat_result) -> tuple[int, ...]:
@@ -362,10 +364,20 @@ def remember_summary(path: Path, columns: dict[str, list[Any]]) -> None:
     """Keep the summary of the metric part this process has just put at `path` without
     one in its footer, for `part_summary_columns` in this process while the file stays
     as it is now."""
-    _WRITTEN.pop(path, None)
-    _WRITTEN[path] = (_identity(path.stat()), columns)
-    while sum(len(c["key"]) for _, c in _WRITTEN.values()) > _WRITTEN_MAX_KEYS:
-        del _WRITTEN[next(iter(_WRITTEN))]
+    global _written_keys
+    identity = _identity(path.stat())
+    _forget_written(path)
+    _WRITTEN[path] = (identity, columns)
+    _written_keys += len(columns["key"])
+    while _written_keys > _WRITTEN_MAX_KEYS:
+        _forget_written(next(iter(_WRITTEN)))
+
+
+def _forget_written(path: Path) -> None:
+    global _written_keys
+    kept = _WRITTEN.pop(path, None)
+    if kept is not None:
+        _written_keys -= len(kept[1]["key"])
 
 
 def _written_summary(path: Path) -> dict[str, list[Any]] | None:
@@ -377,7 +389,7 @@ def _written_summary(path: Path) -> dict[str, list[Any]] | None:
             return kept[1]
     except OSError:
         pass
-    del _WRITTEN[path]
+    _forget_written(path)
     return None
 
 
