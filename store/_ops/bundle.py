@@ -39,7 +39,7 @@ from tracklake._format.files import (
     write_atomic,
 )
 from tracklake._format.part import read_part_table, write_part_stream
-from tracklake._ops.claims import hold_claim, remove_leftovers
+from tracklake._ops.claims import hold_claim, remove_leftovers, touch_claim
 from tracklake._read.bundles import (
     BUNDLE_DIR,
     BUNDLE_KEY,
@@ -103,8 +103,7 @@ def build_bundles(root: Path, touch: Callable[[], None] | None = None) -> Bundle
         held = claim
 
         def progress() -> None:
-            with contextlib.suppress(FileNotFoundError):
-                os.utime(held)
+            touch_claim(held)
             if touch is not None:
                 touch()
 

@@ -222,6 +222,15 @@ def remove_leftovers(directory: Path) -> None:
                 path.unlink()
 
 
+def touch_claim(claim: Path) -> None:
+    """Show the claim's holder at work: another host takes a claim it watched stand still
+    for `CLAIM_STALE_SECONDS` for a dead holder's, and a deriver or bundle builder holds
+    its claim through naps and builds that can last longer. A claim already gone is left
+    so."""
+    with contextlib.suppress(FileNotFoundError):
+        os.utime(claim)
+
+
 @contextlib.contextmanager
 def hold_claim(directory: Path, name: str = ".compacting",
                leftovers: Callable[[Path], None] | None = None,

@@ -20,7 +20,6 @@ killed builder leaves, and readers derive what is missing themselves.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
@@ -32,7 +31,12 @@ from pathlib import Path
 
 from tracklake._format.files import read_state, write_state
 from tracklake._ops.bundle import background_main, build_bundles, last_build
-from tracklake._ops.claims import CLAIM_STALE_SECONDS, hold_claim, owner_is_gone
+from tracklake._ops.claims import (
+    CLAIM_STALE_SECONDS,
+    hold_claim,
+    owner_is_gone,
+    touch_claim,
+)
 from tracklake._read.bundles import BUILD_EVERY_SECONDS, BUNDLE_DIR, enabled
 from tracklake._read.decoded import RACY_SECONDS
 
@@ -126,9 +130,9 @@ def derive(root: Path, clock: Callable[[], float] = time.time,
                     sleep(min(wait, _NAP_SECONDS))
                     if not (root / "runs").is_dir():
                         return builds
-                    _refresh(claim)
-                report = build_bundles(root, touch=partial(_refresh, claim))
-                _refresh(claim)
+                    touch_claim(claim)
+                report = build_bundles(root, touch=partial(touch_claim, claim))
+                touch_claim(claim)
                 if report.disabled or report.refused is not None:
                     return builds
                 if report.busy:  # a reader's builder: it may have begun too early
@@ -136,15 +140,6 @@ def derive(root: Path, clock: Callable[[], float] = time.time,
                     continue
                 handled, builds = at, builds + 1
     return builds
-
-
-def _refresh(claim: Path) -> None:
-    """Show the claim's holder at work, as a compactor does its claim's: another host
-    takes a claim it watched stand still for `CLAIM_STALE_SECONDS` for a dead one's, and
-    a deriver holds its claim for up to `MAX_SECONDS`, waiting between builds and through
-    builds that can each last longer than that."""
-    with contextlib.suppress(FileNotFoundError):
-        os.utime(claim)
 
 
 def main(argv: list[str]) -> int:
