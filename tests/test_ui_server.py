@@ -201,6 +201,33 @@ def test_methods_and_bodies_it_does_not_take(board: Dashboard) -> None:
     assert json.loads(request(board, "GET", "/api/generations?run=p/base")[2])["rows"] == []
 
 
+def test_the_command_gives_freed_memory_back_and_a_library_caller_keeps_defaults(
+        store: Path) -> None:
+    """`tracklake ui`, a process of its own that answers in bursts, has DuckDB give what
+    it freed back to the system (a page of a thousand runs' charts left it at about
+    1 GiB); a program asking questions through the library keeps DuckDB's defaults."""
+    asked = "SELECT current_setting('allocator_background_threads') AS background, " \
+            "current_setting('allocator_flush_threshold') AS threshold"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tracklake._cli", "ui", "--root", str(store), "--port", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        assert process.stdout is not None
+        url = [process.stdout.readline() for _ in range(2)][1].strip()
+        port = int(url.rsplit(":", 1)[1].strip("/"))
+        status, _, body = request(None, "POST", "/api/sql",  # type: ignore[arg-type]
+                                  json.dumps({"sql": asked}).encode(),
+                                  {"Content-Type": "application/json"}, port=port)
+    finally:
+        process.terminate()
+        process.communicate(timeout=60)
+    assert status == 200, body
+    assert json.loads(body)["rows"] == [[True, "8MiB"]], body
+    here = tracklake.query(asked, root=store).to_pylist()[0]
+    assert here["background"] is False and here["threshold"] != "8MiB", here
+
+
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_ctrl_c_or_sigterm_ends_the_command_cleanly(store: Path, stop: signal.Signals) -> None:
     """Ctrl-C, or SIGTERM as a service manager or `kill` sends it: the server stops

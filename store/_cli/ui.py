@@ -28,6 +28,7 @@ def ui(root: str | None, host: str, port: int) -> None:
     from tracklake._cli.main import CliError, _store
     from tracklake._read.location import is_url
     from tracklake._read.query import interrupt_queries
+    from tracklake._read.readonly import free_memory_promptly
     from tracklake._ui.server import Dashboard
 
     given = root if root is not None else os.environ.get("TRACKLAKE_ROOT")
@@ -42,6 +43,7 @@ def ui(root: str | None, host: str, port: int) -> None:
         hint = " (try another --port, or --port 0)" if port else ""
         raise CliError(f"cannot listen on {host}:{port}: {exc.strerror or exc}{hint}"
                        ) from exc
+    free_memory_promptly()  # a process of its own, answering in bursts
     click.echo(f"tracklake ui: serving {store} (read-only) at")
     click.echo(f"  {dashboard.url}")
     if dashboard.token is not None:
