@@ -49,7 +49,9 @@ def series_sql(q: SeriesQuery, many: bool = False) -> str:
     counts each curve's points in the range, one more sums each pixel bucket up (its
     finite extremes with their x, the first x of each non-finite kind, the band): 10 M
     points of one key take about six times what DuckDB takes to read them
-    (benchmarks/dashboard_series.py)."""
+    (benchmarks/dashboard_series.py). A curve's points are put in x order once, as one
+    list of (x, y, lo, hi), then split: four lists each sorted on its own took a page of
+    a thousand runs' charts 40 % longer."""
     grouped = q.group is not None
     config = ("" if not grouped else
               "LEFT JOIN (SELECT project, run, any_value(value ORDER BY rank) AS g "
@@ -111,11 +113,11 @@ kept AS (
   UNION ALL SELECT curve, series, n, x_ninf, '-inf'::DOUBLE, lo_ninf, hi_ninf
             FROM summed WHERE x_ninf IS NOT NULL),
 lines AS (
-  SELECT curve, series, list(x ORDER BY x, value) AS xs,
-         list(value ORDER BY x, value) AS ys, list(lo ORDER BY x, value) AS los,
-         list(hi ORDER BY x, value) AS his, any_value(n) AS n
+  SELECT curve, series, any_value(n) AS n,
+         list({{'x': x, 'y': value, 'lo': lo, 'hi': hi}} ORDER BY x, value) AS xy
   FROM (SELECT DISTINCT * FROM kept) GROUP BY curve, series)
-SELECT s.project, s.run, l.series, l.xs, l.ys, l.los, l.his, l.n, s.key
+SELECT s.project, s.run, l.series, [p.x FOR p IN l.xy] AS xs, [p.y FOR p IN l.xy] AS ys,
+       [p.lo FOR p IN l.xy] AS los, [p.hi FOR p IN l.xy] AS his, l.n, s.key
 FROM lines l JOIN shown s USING (curve) ORDER BY s.key, s.project, s.run, l.series
 """
 
