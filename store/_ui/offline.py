@@ -23,7 +23,6 @@ import dataclasses
 import datetime as _dt
 import hashlib
 import html
-import json
 import math
 import re
 from importlib import resources
@@ -36,6 +35,7 @@ from tracklake._read.reader import ReadProblems, RunRecord
 from tracklake._report.content import MAX_INLINE_IMAGE
 from tracklake._report.series import CurveQuery, Require, available_keys, chosen_keys
 from tracklake._ui import answers, media, traces
+from tracklake._ui.json_bytes import json_bytes
 from tracklake._ui.series import Ranks, SeriesQuery, XAxis
 
 #: Points a report holds at most over all its curves and both x axes (about 25 bytes of
@@ -161,7 +161,7 @@ def embedded_json(data: dict[str, Any]) -> str:
     texts: dict[str, int] = {}
     shared = _shared_sql(data, texts)
     shared["sql"] = list(texts)
-    text = json.dumps(shared, allow_nan=False, separators=(",", ":"), default=str)
+    text = json_bytes(shared).decode()
     return re.sub("[<>&\u2028\u2029]", lambda m: _ESCAPES[m.group()], text)
 
 

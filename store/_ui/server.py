@@ -44,6 +44,7 @@ from urllib.parse import parse_qs, urlsplit
 from tracklake._errors import TracklakeError
 from tracklake._read.sql_params import ParamError, sql_params
 from tracklake._ui import answers, media, traces
+from tracklake._ui.json_bytes import json_bytes
 from tracklake._ui.series import SeriesQuery
 
 MAX_URL = 8 << 10
@@ -367,7 +368,7 @@ class _Handler(BaseHTTPRequestHandler):
             except TracklakeError as exc:  # a refused or failed query, a damaged store
                 refused = str(exc)
             else:
-                body = json.dumps(value, allow_nan=False, default=str).encode()
+                body = json_bytes(value)
                 del value  # only its JSON is sent
         if refused is not None:
             self._error(HTTPStatus.BAD_REQUEST, refused)
