@@ -124,3 +124,33 @@ def test_a_mean_is_the_same_each_time_it_is_asked(root: Path, grouped: bool) -> 
                     group="lr" if grouped else None)
     answers = {repr(series(root, q)["curves"]) for _ in range(6)}
     assert len(answers) == 1
+
+
+def test_steps_past_what_a_double_holds_are_drawn_not_refused(root: Path) -> None:
+    """Steps up to 2**63 - 1 (a global token count, a nanosecond clock): x is a double,
+    so a step past 2**53 is sent as the nearest one (a float, never an int it is not),
+    in order; the answer is still JSON the page reads, and with many such points the
+    extremes survive downsampling."""
+    import json
+
+    from tracklake._ui.json_bytes import json_bytes
+
+    steps = [0, 1, 2**53 - 1, 2**53, 2**53 + 1, 2**62, 2**63 - 1]
+    with tracklake.init(project="p", run_id="huge", root=root) as run:
+        for i, step in enumerate(steps):
+            run.log({"tokens": float(i)}, step=step)
+        for i in range(3_000):  # many more: the curve is downsampled to 10 buckets
+            run.log({"dense": -1.0 if i == 1_234 else float(i % 7)}, step=2**62 + i * 2**40)
+    curve, = series(root, SeriesQuery(key="tokens", runs=(("p", "huge"),)))["curves"]
+    assert curve["points"] == len(steps) and curve["y"] == [float(i) for i in range(7)]
+    assert curve["x"][:3] == [0, 1, 2**53 - 1]
+    assert all(isinstance(x, int) for x in curve["x"][:3])
+    assert [type(x) for x in curve["x"][3:]] == [float] * 4
+    assert curve["x"][3:] == [float(s) for s in steps[3:]] == sorted(curve["x"][3:])
+    sent = json.loads(json_bytes(curve))
+    assert sent["x"] == curve["x"] and sent["y"] == curve["y"]
+    dense, = series(root, SeriesQuery(key="dense", runs=(("p", "huge"),),
+                                      buckets=10))["curves"]
+    assert dense["points"] == 3_000 and len(dense["x"]) <= 2 * 10 + 3
+    assert min(y for y in dense["y"] if y is not None) == -1.0
+    assert dense["x"][dense["y"].index(-1.0)] == float(2**62 + 1_234 * 2**40)
