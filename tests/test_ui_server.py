@@ -201,6 +201,22 @@ def test_methods_and_bodies_it_does_not_take(board: Dashboard) -> None:
     assert json.loads(request(board, "GET", "/api/generations?run=p/base")[2])["rows"] == []
 
 
+def _command_serving(store: Path) -> tuple[subprocess.Popen[str], int]:
+    """`tracklake ui --port 0` on `store` in a process of its own, and the port it took
+    (from the URL it printed)."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tracklake._cli", "ui", "--root", str(store), "--port", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert process.stdout is not None
+    lines = [process.stdout.readline() for _ in range(2)]
+    url = lines[1].strip()
+    if not url.startswith("http://127.0.0.1:"):
+        process.kill()
+        raise AssertionError(f"no URL printed: {lines} {process.communicate()}")
+    return process, int(url.rsplit(":", 1)[1].strip("/"))
+
+
 def test_the_command_gives_freed_memory_back_and_a_library_caller_keeps_defaults(
         store: Path) -> None:
     """`tracklake ui`, a process of its own that answers in bursts, has DuckDB give what
@@ -208,14 +224,8 @@ def test_the_command_gives_freed_memory_back_and_a_library_caller_keeps_defaults
     1 GiB); a program asking questions through the library keeps DuckDB's defaults."""
     asked = "SELECT current_setting('allocator_background_threads') AS background, " \
             "current_setting('allocator_flush_threshold') AS threshold"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tracklake._cli", "ui", "--root", str(store), "--port", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    process, port = _command_serving(store)
     try:
-        assert process.stdout is not None
-        url = [process.stdout.readline() for _ in range(2)][1].strip()
-        port = int(url.rsplit(":", 1)[1].strip("/"))
         status, _, body = request(None, "POST", "/api/sql",  # type: ignore[arg-type]
                                   json.dumps({"sql": asked}).encode(),
                                   {"Content-Type": "application/json"}, port=port)
@@ -232,16 +242,8 @@ def test_the_command_gives_freed_memory_back_and_a_library_caller_keeps_defaults
 def test_ctrl_c_or_sigterm_ends_the_command_cleanly(store: Path, stop: signal.Signals) -> None:
     """Ctrl-C, or SIGTERM as a service manager or `kill` sends it: the server stops
     taking requests, cuts the one still arriving, frees its port and exits 0."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tracklake._cli", "ui", "--root", str(store), "--port", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    process, port = _command_serving(store)
     try:
-        assert process.stdout is not None
-        lines = [process.stdout.readline() for _ in range(2)]
-        url = lines[1].strip()
-        assert url.startswith("http://127.0.0.1:"), lines
-        port = int(url.rsplit(":", 1)[1].strip("/"))
         assert request(None, "GET", "/api/runs", port=port)[0] == 200  # type: ignore[arg-type]
         with socket.create_connection(("127.0.0.1", port), timeout=60) as held:
             held.sendall(b"GET /api/runs HTTP/1.1\r\n")  # a request still arriving
