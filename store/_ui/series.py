@@ -50,8 +50,8 @@ def series_sql(q: SeriesQuery, many: bool = False) -> str:
     finite extremes with their x, the first x of each non-finite kind, the band): 10 M
     points of one key take about six times what DuckDB takes to read them
     (benchmarks/dashboard_series.py). A curve's points are put in x order once, as one
-    list of (x, y, lo, hi), then split: four lists each sorted on its own took a page of
-    a thousand runs' charts 40 % longer."""
+    list of (x, y, lo, hi), then split: four lists each sorted on its own took the query
+    for five charts of a thousand runs 0.72 s, not 0.52."""
     grouped = q.group is not None
     config = ("" if not grouped else
               "LEFT JOIN (SELECT project, run, any_value(value ORDER BY rank) AS g "
