@@ -76,6 +76,7 @@ import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlencode
 
 PROJECT = "bench"
@@ -175,6 +176,22 @@ def read(base: str, path: str, params: list[tuple[str, str]]) -> object:
     for name, value in params:
         query.setdefault(name, []).append(value)
     return request(base + path, {"query": query})
+
+
+def page_batches(names: list[str], runs: int, points: int) -> list[list[str]]:
+    """The keys as the tracklake page asks for them: up to `BATCH` keys a request, and
+    about `BATCH_POINTS` points (runs times each key's points per run)."""
+    size = max(1, min(BATCH, BATCH_POINTS // max(1, runs * points)))
+    return [names[i:i + size] for i in range(0, len(names), size)]
+
+
+def series_batch(base: str, keys: list[str], ids: list[tuple[str, str]]) -> dict[str, Any]:
+    """The page's request for the curves of `keys` of the runs `ids` (``("run",
+    "project/run")``), step axis, first rank, one bucket per pixel: the answer per key."""
+    answer = read(base, "/api/series_batch", [
+        *(("key", k) for k in keys), ("x", "step"), ("ranks", "first"),
+        ("buckets", str(WIDTH)), *ids])
+    return answer["series"]  # type: ignore[index,no-any-return]
 
 
 def start_server(command: list[str], env: dict[str, str], url: str
@@ -312,15 +329,12 @@ def measure_tracklake(folder: Path, names: list[str], args: argparse.Namespace
             return answer
 
         def batch(keys: list[str]) -> object:
-            answer = read(base, "/api/series_batch", [
-                *(("key", k) for k in keys), ("x", "step"), ("ranks", "first"),
-                ("buckets", str(WIDTH)), *ids])["series"]  # type: ignore[index]
+            answer = series_batch(base, keys, ids)
             assert list(answer) == keys and all(
                 c["points"] == args.steps for k in keys for c in answer[k]["curves"]), keys
             return answer
 
-        size = max(1, min(BATCH, BATCH_POINTS // (args.runs * args.steps)))
-        batches = [names[i:i + size] for i in range(0, len(names), size)]
+        batches = page_batches(names, args.runs, args.steps)
         print(f"tracklake: the page asks for the {len(names)} keys in {len(batches)} "
               f"request(s)")
         figures["chart"], figures["chart again"] = timed(lambda: chart(names[0]),

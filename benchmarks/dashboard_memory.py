@@ -28,14 +28,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 from dashboard import (
-    BATCH,
-    BATCH_POINTS,
-    WIDTH,
     free_port,
+    page_batches,
     peak_rss_bytes,
-    read,
     request,
     rss_bytes,
+    series_batch,
     start_server,
     stop,
 )
@@ -62,19 +60,12 @@ def main() -> None:
         keys: list[dict[str, int | str]] = request(base + "/api/keys")  # type: ignore[assignment]
         names = [str(k["key"]) for k in keys]
         points = max([int(k["points"]) for k in keys] or [1])
-        size = max(1, min(BATCH, BATCH_POINTS // max(1, len(runs) * points)))
-        batches = [names[i:i + size] for i in range(0, len(names), size)]
+        batches = page_batches(names, len(runs), points)
         print(f"{len(runs)} runs, {len(names)} keys, {len(batches)} requests a page")
-
-        def batch(keys: list[str]) -> object:
-            return read(base, "/api/series_batch", [
-                *(("key", k) for k in keys), ("x", "step"), ("ranks", "first"),
-                ("buckets", str(WIDTH)), *ids])
-
         for page in range(args.pages):
             start = time.perf_counter()
             with ThreadPoolExecutor(6) as pool:
-                list(pool.map(batch, batches))
+                list(pool.map(lambda keys: series_batch(base, keys, ids), batches))
             print(f"page {page + 1}: {time.perf_counter() - start:.2f} s, "
                   f"RSS {rss_bytes(server.pid) / mib:.0f} MiB, "
                   f"peak {peak_rss_bytes(server.pid) / mib:.0f} MiB")
