@@ -83,6 +83,22 @@ def test_a_group_is_the_mean_of_its_runs_with_their_range(root: Path) -> None:
         ("0.3", [10.0, 11.0, 12.0], [10.0, 11.0, 12.0], [10.0, 11.0, 12.0])]
 
 
+def test_a_zero_is_sent_as_zero_never_as_minus_zero(root: Path) -> None:
+    """A band's edge or a mean of zero is +0.0 whatever sign its values had: DuckDB's
+    min of -0.0 and 0.0 is either, in an order of its threads' choosing, so the same
+    chart's answer differed from one request to the next."""
+    for name in ("a", "b"):
+        with tracklake.init(project="p", run_id=name, root=root, config={"lr": 0.1}) as run:
+            for step in range(3):
+                run.log({"y": -0.0 if step else 0.0}, step=step)
+    runs = (("p", "a"), ("p", "b"))
+    for group in (None, "lr"):
+        for curve in series(root, SeriesQuery(key="y", runs=runs, group=group))["curves"]:
+            edges = curve["y"] + curve.get("lo", []) + curve.get("hi", [])
+            assert len(edges) == (9 if group else 3) and edges == [0.0] * len(edges)
+            assert [math.copysign(1, v) for v in edges] == [1.0] * len(edges), (group, edges)
+
+
 def test_a_resumed_attempt_is_marked_where_it_took_over(root: Path) -> None:
     with tracklake.init(project="p", run_id="r", root=root) as run:
         for step in range(10):

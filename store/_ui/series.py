@@ -51,7 +51,9 @@ def series_sql(q: SeriesQuery, many: bool = False) -> str:
     points of one key take about six times what DuckDB takes to read them
     (benchmarks/dashboard_series.py). A curve's points are put in x order once, as one
     list of (x, y, lo, hi), then split: four lists each sorted on its own took the query
-    for five charts of a thousand runs 0.72 s, not 0.52."""
+    for five charts of a thousand runs 0.72 s, not 0.52. Values get `+ 0.0`: a zero is
+    sent as 0, never -0 (DuckDB's min of -0.0 and 0.0 is either, by its threads' order,
+    so a band's edge changed sign from one answer to the next)."""
     grouped = q.group is not None
     config = ("" if not grouped else
               "LEFT JOIN (SELECT project, run, any_value(value ORDER BY rank) AS g "
@@ -116,8 +118,9 @@ lines AS (
   SELECT curve, series, any_value(n) AS n,
          list({{'x': x, 'y': value, 'lo': lo, 'hi': hi}} ORDER BY x, value) AS xy
   FROM (SELECT DISTINCT * FROM kept) GROUP BY curve, series)
-SELECT s.project, s.run, l.series, [p.x FOR p IN l.xy] AS xs, [p.y FOR p IN l.xy] AS ys,
-       [p.lo FOR p IN l.xy] AS los, [p.hi FOR p IN l.xy] AS his, l.n, s.key
+SELECT s.project, s.run, l.series, [p.x FOR p IN l.xy] AS xs,
+       [p.y + 0.0 FOR p IN l.xy] AS ys, [p.lo + 0.0 FOR p IN l.xy] AS los,
+       [p.hi + 0.0 FOR p IN l.xy] AS his, l.n, s.key
 FROM lines l JOIN shown s USING (curve) ORDER BY s.key, s.project, s.run, l.series
 """
 
