@@ -181,6 +181,38 @@ def test_a_live_writers_new_steps_appear_without_a_reload(
     assert page.js("window.notReloaded") is True
 
 
+def test_a_live_chart_slow_to_answer_is_asked_again_only_after_a_pause(
+        page: Browser, live_run: tuple[Path, tracklake.Run]) -> None:
+    """A chart whose answer takes 1.5 s (held back in the page, as a key of millions of
+    points would take) is not asked again the moment it lands while a run is live: at
+    most twice in 6 s of flushes, where asking on every poll makes it four; and it still
+    follows the run once answers are quick again."""
+    live = live_run[1]
+    page.js("tracklake.charts.get('loss').el.scrollIntoView({block: 'center'})")
+    page.js("""(() => {
+      window.quickFetch = window.fetch; window.lossAsked = 0;
+      window.fetch = async (url, init) => {
+        if (String(url).includes('/api/series') && String(url).includes('key=loss')) {
+          window.lossAsked += 1; await new Promise((done) => setTimeout(done, 1500));
+        }
+        return window.quickFetch(url, init);
+      };
+    })()""")
+    try:
+        started, step = time.monotonic(), 101
+        while time.monotonic() - started < 6:
+            live.log({"loss": 3.0 + step}, step=step)
+            live.flush()
+            step += 1
+            time.sleep(0.3)
+        asked = page.js("window.lossAsked")
+    finally:
+        page.js("window.fetch = window.quickFetch")
+    assert 1 <= asked <= 2, asked
+    page.wait(f"tracklake.charts.get('loss').plot.data[0].includes({step - 1})",
+              "the last step drawn once answers are quick")
+
+
 def test_the_sql_console_answers_and_refuses_a_write(page: Browser) -> None:
     page.click_element('nav button[data-view="sql"]')
     page.js("document.getElementById('sql-text').value = "

@@ -279,6 +279,17 @@
     if (!pending.size) setTimeout(askPending, 0);  // the charts asked for meanwhile join
     pending.add(c);
   }
+  // A live run's poll asks a chart again only once it has waited LIVE_PACE times as
+  // long as its last answer took, and never while one is on its way: a chart of
+  // millions of points (seconds to answer) then keeps the server busy a third of the
+  // time at most, not all of it, and a chart answered in milliseconds still follows
+  // every poll.
+  const LIVE_PACE = 2;
+  function refresh(c) {
+    if (c.loading || pending.has(c)) return;  // what comes back is asked again next poll
+    if (c.answered !== undefined && performance.now() - c.answered < LIVE_PACE * c.took) return;
+    load(c);
+  }
   function askPending() {
     const asked = [...pending].filter((c) => charts.get(c.key) === c);  // not redrawn since
     pending.clear();
@@ -295,7 +306,7 @@
     if (batch.length) ask(batch);
   }
   async function ask(batch) {
-    const asked = epoch;
+    const asked = epoch, started = performance.now();
     for (const c of batch) c.loading = true;
     let got = null, error = null;
     try {
@@ -305,8 +316,10 @@
     } catch (e) {
       error = e;
     }
+    const answered = performance.now();
     for (const c of batch) {
       c.loading = false;
+      c.answered = answered; c.took = answered - started;
       if (charts.get(c.key) !== c) continue;  // redrawn meanwhile
       const answer = got && got.get(c.key);
       if (error || !answer) c.note.textContent = "error: " + (error ? error.message : "no answer");
@@ -1145,7 +1158,7 @@
         const keysChanged = JSON.stringify(keys.map((k) => k.key)) !== JSON.stringify(state.keys.map((k) => k.key));
         state.keys = keys;
         if (keysChanged) { renderCharts(); renderTable(); }
-        else for (const c of charts.values()) if (c.visible) load(c);
+        else for (const c of charts.values()) if (c.visible) (live ? refresh : load)(c);
         loadMedia();
       }
       if (live && $("run-key").value && !$("table").hidden) loadSummary();
