@@ -9,6 +9,10 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 SEPARATOR = "/"
+#: how deep a logged value may nest mappings and lists: past it a value is refused with
+#: its key named, where Python's recursion limit (about 1,000) would raise RecursionError
+#: from somewhere inside, and a reader or exporter decoding it could hit the same
+MAX_NESTING = 100
 
 
 def _numpy() -> Any:
@@ -29,14 +33,23 @@ def check_key(key: object, where: str = "metric") -> str:
     return key
 
 
-def flatten(mapping: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
-    """Yield (key, leaf) pairs of a nested mapping, joining nested keys with '/'."""
+def flatten(mapping: Mapping[str, Any], prefix: str = "", depth: int = 0
+            ) -> Iterator[tuple[str, Any]]:
+    """Yield (key, leaf) pairs of a nested mapping, joining nested keys with '/'; a
+    ValueError naming the key where mappings nest deeper than `MAX_NESTING`."""
+    if depth >= MAX_NESTING:
+        raise ValueError(f"key {_shown(prefix[:-1])!r} nests mappings more than {MAX_NESTING} "
+                         "levels deep; flatten it, or log it as text")
     for key, value in mapping.items():
         full = prefix + check_key(key)
         if isinstance(value, Mapping):
-            yield from flatten(value, full + SEPARATOR)
+            yield from flatten(value, full + SEPARATOR, depth + 1)
         else:
             yield full, value
+
+
+def _shown(key: str) -> str:
+    return key if len(key) <= 80 else f"{key[:40]}…{key[-40:]}"
 
 
 def to_float(key: str, value: object) -> float | str:
@@ -129,29 +142,37 @@ def flatten_config(config: object) -> dict[str, Any]:
     """Flatten a config with '/' into JSON-able leaves (lists kept as lists)."""
     out: dict[str, Any] = {}
     for key, value in flatten(config_to_mapping(config)):
-        out[key] = jsonable(value)
+        try:
+            out[key] = jsonable(value)
+        except ValueError as exc:
+            raise ValueError(f"config key {_shown(key)!r}: {exc}") from None
     return out
 
 
-def jsonable(value: object) -> Any:
-    """A JSON-serialisable form of a config leaf or a record attribute."""
+def jsonable(value: object, depth: int = 0) -> Any:
+    """A JSON-serialisable form of a config leaf or a record attribute; a ValueError if
+    its mappings and lists nest deeper than `MAX_NESTING`."""
     if value is None or isinstance(value, (str, bool, int)):
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else repr(value)
     np = _numpy()
     if np is not None and isinstance(value, np.generic):
-        return jsonable(value.item())
+        return jsonable(value.item(), depth)
     if np is not None and isinstance(value, np.ndarray):
-        return jsonable(value.tolist())
+        return jsonable(value.tolist(), depth)
     if _is_torch_tensor(value):
         tensor: Any = value
-        return jsonable(tensor.tolist())
-    if isinstance(value, Mapping):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [jsonable(v) for v in value]
+        return jsonable(tensor.tolist(), depth)
     sequences = sys.modules.get("omegaconf")
-    if sequences is not None and isinstance(value, sequences.ListConfig):
-        return [jsonable(v) for v in value]
+    mapping = isinstance(value, Mapping)
+    if mapping or isinstance(value, (list, tuple, set, frozenset)) or (
+            sequences is not None and isinstance(value, sequences.ListConfig)):
+        if depth >= MAX_NESTING:
+            raise ValueError(f"a value nests mappings and lists more than {MAX_NESTING} "
+                             "levels deep")
+        inner: Any = value
+        if mapping:
+            return {str(k): jsonable(v, depth + 1) for k, v in inner.items()}
+        return [jsonable(v, depth + 1) for v in inner]
     return str(value)

@@ -75,6 +75,9 @@ _SECRET_VALUE = re.compile(
 )
 #: ``scheme://user:password@`` -> the password.
 _URL_PASSWORD = re.compile(r"(://[^/\s:@]+):[^/\s@]+@")
+#: ``"name": value`` in JSON nested too deeply to parse.
+_JSON_PAIR = re.compile(r'"(?P<name>(?:[^"\\]|\\.)*)"(?P<sep>\s*:\s*)'
+                        r'(?P<value>"(?:[^"\\]|\\.)*"|[^\s,\]}]+)')
 #: ``name=value`` / ``name: value`` inside a value (URL queries, connection strings).
 _PAIR = re.compile(r"(?P<name>[A-Za-z][\w.-]*)(?P<sep>\s*[=:]\s*)(?P<value>[^\s&;,'\"?=]+)")
 
@@ -116,8 +119,10 @@ def redact_value(value: str) -> str:
     URL passwords, ``name=value`` pairs with a secret name, and the secrets of a JSON
     object or list."""
     structured = _redact_structured(value)
-    if structured is not None:
-        return structured
+    return _redact_text(value) if structured is None else structured
+
+
+def _redact_text(value: str) -> str:
     value = _URL_PASSWORD.sub(rf"\1:{REDACTED}@", value)
     value = _SECRET_VALUE.sub(REDACTED, value)
     return _PAIR.sub(_redact_pair, value)
@@ -129,17 +134,27 @@ def _redact_pair(m: re.Match[str]) -> str:
     return f"{m.group('name')}{m.group('sep')}{REDACTED}"
 
 
+def _redact_json_pair(m: re.Match[str]) -> str:
+    if m.group("value") in ("null", '""', "true", "false") or not secret_name(
+            m.group("name")):
+        return m.group(0)
+    return f'"{m.group("name")}"{m.group("sep")}{json.dumps(REDACTED)}'
+
+
 def _redact_structured(value: str) -> str | None:
     """A JSON object or list in `value`, its secrets redacted; None if it is not one or
-    holds nothing to redact."""
+    holds nothing to redact. One nested too deeply to walk (an environment variable can
+    hold anything) has its ``"name": value`` pairs redacted as text."""
     text = value.strip()
     if not text.startswith(("{", "[")):
         return None
     try:
         doc = json.loads(text)
+        redacted = _redact_nested("", doc)
+    except RecursionError:
+        return _redact_text(_JSON_PAIR.sub(_redact_json_pair, value))
     except ValueError:
         return None
-    redacted = _redact_nested("", doc)
     return None if redacted == doc else json.dumps(redacted)
 
 

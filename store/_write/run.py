@@ -273,6 +273,11 @@ class Run(RunHandle):
         if self._state is not Lifecycle.RUNNING:
             self._refuse("log_artifact()")
         items = artifact_items(artifact, name)
+        try:
+            described = json.dumps(jsonable(dict(metadata or {})))
+        except ValueError as exc:
+            raise ValueError(f"metadata of artifact {name!r}: {exc}" if name else
+                             f"an artifact's metadata: {exc}") from None
         digest = None
         rows = []
         for item_name, source in items:
@@ -283,7 +288,7 @@ class Run(RunHandle):
                 return None
             rows.append({"time": _now_us(), "step": self._resolve_step(step), "name": item_name,
                          "digest": digest, "size": size, "media_type": media_type,
-                         "metadata": json.dumps(jsonable(dict(metadata or {})))})
+                         "metadata": described})
         self._add("artifacts", rows)
         return digest
 
@@ -374,11 +379,15 @@ def _generation_row(key: str, index: int, sample: Any) -> dict[str, Any]:
         raise TypeError(f"{key} sample {index} must be a mapping with input/output/score or an "
                         f"(input, output, score) tuple, not {type(sample).__name__}")
     row: dict[str, Any] = {"key": key, "sample": index}
-    for col in ("input", "output"):
-        value = fields.pop(col, None)
-        row[col] = value if value is None or isinstance(value, str) else json.dumps(
-            jsonable(value), ensure_ascii=False)
     score = fields.pop("score", None)
+    try:
+        for col in ("input", "output"):
+            value = fields.pop(col, None)
+            row[col] = value if value is None or isinstance(value, str) else json.dumps(
+                jsonable(value), ensure_ascii=False)
+        extra = json.dumps(jsonable(fields), ensure_ascii=False) if fields else None
+    except ValueError as exc:
+        raise ValueError(f"{key} sample {index}: {exc}") from None
     if score is not None:
         from tracklake._write.coerce import to_float
 
@@ -387,7 +396,7 @@ def _generation_row(key: str, index: int, sample: Any) -> dict[str, Any]:
             raise TypeError(f"{key} sample {index}: score must be a number, not str")
         score = coerced
     row["score"] = score
-    row["extra"] = json.dumps(jsonable(fields), ensure_ascii=False) if fields else None
+    row["extra"] = extra
     return row
 
 

@@ -130,7 +130,7 @@ def plain(value: Any, depth: int = 0) -> Any:
     """`value` as JSON-ready data: pydantic models (verl's rollout outputs) and dataclass
     instances become their fields, so that SQL can reach into them instead of a str()."""
     if depth > _MAX_DEPTH:
-        return str(value)
+        return _text(value)
     dump = getattr(value, "model_dump", None)
     if callable(dump) and not isinstance(value, type):
         value = dump()
@@ -140,4 +140,16 @@ def plain(value: Any, depth: int = 0) -> Any:
         return {str(k): plain(v, depth + 1) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [plain(v, depth + 1) for v in value]
-    return jsonable(value)
+    try:
+        return jsonable(value)
+    except ValueError:  # sets within sets past MAX_NESTING
+        return _text(value)
+
+
+def _text(value: Any) -> str:
+    """What is past the depth kept, as text; a marker if even that nests too deeply for
+    Python to print (a span's end never raises over what it was given)."""
+    try:
+        return str(value)
+    except RecursionError:
+        return f"<a {type(value).__name__} nested too deeply to record>"
