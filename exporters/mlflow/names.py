@@ -9,6 +9,7 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from typing import TypeVar
 
+from tracklake.exporters._shared.json_value import json_value
 from tracklake.exporters._shared.keys import distinct_name, hashed_name
 
 #: Limits from mlflow.utils.validation (copied so that importing this module does not
@@ -74,7 +75,7 @@ def step_name(step: int | None) -> str:
 
 def param_value(json_text: str) -> str:
     """A config value (JSON text) as a param: strings as themselves, the rest as JSON."""
-    value = json.loads(json_text)
+    value = json_value(json_text)
     return (value if isinstance(value, str) else json_text)[:MAX_PARAM_VAL_LENGTH]
 
 

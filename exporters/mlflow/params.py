@@ -13,10 +13,10 @@ their params follow verl's rule, so nothing changes for any other run.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from tracklake.exporters._shared.json_value import json_value
 from tracklake.exporters.mlflow.names import MAX_PARAM_VAL_LENGTH, mlflow_key, param_value
 
 #: The run tag tracklake's verl integration sets (`tracklake.integrations.verl`).
@@ -33,7 +33,7 @@ def config_params(key: str, json_text: str, *, verl: bool) -> dict[str, str]:
     if not verl:
         return {mlflow_key(key): param_value(json_text)}
     return {mlflow_key(name): value[:MAX_PARAM_VAL_LENGTH]
-            for name, value in _verl_leaves(key, json.loads(json_text))}
+            for name, value in _verl_leaves(key, json_value(json_text))}
 
 
 def _verl_leaves(key: str, value: Any) -> Iterator[tuple[str, str]]:

@@ -17,6 +17,7 @@ import pyarrow as pa
 from tracklake import ExportError
 from tracklake.exporters._protocol import ExportContext, RunInfo
 from tracklake.exporters._shared import verl
+from tracklake.exporters._shared.json_value import json_value
 from tracklake.exporters.mlflow.names import (
     MAX_METRICS_PER_BATCH,
     MAX_PARAMS_TAGS_PER_BATCH,
@@ -73,7 +74,7 @@ def write_configs(run: RunInfo, target: MlflowTarget, table: pa.Table) -> None:
         if row["attempt"] < applied:
             continue  # an older attempt than one already applied: not the latest value
         applied = row["attempt"]
-        latest[row["key"]] = json.loads(row["value"])
+        latest[row["key"]] = json_value(row["value"])
         for name, value in leaf_params.items():
             first = firsts[name]
             change_tag = mlflow_key(f"tracklake.param_changed.{name}")

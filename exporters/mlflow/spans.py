@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from tracklake import ExportError
 from tracklake.exporters._protocol import RunInfo
+from tracklake.exporters._shared.json_value import json_value, too_deep
 from tracklake.exporters.mlflow.names import (
     MAX_TRACE_LINKS_PER_REQUEST,
     RUN_ID_TAG,
@@ -95,12 +96,13 @@ def _span_dict(run: RunInfo, row: Mapping[str, Any]) -> dict[str, Any]:
         "mlflow.spanType": json.dumps("UNKNOWN"),
     }
     if row["inputs"] is not None:
-        attributes["mlflow.spanInputs"] = row["inputs"]
+        attributes["mlflow.spanInputs"] = _as_json(row["inputs"])
     if row["outputs"] is not None:
-        attributes["mlflow.spanOutputs"] = row["outputs"]
-    for key, value in json.loads(row["attributes"] or "{}").items():
+        attributes["mlflow.spanOutputs"] = _as_json(row["outputs"])
+    given = json_value(row["attributes"] or "{}")
+    for key, value in (given if isinstance(given, dict) else {"attributes": given}).items():
         name = f"tracklake.attribute.{key}" if key.startswith("mlflow.") else key
-        attributes[name] = json.dumps(value, ensure_ascii=False)
+        attributes[name] = _attribute(value)
     ours = {"tracklake.step": row["step"], "tracklake.rank": row["rank"],
             "tracklake.attempt": row["attempt"], "tracklake.trace_id": row["trace_id"],
             "tracklake.span_id": row["span_id"], "tracklake.token_ids": row["token_ids"]}
@@ -123,3 +125,23 @@ def _span_dict(run: RunInfo, row: Mapping[str, Any]) -> dict[str, Any]:
         "events": [{"name": "exception", "time_unix_nano": end_ns,
                     "attributes": {"exception.message": row["error"] or ""}}] if error else [],
     }
+
+
+def _as_json(text: str) -> str:
+    """A stored input or output (JSON text) as a span attribute: as stored, or as
+    `_attribute` makes it of the text itself (not JSON, or nesting too deeply: a planted
+    record) or of the string it holds."""
+    decoded = json_value(text)
+    if decoded is text or isinstance(decoded, str):
+        return _attribute(decoded)
+    return text
+
+
+def _attribute(value: Any) -> str:
+    """`value` as a span attribute (JSON text). A string that is itself JSON nesting past
+    what a writer allows goes as ``{"text": value}``: MLflow's server (3.x) decodes a
+    string attribute once more to undo double encoding, and on such a string fails with
+    RecursionError (a 422 the export would retry until it gives up on the run)."""
+    if isinstance(value, str) and value.lstrip().startswith(("[", "{")) and too_deep(value):
+        value = {"text": value}
+    return json.dumps(value, ensure_ascii=False)

@@ -23,6 +23,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from tracklake.exporters._shared.json_value import json_value
 from tracklake.exporters._shared.keys import distinct_name
 from tracklake.exporters._shared.nest import nest as nest_keys
 from tracklake.read import media_file
@@ -220,16 +221,7 @@ def add_alerts(pending: SwanlabPending, records: pa.Table) -> None:
 def add_configs(pending: SwanlabPending, records: pa.Table) -> None:
     for row in _rows(records):
         if row.get("key") is not None:
-            pending.config[str(row["key"])] = _json_value(row.get("value"))
-
-
-def _json_value(text: Any) -> Any:
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except (TypeError, ValueError):
-        return text
+            pending.config[str(row["key"])] = json_value(row.get("value"))
 
 
 def nest(flat: Mapping[str, Any]) -> dict[str, Any]:

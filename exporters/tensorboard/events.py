@@ -29,6 +29,7 @@ from tensorboard.plugins.text import (  # type: ignore[import-untyped, unused-ig
 
 from tracklake.exporters._protocol import RunInfo
 from tracklake.exporters._shared import verl
+from tracklake.exporters._shared.json_value import json_value
 
 #: Child spans held until their root arrives (kept in the commit state, so bounded).
 MAX_HELD_SPANS = 200
@@ -177,19 +178,12 @@ def config_events(run: RunInfo, records: pa.Table, with_hparams: bool) -> Iterat
     yield text_event("config", _md_table(headers, table), 0, wall_time)
     if with_hparams:
         values = {k: _hparam(v) for k, v in run.config.items()}
-        values.update((r["key"], _hparam(_json_value(r["value"]))) for r in rows)
+        values.update((r["key"], _hparam(json_value(r["value"]))) for r in rows)
         start = _start_time(run.started_at)
         summary = hparams_summary.hparams_pb(values, trial_id=run.key,
                                              start_time_secs=wall_time if start is None
                                              else start)
         yield event_pb2.Event(wall_time=wall_time, step=0, summary=summary)
-
-
-def _json_value(text: str | None) -> Any:
-    try:
-        return None if text is None else json.loads(text)
-    except ValueError:
-        return text
 
 
 def _hparam(value: Any) -> bool | int | float | str:

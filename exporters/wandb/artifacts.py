@@ -12,7 +12,6 @@ its contents, so logging the same files again adds no version.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 
 import wandb
 
+from tracklake.exporters._shared.json_value import json_value
 from tracklake.read import stored_blob
 
 _REFUSED = re.compile(r"[^A-Za-z0-9_.\-]")
@@ -53,7 +53,7 @@ def build(records: Iterable[Mapping[str, Any]], store_root: Path
             metadata[str(record["name"])] = {
                 "sha256": record["digest"], "size": record.get("size"),
                 "media_type": record.get("media_type"),
-                "metadata": _json(record.get("metadata")), "rank": record.get("rank"),
+                "metadata": json_value(record.get("metadata")), "rank": record.get("rank"),
                 "attempt": record.get("attempt")}
         if not files:
             continue
@@ -63,9 +63,3 @@ def build(records: Iterable[Mapping[str, Any]], store_root: Path
         built.append((artifact, [f"step-{step}"]))
     return built, missing
 
-
-def _json(text: Any) -> Any:
-    try:
-        return json.loads(text) if isinstance(text, str) else text
-    except ValueError:
-        return text

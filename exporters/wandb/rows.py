@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 import wandb
 
 from tracklake.exporters._shared import verl
+from tracklake.exporters._shared.json_value import json_value
 from tracklake.exporters._shared.keys import distinct_name
 from tracklake.exporters.wandb.axes import TABLE_TYPE_TAG, AxisRow, AxisRules, valid_rule
 from tracklake.exporters.wandb.media import MEDIA_TYPE_TAG, media_values
@@ -200,7 +201,7 @@ def add_generations(pending: WandbPending, records: pa.Table) -> None:
         rows = records.filter(pc.equal(records.column("key"), key)).to_pylist()
         samples = []
         for row in rows:
-            extra = _json_value(row.get("extra"))
+            extra = json_value(row.get("extra"))
             if isinstance(extra, dict) and isinstance(extra.get(TABLE_LAYOUT), dict):
                 _add_wandb_table_row(pending, key, row, extra)
             else:
@@ -241,7 +242,7 @@ def add_events(pending: WandbPending, records: pa.Table) -> None:
     add_alerts(pending, records)
     for row in records.filter(pc.is_in(records.column("kind"), pa.array(
             [DEFINE_METRIC_EVENT, SUMMARY_EVENT, INIT_EVENT]))).to_pylist():
-        value = _json_value(row.get("text"))
+        value = json_value(row.get("text"))
         if not isinstance(value, dict):
             continue
         if row["kind"] == INIT_EVENT:
@@ -282,14 +283,7 @@ def add_artifacts(pending: WandbPending, records: pa.Table) -> None:
 def add_configs(pending: WandbPending, records: pa.Table) -> None:
     for key, value in zip(_column(records, "key"), _column(records, "value"), strict=True):
         if key is not None:
-            pending.config[key] = _json_value(value)
-
-
-def _json_value(text: str | None) -> Any:
-    try:
-        return None if text is None else json.loads(text)
-    except ValueError:
-        return text
+            pending.config[key] = json_value(value)
 
 
 def _cell(value: Any) -> Any:

@@ -219,6 +219,6 @@ def _show(value: str | None) -> str:
         return ""
     try:
         decoded = json.loads(value)
-    except ValueError:
+        return decoded if isinstance(decoded, str) else json.dumps(decoded)
+    except (ValueError, RecursionError):  # not JSON, or nesting past what Python decodes
         return value
-    return decoded if isinstance(decoded, str) else json.dumps(decoded)
