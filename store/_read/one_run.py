@@ -47,7 +47,7 @@ def _parse_tree(sql: str) -> Any:
             return None
     try:
         tree = json.loads(row[0]) if row else None
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):  # expressions near DuckDB's depth limit
         return None
     return None if not isinstance(tree, dict) or tree.get("error") else tree
 
