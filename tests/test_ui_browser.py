@@ -213,6 +213,40 @@ def test_a_live_chart_slow_to_answer_is_asked_again_only_after_a_pause(
               "the last step drawn once answers are quick")
 
 
+def test_a_slow_run_list_spaces_the_polls_and_a_hidden_page_asks_nothing(
+        page: Browser) -> None:
+    """The run list held back 1.5 s in the page (as tens of thousands of runs take to
+    answer): at most two polls in 6 s, where a poll every second makes three or four;
+    with the page hidden (another tab) none in 3 s, and one as soon as it is shown."""
+    page.js("""(() => {
+      window.quickFetch = window.fetch; window.runsAsked = 0; window.runsDelay = 1500;
+      window.fetch = async (url, init) => {
+        if (String(url).startsWith('/api/runs') || String(url).includes('/api/runs?')) {
+          window.runsAsked += 1;
+          await new Promise((done) => setTimeout(done, window.runsDelay));
+        }
+        return window.quickFetch(url, init);
+      };
+    })()""")
+    try:
+        time.sleep(6)
+        slow = page.js("window.runsAsked")
+        page.js("window.runsDelay = 0; Object.defineProperty(document, 'hidden', "
+                "{configurable: true, get: () => true});"
+                "document.dispatchEvent(new Event('visibilitychange'))")
+        time.sleep(5)  # the poll on its way, and the pause after it, end
+        before = page.js("window.runsAsked")
+        time.sleep(3)
+        hidden = page.js("window.runsAsked") - before
+        page.js("delete document.hidden; document.dispatchEvent(new Event('visibilitychange'))")
+        shown = page.wait(f"window.runsAsked > {before + hidden} && window.runsAsked",
+                          "a poll once the page is shown")
+    finally:
+        page.js("window.fetch = window.quickFetch; delete document.hidden")
+    assert 1 <= slow <= 2, slow
+    assert hidden == 0 and shown > before
+
+
 def test_the_sql_console_answers_and_refuses_a_write(page: Browser) -> None:
     page.click_element('nav button[data-view="sql"]')
     page.js("document.getElementById('sql-text').value = "

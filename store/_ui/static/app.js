@@ -279,15 +279,15 @@
     if (!pending.size) setTimeout(askPending, 0);  // the charts asked for meanwhile join
     pending.add(c);
   }
-  // A live run's poll asks a chart again only once it has waited LIVE_PACE times as
+  // A live run's poll asks a chart again only once it has waited PACE times as
   // long as its last answer took, and never while one is on its way: a chart of
   // millions of points (seconds to answer) then keeps the server busy a third of the
   // time at most, not all of it, and a chart answered in milliseconds still follows
   // every poll.
-  const LIVE_PACE = 2;
+  const PACE = 2;
   function refresh(c) {
     if (c.loading || pending.has(c)) return;  // what comes back is asked again next poll
-    if (c.answered !== undefined && performance.now() - c.answered < LIVE_PACE * c.took) return;
+    if (c.answered !== undefined && performance.now() - c.answered < PACE * c.took) return;
     load(c);
   }
   function askPending() {
@@ -1230,13 +1230,28 @@
     $("sql-offline").hidden = false;
     $("sql-run").disabled = true;
   }
+  // A poll every POLL_MS, but never sooner than PACE times as long as the last one took
+  // after it ended: on a store whose run list takes seconds to answer (tens of thousands
+  // of runs) an open page does not keep the server asking back to back. A hidden page
+  // (another tab, a minimised window) asks nothing, and polls at once when shown again.
+  let asleep = false;
+  async function pollInTurn() {
+    if (document.hidden) { asleep = true; return; }
+    const started = performance.now();
+    await poll();
+    const took = performance.now() - started;
+    setTimeout(pollInTurn, Math.max(POLL_MS - took, PACE * took));
+  }
+  document.addEventListener("visibilitychange", () => {
+    if (asleep && !document.hidden) { asleep = false; pollInTurn(); }
+  });
   window.tracklake = { state, charts, media, traces, sqlChart, poll, toggleRun, report: REPORT };
   poll().then(() => {
+    if (!REPORT) setTimeout(pollInTurn, POLL_MS);
     // page.html#q=TEXT opens on the generations searched for TEXT (a link to a search)
     const asked = new URLSearchParams(location.hash.slice(1)).get("q");
     if (!asked) return;
     $("gen-search").value = asked;
     document.querySelector('nav button[data-view="generations"]').click();
   });
-  if (!REPORT) setInterval(poll, POLL_MS);
 })();
