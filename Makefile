@@ -27,6 +27,7 @@ NOT_INSTALLED_THERE = torch,verl,ray,hydra
 PYTHONS_TESTS ?= tests/test_run_api.py tests/test_segment.py tests/test_coerce.py \
 	tests/test_write_hardening.py tests/test_lifecycle.py tests/test_naming.py \
 	tests/test_identity.py tests/test_init_inputs.py tests/test_trace_decorator.py \
+	tests/test_deep_nesting.py \
 	tests/test_query.py tests/test_read_scope.py tests/test_run_list.py \
 	tests/test_golden_corpus.py tests/test_plain_engines.py tests/test_sql_readonly.py \
 	tests/test_cursor.py tests/test_live_tail.py tests/test_compact_merge.py \
