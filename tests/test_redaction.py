@@ -151,3 +151,31 @@ def test_nothing_the_issue_listed_reaches_the_store_or_a_pack(
     assert attempt["config"]["max_tokens"] == 512
     assert attempt["config"]["tokenizer_path"] == "/models/tok"
     assert attempt["config"]["key_dim"] == 64
+
+
+def test_values_of_a_million_characters_are_redacted_in_one_pass(tmp_path: Path) -> None:
+    """A config string of a million letters (a prompt template, a serialized tokenizer),
+    an environment variable and an argument of 100,000 (the most Linux passes is 128 KiB
+    each), each with a secret pair at its end: the search for ``name=value`` pairs was
+    retried from every letter of a run, 4.5 s at 20,000 letters and hours at a million,
+    so `init` hung. The run is bounded at 120 s to catch such a hang (it takes about a
+    second), not to time it."""
+    import os
+    import subprocess
+
+    code = (
+        "import sys, tracklake\n"
+        "with tracklake.init(project='p', run_id='r', root=sys.argv[1], system_metrics=False,\n"
+        "                    config={'prompt': 'x' * 1_000_000 + ' api_key=sk-0123456789ab'}):\n"
+        "    pass\n")
+    long = "y" * 100_000
+    subprocess.run([sys.executable, "-c", code, str(tmp_path), long + ",token=abcdefgh12"],
+                   env={**os.environ, "LONG_SETTING": long + " password=hunter2x"},
+                   check=True, timeout=120)
+    [config] = tracklake.query("SELECT value FROM configs WHERE key = 'prompt'",
+                               root=tmp_path).column(0)
+    assert json.loads(config.as_py()) == "x" * 1_000_000 + f" api_key={REDACTED}"
+    [identity] = tracklake.query("SELECT identity FROM run_attempts", root=tmp_path).column(0)
+    captured = json.loads(identity.as_py())
+    assert captured["env"]["LONG_SETTING"] == f"{long} password={REDACTED}"
+    assert captured["command"][-1] == f"{long},token={REDACTED}"

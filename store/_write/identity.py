@@ -79,7 +79,12 @@ _URL_PASSWORD = re.compile(r"(://[^/\s:@]+):[^/\s@]+@")
 _JSON_PAIR = re.compile(r'"(?P<name>(?:[^"\\]|\\.)*)"(?P<sep>\s*:\s*)'
                         r'(?P<value>"(?:[^"\\]|\\.)*"|[^\s,\]}]+)')
 #: ``name=value`` / ``name: value`` inside a value (URL queries, connection strings).
-_PAIR = re.compile(r"(?P<name>[A-Za-z][\w.-]*)(?P<sep>\s*[=:]\s*)(?P<value>[^\s&;,'\"?=]+)")
+#: A match starts only where a run of name characters does (the name is the run from its
+#: first letter): started anywhere, a failed match was retried from every character of
+#: the run, which took 4.5 s for a config string of 20,000 letters, and hours for 1 MB.
+_PAIR = re.compile(r"(?<![\w.-])(?P<run>[\w.-]+)(?P<sep>\s*[=:]\s*)"
+                   r"(?P<value>[^\s&;,'\"?=]+)")
+_NAME_START = re.compile(r"[A-Za-z]")
 
 
 def _words(name: str) -> list[str]:
@@ -129,9 +134,12 @@ def _redact_text(value: str) -> str:
 
 
 def _redact_pair(m: re.Match[str]) -> str:
-    if m.group("value") == REDACTED or not secret_name(m.group("name")):
+    run = m.group("run")
+    letter = _NAME_START.search(run)
+    if letter is None or m.group("value") == REDACTED or not secret_name(
+            run[letter.start():]):
         return m.group(0)
-    return f"{m.group('name')}{m.group('sep')}{REDACTED}"
+    return f"{run}{m.group('sep')}{REDACTED}"
 
 
 def _redact_json_pair(m: re.Match[str]) -> str:
