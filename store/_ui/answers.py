@@ -54,8 +54,11 @@ SELECT r.project, r.run, r.name, r.status, r.attempts, r.ranks, r.tags,
        i.git_dirty, i.command, i.python, coalesce(c.config, MAP {}) AS config
 FROM runs r LEFT JOIN (
   SELECT project, run, map(list(key ORDER BY key), list(value ORDER BY key)) AS config
-  FROM (SELECT project, run, key, any_value(value ORDER BY rank) AS value
-        FROM run_configs GROUP BY ALL)
+  FROM (SELECT project, run, key,
+               CASE WHEN length(v) <= 300 THEN v ELSE left(v, 300) || '… (' || length(v)
+                    || ' characters, md5 ' || left(md5(v), 12) || ')' END AS value
+        FROM (SELECT project, run, key, any_value(value ORDER BY rank) AS v
+              FROM run_configs GROUP BY ALL))
   GROUP BY ALL) c USING (project, run)
 LEFT JOIN (
   SELECT project, run, arg_min(git_dirty, (rank, -attempt)) AS git_dirty,
@@ -69,7 +72,9 @@ ORDER BY r.started_at DESC, r.project, r.run
 def runs(store: Path, problems: ReadProblems | None = None) -> dict[str, Any]:
     """Every run: identity (the lowest rank's latest attempt's command, Python and git
     state), status, attempts, ranks, tags, times and config (rank 0's), and the query
-    they came from."""
+    they came from. A config value past 300 characters is cut, with its length and md5
+    (two that differ still show as different): the page asks for this every second, and
+    a prompt template of a megabyte in each of 20 runs made 20 MB of every poll."""
     rows: list[dict[str, Any]] = _ask(store, _RUNS_SQL, None, problems).to_pylist()
     for row in rows:
         row["config"] = dict(row["config"] or [])
