@@ -48,15 +48,21 @@ def _ask(store: Path, sql: str, params: dict[str, Any] | None = None,
                  problems=ReadProblems() if problems is None else problems)
 
 
-_RUNS_SQL = """
+def _cut(column: str, limit: int) -> str:
+    """SQL of `column` cut past `limit` characters, with its length and md5 (so that two
+    texts differing past the cut still differ)."""
+    return (f"CASE WHEN length({column}) <= {limit} THEN {column} ELSE left({column}, "
+            f"{limit}) || '… (' || length({column}) || ' characters, md5 ' || "
+            f"left(md5({column}), 12) || ')' END")
+
+
+_RUNS_SQL = f"""
 SELECT r.project, r.run, r.name, r.status, r.attempts, r.ranks, r.tags,
        epoch(r.started_at) AS started, epoch(r.ended_at) AS ended, r.host, r.git_commit,
-       i.git_dirty, i.command, i.python, coalesce(c.config, MAP {}) AS config
+       i.git_dirty, i.command, i.python, coalesce(c.config, MAP {{}}) AS config
 FROM runs r LEFT JOIN (
   SELECT project, run, map(list(key ORDER BY key), list(value ORDER BY key)) AS config
-  FROM (SELECT project, run, key,
-               CASE WHEN length(v) <= 300 THEN v ELSE left(v, 300) || '… (' || length(v)
-                    || ' characters, md5 ' || left(md5(v), 12) || ')' END AS value
+  FROM (SELECT project, run, key, {_cut("v", 300)} AS value
         FROM (SELECT project, run, key, any_value(value ORDER BY rank) AS v
               FROM run_configs GROUP BY ALL))
   GROUP BY ALL) c USING (project, run)
@@ -232,6 +238,9 @@ def whole(value: float) -> float | int:
 #: outputs in all.
 GENERATION_PROMPTS = 50
 GENERATION_ROWS = 2000
+#: A prompt or output past this many characters is cut (a search still looks through the
+#: whole text): one output of 12 MB made the view's answer 12 MB.
+GENERATION_CHARACTERS = 50_000
 
 _GENERATIONS_SQL = f"""
 WITH g AS (
@@ -241,7 +250,8 @@ WITH g AS (
          OR contains(lower(coalesce(output, '')), lower($q)))),
 prompts AS (SELECT input, max(step) AS last FROM g GROUP BY input
             ORDER BY last DESC NULLS LAST, input LIMIT {GENERATION_PROMPTS})
-SELECT g.project, g.run, g.step, g.key, g.sample, g.input, g.output, g.score
+SELECT g.project, g.run, g.step, g.key, g.sample, {_cut("g.input", GENERATION_CHARACTERS)}
+       AS input, {_cut("g.output", GENERATION_CHARACTERS)} AS output, g.score
 FROM g JOIN prompts p ON g.input IS NOT DISTINCT FROM p.input
 ORDER BY p.last DESC NULLS LAST, g.input, g.step, g.project, g.run, g.sample
 LIMIT {GENERATION_ROWS}
