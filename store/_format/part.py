@@ -22,7 +22,7 @@ import pyarrow as pa
 from tracklake._errors import FormatError
 from tracklake._format.bounded import touch
 from tracklake._format.files import fsync_file
-from tracklake._format.part_bounds import bounded_table, string_columns
+from tracklake._format.part_bounds import bounded_table, decoded_bytes, plain, string_columns
 from tracklake._format.part_summary import SUMMARY_SCHEMA, rows_of, summary_columns
 from tracklake._format.schema import PART_ORDER, check_version
 
@@ -442,3 +442,18 @@ def read_part_table(path: Path) -> pa.Table:
         return bounded_table(parquet, path)
     except _DECODE_ERRORS as exc:
         raise FormatError(f"{path}: damaged Parquet part: {exc}") from exc
+
+
+def read_small_part(path: Path, limit: int) -> pa.Table | None:
+    """Every row of a part, verified as `read_part_table` does, if they decode to at most
+    `limit` bytes; None if they may decode to more (a part to read another way), judged
+    before its strings are decoded."""
+    parquet = open_part(path, encoded=True)
+    meta = parquet.metadata
+    if meta.num_rows * 8 * max(meta.num_columns, 1) > limit:
+        return None
+    try:
+        table = parquet.read()
+    except _DECODE_ERRORS as exc:
+        raise FormatError(f"{path}: damaged Parquet part: {exc}") from exc
+    return plain(table) if decoded_bytes(table) <= limit else None

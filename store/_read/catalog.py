@@ -203,9 +203,14 @@ class RunCatalog:
 
     def _settled_rows(self) -> pa.Table:
         if self._rows is None:
-            everything = len(self._valid) == self._table.num_rows
-            self._rows = self._table if everything else \
-                self._table.take(pa.array(self._valid, pa.int64()))
+            valid = self._valid
+            if len(valid) == self._table.num_rows:
+                self._rows = self._table
+            elif valid and valid[-1] - valid[0] + 1 == len(valid):
+                # one run (a question about it), or a run of rows: a view, not a copy
+                self._rows = self._table.slice(valid[0], len(valid))
+            else:
+                self._rows = self._table.take(pa.array(valid, pa.int64()))
         return self._rows
 
     def _derived(self, name: str, make: Any) -> Any:

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, overload
 
 import pyarrow as pa
 
@@ -42,6 +42,7 @@ from tracklake._read.readonly import (
     memory_limit,
     question_connection,
 )
+from tracklake._read.run_table import run_table
 from tracklake._read.scope import EVERYTHING, Scope, scope_of_sql
 from tracklake._read.snapshot import (
     STEP_KINDS,
@@ -163,14 +164,32 @@ def _connect(root_path: Path, threads: int | None, problems: ReadProblems,
     snap = Snapshot(root_path, problems, skip, scope, trust_catalog)
     # a connection handed to the caller (`connect`) has a database of its own
     con = duckdb.connect(":memory:") if own else question_connection()
+    try:
+        _make_views(con, root_path, snap, scope, problems, threads, own)
+    except BaseException:
+        _BEHIND.pop(con, None)
+        con.close()
+        raise
+    return con
+
+
+def _make_views(con: duckdb.DuckDBPyConnection, root_path: Path, snap: Snapshot,
+                scope: Scope, problems: ReadProblems, threads: int | None, own: bool
+                ) -> None:
     if threads:
         con.execute(f"SET threads = {int(threads)}")
-    con.register("_tracklake_parts", pa.table(
-        {"path": [str(p.path) for k in KINDS for p in snap.parts[k]],
-         "first_seq": [p.first_seq for k in KINDS for p in snap.parts[k]],
-         "last_seq": [p.last_seq for k in KINDS for p in snap.parts[k]]}))
-    con.register("_tracklake_bundles", pa.table(
-        {"path": pa.array([str(b.path) for b in snap.bundles], pa.string())}))
+    behind = _Behind([(str(p.path), p.first_seq, p.last_seq)
+                      for k in KINDS for p in snap.parts[k]],
+                     [str(b.path) for b in snap.bundles])
+    if own:  # the caller's connection may ask `query(connection=...)` what is behind it
+        con.register("_tracklake_parts", pa.table(
+            {"path": pa.array([p for p, _, _ in behind.parts], pa.string()),
+             "first_seq": pa.array([f for _, f, _ in behind.parts], pa.int64()),
+             "last_seq": pa.array([la for _, _, la in behind.parts], pa.int64())}))
+        con.register("_tracklake_bundles", pa.table(
+            {"path": pa.array(behind.bundles, pa.string())}))
+    else:
+        _BEHIND[con] = behind
     # the summary views: asked for, or for the cutoffs of resumed runs (`_Cutoffs`)
     summaries = "metrics" in snap.kinds and (scope.summaries or bool(snap.resumed))
     for kind in snap.kinds:
@@ -180,6 +199,11 @@ def _connect(root_path: Path, threads: int | None, problems: ReadProblems,
         if live or (kind == "metrics" and summaries):
             con.register(f"_live_{kind}", snap.live[kind])
         sources = [f"SELECT {cols} FROM _live_{kind}"] if live else []
+        whole = run_table(kind, parts, problems) if scope.run is not None and not live \
+            and not own else None
+        if whole is not None:  # one small run's parts, read whole (`run_table`)
+            con.register(f"{kind}_all", whole)
+            continue
         if parts:
             con.register(f"_parts_{kind}", parts_dataset(root_path, kind, parts))
             sources.insert(0, f"SELECT {cols} FROM _parts_{kind}")
@@ -198,7 +222,6 @@ def _connect(root_path: Path, threads: int | None, problems: ReadProblems,
         con.execute(_RUNS_VIEW)
     if own:
         lock_down(con)
-    return con
 
 
 def _step_views(con: duckdb.DuckDBPyConnection, kinds: tuple[str, ...], where: str) -> None:
@@ -343,6 +366,7 @@ def _with_connection(root_path: Path, problems: ReadProblems,
                 add_once(problems.damaged, item)
             skip = skip | {path for path, _ in damaged}
         finally:
+            _BEHIND.pop(con, None)
             con.close()
 
 
@@ -352,11 +376,38 @@ _RELISTS = 8
 _RELIST_PAUSE = 0.05
 
 
+class _Behind(NamedTuple):
+    """The files a connection's views read: parts (path, first seq, last seq), bundles."""
+
+    parts: list[tuple[str, int, int]]
+    bundles: list[str]
+
+
+#: What is behind each question's connection while it is open (a connection handed to
+#: the caller has it as tables instead: registering them costs a question 0.7 ms).
+_BEHIND: dict[duckdb.DuckDBPyConnection, _Behind] = {}
+
+
+def _behind(con: duckdb.DuckDBPyConnection) -> _Behind:
+    """The files behind `con` (none for a connection tracklake did not make)."""
+    import duckdb
+
+    if con in _BEHIND:
+        return _BEHIND[con]
+    try:
+        parts = con.execute("SELECT path, first_seq, last_seq FROM _tracklake_parts"
+                            ).fetchall()
+        bundles = con.execute("SELECT path FROM _tracklake_bundles").fetchall()
+    except duckdb.Error:
+        return _Behind([], [])  # not a tracklake connection
+    return _Behind([tuple(row) for row in parts], [path for (path,) in bundles])
+
+
 def _parts_gone(con: duckdb.DuckDBPyConnection) -> bool:
     """True if a part behind `con` no longer exists (compaction merged it into another)."""
-    rows = con.execute("SELECT path FROM _tracklake_parts UNION ALL "
-                       "SELECT path FROM _tracklake_bundles").fetchall()
-    return any(not os.path.exists(path) for (path,) in rows)
+    behind = _behind(con)
+    return any(not os.path.exists(path)
+               for path in [*(p for p, _, _ in behind.parts), *behind.bundles])
 
 
 def _may_be_damage(exc: QueryError) -> bool:
@@ -371,14 +422,8 @@ def _may_be_damage(exc: QueryError) -> bool:
 def _drop_damaged_bundles(con: duckdb.DuckDBPyConnection) -> list[Path]:
     """Delete the bundles behind `con` whose pages do not verify (read in full: only
     after a failure), as far as the store lets this reader; returns them."""
-    import duckdb
-
-    try:
-        rows = con.execute("SELECT path FROM _tracklake_bundles").fetchall()
-    except duckdb.Error:
-        return []  # not a tracklake connection
     damaged = []
-    for (path,) in rows:
+    for path in _behind(con).bundles:
         try:
             read_part_table(Path(path))
         except FileNotFoundError:
@@ -392,14 +437,8 @@ def _drop_damaged_bundles(con: duckdb.DuckDBPyConnection) -> list[Path]:
 
 def _damaged_parts(con: duckdb.DuckDBPyConnection) -> list[tuple[Path, str]]:
     """The parts behind `con` whose pages do not verify (read in full: only after a failure)."""
-    import duckdb
-
-    try:
-        rows = con.execute("SELECT path, first_seq, last_seq FROM _tracklake_parts").fetchall()
-    except duckdb.Error:
-        return []  # not a tracklake connection
     damaged = []
-    for path, first, last in rows:
+    for path, first, last in _behind(con).parts:
         part = Part(first, last, -1, read_root(path) if is_url(path) else Path(path))
         try:
             read_part_table(part.path)

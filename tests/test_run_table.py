@@ -1,0 +1,132 @@
+"""A question about one small run reads its parts whole into a table (`run_table`): the
+same answer, column types and damage reports as the verifying dataset that reads every
+other question's parts, and the dataset again for a run too large to read whole."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+import tracklake
+from tracklake._format.part import read_small_part
+from tracklake._read import query as query_module
+from tracklake._read import run_table as run_table_module
+
+KINDS_SQL = {
+    "metrics": "SELECT * FROM metrics WHERE run = 'a' ORDER BY ALL",
+    "texts": "SELECT * FROM texts WHERE run = 'a' ORDER BY ALL",
+    "configs": "SELECT * FROM configs WHERE run = 'a' ORDER BY ALL",
+    "metrics_all": "SELECT rank, step, key, value FROM metrics_all WHERE run = 'a' ORDER BY ALL",
+}
+
+
+def _write(root: Path, run_id: str, ranks: int = 2, steps: int = 30) -> None:
+    for rank in range(ranks):
+        with tracklake.init(project="p", run_id=run_id, root=root, rank=rank,
+                            config={"lr": 0.1, "rank_note": f"rank {rank}"},
+                            capture_identity=False) as run:
+            for step in range(steps):
+                run.log({"loss": step * 0.5 + rank, "acc": step / 7}, step=step)
+                run.log_text("note", f"rank {rank} step {step}", step=step)
+
+
+@pytest.fixture
+def store(root: Path) -> Path:
+    _write(root, "a")
+    _write(root, "b", ranks=1)
+    tracklake.compact(root=root)
+    return root
+
+
+@pytest.fixture
+def whole_reads(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """What each question's `run_table` call gave: a table, or None (the dataset)."""
+    given: list[Any] = []
+    real = run_table_module.run_table
+
+    def spy(*args: Any) -> Any:
+        given.append(real(*args))
+        return given[-1]
+
+    monkeypatch.setattr(query_module, "run_table", spy)
+    return given
+
+
+@pytest.mark.parametrize("name", sorted(KINDS_SQL))
+def test_one_small_runs_answer_and_column_types_are_the_datasets(
+        store: Path, whole_reads: list[Any], name: str) -> None:
+    sql = KINDS_SQL[name]
+    with tracklake.connect(store) as con:  # a caller's connection: the dataset
+        everything = con.sql(sql).to_arrow_table()
+        types = con.sql(f"DESCRIBE {name}").fetchall()
+        star = con.sql(f"SELECT * FROM {name} WHERE run = 'a' LIMIT 0").to_arrow_table()
+    assert everything.num_rows > 0
+    answer = tracklake.query(sql, root=store)
+    assert answer.equals(everything)  # rows, names and types
+    assert tracklake.query(f"DESCRIBE {name}", root=store).num_rows == len(types)
+    assert whole_reads and all(t is not None for t in whole_reads)  # read whole
+    # the DESCRIBE above was asked over everything; types again through one run's table
+    described = tracklake.query(f"SELECT * FROM {name} WHERE run = 'a' LIMIT 0", root=store)
+    assert described.schema == star.schema
+
+
+def test_a_run_past_the_small_size_is_read_through_the_dataset(
+        store: Path, whole_reads: list[Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    sql = KINDS_SQL["metrics"]
+    small = tracklake.query(sql, root=store)
+    assert whole_reads[-1] is not None
+    parts = list(store.glob("metrics/project=p/run=a/**/*.parquet"))
+    assert len(parts) == 2  # one per rank
+    monkeypatch.setattr(run_table_module, "SMALL_RUN_BYTES",
+                        sum(p.stat().st_size for p in parts) - 1)
+    assert tracklake.query(sql, root=store).equals(small)
+    assert whole_reads[-1] is None
+
+
+def test_a_part_decoding_past_the_limit_is_left_to_the_dataset(
+        store: Path, whole_reads: list[Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    part = next(store.glob("metrics/project=p/run=a/**/*.parquet"))
+    whole = read_small_part(part, 1 << 20)
+    assert whole is not None and whole.equals(pq.read_table(part))
+    assert read_small_part(part, whole.nbytes // 2) is None
+    sql = KINDS_SQL["metrics"]
+    small = tracklake.query(sql, root=store)
+    monkeypatch.setattr(run_table_module, "SMALL_RUN_DECODED", whole.nbytes // 2)
+    assert tracklake.query(sql, root=store).equals(small)
+    assert whole_reads[-1] is None
+
+
+def _value_page_byte(part: Path) -> int:
+    meta = pq.ParquetFile(part).metadata
+    names = [meta.schema.column(i).name for i in range(meta.num_columns)]
+    chunk = meta.row_group(0).column(names.index("value"))
+    return int(chunk.data_page_offset + chunk.total_compressed_size - 2)
+
+
+def test_a_damaged_page_is_named_and_the_runs_other_part_answers(
+        store: Path, whole_reads: list[Any]) -> None:
+    sql = "SELECT rank, step, key, value FROM metrics WHERE run = 'a' ORDER BY ALL"
+    good = tracklake.query(sql, root=store).to_pylist()
+    damaged = next(store.glob("metrics/project=p/run=a/rank=1/**/*.parquet"))
+    data = bytearray(damaged.read_bytes())
+    data[_value_page_byte(damaged)] ^= 0x01
+    damaged.write_bytes(data)
+    problems = tracklake.ReadProblems()
+    rows = tracklake.query(sql, root=store, problems=problems).to_pylist()
+    assert [path for path, _ in problems.damaged] == [damaged]
+    assert "damaged Parquet part" in problems.damaged[0][1]
+    assert rows == [r for r in good if r["rank"] == 0] and rows
+    assert whole_reads[-1] is not None  # the table path found it, not a retry
+
+
+def test_no_question_leaves_what_was_behind_its_connection(store: Path) -> None:
+    tracklake.query(KINDS_SQL["metrics"], root=store)
+    tracklake.query("SELECT count(*) FROM metrics", root=store)
+    with pytest.raises(tracklake.QueryError):
+        tracklake.query("SELECT no_such_column FROM metrics WHERE run = 'a'", root=store)
+    with pytest.raises(tracklake.QueryError):
+        tracklake.query("SELECT no_such_column FROM metrics", root=store)
+    assert query_module._BEHIND == {}
