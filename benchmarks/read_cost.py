@@ -20,7 +20,8 @@ Questions (``RUN`` is the run in the middle of the store):
 
 Each is answered by three readers: tracklake (``tracklake.query(sql, root=ROOT)``; the
 run table through the CLI's own ``print_runs``), DuckDB over the parts
-(``read_parquet('ROOT/metrics/**/*.parquet', hive_partitioning = true)``) and DuckDB over
+(``read_parquet('ROOT/metrics/**/*.parquet', hive_partitioning = true)``; for one run's
+history, that run's parts only: ``ROOT/metrics/project=*/run=RUN/**/*.parquet``) and DuckDB over
 the bundles tracklake built (``read_parquet('ROOT/.cache/bundles/bundle-*.parquet')``,
 which store the partition columns), DuckDB with ``SET threads = 2``: one in-memory
 database per process, opened by the first question, and a new connection to it per
@@ -122,6 +123,10 @@ def sql_of(root: Path, reader: str, question: str, run: str) -> str:
     if reader == "trackio":
         return _TRACKIO_SQL[question].format(run=run)
     src = source(root, reader)
+    if reader == "parts" and question == "one run's k5":
+        # the files tracklake reads for it: that run's parts, found by their directory
+        src = f"read_parquet('{root}/metrics/project=*/run={run}/**/*.parquet', " \
+              "hive_partitioning = true)"
     if question == "tracklake runs":
         return _RUNS_SQL.format(root=root, src=src)
     return _SQL[question].format(src=src, run=run)
