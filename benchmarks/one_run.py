@@ -1,0 +1,83 @@
+#!/usr/bin/env python
+"""One run's history of one key, warm, beside DuckDB over the same files.
+
+In one process: `tracklake.query` of ``step, value WHERE run = RUN AND key = 'k5'`` (RUN
+is the run in the middle of the store, as in benchmarks/read_cost.py) against DuckDB's
+own ``read_parquet`` of that run's parts (``ROOT/metrics/project=*/run=RUN/**/*.parquet``)
+on a database kept open, a new connection per question, as tracklake keeps one. Both
+answers are made Python rows and compared first. After ``--warmup`` untimed questions, the
+median of ``--repeat`` in milliseconds, and the ratio.
+
+To compare two versions of the code, run it again with ``PYTHONPATH`` at a directory
+where ``tracklake`` is a link to the other checkout's ``store/``; the first word printed
+is the directory tracklake was imported from.
+
+Usage (a store built by benchmarks/read_cost.py)::
+
+    python benchmarks/one_run.py --root /tmp/tracklake-read-cost/runs-1000-steps-200/store
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+
+def _median_ms(ask: Callable[[], Any], warmup: int, repeat: int) -> float:
+    for _ in range(warmup):
+        ask()
+    times = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        ask()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times) * 1000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--root", type=Path, required=True)
+    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--repeat", type=int, default=300)
+    args = parser.parse_args()
+    import duckdb
+
+    import tracklake
+
+    root = args.root
+    runs = sorted(p.name.removeprefix("run=") for p in root.glob("metrics/project=*/run=*"))
+    run = runs[len(runs) // 2]
+    ours = f"SELECT step, value FROM metrics WHERE run = '{run}' AND key = 'k5' ORDER BY step"
+    theirs = (f"SELECT step, value FROM read_parquet('{root}/metrics/project=*/run={run}/**/"
+              f"*.parquet', hive_partitioning = true) WHERE run = '{run}' AND key = 'k5' "
+              "ORDER BY step")
+    database = duckdb.connect()
+    database.execute("SET threads = 2")
+
+    def tracklake_rows() -> list[dict[str, Any]]:
+        return tracklake.query(ours, root=root).to_pylist()
+
+    def duckdb_rows() -> list[dict[str, Any]]:
+        con = database.cursor()
+        try:
+            cursor = con.execute(theirs)
+            names = [d[0] for d in cursor.description]
+            return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+        finally:
+            con.close()
+
+    if tracklake_rows() != duckdb_rows():
+        raise SystemExit("the two answers differ")
+    mine = _median_ms(tracklake_rows, args.warmup, args.repeat)
+    duck = _median_ms(duckdb_rows, args.warmup, args.repeat)
+    print(f"{Path(tracklake.__file__).parent.parent.name}: tracklake {mine:.2f} ms, DuckDB "
+          f"over the run's parts {duck:.2f} ms, ratio {mine / duck:.2f}")
+
+
+if __name__ == "__main__":
+    main()
