@@ -130,3 +130,27 @@ def test_no_question_leaves_what_was_behind_its_connection(store: Path) -> None:
     with pytest.raises(tracklake.QueryError):
         tracklake.query("SELECT no_such_column FROM metrics", root=store)
     assert query_module._BEHIND == {}
+
+
+def test_questions_from_many_threads_each_get_their_runs_rows(store: Path) -> None:
+    """Eight threads ask about runs a and b (read whole) and over everything (the
+    dataset), some with an error in the SQL: each answer is its own, and nothing is left
+    behind once they are done."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    sqls = {f"{run}-{n}": f"SELECT rank, step, key, value FROM metrics WHERE run = '{run}' "
+            f"ORDER BY ALL" for run in ("a", "b") for n in range(2)}
+    sqls["all"] = "SELECT run, rank, step, key, value FROM metrics ORDER BY ALL"
+    expected = {name: tracklake.query(sql, root=store) for name, sql in sqls.items()}
+    assert expected["a-0"].num_rows == 2 * expected["b-0"].num_rows > 0
+
+    def ask(i: int) -> bool:
+        name = sorted(sqls)[i % len(sqls)]
+        if i % 7 == 3:
+            with pytest.raises(tracklake.QueryError):
+                tracklake.query("SELECT nothing FROM metrics WHERE run = 'a'", root=store)
+        return tracklake.query(sqls[name], root=store).equals(expected[name])
+
+    with ThreadPoolExecutor(8) as pool:
+        assert all(pool.map(ask, range(80)))
+    assert query_module._BEHIND == {}
