@@ -21,10 +21,17 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from read_cost import duckdb_asker, middle_run, sql_of
+
+QUESTION = "one run's k5"
 
 
 def _median_ms(ask: Callable[[], Any], warmup: int, repeat: int) -> float:
@@ -45,32 +52,16 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--repeat", type=int, default=300)
     args = parser.parse_args()
-    import duckdb
-
     import tracklake
 
     root = args.root
-    runs = sorted(p.name.removeprefix("run=") for p in root.glob("metrics/project=*/run=*"))
-    run = runs[len(runs) // 2]
-    ours = f"SELECT step, value FROM metrics WHERE run = '{run}' AND key = 'k5' ORDER BY step"
-    theirs = (f"SELECT step, value FROM read_parquet('{root}/metrics/project=*/run={run}/**/"
-              f"*.parquet', hive_partitioning = true) WHERE run = '{run}' AND key = 'k5' "
-              "ORDER BY step")
-    database = duckdb.connect()
-    database.execute("SET threads = 2")
+    run = middle_run(root)
+    ours = sql_of(root, "tracklake", QUESTION, run)
 
     def tracklake_rows() -> list[dict[str, Any]]:
         return tracklake.query(ours, root=root).to_pylist()
 
-    def duckdb_rows() -> list[dict[str, Any]]:
-        con = database.cursor()
-        try:
-            cursor = con.execute(theirs)
-            names = [d[0] for d in cursor.description]
-            return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
-        finally:
-            con.close()
-
+    duckdb_rows = duckdb_asker(sql_of(root, "parts", QUESTION, run))
     if tracklake_rows() != duckdb_rows():
         raise SystemExit("the two answers differ")
     mine = _median_ms(tracklake_rows, args.warmup, args.repeat)

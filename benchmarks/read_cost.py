@@ -66,6 +66,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -135,6 +136,28 @@ def sql_of(root: Path, reader: str, question: str, run: str) -> str:
 # -- one reader's questions in a fresh process (this script run with --child) ----------
 
 
+def duckdb_asker(sql: str) -> Callable[[], list[dict[str, Any]]]:
+    """A function asking DuckDB `sql` (2 threads) and giving its rows as dicts: one
+    in-memory database, opened by the first question, and a new connection to it per
+    question, as tracklake keeps one."""
+    import duckdb
+
+    kept: list[Any] = []
+
+    def ask() -> list[dict[str, Any]]:
+        if not kept:  # the first question opens the database
+            kept.append(duckdb.connect())
+            kept[0].execute("SET threads = 2")
+        con = kept[0].cursor()
+        try:
+            cursor = con.execute(sql)
+            names = [d[0] for d in cursor.description]
+            return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+        finally:
+            con.close()
+    return ask
+
+
 def _child(reader: str, root: Path, question: str, run: str, repeat: int) -> None:
     """Print, as JSON, the import time, the first and the warm times of `question`."""
     started = time.perf_counter()
@@ -172,22 +195,7 @@ def _child(reader: str, root: Path, question: str, run: str, repeat: int) -> Non
             finally:
                 con.close()
     else:
-        import duckdb
-
-        sql = sql_of(root, reader, question, run)
-        kept: list[Any] = []
-
-        def ask() -> Any:
-            if not kept:  # the first question opens the database
-                kept.append(duckdb.connect())
-                kept[0].execute("SET threads = 2")
-            con = kept[0].cursor()
-            try:
-                cursor = con.execute(sql)
-                names = [d[0] for d in cursor.description]
-                return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
-            finally:
-                con.close()
+        ask = duckdb_asker(sql_of(root, reader, question, run))
     imported = time.perf_counter()
     answer = ask()
     first = time.perf_counter() - imported
