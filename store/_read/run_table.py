@@ -17,10 +17,11 @@ from pathlib import Path
 import pyarrow as pa
 
 from tracklake._errors import FormatError, NewerFormatError
-from tracklake._format import PARTITION_SCHEMA, SCHEMAS
+from tracklake._format import PARTITION_SCHEMA, SCHEMAS, StreamId
 from tracklake._format.part import read_small_part
 from tracklake._format.schema import with_partition_columns
 from tracklake._read.reader import Part, ReadProblems, add_once
+from tracklake._read.snapshot import part_lost, with_partitions
 
 #: A run's parts of one kind are read whole while they take at most this many bytes on
 #: disk in all ...
@@ -30,8 +31,8 @@ SMALL_RUN_BYTES = 1 << 20
 SMALL_RUN_DECODED = 64 << 20
 
 
-def _partition(path: Path) -> tuple[str, str, int, int] | None:
-    """(project, run, rank, attempt) from a part's directories (``project=P/run=R/rank=N/
+def _stream(path: Path, kind: str) -> StreamId | None:
+    """The stream of a part of `kind` from its directories (``project=P/run=R/rank=N/
     attempt=N/part-….parquet``), None for a path of another shape."""
     values = []
     for directory, name in zip(reversed(path.parents[:4]), PARTITION_SCHEMA.names,
@@ -46,7 +47,7 @@ def _partition(path: Path) -> tuple[str, str, int, int] | None:
         return None
     if not (0 <= rank < 1 << 31 and 0 <= attempt < 1 << 31):
         return None
-    return values[0], values[1], rank, attempt
+    return StreamId(values[0], values[1], rank, attempt, kind)
 
 
 def run_table(kind: str, parts: list[Part], problems: ReadProblems) -> pa.Table | None:
@@ -56,29 +57,23 @@ def run_table(kind: str, parts: list[Part], problems: ReadProblems) -> pa.Table 
     have it; a part gone since it was listed raises FileNotFoundError (list again)."""
     if not parts or any(hasattr(p.path, "fs_path") for p in parts):
         return None  # nothing, or an object store's files: the dataset reads those
-    partitions = [_partition(p.path) for p in parts]
-    if any(value is None for value in partitions) or \
+    streams = [_stream(p.path, kind) for p in parts]
+    if any(s is None for s in streams) or \
             sum(os.stat(p.path).st_size for p in parts) > SMALL_RUN_BYTES:
         return None
-    schema = with_partition_columns(SCHEMAS[kind])
-    tables = []
+    tables: list[tuple[pa.Table, StreamId]] = []
     left = SMALL_RUN_DECODED
-    for part, partition in zip(parts, partitions, strict=True):
+    for part, stream in zip(parts, streams, strict=True):
         try:
             table = read_small_part(part.path, left)
         except NewerFormatError:
             raise
         except FormatError as exc:
-            from tracklake._read.snapshot import part_lost
-
             add_once(problems.damaged, (part.path, part_lost(exc, part)))
             continue
-        if table is None or not table.schema.equals(SCHEMAS[kind]):
+        if table is None or not table.schema.equals(SCHEMAS[kind]) or stream is None:
             return None  # too large, or of an earlier format: the dataset adapts it
         left -= table.nbytes
-        rows = table.num_rows
-        columns = [table.column(name) for name in SCHEMAS[kind].names] + [
-            pa.repeat(pa.scalar(value, field.type), rows)
-            for value, field in zip(partition or (), PARTITION_SCHEMA, strict=True)]
-        tables.append(pa.Table.from_arrays(columns, schema=schema))
-    return pa.concat_tables(tables) if tables else schema.empty_table()
+        tables.append((table, stream))
+    # partition columns as the live tables get them, then plain, as the dataset gives them
+    return with_partitions(tables, kind).cast(with_partition_columns(SCHEMAS[kind]))
