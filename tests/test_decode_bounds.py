@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
+from _bombs import compressible_strings
 from _memory import peak_rss_kib
 
 import tracklake
@@ -96,6 +98,23 @@ def _part_bomb(root: Path, rows: int, value_bytes: int) -> Path:
     `value_bytes` bytes, in place of the run's honest part: a few KB that decode to
     rows * value_bytes (no footer checksum: as a part of an earlier version)."""
     import numpy as np
+
+    text = pa.DictionaryArray.from_arrays(pa.array(np.zeros(rows, dtype=np.int32)),
+                                          pa.array(["a" * value_bytes]))
+    return _planted_texts_part(root, text)
+
+
+def _zstd_bomb(root: Path, rows: int, value_bytes: int) -> Path:
+    """A compacted texts part of `rows` distinct strings of `value_bytes` bytes, each its
+    row number then one letter, in one row group and no dictionary: zstd makes each a
+    few hundred bytes, and its footer says truly what they decompress to."""
+    return _planted_texts_part(root, compressible_strings(rows, value_bytes),
+                               use_dictionary=False)
+
+
+def _planted_texts_part(root: Path, text: pa.Array, **options: Any) -> Path:
+    """A texts part of run pb holding `text`, in place of its honest part."""
+    import numpy as np
     import pyarrow.parquet as pq
 
     from tracklake._format import FORMAT_VERSION
@@ -106,21 +125,50 @@ def _part_bomb(root: Path, rows: int, value_bytes: int) -> Path:
     s = StreamId("p", "pb", 0, 1, "texts")
     [honest] = stream_dir(root, s).glob("part-*.parquet")
     honest.unlink()
+    rows = len(text)
     n = np.arange(rows, dtype=np.int64)
     table = pa.table({
         "seq": n, "time": pa.array(n, pa.timestamp("us", tz="UTC")), "step": n,
-        "key": pa.array(["k"] * rows),
-        "text": pa.DictionaryArray.from_arrays(pa.array(np.zeros(rows, dtype=np.int32)),
-                                               pa.array(["a" * value_bytes]))})
+        "key": pa.array(["k"] * rows), "text": text})
     path = stream_dir(root, s) / f"part-{0:012d}-{rows - 1:012d}-{0:06d}.parquet"
-    with pq.ParquetWriter(path, table.schema, compression="zstd",
-                          store_schema=False) as writer:
-        writer.write_table(table)
+    with pq.ParquetWriter(path, table.schema, compression="zstd", store_schema=False,
+                          **options) as writer:
+        writer.write_table(table, row_group_size=rows)
         writer.add_key_value_metadata({
             "tracklake.format": FORMAT_VERSION, "tracklake.kind": "texts",
             "tracklake.project": "p", "tracklake.run": "pb", "tracklake.rank": "0",
             "tracklake.attempt": "1"})
     return path
+
+
+def test_a_part_whose_pages_decompress_past_the_limit_is_refused_before_they_are_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 200 KB part of 400 distinct 1 MiB strings (400 MiB once decompressed), with the
+    read limit at 64 MiB: each reader refuses it from what its footer says, before
+    reading a page. Before, a question about the run decompressed it twice (1.2 GiB at
+    the peak), and fsck called it clean: pyarrow decompresses a whole column chunk even
+    for a batch of 16 rows, so measuring batch by batch came too late."""
+    root = tmp_path / "store"
+    path = _zstd_bomb(root, 400, 1 << 20)
+    assert path.stat().st_size < 1 << 20
+    monkeypatch.setenv("TRACKLAKE_PART_READ_LIMIT", "64MiB")
+    refused = "decode to more than 67108864 bytes"
+    for args in (["sql", "--root", str(root), "SELECT max(length(text)) FROM texts "
+                  "WHERE run = 'pb'"],
+                 ["sql", "--root", str(root), "SELECT max(length(text)) FROM texts"],
+                 ["show", "pb", "--root", str(root)],
+                 ["fsck", "--root", str(root)],
+                 ["export", "tensorboard", "--root", str(root), "--run", "pb",
+                  "--logdir", str(tmp_path / "tb")],
+                 ["compact", "--root", str(root)],
+                 ["pack", "--root", str(root), "--run", "pb", "--output",
+                  str(tmp_path / "pb.tlpack")]):
+        proc, peak = peak_rss_kib(args)
+        assert "Traceback" not in proc.stderr, (args, proc.stderr)
+        assert peak < 320 << 10, (args, f"peak RSS {peak >> 10} MiB")
+        if args[0] in ("sql", "fsck", "show"):
+            assert refused in proc.stdout + proc.stderr, (args, proc.stdout, proc.stderr)
+    assert path.exists()  # refused, never removed
 
 
 def test_a_part_that_decodes_past_the_limit_is_refused_before_it_is_decoded(
@@ -163,5 +211,6 @@ def test_a_part_within_the_read_limit_reads_whole(tmp_path: Path,
     assert table.num_rows == 200 and table.schema.field("text").type == pa.string()
     assert table.column("text")[199].as_py() == "a" * (1 << 20)
     monkeypatch.setenv("TRACKLAKE_PART_READ_LIMIT", "lots")
-    with pytest.raises(tracklake.FormatError, match="TRACKLAKE_PART_READ_LIMIT='lots'"):
+    with pytest.raises(tracklake.StoreError, match="TRACKLAKE_PART_READ_LIMIT='lots'") as bad:
         read_part_table(part)
+    assert not isinstance(bad.value, tracklake.FormatError)  # a setting, not damage

@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from _bombs import compressible_strings
 
 import tracklake
 from tracklake._format import FORMAT_VERSION, SCHEMAS, StreamId
@@ -201,23 +202,27 @@ def test_a_long_name_that_resolves_outside_the_listed_members_is_refused(
 
 # -- Parquet parts that decode to far more than they hold --------------------------------
 
-def _bomb_pack(out: Path, tmp_path: Path, rows: int, value_bytes: int) -> None:
+def _bomb_pack(out: Path, tmp_path: Path, rows: int, value_bytes: int,
+               distinct: bool = False) -> None:
     """A pack whose one texts part holds `rows` records all pointing to one dictionary
-    value of `value_bytes` bytes: a few kilobytes that decode to rows * value_bytes."""
+    value of `value_bytes` bytes: a few kilobytes that decode to rows * value_bytes.
+    `distinct`: `rows` different values instead, in one row group and no dictionary (a
+    few hundred bytes each once compressed)."""
     s = StreamId("p", "bomb", 0, 1, "texts")
     n = np.arange(rows, dtype=np.int64)
-    text = pa.DictionaryArray.from_arrays(pa.array(np.zeros(rows, dtype=np.int32)),
-                                          pa.array(["a" * value_bytes]))
+    text = compressible_strings(rows, value_bytes) if distinct else \
+        pa.DictionaryArray.from_arrays(pa.array(np.zeros(rows, dtype=np.int32)),
+                                       pa.array(["a" * value_bytes]))
     table = pa.table({
         "seq": n, "time": pa.array(n, pa.timestamp("us", tz="UTC")), "step": n,
         "key": pa.array(["k"] * rows), "text": text,
     })
-    assert table.schema.field("text").type != SCHEMAS["texts"].field("text").type
+    assert distinct or table.schema.field("text").type != SCHEMAS["texts"].field("text").type
     part = tmp_path / "bomb.parquet"
     # without the Arrow schema the dictionary column reads back as plain strings
-    with pq.ParquetWriter(part, table.schema, compression="zstd",
-                          store_schema=False) as writer:
-        writer.write_table(table)
+    with pq.ParquetWriter(part, table.schema, compression="zstd", store_schema=False,
+                          use_dictionary=not distinct) as writer:
+        writer.write_table(table, row_group_size=rows)
         writer.add_key_value_metadata({
             "tracklake.format": FORMAT_VERSION, "tracklake.kind": s.kind,
             "tracklake.project": s.project, "tracklake.run": s.run,
@@ -276,6 +281,25 @@ def test_unpacking_a_part_that_decodes_to_gigabytes_is_refused_in_bounded_memory
     peak, outcome = done.stdout.splitlines()[:2]
     assert outcome.startswith("refused: ") and "decode to more than" in outcome, outcome
     assert int(peak) < 2 << 30, f"peak RSS {int(peak) >> 20} MiB"
+    assert _files(target) == []
+
+
+def test_unpacking_a_part_whose_pages_decompress_past_the_limit_is_refused_unread(
+        tmp_path: Path) -> None:
+    """A part of 400 distinct 1 MiB strings (about 200 KB packed, 400 MiB decompressed),
+    with the limit at 64 MiB: refused from what its footer says, before a page is read.
+    Before, measuring it batch by batch decompressed the whole column chunk first (pyarrow
+    does, even for a batch of 16 rows)."""
+    out = tmp_path / "bomb.pack"
+    _bomb_pack(out, tmp_path, rows=400, value_bytes=1 << 20, distinct=True)
+    assert out.stat().st_size < 1 << 20
+    target = tmp_path / "target"
+    measure = _MEASURE.replace("root=sys.argv[2])", "root=sys.argv[2], max_part_bytes=64 << 20)")
+    done = subprocess.run([sys.executable, "-c", measure, str(out), str(target)],
+                          capture_output=True, text=True, check=True)
+    peak, outcome = done.stdout.splitlines()[:2]
+    assert outcome.startswith("refused: ") and "more than 67108864 bytes" in outcome, outcome
+    assert int(peak) < 300 << 20, f"peak RSS {int(peak) >> 20} MiB"
     assert _files(target) == []
 
 

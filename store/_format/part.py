@@ -22,7 +22,15 @@ import pyarrow as pa
 from tracklake._errors import FormatError
 from tracklake._format.bounded import touch
 from tracklake._format.files import fsync_file
-from tracklake._format.part_bounds import bounded_table, decoded_bytes, plain, string_columns
+from tracklake._format.part_bounds import (
+    bounded_table,
+    check_declared,
+    declared_bytes,
+    decoded_bytes,
+    part_read_limit,
+    plain,
+    string_columns,
+)
 from tracklake._format.part_summary import SUMMARY_SCHEMA, rows_of, summary_columns
 from tracklake._format.schema import PART_ORDER, check_version
 
@@ -337,6 +345,9 @@ def open_part(path: Path, encoded: bool = False) -> Any:
         raise FormatError(f"{path}: damaged Parquet part: footer checksum mismatch")
     version = raw.get(b"tracklake.format")
     check_version(version.decode(errors="replace") if version is not None else None, path)
+    # before any page is read: every reader of a part opens it here, and DuckDB reads a
+    # question's parts only after they have been opened so (`Snapshot._add_parts`)
+    check_declared(parquet.metadata, path, part_read_limit())
     if encoded:
         parquet = pq.ParquetFile(getattr(path, "fs_path", path),
                                  filesystem=getattr(path, "filesystem", None),
@@ -450,7 +461,7 @@ def read_small_part(path: Path, limit: int) -> pa.Table | None:
     before its strings are decoded."""
     parquet = open_part(path, encoded=True)
     meta = parquet.metadata
-    if meta.num_rows * 8 * max(meta.num_columns, 1) > limit:
+    if meta.num_rows * 8 * max(meta.num_columns, 1) > limit or declared_bytes(meta) > limit:
         return None
     try:
         table = parquet.read()

@@ -1,10 +1,13 @@
 """Reading a compacted part within a bound on what it decodes to.
 
-A part is input from outside: Parquet's dictionary and run-length encodings let a few
-kilobytes stand for gigabytes (one long string referenced by every row). Its strings are
-therefore read dictionary-encoded, as Parquet holds them; what they decode to is
-computed from the dictionary's lengths and the indices, and the rows are decoded only
-while the total stays within `part_read_limit()`.
+A part is input from outside: Parquet's compression and its dictionary and run-length
+encodings let a few kilobytes stand for gigabytes (a thousand strings of a megabyte of
+one letter, each compressed to a hundred bytes; one long string referenced by every
+row). What its footer says its pages take uncompressed is therefore judged before any
+page is read (`declared_bytes`): pyarrow decompresses a whole column chunk even to give
+a batch of 16 rows. Its strings are read dictionary-encoded, as Parquet holds them; what
+they decode to is computed from the dictionary's lengths and the indices, and the rows
+are decoded only while the total stays within `part_read_limit()`.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tracklake._errors import FormatError
+from tracklake._errors import FormatError, StoreError
 
 #: The environment variable that sets the most bytes one part may decode to when
 #: tracklake reads it (a size such as "8GiB"); by default a quarter of this machine's
@@ -29,13 +32,14 @@ _UNITS = {"b": 0, "kib": 10, "mib": 20, "gib": 30, "tib": 40}
 
 def env_size(name: str) -> int | None:
     """The size in environment variable `name` (``8GiB``, ``512MiB``, ``4096``), None if
-    unset; FormatError naming the variable if it is not a size."""
+    unset; StoreError naming the variable if it is not a size (a setting to mend, not a
+    damaged file: no part is left out over it)."""
     given = os.environ.get(name, "").strip()
     if not given:
         return None
     m = _SIZE.match(given)
     if m is None:
-        raise FormatError(f"{name}={given!r} is not a size such as '8GiB'")
+        raise StoreError(f"{name}={given!r} is not a size such as '8GiB'")
     return int(m.group(1)) << _UNITS[(m.group(2) or "b").lower()]
 
 
@@ -54,6 +58,20 @@ def part_read_limit() -> int:
 
 def string_columns(schema: pa.Schema) -> list[str]:
     return [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_binary(f.type)]
+
+
+def declared_bytes(meta: Any) -> int:
+    """What the row groups of a part's footer (a `FileMetaData`) say their pages take
+    uncompressed: what reading them decompresses, before any dictionary is decoded. Every
+    Parquet writer states it; a footer crafted to understate it is caught once read, by
+    `decoded_bytes`."""
+    return sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+
+
+def check_declared(meta: Any, where: object, limit: int) -> None:
+    """`too_big` if `meta`'s row groups say they decompress to more than `limit`."""
+    if declared_bytes(meta) > limit:
+        raise too_big(where, limit)
 
 
 def decoded_bytes(batch: pa.RecordBatch | pa.Table) -> int:
@@ -99,6 +117,7 @@ def bounded_batches(encoded: Any, where: object, batch_rows: int,
     total = 0
     if encoded.metadata.num_rows * 8 * max(encoded.metadata.num_columns, 1) > limit:
         raise too_big(where, limit)
+    check_declared(encoded.metadata, where, limit)
     for batch in encoded.iter_batches(batch_size=batch_rows):
         total += decoded_bytes(batch)
         if total > limit:
@@ -110,6 +129,7 @@ def bounded_table(encoded: Any, where: object, limit: int | None = None) -> pa.T
     """Every row of `encoded` (see `bounded_batches`), refused beyond `limit` before its
     strings are decoded."""
     limit = part_read_limit() if limit is None else limit
+    check_declared(encoded.metadata, where, limit)
     groups = []
     total = 0
     width = 8 * max(encoded.metadata.num_columns, 1)  # the most a row of fixed-width

@@ -3,6 +3,7 @@ manifest before any record is decoded, and their decoded size measured batch by 
 
 from __future__ import annotations
 
+import itertools
 import tarfile
 from pathlib import Path
 from typing import IO
@@ -13,7 +14,7 @@ import pyarrow.parquet as pq
 
 from tracklake._errors import FormatError
 from tracklake._format import SCHEMAS, check_version
-from tracklake._format.part_bounds import decoded_bytes, plain
+from tracklake._format.part_bounds import declared_bytes, decoded_bytes, plain
 from tracklake._format.records import CHECKED_KINDS, invalid_records
 from tracklake._ops.pack.archive import read_member
 from tracklake._ops.pack.manifest import StreamEntry
@@ -48,19 +49,23 @@ def _string_columns(f: IO[bytes]) -> list[str]:
 
 
 def _check_decoded_size(where: str, f: IO[bytes], limit: int) -> None:
-    """Refuse a part whose records would decode to more than `limit` bytes, measured
-    batch by batch with strings kept dictionary-encoded, so that measuring holds one
-    small batch at a time whatever the part expands to."""
+    """Refuse a part whose records would decode to more than `limit` bytes: what its
+    footer says reading decompresses, judged before any page is read, then what they
+    decode to, batch by batch with strings kept dictionary-encoded, so that measuring
+    holds one small batch at a time whatever the part expands to."""
     strings = _string_columns(f)
     f.seek(0)
-    total = 0
-    for batch in pq.ParquetFile(f, read_dictionary=strings).iter_batches(_BATCH_ROWS):
-        total += decoded_bytes(batch)
+    parquet = pq.ParquetFile(f, read_dictionary=strings)
+    total = declared_bytes(parquet.metadata)  # what reading decompresses, judged first
+    batches = parquet.iter_batches(_BATCH_ROWS) if total <= limit else iter(())
+    for total in itertools.accumulate(decoded_bytes(b) for b in batches):
         if total > limit:
-            raise FormatError(
-                f"{where}: its records decode to more than {limit} bytes (the limit per "
-                "part; a crafted or mislabelled pack?). If the pack is trusted and this "
-                "much memory is available, unpack it with a larger --max-part-bytes")
+            break
+    if total > limit:
+        raise FormatError(
+            f"{where}: its records decode to more than {limit} bytes (the limit per "
+            "part; a crafted or mislabelled pack?). If the pack is trusted and this "
+            "much memory is available, unpack it with a larger --max-part-bytes")
 
 
 def load_part(path: Path, tar: tarfile.TarFile, entry: StreamEntry,
