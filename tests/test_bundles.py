@@ -536,3 +536,33 @@ def test_where_mtimes_lie_a_setting_reads_every_run_from_its_files(
     monkeypatch.setenv("TRACKLAKE_TRUST_MTIMES", "perhaps")
     with pytest.raises(ValueError, match="TRACKLAKE_TRUST_MTIMES='perhaps'"):
         tracklake.query(question, root=root)
+
+
+@pytest.mark.parametrize("source", [
+    "metrics/project=a/run=0000/rank=x/attempt=1/{name}",  # a rank no writer names
+    "metrics/project=b/run=0000/rank=0/attempt=1/{name}",  # another project's part
+    "metrics/project=a/run=0000/rank=0/attempt=1/../../../../../../outside/{name}",
+])
+def test_a_source_no_listing_gives_is_refused_unread(
+        tmp_path: Path, few: None, monkeypatch: pytest.MonkeyPatch, source: str) -> None:
+    """The sources of a bundle come from the run catalog, a file in ROOT/.cache anyone
+    may plant: a path that is not where a part of the project lies is refused before it
+    is opened (before, a rank that was not a number stopped the builder with a
+    ValueError, and a path leading out of the store was read)."""
+    root = tmp_path / "store"
+    _store(root)
+    part = sorted((root / "metrics" / "project=a" / "run=0000").rglob("part-*.parquet"))[0]
+    (tmp_path / "outside").mkdir()
+    shutil.copy(part, tmp_path / "outside" / part.name)
+    opened: list[Path] = []
+    real = bundle.read_part_table
+
+    def spy(path: Path) -> pa.Table:
+        opened.append(path)
+        return real(path)
+
+    monkeypatch.setattr(bundle, "read_part_table", spy)
+    path = source.format(name=part.name)
+    with pytest.raises(bundle._Damaged, match="not where a part of a lies"):
+        bundle._write_bundle(root, "a", [(path, part.stat().st_mtime_ns)])
+    assert opened == []

@@ -312,3 +312,47 @@ def test_a_cache_directory_planted_as_a_link_is_neither_read_nor_written(
     assert tracklake.query("SELECT count(*) AS n FROM runs", root=root).to_pylist() == [
         {"n": 2}]
     assert _files(outside) == before
+
+
+@pytest.mark.parametrize("planted", ["link out of the store", "link to a device", "FIFO"])
+def test_a_catalogued_part_swapped_for_a_link_or_fifo_is_never_opened(
+        tmp_path: Path, planted: str) -> None:
+    """The run catalog still lists the part, the run is small enough to be read whole
+    (`run_table`), and its directory's mtime is put back: a question about that run, one
+    about every run and `show` end in their own process without reading what the link
+    leads to, and fsck names it."""
+    root, outside = tmp_path / "store", tmp_path / "outside"
+    _store(root, "p", ("a", "b"))
+    with tracklake.init(project="p", run_id="a", root=outside, compact=False) as run:
+        for step in range(10):
+            run.log({"loss": 1000.0 + step}, step=step)  # a part worth reading, elsewhere
+    for store in (root, outside):
+        tracklake.compact(root=store)
+    assert tracklake.query("SELECT count(*) AS n FROM metrics", root=root).to_pylist() == [
+        {"n": 20}]  # the catalog now lists run a's part
+    [part] = (root / "metrics" / "project=p" / "run=a").rglob("*.parquet")
+    [theirs] = (outside / "metrics" / "project=p" / "run=a").rglob("*.parquet")
+    was = os.stat(part.parent)
+    part.unlink()
+    if planted == "FIFO":
+        os.mkfifo(part)
+    else:
+        part.symlink_to("/dev/zero" if planted == "link to a device" else theirs)
+    # its directory's mtime put back, as a restore that keeps mtimes would
+    os.utime(part.parent, ns=(was.st_atime_ns, was.st_mtime_ns))
+    questions = {"SELECT count(*) AS n, coalesce(max(value), -1) AS top FROM metrics "
+                 "WHERE run = 'a'": ['"n","top"', "0,-1"],
+                 "SELECT count(*) AS n, max(value) AS top FROM metrics": [
+                     '"n","top"', "10,9"]}
+    for sql, lines in questions.items():
+        proc = subprocess.run([sys.executable, "-m", "tracklake._cli", "sql", "--root",
+                               str(root), "--format", "csv", sql],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, (sql, proc.stderr)
+        assert proc.stdout.split() == lines, (sql, proc.stdout)
+    proc = subprocess.run([sys.executable, "-m", "tracklake._cli", "show", "a", "--root",
+                           str(root)], capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in proc.stderr and "1000" not in proc.stdout, proc.stderr
+    found = {p.path: p.what for p in fsck(root).problems}
+    kind = "FIFO" if planted == "FIFO" else "symbolic link"
+    assert part in found and kind in found[part], found

@@ -8,7 +8,7 @@ import os
 import re
 from pathlib import Path
 
-from tracklake._format.schema import StreamId
+from tracklake._format.schema import PARTITION_SCHEMA, StreamId
 
 SEGMENT_SUFFIX = ".arrows"
 PART_SUFFIX = ".parquet"
@@ -26,6 +26,26 @@ def stream_dir(root: Path, s: StreamId) -> Path:
     """Directory holding the live segments and compacted parts of one stream."""
     return (root / s.kind / f"project={s.project}" / f"run={s.run}" / f"rank={s.rank}"
             / f"attempt={s.attempt}")
+
+
+def stream_of_file(path: Path, kind: str) -> StreamId | None:
+    """The stream a segment or part of `kind` belongs to, from its directories
+    (``…/project=P/run=R/rank=N/attempt=N/part-….parquet``); None for a path of another
+    shape, or ranks and attempts that are not numbers a writer makes."""
+    values = []
+    for directory, name in zip(reversed(path.parents[:4]), PARTITION_SCHEMA.names,
+                               strict=True):
+        prefix = f"{name}="
+        if not directory.name.startswith(prefix):
+            return None
+        values.append(directory.name.removeprefix(prefix))
+    try:
+        rank, attempt = int(values[2]), int(values[3])
+    except ValueError:
+        return None
+    if not (0 <= rank < 1 << 31 and 0 <= attempt < 1 << 31):
+        return None
+    return StreamId(values[0], values[1], rank, attempt, kind)
 
 
 def attempt_file(root: Path, project: str, run: str, rank: int, attempt: int) -> Path:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tracklake._errors import FormatError
-from tracklake._format import FORMAT_VERSION, SCHEMAS, StreamId
+from tracklake._format import FORMAT_VERSION, SCHEMAS
 from tracklake._format.files import (
     NotRegularFileError,
     fsync_dir,
@@ -38,6 +38,7 @@ from tracklake._format.files import (
     store_dir,
     write_atomic,
 )
+from tracklake._format.layout import stream_of_file
 from tracklake._format.part import read_part_table, write_part_stream
 from tracklake._ops.claims import hold_claim, remove_leftovers, touch_claim
 from tracklake._read.bundles import (
@@ -205,6 +206,10 @@ def _write_bundle(root: Path, project: str, sources: list[tuple[str, int]]) -> P
     that raced retention's `forget_run` is deleted by the one or the other)."""
     tables = []
     for path, mtime in sources:
+        stream = stream_of_file(root / path, "metrics")
+        if stream is None or stream.project != project or \
+                not path.startswith(f"metrics/project={project}/"):  # no listing gives it
+            raise _Damaged(path, FormatError(f"{path}: not where a part of {project} lies"))
         try:
             table = read_part_table(root / path)
         except FileNotFoundError:
@@ -213,10 +218,6 @@ def _write_bundle(root: Path, project: str, sources: list[tuple[str, int]]) -> P
             raise _Damaged(path, exc) from exc
         if mtime_ns(root, path) != mtime:
             return None
-        _, run_dir, rank_dir, attempt_dir, _ = path.rsplit("/", 4)
-        stream = StreamId(project, run_dir.removeprefix("run="),
-                          int(rank_dir.removeprefix("rank=")),
-                          int(attempt_dir.removeprefix("attempt=")), "metrics")
         tables.append((table.select(SCHEMAS["metrics"].names).cast(SCHEMAS["metrics"]),
                        stream))
     table = with_partitions(tables, "metrics").cast(bundle_schema())

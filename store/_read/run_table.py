@@ -12,12 +12,12 @@ the row groups and columns the question needs.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pyarrow as pa
 
 from tracklake._errors import FormatError, NewerFormatError
-from tracklake._format import PARTITION_SCHEMA, SCHEMAS, StreamId
+from tracklake._format import SCHEMAS, StreamId
+from tracklake._format.layout import stream_of_file
 from tracklake._format.part import read_small_part
 from tracklake._format.schema import with_partition_columns
 from tracklake._read.reader import Part, ReadProblems, add_once
@@ -31,25 +31,6 @@ SMALL_RUN_BYTES = 1 << 20
 SMALL_RUN_DECODED = 64 << 20
 
 
-def _stream(path: Path, kind: str) -> StreamId | None:
-    """The stream of a part of `kind` from its directories (``project=P/run=R/rank=N/
-    attempt=N/part-….parquet``), None for a path of another shape."""
-    values = []
-    for directory, name in zip(reversed(path.parents[:4]), PARTITION_SCHEMA.names,
-                               strict=True):
-        prefix = f"{name}="
-        if not directory.name.startswith(prefix):
-            return None
-        values.append(directory.name.removeprefix(prefix))
-    try:
-        rank, attempt = int(values[2]), int(values[3])
-    except ValueError:
-        return None
-    if not (0 <= rank < 1 << 31 and 0 <= attempt < 1 << 31):
-        return None
-    return StreamId(values[0], values[1], rank, attempt, kind)
-
-
 def run_table(kind: str, parts: list[Part], problems: ReadProblems) -> pa.Table | None:
     """The rows of `parts` (one run's, of `kind`) with their partition columns, as the
     kind's view has them; None if they are too large to read whole or not local files.
@@ -57,7 +38,7 @@ def run_table(kind: str, parts: list[Part], problems: ReadProblems) -> pa.Table 
     have it; a part gone since it was listed raises FileNotFoundError (list again)."""
     if not parts or any(hasattr(p.path, "fs_path") for p in parts):
         return None  # nothing, or an object store's files: the dataset reads those
-    streams = [_stream(p.path, kind) for p in parts]
+    streams = [stream_of_file(p.path, kind) for p in parts]
     if any(s is None for s in streams) or \
             sum(os.stat(p.path).st_size for p in parts) > SMALL_RUN_BYTES:
         return None
