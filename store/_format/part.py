@@ -323,16 +323,18 @@ def open_part(path: Path, encoded: bool = False) -> Any:
     import pyarrow.parquet as pq
 
     touch(path)
+    # a path in an object store carries its pyarrow file system
+    source, filesystem = getattr(path, "fs_path", path), getattr(path, "filesystem", None)
     try:
         with path.open("rb") as f:  # a Path, or a path in an object store
             offset, length = _footer_span(f, f.seek(0, os.SEEK_END))
             f.seek(offset)
             footer = f.read(length)
-        # a path in an object store carries its pyarrow file system
-        parquet = pq.ParquetFile(getattr(path, "fs_path", path),
-                                 filesystem=getattr(path, "filesystem", None),
-                                 page_checksum_verification=True)
-        raw = parquet.metadata.metadata or {}
+        # the footer whose checksum is checked is the one the pages are read by, parsed
+        # once (not read again from a file that may have been replaced meanwhile)
+        meta = pq.read_metadata(pa.BufferReader(
+            _MAGIC + footer + length.to_bytes(4, "little") + _MAGIC))
+        raw = meta.metadata or {}
     except FormatError as exc:
         raise FormatError(f"{path}: damaged Parquet part: {exc}") from exc
     except FileNotFoundError:
@@ -347,12 +349,16 @@ def open_part(path: Path, encoded: bool = False) -> Any:
     check_version(version.decode(errors="replace") if version is not None else None, path)
     # before any page is read: every reader of a part opens it here, and DuckDB reads a
     # question's parts only after they have been opened so (`Snapshot._add_parts`)
-    check_declared(parquet.metadata, path, part_read_limit())
-    if encoded:
-        parquet = pq.ParquetFile(getattr(path, "fs_path", path),
-                                 filesystem=getattr(path, "filesystem", None),
-                                 page_checksum_verification=True,
-                                 read_dictionary=string_columns(parquet.schema_arrow))
+    check_declared(meta, path, part_read_limit())
+    try:
+        strings = string_columns(meta.schema.to_arrow_schema()) if encoded else None
+        parquet = pq.ParquetFile(source, filesystem=filesystem, metadata=meta,
+                                 page_checksum_verification=True, read_dictionary=strings)
+    except FileNotFoundError:
+        raise
+    except _DECODE_ERRORS as exc:
+        raise FormatError(f"{path}: damaged Parquet part: footer does not decode ({exc})"
+                          ) from exc
     return parquet
 
 
