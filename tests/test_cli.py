@@ -157,6 +157,31 @@ def test_show_last_value_is_the_lowest_ranks_as_in_runs(root: Path) -> None:
     assert "3 (rank 1)" in only
 
 
+def test_runs_shows_the_shown_runs_values_not_those_of_a_namesake(root: Path) -> None:
+    """The shown runs' summaries are narrowed by their names (as parameters, pushed down
+    to the summaries' scan): a run of another project with the same name keeps its own
+    values, whichever of the two is shown."""
+    for project, run_id, last in (("a", "old", 9.75), ("a", "same", 1.25),
+                                  ("b", "same", 7.5), ("a", "new", 3.5)):
+        with tracklake.init(project=project, run_id=run_id, root=root,
+                            capture_identity=False) as run:
+            run.log({"critic/score/mean": last}, step=4)
+    listed = invoke("runs", "--root", str(root), "--format", "json")[1].splitlines()
+    assert len(listed) == 4
+    code, out = invoke("runs", "--root", str(root), "--metric", "critic/*", "--limit", "2")
+    assert code == 0 and "2 older runs not shown" in out, out
+    newest = [line for line in out.splitlines() if "finished" in line]
+    assert len(newest) == 2, out
+    expected = {("a", "same"): "1.25", ("b", "same"): "7.5", ("a", "new"): "3.5",
+                ("a", "old"): "9.75"}
+    for line in newest:
+        cells = [c.strip() for c in line.strip("│ ").split("│")]
+        key = (cells[0], cells[1])
+        assert key in expected and expected[key] in line, (key, line)
+        others = set(expected.values()) - {expected[key]}
+        assert not any(v in line for v in others), line
+
+
 @pytest.mark.parametrize("args", [
     ("runs", "--root", "{absent}"),
     ("show", "nope", "--root", "{store}"),

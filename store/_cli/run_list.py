@@ -24,6 +24,7 @@ from tracklake._read.scope import scope_of_views
 
 if TYPE_CHECKING:
     import duckdb
+    import pyarrow as pa
     from rich.table import Table
 
 #: Keys shown by `tracklake runs` when none are chosen, if the runs have them.
@@ -77,13 +78,17 @@ def _runs_rows(con: duckdb.DuckDBPyConnection, project: str | None,
                epoch(r.ended_at) - epoch(r.started_at) AS duration
         FROM runs r {where} {newest}""", params=params, connection=con)
     con.register("_shown", shown.select(["project", "run"]))
-    # the shown runs' summaries, on each run's lowest rank (the rank `show` calls its own)
-    lowest = """WITH m AS (SELECT * FROM metric_summaries SEMI JOIN _shown USING (project, run)),
+    # the shown runs' summaries, on each run's lowest rank (the rank `show` calls its own);
+    # their names as parameters too, which DuckDB pushes down to the summaries' scan where
+    # it does not push the join (34,000 runs: 113-130 ms and 110 MB -> 22-30 ms)
+    narrow, names = _shown_names(shown)
+    lowest = f"""WITH m AS (SELECT * FROM metric_summaries SEMI JOIN _shown USING (project, run)
+                         {narrow}),
                 low AS (SELECT project, run, min(rank) AS rank, max(last_step) AS last_step
                         FROM m GROUP BY ALL)
                 SELECT m.project, m.run, m.key, m.last_value, low.last_step
                 FROM m JOIN low USING (project, run, rank)"""
-    summaries = query(lowest, connection=con)
+    summaries = query(lowest, params=names, connection=con)
     con.unregister("_shown")
     keys = sorted(set(summaries.column("key").to_pylist()))
     chosen = [k for p in (metrics or DEFAULT_RUN_METRICS) for k in keys
@@ -101,6 +106,25 @@ def _runs_rows(con: duckdb.DuckDBPyConnection, project: str | None,
         r["last_step"] = steps.get((r["project"], r["run"]))
     runs.sort(key=lambda r: (r["start"] or "", r["project"], r["run"]))
     return total, runs, chosen, last
+
+
+#: The most runs whose names `_shown_names` passes as parameters (a list of every run
+#: would cost more to bind than the join it narrows).
+_NAMED_AT_MOST = 1000
+
+
+def _shown_names(shown: pa.Table) -> tuple[str, dict[str, str]]:
+    """A WHERE clause naming the projects and runs of `shown` as parameters, and their
+    values; none for more than `_NAMED_AT_MOST` runs."""
+    if not 0 < shown.num_rows <= _NAMED_AT_MOST:
+        return "", {}
+    runs = sorted(set(shown.column("run").to_pylist()))
+    projects = sorted(set(shown.column("project").to_pylist()))
+    names = {f"shown_run_{i}": r for i, r in enumerate(runs)}
+    names.update({f"shown_project_{i}": p for i, p in enumerate(projects)})
+    return (f"WHERE run IN ({', '.join(f'$shown_run_{i}' for i in range(len(runs)))}) "
+            f"AND project IN ({', '.join(f'$shown_project_{i}' for i in range(len(projects)))})",
+            names)
 
 
 def _cells(run: dict[str, Any], chosen: list[str],
