@@ -32,6 +32,7 @@ import os
 import threading
 import time
 import zlib
+from collections.abc import Container
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -287,19 +288,43 @@ class RunCatalog:
         self._saved = table
         return True
 
-    def vouched(self) -> set[str]:
-        """The paths (relative to the root) that the catalog `save` left on disk watches:
-        what is decoded from those files is in it, while they stay as recorded."""
+    def vouched(self) -> Container[str]:
+        """The paths (relative to the root) of the runs the catalog `save` left on disk
+        holds: what is decoded from their files is in it, while they stay as recorded (a
+        file added to such a run since changed the run, whose entry is then made again)."""
         if self._saved is None or not self._saved.num_rows:
-            return set()
+            return _RunsOfPaths(frozenset())
         if self._saved is not self._table:
-            return _watched_paths(self._saved)
+            return _RunsOfPaths(_runs_in(self._saved))
         # the catalog as it was read: made once while the process keeps it (34,000 runs:
         # 62 ms a question); callers never change what it gives
         memo = _watched_of(self.root, self._table).derived
         if "vouched" not in memo:
-            memo["vouched"] = _watched_paths(self._table)
+            w = _watched_of(self.root, self._table)
+            memo["vouched"] = _RunsOfPaths(frozenset(zip(w.projects, w.runs, strict=True)))
         return memo["vouched"]  # type: ignore[no-any-return]
+
+
+class _RunsOfPaths:
+    """The paths of a store's files that belong to some of its runs
+    (``KIND/project=P/run=R/…``), by the runs' (project, run) alone: at 34,000 runs a set
+    of every watched path held 30 MB, the runs' names 3 MB."""
+
+    def __init__(self, runs: frozenset[tuple[str, str]]) -> None:
+        self.runs = runs
+
+    def __contains__(self, path: object) -> bool:
+        if not isinstance(path, str):
+            return False
+        parts = path.split("/", 3)
+        return (len(parts) == 4 and parts[1].startswith("project=")
+                and parts[2].startswith("run=")
+                and (parts[1][8:], parts[2][4:]) in self.runs)
+
+
+def _runs_in(t: pa.Table) -> frozenset[tuple[str, str]]:
+    return frozenset(zip(t.column("project").to_pylist(), t.column("run").to_pylist(),
+                         strict=True))
 
 
 @dataclass(frozen=True)
@@ -317,11 +342,6 @@ class _Watched:
 
 #: `_Watched` of the tables last validated, by `id` (the table kept, so the id stays its).
 _watched_before: dict[int, tuple[pa.Table, _Watched]] = {}
-
-
-def _watched_paths(t: pa.Table) -> set[str]:
-    """Every path (relative to the root) that the entries of `t` watch."""
-    return set(t.column("watched").combine_chunks().flatten().field("path").to_pylist())
 
 
 def _watched_of(root: Path, t: pa.Table) -> _Watched:

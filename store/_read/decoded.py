@@ -20,7 +20,7 @@ import json
 import os
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from pathlib import Path
 from typing import Any
 
@@ -96,7 +96,8 @@ class DecodedCache:
             self._changed = True
         return value
 
-    def save(self, complete: bool, vouched: Callable[[], set[str]] | None = None) -> None:
+    def save(self, complete: bool, vouched: Callable[[], Container[str]] | None = None
+             ) -> None:
         """Write the cache if it changed. `complete`: every cached kind of file was looked
         at, so entries not seen are of files that are gone and are dropped. `vouched`:
         the files the run catalog holds what they decode to; their entries are dropped
