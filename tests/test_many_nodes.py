@@ -21,6 +21,7 @@ from _nodes import FileServer, Node, missing
 
 import tracklake
 from tracklake._ops.backup.restore import restore
+from tracklake._read.decoded import RACY_SECONDS
 
 pytestmark = [pytest.mark.skipif(missing() is not None, reason=str(missing())),
               pytest.mark.xdist_group("many-nodes")]
@@ -230,6 +231,10 @@ def test_a_reader_never_serves_a_bundled_runs_old_data_once_the_caches_expire(
     c = Node("node-c", server.mount("c", cache_seconds=CACHE), clock=300)
     a.run(_job("small_runs(32, 5, 0.0)"))
     _quiet()
+    c.run(_job("bundled_answers()"))  # compacts: parts just written, not bundled yet
+    # the parts settled by the file server's clock (C's own is 5 minutes ahead, by
+    # which they looked settled at once)
+    time.sleep(RACY_SECONDS + 2 * CACHE + 1)
     first = _lines(c.run(_job("bundled_answers()")))[0]
     assert first == {"bundles": 1, "r0": [[s, float(s)] for s in range(5)]}
     a.run(_job("small_runs(1, 5, 100.0)"))

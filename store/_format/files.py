@@ -213,7 +213,10 @@ def write_state(root: Path, rel: str, data: bytes, *, tidy: bool = False) -> Non
     that nothing else removes."""
     write_atomic(root / rel, data, root=root)
     if tidy:
+        from tracklake._format.store_clock import store_now_ns
         from tracklake._format.temporaries import remove_left_over
 
         with contextlib.suppress(OSError):  # another user's, in a shared store: stays
-            remove_left_over((root / rel).parent)
+            # by the store's clock: a host ahead of the file server by more than the
+            # temporaries' age took another host's file being written for a left-over
+            remove_left_over((root / rel).parent, store_now_ns(root) / 1e9)

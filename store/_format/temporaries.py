@@ -23,14 +23,15 @@ _TEMPORARY = re.compile(r"^\..+\.(\d+)\.tmp$")
 STALE_SECONDS = 600.0
 
 
-def left_over(path: Path) -> tuple[int, float] | None:
+def left_over(path: Path, now: float | None = None) -> tuple[int, float] | None:
     """(pid, age in seconds) if `path` is a temporary left by a killed process; None if
-    it is no temporary, is recent, or its process still runs."""
+    it is no temporary, is recent, or its process still runs. `now`: the time by the
+    clock that stamps the store's mtimes (`store_clock`), this host's if not given."""
     m = _TEMPORARY.match(path.name)
     if m is None:
         return None
     try:
-        age = time.time() - path.lstat().st_mtime
+        age = (time.time() if now is None else now) - path.lstat().st_mtime
     except FileNotFoundError:
         return None
     pid = int(m.group(1))
@@ -39,9 +40,10 @@ def left_over(path: Path) -> tuple[int, float] | None:
     return pid, age
 
 
-def remove_left_over(directory: Path) -> int:
+def remove_left_over(directory: Path, now: float | None = None) -> int:
     """Delete the regular files in `directory` that are temporaries left by killed
-    processes (never a link's target, never a directory); how many."""
+    processes (never a link's target, never a directory; `now` as for `left_over`); how
+    many."""
     removed = 0
     try:
         entries = list(os.scandir(directory))
@@ -49,7 +51,7 @@ def remove_left_over(directory: Path) -> int:
         return 0
     for entry in entries:
         path = Path(entry.path)
-        if entry.is_file(follow_symlinks=False) and left_over(path) is not None:
+        if entry.is_file(follow_symlinks=False) and left_over(path, now) is not None:
             with contextlib.suppress(FileNotFoundError):
                 if stat.S_ISREG(os.lstat(path).st_mode):
                     path.unlink()

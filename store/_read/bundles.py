@@ -106,7 +106,7 @@ def known_bundle(path: Path) -> Bundle:
     bundle = _read_before.get(str(path), identity)
     if bundle is None:
         bundle = read_bundle(path)
-        _read_before.keep(str(path), st, identity, bundle)
+        _read_before.keep(path.parents[2], str(path), st, identity, bundle)
     return bundle
 
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 import json
 import os
 import threading
-import time
 import zlib
 from collections.abc import Container
 from dataclasses import dataclass, field
@@ -44,6 +43,7 @@ import pyarrow.compute as pc
 from tracklake._format.files import open_state, write_state
 from tracklake._format.part_summary import SUMMARY_SCHEMA
 from tracklake._format.schema import empty_table
+from tracklake._format.store_clock import store_now_ns
 from tracklake._read.attempt_rows import ATTEMPTS_SCHEMA
 from tracklake._read.decoded import RACY_SECONDS
 from tracklake._read.location import is_url
@@ -163,7 +163,7 @@ class RunCatalog:
             return empty_table(_SCHEMA)  # none yet, unreadable or damaged: rebuilt
         if not table.schema.equals(_SCHEMA):
             return empty_table(_SCHEMA)
-        if st.st_mtime_ns < time.time_ns() - int(RACY_SECONDS * 1e9):
+        if st.st_mtime_ns < store_now_ns(self.root) - int(RACY_SECONDS * 1e9):
             # older than a coarse mtime's tick: a change in place would show in the mtime
             with _read_before_lock:
                 _read_before.pop(self.path, None)

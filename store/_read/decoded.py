@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import json
 import os
-import time
 import zlib
 from collections.abc import Callable, Container
 from pathlib import Path
 from typing import Any
 
 from tracklake._format.files import read_state, write_state
+from tracklake._format.store_clock import store_now_ns
 from tracklake._read.location import is_url
 
 #: Where the cache lives, relative to the store root: a dot directory, which hive
@@ -91,7 +91,8 @@ class DecodedCache:
         value = decode(path)
         # None (an attempt claimed but not written, or damaged and reported) is not kept:
         # the next reader looks again, and reports damage again
-        if value is not None and st.st_mtime_ns < time.time_ns() - int(RACY_SECONDS * 1e9):
+        if value is not None and \
+                st.st_mtime_ns < store_now_ns(self.root) - int(RACY_SECONDS * 1e9):
             self._seen[key] = [st.st_size, st.st_mtime_ns, value]
             self._changed = True
         return value

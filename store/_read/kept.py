@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import threading
-import time
+from pathlib import Path
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -28,13 +28,15 @@ class Kept(Generic[T]):
             known = self.values.get(path)
         return known[1] if known is not None and known[0] == identity else None
 
-    def keep(self, path: str, st: os.stat_result, identity: tuple[int, ...],
+    def keep(self, root: Path, path: str, st: os.stat_result, identity: tuple[int, ...],
              value: T) -> None:
         """Keep `value` for `path` (stat'ed as `st` before it was read), unless its mtime
-        is too recent to tell a later change from it."""
+        is too recent, by the clock of the store at `root`, to tell a later change from
+        it."""
+        from tracklake._format.store_clock import store_now_ns
         from tracklake._read.decoded import RACY_SECONDS  # decoded reads through location
 
-        if st.st_mtime_ns >= time.time_ns() - int(RACY_SECONDS * 1e9):
+        if st.st_mtime_ns >= store_now_ns(root) - int(RACY_SECONDS * 1e9):
             return
         with self._lock:
             while len(self.values) >= self.most:

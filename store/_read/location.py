@@ -192,7 +192,7 @@ def subdirs_at(root: Path, rel: str) -> list[str]:
             from tracklake._read.catalog import mtimes_trusted
 
             if mtimes_trusted():
-                _kept_listings.keep(path, st, identity, names)
+                _kept_listings.keep(root, path, st, identity, names)
     return list(names)
 
 

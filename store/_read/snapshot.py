@@ -3,7 +3,6 @@ footers checked), the live tail as tables, metric summaries and the runs' attemp
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from tracklake._format import KINDS, PARTITION_SCHEMA, SCHEMAS, StreamId
 from tracklake._format.attempt import read_attempt
 from tracklake._format.part import open_part, part_summary_columns
 from tracklake._format.schema import empty_table, with_partition_columns
+from tracklake._format.store_clock import store_now_ns
 from tracklake._read.attempt_rows import ATTEMPTS_SCHEMA, attempt_row
 from tracklake._read.bundles import (
     Bundle,
@@ -89,7 +89,7 @@ class Snapshot:
                  skip: frozenset[Path] = frozenset(), scope: Scope = EVERYTHING,
                  trust_catalog: bool = True) -> None:
         problems = ReadProblems() if problems is None else problems
-        since = time.time_ns()
+        since = store_now_ns(root)
         self.parts: dict[str, list[Part]] = {k: [] for k in KINDS}
         live: dict[str, list[tuple[pa.Table, StreamId]]] = {k: [] for k in KINDS}
         summaries: list[pa.Table] = []

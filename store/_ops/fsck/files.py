@@ -7,6 +7,7 @@ import datetime as _dt
 import hashlib
 import os
 import stat
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from tracklake._format.bounded import touch
 from tracklake._format.checks import is_digest
 from tracklake._format.cursor import read_state
 from tracklake._format.files import NotRegularFileError, is_regular_file, open_regular
+from tracklake._format.store_clock import store_skew_ns
 from tracklake._format.temporaries import left_over
 from tracklake._ops.backup.ledger import load_record, record_paths
 from tracklake._ops.fsck.report import FsckReport, Problem
@@ -29,10 +31,11 @@ def check_special_files(root: Path, report: FsckReport) -> None:
     never follows or opens one (readers and operations skip them), so whatever it stands
     for is not part of the store, and someone put it there."""
     quarantine = root / "quarantine"
+    skew = store_skew_ns(root) / 1e9  # temporaries' ages by the store's clock
     for path, mode in _walk(root):
         if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
             if not path.is_relative_to(quarantine):  # moved there by a repair
-                _check_temporary(path, report)
+                _check_temporary(path, report, time.time() + skew)
             continue
         what = "a symbolic link" if stat.S_ISLNK(mode) else (
             "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
@@ -71,8 +74,8 @@ def _walk(root: Path) -> Iterator[tuple[Path, int]]:
         stack.extend(reversed(below))
 
 
-def _check_temporary(path: Path, report: FsckReport) -> None:
-    found = left_over(path)
+def _check_temporary(path: Path, report: FsckReport, now: float) -> None:
+    found = left_over(path, now)
     if found is None:
         return
     pid, age = found
