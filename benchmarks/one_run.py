@@ -82,27 +82,13 @@ def main() -> None:
 def _in_memory_asker(root: Path, run: str) -> Callable[[], list[dict[str, Any]]]:
     """The question over `run`'s rows read once into one Arrow table, registered on a new
     connection of one kept database per question."""
-    import duckdb
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     parts = sorted(root.glob(f"metrics/project=*/run={run}/**/*.parquet"))
     table = pa.concat_tables([pq.read_table(p).replace_schema_metadata(None) for p in parts])
     table = table.append_column("run", pa.array([run] * table.num_rows, pa.string()))
-    database = duckdb.connect()
-    database.execute("SET threads = 2")
-    sql = _SQL_IN_MEMORY.format(run=run)
-
-    def ask() -> list[dict[str, Any]]:
-        con = database.cursor()
-        try:
-            con.register("rows", table)
-            cursor = con.execute(sql)
-            names = [d[0] for d in cursor.description]
-            return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
-        finally:
-            con.close()
-    return ask
+    return duckdb_asker(_SQL_IN_MEMORY.format(run=run), {"rows": table})
 
 
 _SQL_IN_MEMORY = "SELECT step, value FROM rows WHERE run = '{run}' AND key = 'k5' ORDER BY step"

@@ -140,10 +140,12 @@ def sql_of(root: Path, reader: str, question: str, run: str) -> str:
 # -- one reader's questions in a fresh process (this script run with --child) ----------
 
 
-def duckdb_asker(sql: str) -> Callable[[], list[dict[str, Any]]]:
+def duckdb_asker(sql: str, tables: dict[str, Any] | None = None
+                 ) -> Callable[[], list[dict[str, Any]]]:
     """A function asking DuckDB `sql` (2 threads) and giving its rows as dicts: one
     in-memory database, opened by the first question, and a new connection to it per
-    question, as tracklake keeps one."""
+    question, as tracklake keeps one; `tables` (Arrow tables by name) are registered on
+    each connection."""
     import duckdb
 
     kept: list[Any] = []
@@ -154,6 +156,8 @@ def duckdb_asker(sql: str) -> Callable[[], list[dict[str, Any]]]:
             kept[0].execute("SET threads = 2")
         con = kept[0].cursor()
         try:
+            for name, table in (tables or {}).items():
+                con.register(name, table)
             cursor = con.execute(sql)
             names = [d[0] for d in cursor.description]
             return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]

@@ -254,7 +254,8 @@ import re, sys
 from tracklake._errors import FormatError
 from tracklake._ops.pack.pack import unpack
 try:
-    unpack(sys.argv[1], root=sys.argv[2])
+    limit = {"max_part_bytes": int(sys.argv[3])} if len(sys.argv) > 3 else {}
+    unpack(sys.argv[1], root=sys.argv[2], **limit)
     outcome = "unpacked"
 except FormatError as exc:
     outcome = "refused: " + str(exc)
@@ -263,6 +264,15 @@ except FormatError as exc:
 print(int(re.search(r"VmHWM:\s+(\d+)", open("/proc/self/status").read()).group(1)) * 1024)
 print(outcome)
 """
+
+
+def _unpacked(out: Path, target: Path, *limit: str) -> tuple[int, str]:
+    """Unpack `out` into `target` in a process of its own (`_MEASURE`; `limit`: its
+    max_part_bytes): its peak RSS in bytes, and what came of it."""
+    done = subprocess.run([sys.executable, "-c", _MEASURE, str(out), str(target), *limit],
+                          capture_output=True, text=True, check=True)
+    peak, outcome = done.stdout.splitlines()[:2]
+    return int(peak), outcome
 
 
 def test_unpacking_a_part_that_decodes_to_gigabytes_is_refused_in_bounded_memory(
@@ -276,11 +286,9 @@ def test_unpacking_a_part_that_decodes_to_gigabytes_is_refused_in_bounded_memory
     _bomb_pack(out, tmp_path, rows=6 * 1024, value_bytes=1 << 20)
     assert out.stat().st_size < 64 << 10
     target = tmp_path / "target"
-    done = subprocess.run([sys.executable, "-c", _MEASURE, str(out), str(target)],
-                          capture_output=True, text=True, check=True)
-    peak, outcome = done.stdout.splitlines()[:2]
+    peak, outcome = _unpacked(out, target)
     assert outcome.startswith("refused: ") and "decode to more than" in outcome, outcome
-    assert int(peak) < 2 << 30, f"peak RSS {int(peak) >> 20} MiB"
+    assert peak < 2 << 30, f"peak RSS {peak >> 20} MiB"
     assert _files(target) == []
 
 
@@ -294,12 +302,9 @@ def test_unpacking_a_part_whose_pages_decompress_past_the_limit_is_refused_unrea
     _bomb_pack(out, tmp_path, rows=400, value_bytes=1 << 20, distinct=True)
     assert out.stat().st_size < 1 << 20
     target = tmp_path / "target"
-    measure = _MEASURE.replace("root=sys.argv[2])", "root=sys.argv[2], max_part_bytes=64 << 20)")
-    done = subprocess.run([sys.executable, "-c", measure, str(out), str(target)],
-                          capture_output=True, text=True, check=True)
-    peak, outcome = done.stdout.splitlines()[:2]
+    peak, outcome = _unpacked(out, target, str(64 << 20))
     assert outcome.startswith("refused: ") and "more than 67108864 bytes" in outcome, outcome
-    assert int(peak) < 300 << 20, f"peak RSS {int(peak) >> 20} MiB"
+    assert peak < 300 << 20, f"peak RSS {peak >> 20} MiB"
     assert _files(target) == []
 
 
@@ -312,11 +317,9 @@ def test_a_part_within_the_limit_is_unpacked_holding_its_dictionary_not_every_va
     out = tmp_path / "wide.pack"
     _bomb_pack(out, tmp_path, rows=1024, value_bytes=1 << 20)
     target = tmp_path / "target"
-    done = subprocess.run([sys.executable, "-c", _MEASURE, str(out), str(target)],
-                          capture_output=True, text=True, check=True)
-    peak, outcome = done.stdout.splitlines()[:2]
+    peak, outcome = _unpacked(out, target)
     assert outcome == "unpacked", outcome
-    assert int(peak) < 512 << 20, f"peak RSS {int(peak) >> 20} MiB"
+    assert peak < 512 << 20, f"peak RSS {peak >> 20} MiB"
     [part] = _files(target)
     meta = pq.ParquetFile(part).metadata
     assert meta.num_rows == 1024
