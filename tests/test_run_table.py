@@ -154,3 +154,76 @@ def test_questions_from_many_threads_each_get_their_runs_rows(store: Path) -> No
     with ThreadPoolExecutor(8) as pool:
         assert all(pool.map(ask, range(80)))
     assert query_module._BEHIND == {}
+
+
+@pytest.fixture
+def reads(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """The parts `run_table` read from disk."""
+    read: list[Path] = []
+    real = run_table_module.read_small_part
+
+    def spy(path: Path, limit: int) -> Any:
+        read.append(path)
+        return real(path, limit)
+
+    monkeypatch.setattr(run_table_module, "read_small_part", spy)
+    return read
+
+
+def test_a_run_asked_again_is_not_read_again_while_its_parts_stay(
+        store: Path, reads: list[Path]) -> None:
+    """A settled part read whole is kept by the process while it is the file read (its
+    device, inode, size and mtime): the same question again reads nothing; the part
+    replaced by a copy of itself with the same mtime (a new inode), or touched (a new
+    mtime), is read again."""
+    import os
+    import shutil
+
+    from _settled import age
+
+    age(store)
+    sql = "SELECT rank, step, key, value FROM metrics WHERE run = 'a' ORDER BY ALL"
+    first = tracklake.query(sql, root=store)
+    assert len(reads) == 2  # one part per rank
+    assert tracklake.query(sql, root=store).equals(first)
+    assert len(reads) == 2  # kept
+    part = next(store.glob("metrics/project=p/run=a/rank=1/**/*.parquet"))
+    copy = part.with_name(".copy.tmp")
+    shutil.copy2(part, copy)  # same bytes and mtime
+    os.replace(copy, part)
+    assert tracklake.query(sql, root=store).equals(first)
+    assert reads[2:] == [part]
+    was = part.stat()
+    os.utime(part, ns=(was.st_atime_ns, was.st_mtime_ns - 10**9))
+    assert tracklake.query(sql, root=store).equals(first)
+    assert reads[3:] == [part]
+
+
+def test_parts_just_written_are_not_kept(store: Path, reads: list[Path]) -> None:
+    """Within the racy window a change could keep the mtime: such a part is read each
+    time."""
+    sql = "SELECT count(*) FROM metrics WHERE run = 'b'"
+    for _ in range(2):
+        tracklake.query(sql, root=store)
+    assert len(reads) == 2
+
+
+def test_what_is_kept_stays_within_its_bytes(tmp_path: Path) -> None:
+    """The oldest values go first once the next would pass `most_bytes`; a value larger
+    than all of it is not kept."""
+    import os
+
+    from tracklake._read.kept import Kept
+
+    kept: Kept[str] = Kept(100, most_bytes=10)
+    settled = tmp_path / "settled"
+    settled.write_bytes(b"")
+    os.utime(settled, ns=(0, 0))  # long before the racy window
+    old = os.stat(settled)
+    for name, size in (("a", 4), ("b", 4), ("c", 4)):
+        kept.keep(tmp_path, name, old, (1,), name, size)
+    assert [kept.get(n, (1,)) for n in "abc"] == [None, "b", "c"]
+    kept.keep(tmp_path, "huge", old, (1,), "huge", 11)
+    assert kept.get("huge", (1,)) is None and kept.get("c", (1,)) == "c"
+    kept.keep(tmp_path, "c", old, (1,), "c again", 6)  # replaced: its bytes counted once
+    assert kept.get("c", (1,)) == "c again" and kept.get("b", (1,)) == "b"

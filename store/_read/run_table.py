@@ -20,6 +20,7 @@ from tracklake._format import SCHEMAS, StreamId
 from tracklake._format.layout import stream_of_file
 from tracklake._format.part import read_small_part
 from tracklake._format.schema import with_partition_columns
+from tracklake._read.kept import Kept
 from tracklake._read.reader import Part, ReadProblems, add_once
 from tracklake._read.snapshot import part_lost, with_partitions
 
@@ -29,6 +30,11 @@ SMALL_RUN_BYTES = 1 << 20
 #: ... and decode to at most this many (a file that compresses better is a crafted one,
 #: or a run to read through the dataset).
 SMALL_RUN_DECODED = 64 << 20
+#: Parts this process read whole and verified, kept while the file is the one read (its
+#: device, inode, size and mtime) and older than the racy window (`Kept`): compaction
+#: writes a part under a temporary name and renames it into place, never changes one.
+#: A question about a run asked again (a notebook, a dashboard) reads nothing again.
+_read_before: Kept[pa.Table] = Kept(1024, most_bytes=SMALL_RUN_DECODED)
 
 
 def run_table(kind: str, parts: list[Part], problems: ReadProblems) -> pa.Table | None:
@@ -39,21 +45,31 @@ def run_table(kind: str, parts: list[Part], problems: ReadProblems) -> pa.Table 
     if not parts or any(hasattr(p.path, "fs_path") for p in parts):
         return None  # nothing, or an object store's files: the dataset reads those
     streams = [stream_of_file(p.path, kind) for p in parts]
-    if any(s is None for s in streams) or \
-            sum(os.stat(p.path).st_size for p in parts) > SMALL_RUN_BYTES:
+    if any(s is None for s in streams):
+        return None
+    stats = [os.stat(p.path) for p in parts]
+    if sum(st.st_size for st in stats) > SMALL_RUN_BYTES:
         return None
     tables: list[tuple[pa.Table, StreamId]] = []
     left = SMALL_RUN_DECODED
-    for part, stream in zip(parts, streams, strict=True):
-        try:
-            table = read_small_part(part.path, left)
-        except NewerFormatError:
-            raise
-        except FormatError as exc:
-            add_once(problems.damaged, (part.path, part_lost(exc, part)))
-            continue
+    for part, stream, st in zip(parts, streams, stats, strict=True):
+        identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        table = _read_before.get(str(part.path), identity)
+        if table is None:
+            try:
+                table = read_small_part(part.path, left)
+            except NewerFormatError:
+                raise
+            except FormatError as exc:
+                add_once(problems.damaged, (part.path, part_lost(exc, part)))
+                continue
+            if table is not None and table.schema.equals(SCHEMAS[kind]):
+                _read_before.keep(part.path.parents[5], str(part.path), st, identity, table,
+                                  table.nbytes)
         if table is None or not table.schema.equals(SCHEMAS[kind]) or stream is None:
             return None  # too large, or of an earlier format: the dataset adapts it
+        if table.nbytes > left:
+            return None
         left -= table.nbytes
         tables.append((table, stream))
     # partition columns as the live tables get them, then plain, as the dataset gives them
