@@ -70,8 +70,9 @@ def test_a_reader_whose_clock_is_behind_catalogues_settled_runs(root: Path) -> N
 def test_a_reader_whose_clock_is_ahead_keeps_nothing_written_just_now(root: Path) -> None:
     """Two hours ahead, files written a moment ago looked two hours old, and the
     catalog kept runs that could still change within one mtime tick unseen."""
-    _store(root)  # just written: within the racy window by the store's clock
-    result = _read(root, clock=7200)
+    _store(root)
+    age(root, -120)  # changed within the racy window by the store's clock, however slow
+    result = _read(root, clock=7200)  # the reader starts
     assert result["answers"] == [[{"n": 12}]] * 2
     assert result["catalogued"] == 0
 
