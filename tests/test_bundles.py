@@ -542,6 +542,10 @@ def test_where_mtimes_lie_a_setting_reads_every_run_from_its_files(
     "metrics/project=a/run=0000/rank=x/attempt=1/{name}",  # a rank no writer names
     "metrics/project=b/run=0000/rank=0/attempt=1/{name}",  # another project's part
     "metrics/project=a/run=0000/rank=0/attempt=1/../../../../../../outside/{name}",
+    # directories named as a part's are, reached through ".."
+    "metrics/project=a/run=0000/rank=0/attempt=1/../../../../../../outside/"
+    "project=a/run=0000/rank=0/attempt=1/{name}",
+    "metrics/project=a/run=0000/rank=0/attempt=1/..",  # no part's name
 ])
 def test_a_source_no_listing_gives_is_refused_unread(
         tmp_path: Path, few: None, monkeypatch: pytest.MonkeyPatch, source: str) -> None:
@@ -552,8 +556,10 @@ def test_a_source_no_listing_gives_is_refused_unread(
     root = tmp_path / "store"
     _store(root)
     part = sorted((root / "metrics" / "project=a" / "run=0000").rglob("part-*.parquet"))[0]
-    (tmp_path / "outside").mkdir()
-    shutil.copy(part, tmp_path / "outside" / part.name)
+    for directory in (tmp_path / "outside",
+                      tmp_path / "outside/project=a/run=0000/rank=0/attempt=1"):
+        directory.mkdir(parents=True, exist_ok=True)
+        shutil.copy(part, directory / part.name)
     opened: list[Path] = []
     real = bundle.read_part_table
 

@@ -38,7 +38,7 @@ from tracklake._format.files import (
     store_dir,
     write_atomic,
 )
-from tracklake._format.layout import stream_of_file
+from tracklake._format.layout import parse_part_name, stream_of_file
 from tracklake._format.part import read_part_table, write_part_stream
 from tracklake._ops.claims import hold_claim, remove_leftovers, touch_claim
 from tracklake._read.bundles import (
@@ -206,9 +206,13 @@ def _write_bundle(root: Path, project: str, sources: list[tuple[str, int]]) -> P
     that raced retention's `forget_run` is deleted by the one or the other)."""
     tables = []
     for path, mtime in sources:
-        stream = stream_of_file(root / path, "metrics")
-        if stream is None or stream.project != project or \
-                not path.startswith(f"metrics/project={project}/"):  # no listing gives it
+        # exactly metrics/project=P/run=R/rank=N/attempt=N/part-….parquet: no listing
+        # gives another shape (one through "..", say, under directories named right)
+        names = path.split("/")
+        stream = stream_of_file(root / path, "metrics") if len(names) == 6 and \
+            names[:2] == ["metrics", f"project={project}"] and \
+            parse_part_name(names[5]) is not None else None
+        if stream is None:
             raise _Damaged(path, FormatError(f"{path}: not where a part of {project} lies"))
         try:
             table = read_part_table(root / path)
