@@ -335,6 +335,10 @@ def open_part(path: Path, encoded: bool = False) -> Any:
         meta = pq.read_metadata(pa.BufferReader(
             _MAGIC + footer + length.to_bytes(4, "little") + _MAGIC))
         raw = meta.metadata or {}
+        strings = string_columns(meta.schema.to_arrow_schema()) if encoded else None
+        # no page is read until asked: the checks below come first
+        parquet = pq.ParquetFile(source, filesystem=filesystem, metadata=meta,
+                                 page_checksum_verification=True, read_dictionary=strings)
     except FormatError as exc:
         raise FormatError(f"{path}: damaged Parquet part: {exc}") from exc
     except FileNotFoundError:
@@ -350,15 +354,6 @@ def open_part(path: Path, encoded: bool = False) -> Any:
     # before any page is read: every reader of a part opens it here, and DuckDB reads a
     # question's parts only after they have been opened so (`Snapshot._add_parts`)
     check_declared(meta, path, part_read_limit())
-    try:
-        strings = string_columns(meta.schema.to_arrow_schema()) if encoded else None
-        parquet = pq.ParquetFile(source, filesystem=filesystem, metadata=meta,
-                                 page_checksum_verification=True, read_dictionary=strings)
-    except FileNotFoundError:
-        raise
-    except _DECODE_ERRORS as exc:
-        raise FormatError(f"{path}: damaged Parquet part: footer does not decode ({exc})"
-                          ) from exc
     return parquet
 
 

@@ -63,12 +63,11 @@ def run_table(kind: str, parts: list[Part], problems: ReadProblems) -> pa.Table 
             except FormatError as exc:
                 add_once(problems.damaged, (part.path, part_lost(exc, part)))
                 continue
-            if table is not None and table.schema.equals(SCHEMAS[kind]):
-                _read_before.keep(part.path.parents[5], str(part.path), st, identity, table,
-                                  table.nbytes)
-        if table is None or not table.schema.equals(SCHEMAS[kind]) or stream is None:
-            return None  # too large, or of an earlier format: the dataset adapts it
-        if table.nbytes > left:
+            if table is None or not table.schema.equals(SCHEMAS[kind]):
+                return None  # too large, or of an earlier format: the dataset adapts it
+            _read_before.keep(part.path.parents[5], str(part.path), st, identity, table,
+                              table.nbytes)
+        if table.nbytes > left or stream is None:
             return None
         left -= table.nbytes
         tables.append((table, stream))

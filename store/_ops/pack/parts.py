@@ -3,7 +3,6 @@ manifest before any record is decoded, and their decoded size measured batch by 
 
 from __future__ import annotations
 
-import itertools
 import tarfile
 from pathlib import Path
 from typing import IO
@@ -57,10 +56,12 @@ def _check_decoded_size(where: str, f: IO[bytes], limit: int) -> None:
     f.seek(0)
     parquet = pq.ParquetFile(f, read_dictionary=strings)
     total = declared_bytes(parquet.metadata)  # what reading decompresses, judged first
-    batches = parquet.iter_batches(_BATCH_ROWS) if total <= limit else iter(())
-    for total in itertools.accumulate(decoded_bytes(b) for b in batches):
-        if total > limit:
-            break
+    if total <= limit:
+        total = 0
+        for batch in parquet.iter_batches(_BATCH_ROWS):
+            total += decoded_bytes(batch)
+            if total > limit:
+                break
     if total > limit:
         raise FormatError(
             f"{where}: its records decode to more than {limit} bytes (the limit per "
