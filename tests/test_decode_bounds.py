@@ -11,7 +11,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from _bombs import compressible_strings
+from _bombs import compressible_strings, understate_footer
 from _memory import peak_rss_kib
 
 import tracklake
@@ -152,6 +152,30 @@ def test_a_part_whose_pages_decompress_past_the_limit_is_refused_before_they_are
     path = _zstd_bomb(root, 400, 1 << 20)
     assert path.stat().st_size < 1 << 20
     monkeypatch.setenv("TRACKLAKE_PART_READ_LIMIT", "64MiB")
+    _refused_by_every_reader(root, tmp_path)
+    assert path.exists()  # refused, never removed
+
+
+def test_a_footer_that_understates_what_the_pages_decompress_to_is_not_believed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same 400 MiB of pages, their footer rewritten to say every chunk decompresses
+    to 1,000 bytes. pyarrow allocates each page by its own header, not by the footer, so
+    the pages' headers are read first. Before, every reader believed the footer and
+    decompressed the pages."""
+    import pyarrow.parquet as pq
+
+    root = tmp_path / "store"
+    path = _zstd_bomb(root, 400, 1 << 20)
+    understate_footer(path)
+    assert pq.read_metadata(path).row_group(0).total_byte_size == 1000  # the forged sizes
+    monkeypatch.setenv("TRACKLAKE_PART_READ_LIMIT", "64MiB")
+    _refused_by_every_reader(root, tmp_path)
+    assert path.exists()
+
+
+def _refused_by_every_reader(root: Path, tmp_path: Path) -> None:
+    """Each command that reads run pb's texts part, in its own process, refuses it
+    within 320 MiB at its peak; those that report say why."""
     refused = "decode to more than 67108864 bytes"
     for args in (["sql", "--root", str(root), "SELECT max(length(text)) FROM texts "
                   "WHERE run = 'pb'"],
@@ -168,7 +192,6 @@ def test_a_part_whose_pages_decompress_past_the_limit_is_refused_before_they_are
         assert peak < 320 << 10, (args, f"peak RSS {peak >> 10} MiB")
         if args[0] in ("sql", "fsck", "show"):
             assert refused in proc.stdout + proc.stderr, (args, proc.stdout, proc.stderr)
-    assert path.exists()  # refused, never removed
 
 
 def test_a_part_that_decodes_past_the_limit_is_refused_before_it_is_decoded(

@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from _bombs import compressible_strings
+from _bombs import compressible_strings, understate_footer
 
 import tracklake
 from tracklake._format import FORMAT_VERSION, SCHEMAS, StreamId
@@ -203,11 +203,12 @@ def test_a_long_name_that_resolves_outside_the_listed_members_is_refused(
 # -- Parquet parts that decode to far more than they hold --------------------------------
 
 def _bomb_pack(out: Path, tmp_path: Path, rows: int, value_bytes: int,
-               distinct: bool = False) -> None:
+               distinct: bool = False, understated: bool = False) -> None:
     """A pack whose one texts part holds `rows` records all pointing to one dictionary
     value of `value_bytes` bytes: a few kilobytes that decode to rows * value_bytes.
     `distinct`: `rows` different values instead, in one row group and no dictionary (a
-    few hundred bytes each once compressed)."""
+    few hundred bytes each once compressed). `understated`: its footer then says each
+    large chunk decompresses to 1,000 bytes (`understate_footer`)."""
     s = StreamId("p", "bomb", 0, 1, "texts")
     n = np.arange(rows, dtype=np.int64)
     text = compressible_strings(rows, value_bytes) if distinct else \
@@ -227,6 +228,8 @@ def _bomb_pack(out: Path, tmp_path: Path, rows: int, value_bytes: int,
             "tracklake.format": FORMAT_VERSION, "tracklake.kind": s.kind,
             "tracklake.project": s.project, "tracklake.run": s.run,
             "tracklake.rank": str(s.rank), "tracklake.attempt": str(s.attempt)})
+    if understated:
+        understate_footer(part)
     assert pq.read_schema(part).remove_metadata().equals(SCHEMAS["texts"])
     data = part.read_bytes()
     entry = StreamEntry(s, 0, rows - 1, rows, hashlib.sha256(data).hexdigest(), len(data))
@@ -292,14 +295,17 @@ def test_unpacking_a_part_that_decodes_to_gigabytes_is_refused_in_bounded_memory
     assert _files(target) == []
 
 
+@pytest.mark.parametrize("understated", [False, True], ids=["footer", "forged-footer"])
 def test_unpacking_a_part_whose_pages_decompress_past_the_limit_is_refused_unread(
-        tmp_path: Path) -> None:
+        tmp_path: Path, understated: bool) -> None:
     """A part of 400 distinct 1 MiB strings (about 200 KB packed, 400 MiB decompressed),
     with the limit at 64 MiB: refused from what its footer says, before a page is read.
     Before, measuring it batch by batch decompressed the whole column chunk first (pyarrow
-    does, even for a batch of 16 rows)."""
+    does, even for a batch of 16 rows). With its footer forged to say 1,000 bytes, from
+    what its pages' own headers say (before: 900+ MiB at the peak)."""
     out = tmp_path / "bomb.pack"
-    _bomb_pack(out, tmp_path, rows=400, value_bytes=1 << 20, distinct=True)
+    _bomb_pack(out, tmp_path, rows=400, value_bytes=1 << 20, distinct=True,
+               understated=understated)
     assert out.stat().st_size < 1 << 20
     target = tmp_path / "target"
     peak, outcome = _unpacked(out, target, str(64 << 20))

@@ -25,6 +25,7 @@ from tracklake._format.files import fsync_file
 from tracklake._format.part_bounds import (
     bounded_table,
     check_declared,
+    check_pages,
     declared_bytes,
     decoded_bytes,
     part_read_limit,
@@ -327,25 +328,40 @@ def open_part(path: Path, encoded: bool = False) -> Any:
     source, filesystem = getattr(path, "fs_path", path), getattr(path, "filesystem", None)
     try:
         with path.open("rb") as f:  # a Path, or a path in an object store
-            offset, length = _footer_span(f, f.seek(0, os.SEEK_END))
-            f.seek(offset)
-            footer = f.read(length)
-        # the footer whose checksum is checked is the one the pages are read by, parsed
-        # once (not read again from a file that may have been replaced meanwhile)
+            meta = _checked_footer(f, path)
+            check_pages(f, meta, path, part_read_limit())
+        strings = string_columns(meta.schema.to_arrow_schema()) if encoded else None
+        # no page is read until asked: the checks above come first
+        return pq.ParquetFile(source, filesystem=filesystem, metadata=meta,
+                              page_checksum_verification=True, read_dictionary=strings)
+    except FileNotFoundError:
+        raise  # gone (compacted over, or pruned) since it was listed: not damage
+    except _DECODE_ERRORS as exc:  # not a file, unreadable, or refused by pyarrow
+        raise FormatError(f"{path}: damaged Parquet part: it does not read ({exc})"
+                          ) from exc
+
+
+def _checked_footer(f: Any, path: Path) -> Any:
+    """The footer of the open part `f` (a `FileMetaData`) once its checksum, format
+    version and declared sizes are checked: the footer whose checksum is checked is the
+    one the pages are read by, parsed once (not read again from a file that may have been
+    replaced meanwhile)."""
+    import pyarrow.parquet as pq
+
+    try:
+        offset, length = _footer_span(f, f.seek(0, os.SEEK_END))
+        f.seek(offset)
+        footer = f.read(length)
         meta = pq.read_metadata(pa.BufferReader(
             _MAGIC + footer + length.to_bytes(4, "little") + _MAGIC))
-        raw = meta.metadata or {}
-        strings = string_columns(meta.schema.to_arrow_schema()) if encoded else None
-        # no page is read until asked: the checks below come first
-        parquet = pq.ParquetFile(source, filesystem=filesystem, metadata=meta,
-                                 page_checksum_verification=True, read_dictionary=strings)
     except FormatError as exc:
         raise FormatError(f"{path}: damaged Parquet part: {exc}") from exc
     except FileNotFoundError:
-        raise  # gone (compacted over, or pruned) since it was listed: not damage
+        raise
     except _DECODE_ERRORS as exc:
         raise FormatError(f"{path}: damaged Parquet part: footer does not decode ({exc})"
                           ) from exc
+    raw = meta.metadata or {}
     expected = raw.get(FOOTER_CRC_KEY.encode())
     if expected is not None and not _footer_crc_matches(footer, expected):
         raise FormatError(f"{path}: damaged Parquet part: footer checksum mismatch")
@@ -354,7 +370,7 @@ def open_part(path: Path, encoded: bool = False) -> Any:
     # before any page is read: every reader of a part opens it here, and DuckDB reads a
     # question's parts only after they have been opened so (`Snapshot._add_parts`)
     check_declared(meta, path, part_read_limit())
-    return parquet
+    return meta
 
 
 #: The summaries of metric parts this process wrote without one in their footer, with

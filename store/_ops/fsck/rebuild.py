@@ -17,7 +17,12 @@ import pyarrow.parquet as pq
 from tracklake._errors import FormatError
 from tracklake._format import FORMAT_VERSION, SCHEMAS, StreamId, fsync_dir
 from tracklake._format.part import SUMMARY_KEY, summary_json, write_part_file
-from tracklake._format.part_bounds import bounded_table, string_columns
+from tracklake._format.part_bounds import (
+    bounded_table,
+    check_pages,
+    part_read_limit,
+    string_columns,
+)
 from tracklake._ops.compact import metric_summary
 from tracklake._ops.fsck.footer_stats import KILLS_READER, stats_mismatch_isolated
 
@@ -32,8 +37,11 @@ def salvageable(s: StreamId, path: Path, first: int, last: int) -> pa.Table | No
     stream's schema and hold every seq of first..last; None otherwise."""
     try:
         strings = string_columns(pq.read_schema(path))
-        table = bounded_table(pq.ParquetFile(path, page_checksum_verification=True,
-                                             read_dictionary=strings), path)
+        parquet = pq.ParquetFile(path, page_checksum_verification=True,
+                                 read_dictionary=strings)
+        with open(path, "rb") as f:  # before a page is read, as `open_part` does
+            check_pages(f, parquet.metadata, path, part_read_limit())
+        table = bounded_table(parquet, path)
     except _READ_ERRORS:
         return None
     if not table.schema.remove_metadata().equals(SCHEMAS[s.kind]) or not table.num_rows:

@@ -3,6 +3,7 @@ manifest before any record is decoded, and their decoded size measured batch by 
 
 from __future__ import annotations
 
+import io
 import tarfile
 from pathlib import Path
 from typing import IO
@@ -13,6 +14,7 @@ import pyarrow.parquet as pq
 
 from tracklake._errors import FormatError
 from tracklake._format import SCHEMAS, check_version
+from tracklake._format.page_headers import pages_bytes
 from tracklake._format.part_bounds import declared_bytes, decoded_bytes, plain
 from tracklake._format.records import CHECKED_KINDS, invalid_records
 from tracklake._ops.pack.archive import read_member
@@ -55,7 +57,10 @@ def _check_decoded_size(where: str, f: IO[bytes], limit: int) -> None:
     strings = _string_columns(f)
     f.seek(0)
     parquet = pq.ParquetFile(f, read_dictionary=strings)
-    total = declared_bytes(parquet.metadata)  # what reading decompresses, judged first
+    # what reading decompresses, judged first: as the footer says, and as the pages'
+    # own headers say (which pyarrow allocates by)
+    total = max(declared_bytes(parquet.metadata),
+                pages_bytes(f, parquet.metadata, f.seek(0, io.SEEK_END), where))
     if total <= limit:
         total = 0
         for batch in parquet.iter_batches(_BATCH_ROWS):
