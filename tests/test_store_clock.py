@@ -115,3 +115,61 @@ def test_a_host_ahead_takes_no_file_being_written_for_a_left_over(root: Path) ->
                          capture_output=True, text=True, timeout=120, check=True).stdout
     assert out.strip() == "[]", out
     assert being_written.exists()
+
+
+def _ahead(code: str, *args: str, clock: float = 3600) -> str:
+    """Run `code` in a process whose wall clock is `clock` seconds ahead; its output."""
+    env = {**os.environ, "NODE_CLOCK": str(clock), "TRACKLAKE_BUNDLES": "0",
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent),
+                                          os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-c", "import _node_clock, sys\n" + code, *args],
+                          env=env, capture_output=True, text=True, timeout=120,
+                          check=True).stdout
+
+
+def test_a_compactor_ahead_takes_no_part_being_unpacked_for_a_left_over(root: Path) -> None:
+    """`unpack` on another host writes a part under a temporary name, with no claim; a
+    compactor that claims the stream removes temporaries of dead processes older than 10
+    minutes. On a host an hour ahead, one written a moment ago looked an hour old, and
+    its pid (another host's) is no process here: it was removed from under its writer.
+    One truly left long ago is still removed."""
+    planted = {}
+    for name in ("fresh", "old"):
+        with tracklake.init(project="p", run_id=name, root=root, compact=False,
+                            capture_identity=False) as run:
+            run.log({"loss": 1.0}, step=0)
+        [directory] = root.glob(f"metrics/project=p/run={name}/rank=0/attempt=1")
+        planted[name] = directory / \
+            ".part-000000000000-000000000003-000000.parquet.999999999.tmp"
+        planted[name].write_bytes(b"a part on its way")
+    os.utime(planted["old"], (0, 0))  # left by a killed process long ago
+    out = _ahead("import tracklake; tracklake.compact(root=sys.argv[1]); "
+                 "print(len(tracklake.query('SELECT * FROM metrics', root=sys.argv[1])))",
+                 str(root))
+    assert out.split() == ["2"], out
+    assert len(list(root.glob("metrics/**/part-*.parquet"))) == 2  # both claimed, compacted
+    assert planted["fresh"].exists()
+    assert not planted["old"].exists()
+
+
+def test_a_backup_ahead_takes_no_copy_on_its_way_for_a_left_over(root: Path,
+                                                                 tmp_path: Path) -> None:
+    """Another host's backup copies into the same target under a temporary name; a
+    backup on a host an hour ahead removed it as left by a killed backup. One truly left
+    long ago is still removed."""
+    _store(root)
+    target = tmp_path / "backup"
+    directory = target / "metrics/project=p/run=r1/rank=0/attempt=1"
+    directory.mkdir(parents=True)
+    on_its_way = directory / ".part-000000000000-000000000003-000000.parquet.999999999.tmp"
+    on_its_way.write_bytes(b"a copy on its way")
+    left = directory / ".part-000000000000-000000000003-000000.parquet.999999998.tmp"
+    left.write_bytes(b"a copy of a killed backup")
+    os.utime(left, (0, 0))
+    out = _ahead("from tracklake._ops.backup import backup; from pathlib import Path; "
+                 "print(len(backup(Path(sys.argv[1]), sys.argv[2])"
+                 ".copied))", str(root), str(target))
+    assert int(out.split()[-1]) >= 3, out
+    assert list(directory.glob("part-*.parquet"))  # the backup placed r1's part there
+    assert on_its_way.exists()
+    assert not left.exists()

@@ -21,6 +21,7 @@ import contextlib
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from tracklake._format.files import create_new, scratch, store_dir
@@ -47,13 +48,22 @@ def store_skew_ns(root: Path) -> int:
     object store, or where this process may not write."""
     if hasattr(root, "fs_path"):
         return 0  # an object store: nothing is kept by mtime there
-    key = os.path.abspath(root)
+    return _kept(os.path.abspath(root), _measure_store)
+
+
+def directory_now_ns(directory: Path) -> int:
+    """`store_now_ns` for a directory that is no store (a backup's), measured with a
+    probe made in `directory` itself (this host's time where none can be made)."""
+    return time.time_ns() + _kept("dir:" + os.path.abspath(directory), _measure_in)
+
+
+def _kept(key: str, measure: Callable[[Path], int]) -> int:
     now = time.monotonic()
     with _lock:
         known = _measured.get(key)
     if known is not None and now - known[0] < MEASURE_EVERY_SECONDS:
         return known[1]
-    skew = _measure(Path(key))
+    skew = measure(Path(key.removeprefix("dir:")))
     with _lock:
         _measured.pop(key, None)
         while len(_measured) >= _KEPT_STORES:
@@ -62,18 +72,26 @@ def store_skew_ns(root: Path) -> int:
     return skew
 
 
-def _measure(root: Path) -> int:
-    """The mtime the file system gives a file created in ``root/.cache`` minus this
-    host's clock, read just before and just after (0 if the file cannot be made). Its
-    estimate errs towards a store clock earlier than the real one, which only delays
-    what is kept: a coarse mtime is rounded down, and the host's time is taken at the
-    end of the creation if the store's is ahead and at its start if behind."""
-    directory = root / ".cache"
+def _measure_store(root: Path) -> int:
+    """`_measure_in` ``root/.cache``, made if it is missing (0 if `root` is no store)."""
+    if not os.path.isdir(root / "runs"):
+        return 0  # not a store (yet): make nothing there
+    try:
+        store_dir(root, root / ".cache")
+    except OSError:
+        return 0
+    return _measure_in(root / ".cache")
+
+
+def _measure_in(directory: Path) -> int:
+    """The mtime the file system gives a file created in `directory` minus this host's
+    clock, read just before and just after (0 if the file cannot be made). Its estimate
+    errs towards a clock earlier than the real one, which only delays what is kept and
+    what is taken for left over: a coarse mtime is rounded down, and the host's time is
+    taken at the end of the creation if the directory's clock is ahead and at its start
+    if behind."""
     probe = scratch(directory / "clock", ".")
     try:
-        if not os.path.isdir(root / "runs"):
-            return 0  # not a store (yet): make nothing there
-        store_dir(root, directory)
         before = time.time_ns()
         with create_new(probe):
             pass

@@ -27,6 +27,7 @@ from tracklake._format.liveness import (
     process_identity,
     process_known_gone,
 )
+from tracklake._format.store_clock import store_now_ns
 
 #: A claim from another host (or unreadable) that was not refreshed for this long was left
 #: by a compactor that died; on its own host a claim is checked exactly (pid, start time,
@@ -191,8 +192,10 @@ _SORT_TMP = re.compile(r"^\.sort\.(.+)\.(\d+)\.tmp$")
 _PART_TMP = re.compile(r"^\.part-.*\.parquet\.(?:[0-9a-f]{12}\.)?(\d+)\.tmp$")
 
 
-def remove_leftovers(directory: Path) -> None:
-    """Delete, while holding `directory`'s claim, the temporaries of earlier holders:
+def remove_leftovers(directory: Path, now: float) -> None:
+    """Delete, while holding `directory`'s claim, the temporaries of earlier holders
+    (their ages by `now`, the time by the clock that stamps their mtimes: another host's
+    temporary on a file server is as old as the server says):
     sorted runs (only a claim's holder makes them, so any found belong to one that is
     gone), a contender's claim aside older than a minute or whose process on this host
     ended, and a part's older than CLAIM_STALE_SECONDS whose process is gone (unpack
@@ -208,7 +211,7 @@ def remove_leftovers(directory: Path) -> None:
                     path.unlink()
             continue
         try:
-            age = time.time() - path.lstat().st_mtime
+            age = now - path.lstat().st_mtime
         except FileNotFoundError:
             continue
         if (m := _CLAIM_TMP.match(name)) is not None:
@@ -233,19 +236,22 @@ def touch_claim(claim: Path) -> None:
 
 @contextlib.contextmanager
 def hold_claim(directory: Path, name: str = ".compacting",
-               leftovers: Callable[[Path], None] | None = None,
+               leftovers: Callable[[Path, float], None] | None = None,
                root: Path | None = None) -> Iterator[Path | None]:
     """Exclusively claim `directory` (a stream, for one compactor or shipper; the trash,
     for one retention applier) of the store at `root`; yields the claim (None if a live
     process holds it). A claim left by one that died is broken (`_break_stale_claim`;
     with `root`, judged by its watched progress alone, whatever the clocks: see
-    `_still_for`); once held, `leftovers(directory)` cleans up after it."""
+    `_still_for`); once held, `leftovers(directory, now)` cleans up after it, `now` by
+    the clock that stamps the store's mtimes (`store_clock`; this host's without
+    `root`)."""
     claim = directory / name
     for _ in range(3):
         if _take_claim(claim):
             try:
                 if leftovers is not None:
-                    leftovers(directory)
+                    leftovers(directory, time.time() if root is None
+                              else store_now_ns(root) / 1e9)
                 yield claim
             finally:
                 with contextlib.suppress(FileNotFoundError):

@@ -27,6 +27,7 @@ from tracklake._format.files import (
     read_state,
     scratch,
 )
+from tracklake._format.store_clock import directory_now_ns
 from tracklake._format.temporaries import remove_left_over
 from tracklake._ops.backup.blobcopy import check_source, copy_blob, file_sha256
 from tracklake._ops.backup.errors import BackupError
@@ -184,7 +185,9 @@ class LocalTarget:
         dst = self.path / rel
         if dst.parent not in self._made:  # one mkdir per directory, not per file
             dst.parent.mkdir(parents=True, exist_ok=True)
-            remove_left_over(dst.parent)  # of an earlier backup that was killed
+            # of an earlier backup that was killed, aged by the target's clock (another
+            # host's copy on its way to a file server is as old as the server says)
+            remove_left_over(dst.parent, directory_now_ns(self.path) / 1e9)
             self._made.add(dst.parent)
         return dst
 
