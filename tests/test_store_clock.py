@@ -117,9 +117,9 @@ def test_a_host_ahead_takes_no_file_being_written_for_a_left_over(root: Path) ->
     assert being_written.exists()
 
 
-def _ahead(code: str, *args: str, clock: float = 3600) -> str:
+def _ahead(code: str, *args: str, clock: float = 3600, bundles: str = "0") -> str:
     """Run `code` in a process whose wall clock is `clock` seconds ahead; its output."""
-    env = {**os.environ, "NODE_CLOCK": str(clock), "TRACKLAKE_BUNDLES": "0",
+    env = {**os.environ, "NODE_CLOCK": str(clock), "TRACKLAKE_BUNDLES": bundles,
            "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent),
                                           os.environ.get("PYTHONPATH", "")])}
     return subprocess.run([sys.executable, "-c", "import _node_clock, sys\n" + code, *args],
@@ -173,3 +173,23 @@ def test_a_backup_ahead_takes_no_copy_on_its_way_for_a_left_over(root: Path,
     assert list(directory.glob("part-*.parquet"))  # the backup placed r1's part there
     assert on_its_way.exists()
     assert not left.exists()
+
+
+def test_a_reader_behind_still_starts_the_bundle_builder(root: Path) -> None:
+    """A reader starts a bundle builder when the last one looked more than 30 s ago, by
+    the mtime of the file it leaves. Two hours behind the store, that mtime was always
+    in the future: no reader on that host ever started one."""
+    _store(root)
+    from tracklake._ops.bundle import build_bundles
+    from tracklake._read.bundles import BUNDLE_DIR, CHECKED
+
+    build_bundles(root)
+    checked = root / BUNDLE_DIR / CHECKED
+    a_minute_ago = checked.stat().st_mtime - 60
+    os.utime(checked, (a_minute_ago, a_minute_ago))
+    out = _ahead("from pathlib import Path; from tracklake._read import bundles\n"
+                 "started = []\n"
+                 "bundles.subprocess.Popen = lambda argv, **kw: started.append(argv)\n"
+                 "print(bundles.start_builder(Path(sys.argv[1]), 10**6), len(started))",
+                 str(root), clock=-7200, bundles="1")
+    assert out.split() == ["True", "1"], out
