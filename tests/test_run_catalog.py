@@ -188,8 +188,11 @@ def test_a_finished_run_and_an_edited_attempt_file_are_read_again(root: Path) ->
 
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "wrong crc", "other version",
-                                    "other schema", "forged mtimes"])
+                                    "other schema", "forged mtimes", "a part outside",
+                                    "a part through ..", "a watched path outside"])
 def test_a_damaged_or_forged_catalog_is_ignored_and_rebuilt(root: Path, damage: str) -> None:
+    """A part outside the store (absolute, or through ``..``) was read as one of r0's:
+    r0's values were gone from the answers and a row of no run took their place."""
     _store(root)
     expected = _answers(root)
     path = root / CATALOG_FILE
@@ -211,7 +214,30 @@ def test_a_damaged_or_forged_catalog_is_ignored_and_rebuilt(root: Path, damage: 
     forged = forged.set_column(5, table.schema.field("summaries"), pa.array(
         [[{**s, "last_value": -1.0} for s in ss] for ss in table.column("summaries").to_pylist()],
         table.schema.field("summaries").type))
+    outside = root.parent / "outside"
+    outside.mkdir()
+    [r2_part] = root.glob("metrics/project=p/run=r2/**/part-*.parquet")
+    shutil.copy(r2_part, outside / r2_part.name)
+    r0 = table.column("run").to_pylist().index("r0")
+
+    def moved(column: str, path: str) -> pa.Table:
+        """`table` with r0's first path of `column` replaced by `path` (a watched one
+        with the mtime it has, so that the entry would pass as valid)."""
+        values = table.column(column).to_pylist()
+        values[r0][0] = {**values[r0][0], "path": path}
+        if column == "watched":
+            values[r0][0]["mtime_ns"] = os.stat(root / path).st_mtime_ns
+        field = table.schema.field(column)
+        return table.set_column(table.schema.get_field_index(column), field,
+                                pa.array(values, field.type))
+
+    r0_dir = "metrics/project=p/run=r0/rank=0/attempt=1"
     path.write_bytes({
+        "a part outside": signed(moved("parts", str(outside / r2_part.name))),
+        "a part through ..": signed(moved("parts", f"{r0_dir}/../../../../../outside/"
+                                                   f"{r2_part.name}")),
+        "a watched path outside": signed(moved("watched", os.path.relpath(
+            outside / r2_part.name, root))),
         "garbage": b"\x00not a catalog",
         "truncated": header + b"\n" + body[: len(body) // 2],
         "wrong crc": json.dumps({"version": CATALOG_VERSION, "crc32": 1}).encode() + b"\n"
@@ -224,6 +250,12 @@ def test_a_damaged_or_forged_catalog_is_ignored_and_rebuilt(root: Path, damage: 
     _assert_same(_answers(root), expected)
     assert _catalogued(root) == ["r0", "r1", "r2"]  # written again, whole
     _assert_same(_answers(root), expected)
+    rebuilt = pa.ipc.open_stream((root / CATALOG_FILE).read_bytes().partition(b"\n")[2]
+                                 ).read_all()
+    for column in ("parts", "watched"):
+        paths = rebuilt.column(column).combine_chunks().flatten().field("path").to_pylist()
+        assert paths and all(p.startswith(("metrics/project=p/", "runs/project=p/"))
+                             and "/." not in p for p in paths), paths
 
 
 def test_a_store_the_reader_cannot_write_is_read_without_a_catalog(
@@ -448,3 +480,30 @@ def test_a_copy_of_the_catalog_left_by_a_killed_reader_is_removed_by_the_next(
     assert (root / CATALOG_FILE).exists()
     assert sorted(p.name for p in cache.iterdir() if p.name.endswith(".tmp")) == sorted(
         [young, live])
+
+
+def test_a_catalog_that_decompresses_past_the_limit_is_not_decoded(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A catalog of a few kilobytes whose one batch is 384 MiB of zstd-compressed text,
+    its checksum right: judged by what its batch headers say, it is ignored unread and
+    rebuilt. Before, a question decompressed it whole (the peak past 500 MiB)."""
+    from _memory import peak_rss_kib
+
+    _store(root)
+    expected = [t.to_pylist() for t in _answers(root)]
+    big = pa.table({"run": pa.array(["a" * (384 << 20)])})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, big.schema,
+                           options=pa.ipc.IpcWriteOptions(compression="zstd")) as writer:
+        writer.write_table(big)
+    del big
+    body = sink.getvalue().to_pybytes()
+    assert len(body) < 1 << 20
+    (root / CATALOG_FILE).write_bytes(json.dumps(
+        {"version": CATALOG_VERSION, "crc32": zlib.crc32(body)}).encode() + b"\n" + body)
+    monkeypatch.setenv("TRACKLAKE_PART_READ_LIMIT", "64MiB")
+    proc, peak = peak_rss_kib(["sql", "--root", str(root), "--format", "json", QUESTIONS[2]])
+    assert proc.returncode == 0, proc.stderr
+    assert [json.loads(line) for line in proc.stdout.splitlines()] == expected[2]
+    assert peak < 320 << 10, f"peak RSS {peak >> 10} MiB"
+    assert _catalogued(root) == ["r0", "r1", "r2"]  # written again, whole

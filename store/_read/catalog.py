@@ -20,7 +20,9 @@ the next reader rebuilds it from the files. Training ranks never read or write i
 readers (and the deriver a finished run's compactor starts, `_ops/derive.py`) replace it
 whole (`write_atomic`), so concurrent readers see one version or the other and need no
 lock; a file with another version, a wrong checksum or an unexpected
-schema is ignored and rebuilt. A store the reader cannot write is read without it. A
+schema is ignored and rebuilt, as is one that says it decodes to more than a part may or
+holds a path outside the store (`catalog_checks`: it may have been planted). A store
+the reader cannot write is read without it. A
 process keeps the table of a catalog file it read while the file stays the same (device,
 inode, size, mtime, and older than `RACY_SECONDS`), so a warm question does not decode it.
 """
@@ -41,10 +43,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tracklake._format.files import open_state, write_state
+from tracklake._format.part_bounds import part_read_limit
 from tracklake._format.part_summary import SUMMARY_SCHEMA
 from tracklake._format.schema import empty_table
 from tracklake._format.store_clock import store_now_ns
 from tracklake._read.attempt_rows import ATTEMPTS_SCHEMA
+from tracklake._read.catalog_checks import decodes_within, paths_inside
 from tracklake._read.decoded import RACY_SECONDS
 from tracklake._read.location import is_url
 from tracklake._read.mtimes import ABSENT, mtimes_of
@@ -158,11 +162,13 @@ class RunCatalog:
             if not isinstance(meta, dict) or meta.get("version") != CATALOG_VERSION or \
                     meta.get("crc32") != zlib.crc32(body):
                 return empty_table(_SCHEMA)
+            if not decodes_within(body, part_read_limit()):
+                return empty_table(_SCHEMA)  # crafted to decompress past what a part may
             table = pa.ipc.open_stream(body).read_all()
         except (OSError, ValueError, pa.ArrowException):
             return empty_table(_SCHEMA)  # none yet, unreadable or damaged: rebuilt
-        if not table.schema.equals(_SCHEMA):
-            return empty_table(_SCHEMA)
+        if not table.schema.equals(_SCHEMA) or not paths_inside(table):
+            return empty_table(_SCHEMA)  # not ours, or a path out of the store: rebuilt
         if st.st_mtime_ns < store_now_ns(self.root) - int(RACY_SECONDS * 1e9):
             # older than a coarse mtime's tick: a change in place would show in the mtime
             with _read_before_lock:

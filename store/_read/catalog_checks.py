@@ -1,0 +1,74 @@
+"""What a run catalog file must be before a reader uses it: like every file in the store,
+it may have been planted (a restored backup, another user), and its checksum proves
+nothing a forger cannot recompute.
+
+- What it decodes to, read from each record batch's header before anything is
+  decompressed (`ipc_size.decoded_size`): a few megabytes of lz4 may stand for gigabytes.
+- Every path lies inside the store, under the directories of its kind: its parts under
+  ``metrics/project=``, ending in ``.parquet``; its watched paths under
+  ``metrics/project=`` or ``runs/project=``; none with a component that starts with a
+  dot (so no ``..``). An absolute path, or one through ``..``, had a question read a
+  file outside the store as one of a run's parts. (An entry naming another run's files,
+  inside the store, makes answers as wrong as editing those files would; it is not
+  checked: comparing 237,000 paths with their runs' names took 0.15 to 0.3 s a process at
+  34,000 runs, these checks a few milliseconds.)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tracklake._format.ipc_size import decoded_size, message_size
+
+_EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+#: (column, the prefixes one of which each path must start with, and its ending)
+_SHAPES = (("parts", ("metrics/project=",), ".parquet"),
+           ("watched", ("metrics/project=", "runs/project="), ""))
+
+
+def decodes_within(body: bytes, limit: int) -> bool:
+    """Whether the Arrow IPC stream `body` says its record batches decode to at most
+    `limit` bytes in all; False if a message's header cannot be read."""
+    view = memoryview(body)
+    pos = total = 0
+    while pos < len(view):
+        if view[pos:pos + 8] == _EOS:
+            return True
+        size = message_size(view[pos:])
+        if size is None:
+            return False
+        batch = decoded_size(view[pos:pos + size])
+        total += batch or 0  # None: the schema message
+        if total > limit:
+            return False
+        pos += size
+    return True
+
+
+def paths_inside(table: pa.Table) -> bool:
+    """Whether every part and watched path of the catalog `table` lies inside the store
+    where its kind does (see the module's docstring)."""
+    for column, prefixes, ending in _SHAPES:
+        paths = table.column(column).combine_chunks().flatten().field("path")
+        if not len(paths):
+            continue
+        inside = pc.starts_with(paths, prefixes[0])
+        for prefix in prefixes[1:]:
+            inside = pc.or_(inside, pc.starts_with(paths, prefix))
+        if ending:
+            inside = pc.and_(inside, pc.ends_with(paths, ending))
+        if paths.null_count or not pc.all(inside).as_py() or _dot_component(paths):
+            return False
+    return True
+
+
+def _dot_component(paths: pa.StringArray) -> bool:
+    """Whether a path has a component that starts with a dot, found in the array's bytes
+    at once (each path starts with a letter, so none is made of two paths' ends); 40 ms
+    for 237,000 paths by `match_substring`, a few here."""
+    _, offsets, data = paths.buffers()
+    start, end = (int(o) for o in np.frombuffer(offsets, np.int32)[
+        [paths.offset, paths.offset + len(paths)]])
+    return data.slice(start, end - start).to_pybytes().find(b"/.") != -1
