@@ -71,4 +71,5 @@ def _dot_component(paths: pa.StringArray) -> bool:
     _, offsets, data = paths.buffers()
     start, end = (int(o) for o in np.frombuffer(offsets, np.int32)[
         [paths.offset, paths.offset + len(paths)]])
-    return data.slice(start, end - start).to_pybytes().find(b"/.") != -1
+    text: bytes = data.slice(start, end - start).to_pybytes()
+    return text.find(b"/.") != -1
