@@ -4,7 +4,6 @@ allocate."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import duckdb
@@ -14,7 +13,13 @@ import pyarrow.parquet as pq
 import pytest
 
 import tracklake
-from tracklake._format.page_headers import _struct, chunk_range, page_header, pages_bytes
+from tracklake._format.page_headers import (
+    _struct,
+    chunk_ranges,
+    footer_span,
+    page_header,
+    pages_total,
+)
 from tracklake._format.part import open_part
 
 
@@ -54,26 +59,33 @@ def test_every_page_of_a_duckdb_file_is_walked(tmp_path: Path) -> None:
 def _walks_exactly(path: Path) -> None:
     meta = pq.read_metadata(path)
     data = path.read_bytes()
-    uncompressed_total = 0
-    for g in range(meta.num_row_groups):
-        for c in range(meta.row_group(g).num_columns):
-            chunk = meta.row_group(g).column(c)
-            start, end = chunk_range(chunk)
-            pos, pages, uncompressed = start, 0, 0
-            while pos < end:
-                size, stored, length = page_header(memoryview(data)[pos:end])
-                walked = {2: -1, 3: -1}  # the same by the field-by-field walk
-                assert _struct(data[pos:end], 0, 0, walked) == length
-                assert (walked[2], walked[3]) == (size, stored)
-                uncompressed += size + length
-                pos += length + stored
-                pages += 1
-            assert pos == end and pages >= 1
-            assert uncompressed == chunk.total_uncompressed_size, (g, c)
-            uncompressed_total += uncompressed
     with path.open("rb") as f:
-        walked = pages_bytes(f, meta, os.path.getsize(path), path)
-    assert 0 < walked < uncompressed_total  # the pages alone, without their headers
+        offset, length = footer_span(f, len(data))
+    ranges = chunk_ranges(data[offset:offset + length])
+    chunks = [meta.row_group(g).column(c) for g in range(meta.num_row_groups)
+              for c in range(meta.row_group(g).num_columns)]
+    assert len(ranges) == len(chunks)  # read from the footer's bytes as pyarrow does
+    uncompressed_total = 0
+    for (start, end), chunk in zip(ranges, chunks, strict=True):
+        expected = chunk.data_page_offset
+        if chunk.has_dictionary_page and 0 < chunk.dictionary_page_offset < expected:
+            expected = chunk.dictionary_page_offset
+        assert (start, end) == (expected, expected + chunk.total_compressed_size)
+        pos, pages, uncompressed = start, 0, 0
+        while pos < end:
+            size, stored, length = page_header(memoryview(data)[pos:end])
+            walked = {2: -1, 3: -1}  # the same by the field-by-field walk
+            assert _struct(data[pos:end], 0, 0, walked) == length
+            assert (walked[2], walked[3]) == (size, stored)
+            uncompressed += size + length
+            pos += length + stored
+            pages += 1
+        assert pos == end and pages >= 1
+        assert uncompressed == chunk.total_uncompressed_size
+        uncompressed_total += uncompressed
+    with path.open("rb") as f:
+        walked_total = pages_total(f, path)
+    assert 0 < walked_total < uncompressed_total  # the pages alone, without their headers
 
 
 def _sizes(uncompressed: int, compressed: int) -> bytes:

@@ -87,6 +87,15 @@ def _skip(buf: Any, pos: int, kind: int, depth: int, in_list: bool = False) -> i
         pos += 1
         if n == 15:
             n, pos = _varint(buf, pos)
+        if element in (_I32, _I64, _I16):  # the usual list (histograms, encodings)
+            size = len(buf)
+            for _ in range(n):
+                while pos < size and buf[pos] & 0x80:
+                    pos += 1
+                pos += 1
+                if pos > size:
+                    raise _Short
+            return pos
         for _ in range(n):  # each element takes a byte at least: bounded by the buffer
             pos = _skip(buf, pos, element, depth + 1, in_list=True)
         return pos
@@ -188,22 +197,149 @@ def page_header(buf: bytes | memoryview) -> tuple[int, int, int]:
     return uncompressed, compressed, end
 
 
-def chunk_range(chunk: Any) -> tuple[int, int]:
-    """(start, end) of a column chunk (a `ColumnChunkMetaData`) as pyarrow reads it: from
-    its dictionary page if that comes first, `total_compressed_size` bytes."""
-    start = chunk.data_page_offset
-    dictionary = chunk.dictionary_page_offset
-    if chunk.has_dictionary_page and dictionary and 0 < dictionary < start:
-        start = dictionary
-    return start, start + chunk.total_compressed_size
+def footer_span(f: IO[bytes], size: int) -> tuple[int, int]:
+    """(offset, length) of the thrift footer of the open Parquet file `f` of `size`
+    bytes; FormatError saying what is wrong if it has none."""
+    if size < 12:
+        raise FormatError("too short to be a Parquet file")
+    f.seek(size - 8)
+    tail = f.read(8)
+    if tail[4:] != b"PAR1":
+        raise FormatError("no Parquet end marker (the file is truncated or not Parquet)")
+    length = int.from_bytes(tail[:4], "little")
+    if length > size - 12:
+        raise FormatError("footer length points outside the file (truncated?)")
+    return size - 8 - length, length
 
 
-def pages_bytes(f: IO[bytes], meta: Any, size: int, where: object) -> int:
-    """What the pages of the open Parquet file `f` (`size` bytes, footer `meta`) say, in
-    their headers, they decompress to; `FormatError` naming `where` if a chunk's range
-    lies outside the file or a header does not decode."""
-    ranges = [chunk_range(meta.row_group(g).column(c)) for g in range(meta.num_row_groups)
-              for c in range(meta.row_group(g).num_columns)]
+def chunk_ranges(footer: bytes) -> list[tuple[int, int]]:
+    """(start, end) of every column chunk the thrift `FileMetaData` in `footer` lists, as
+    pyarrow reads it: from its dictionary page if that comes first,
+    `total_compressed_size` bytes (a chunk without its metadata pyarrow cannot read, and
+    is left out). Read here, not through pyarrow's `row_group(i).column(j)`: on a footer
+    whose size statistics disagree with its schema that call aborts the process (a C++
+    exception thrown through pyarrow's binding), which a crafted part would do to every
+    reader. Only FileMetaData.row_groups (4) → RowGroup.columns (1) → ColumnChunk.meta_data
+    (3) → total_compressed_size (7), data_page_offset (9) and dictionary_page_offset (11)
+    are read; every other field is skipped unread."""
+    ranges: list[tuple[int, int]] = []
+
+    def column_meta(buf: Any, pos: int, kind: int, depth: int) -> int:
+        if kind != _STRUCT:
+            return _skip(buf, pos, kind, depth)
+        got: dict[int, int] = {}
+        pos = _walk(buf, pos, depth, {7: _integer(got, 7), 9: _integer(got, 9),
+                                     11: _integer(got, 11)})
+        if 7 in got and 9 in got:
+            start, dictionary = got[9], got.get(11, 0)
+            if 0 < dictionary < start:
+                start = dictionary
+            ranges.append((start, start + got[7]))
+        return pos
+
+    def column_chunk(buf: Any, pos: int, depth: int) -> int:
+        return _walk(buf, pos, depth, {3: column_meta})
+
+    def row_group(buf: Any, pos: int, depth: int) -> int:
+        return _walk(buf, pos, depth, {1: _list_of(column_chunk)})
+
+    try:
+        _walk(footer, 0, 0, {4: _list_of(row_group)}, last=4)
+    except ValueError as exc:
+        raise FormatError(f"its footer does not decode ({exc})") from None
+    return ranges
+
+
+_Handler = Callable[[Any, int, int, int], int]
+
+
+def _walk(buf: Any, pos: int, depth: int, handlers: dict[int, _Handler],
+          last: int = 1 << 16) -> int:
+    """The position after the struct at `pos`, its fields in `handlers` handed to them
+    (`handler(buf, pos, kind, depth)` gives the position after the field), the others
+    skipped (integers, strings and nested structs inline: a bundle's footer has 100,000
+    fields). Walking stops after field `last` (the position then is not the struct's
+    end)."""
+    if depth > _MOST_DEPTH:
+        raise ValueError(f"values nested deeper than {_MOST_DEPTH}")
+    field = inner = 0
+    size = len(buf)
+    while True:
+        if pos >= size:
+            raise _Short
+        byte = buf[pos]
+        pos += 1
+        if byte == 0:  # the end of a struct
+            if not inner:
+                return pos
+            inner -= 1
+            continue
+        kind = byte & 0x0F
+        if inner:  # a field of a nested struct, skipped
+            if not byte >> 4:
+                pos = _varint(buf, pos)[1]
+        elif byte >> 4:
+            field += byte >> 4
+        else:
+            raw, pos = _varint(buf, pos)
+            field = (raw >> 1) ^ -(raw & 1)
+        handler = None if inner else handlers.get(field)
+        if handler is not None:
+            pos = handler(buf, pos, kind, depth + 1)
+            if field >= last:
+                return pos
+        elif kind in (_I32, _I64, _I16):
+            while pos < size and buf[pos] & 0x80:
+                pos += 1
+            pos += 1
+        elif kind == _BINARY:
+            if pos < size and buf[pos] < 0x80:
+                pos += 1 + buf[pos]
+            else:
+                n, pos = _varint(buf, pos)
+                pos += n
+        elif kind == _STRUCT:
+            inner += 1
+            if depth + inner > _MOST_DEPTH:
+                raise ValueError(f"values nested deeper than {_MOST_DEPTH}")
+        elif kind not in (_TRUE, _FALSE):
+            pos = _skip(buf, pos, kind, depth + inner)
+
+
+def _integer(into: dict[int, int], field: int) -> _Handler:
+    """A handler keeping the value of field `field`, an i32 or i64, in `into[field]`."""
+    def handle(buf: Any, pos: int, kind: int, depth: int) -> int:
+        if kind not in (_I32, _I64):
+            return _skip(buf, pos, kind, depth)
+        raw, end = _varint(buf, pos)
+        into[field] = (raw >> 1) ^ -(raw & 1)
+        return end
+    return handle
+
+
+def _list_of(element: Callable[[Any, int, int], int]) -> _Handler:
+    """A handler walking a list field's struct elements with `element(buf, pos, depth)`."""
+    def handle(buf: Any, pos: int, kind: int, depth: int) -> int:
+        if kind not in (_LIST, _SET) or depth > _MOST_DEPTH:
+            return _skip(buf, pos, kind, depth)
+        _ahead(buf, pos, 1)
+        n, item = buf[pos] >> 4, buf[pos] & 0x0F
+        pos += 1
+        if n == 15:
+            n, pos = _varint(buf, pos)
+        for _ in range(n):  # each element takes a byte at least: bounded by the buffer
+            pos = element(buf, pos, depth + 1) if item == _STRUCT else \
+                _skip(buf, pos, item, depth + 1, in_list=True)
+        return pos
+    return handle
+
+
+def pages_bytes(f: IO[bytes], ranges: list[tuple[int, int]], size: int,
+                where: object) -> int:
+    """What the pages of the open Parquet file `f` (`size` bytes; its column chunks at
+    `ranges`, from `chunk_ranges`) say, in their headers, they decompress to;
+    `FormatError` naming `where` if a chunk's range lies outside the file or a header does
+    not decode."""
     if not ranges:
         return 0
     low = min(start for start, _ in ranges)
@@ -229,6 +365,19 @@ def pages_bytes(f: IO[bytes], meta: Any, size: int, where: object) -> int:
             total += uncompressed
             pos += length + compressed
     return total
+
+
+def pages_total(f: IO[bytes], where: object) -> int:
+    """`pages_bytes` of the open Parquet file `f`, its chunks read from its own footer;
+    `FormatError` naming `where` if that footer does not decode."""
+    size = f.seek(0, os.SEEK_END)
+    try:
+        offset, length = footer_span(f, size)
+        f.seek(offset)
+        ranges = chunk_ranges(f.read(length))
+    except FormatError as exc:
+        raise FormatError(f"{where}: damaged Parquet part: {exc}") from None
+    return pages_bytes(f, ranges, size, where)
 
 
 def _reader(f: IO[bytes]) -> Callable[[int, int], bytes]:

@@ -20,8 +20,10 @@ from typing import Any
 import pyarrow as pa
 
 from tracklake._errors import FormatError
+from tracklake._format import bounded_json
 from tracklake._format.bounded import touch
 from tracklake._format.files import fsync_file
+from tracklake._format.page_headers import footer_span
 from tracklake._format.part_bounds import (
     bounded_table,
     check_declared,
@@ -56,24 +58,10 @@ _MAGIC = b"PAR1"
 _DECODE_ERRORS = (pa.ArrowException, OSError, ValueError, EOFError)
 
 
-def _footer_span(f: Any, size: int) -> tuple[int, int]:
-    """(offset, length) of the thrift footer of the open Parquet file `f` of `size` bytes."""
-    if size < 12:
-        raise FormatError("too short to be a Parquet file")
-    f.seek(size - 8)
-    tail = f.read(8)
-    if tail[4:] != _MAGIC:
-        raise FormatError("no Parquet end marker (the file is truncated or not Parquet)")
-    length = int.from_bytes(tail[:4], "little")
-    if length > size - 12:
-        raise FormatError("footer length points outside the file (truncated?)")
-    return size - 8 - length, length
-
-
 def stamp_footer_crc(path: Path) -> None:
     """Write the footer's CRC-32 over the placeholder left in its metadata (before fsync)."""
     with open(path, "r+b") as f:
-        offset, length = _footer_span(f, os.fstat(f.fileno()).st_size)
+        offset, length = footer_span(f, os.fstat(f.fileno()).st_size)
         f.seek(offset)
         footer = bytearray(f.read(length))
         at = footer.find(_STAMPED_ENTRY)
@@ -329,7 +317,7 @@ def open_part(path: Path, encoded: bool = False) -> Any:
     try:
         with path.open("rb") as f:  # a Path, or a path in an object store
             meta = _checked_footer(f, path)
-            check_pages(f, meta, path, part_read_limit())
+            check_pages(f, path, part_read_limit())
         strings = string_columns(meta.schema.to_arrow_schema()) if encoded else None
         # no page is read until asked: the checks above come first
         return pq.ParquetFile(source, filesystem=filesystem, metadata=meta,
@@ -349,7 +337,7 @@ def _checked_footer(f: Any, path: Path) -> Any:
     import pyarrow.parquet as pq
 
     try:
-        offset, length = _footer_span(f, f.seek(0, os.SEEK_END))
+        offset, length = footer_span(f, f.seek(0, os.SEEK_END))
         f.seek(offset)
         footer = f.read(length)
         meta = pq.read_metadata(pa.BufferReader(
@@ -445,7 +433,7 @@ def part_summary_columns(parquet: Any, path: Path) -> dict[str, list[Any]]:
         except _DECODE_ERRORS as exc:
             raise FormatError(f"{path}: damaged Parquet part: {exc}") from exc
     try:
-        rows = json.loads(raw) if raw else []
+        rows = bounded_json.loads(raw) if raw else []
     except ValueError as exc:
         raise FormatError(f"{path}: its metric summary is not JSON ({exc})") from exc
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):

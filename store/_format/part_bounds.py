@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tracklake._errors import FormatError, StoreError
-from tracklake._format.page_headers import pages_bytes
+from tracklake._format.page_headers import pages_total
 
 #: The environment variable that sets the most bytes one part may decode to when
 #: tracklake reads it (a size such as "8GiB"); by default a quarter of this machine's
@@ -75,11 +75,11 @@ def check_declared(meta: Any, where: object, limit: int) -> None:
         raise too_big(where, limit)
 
 
-def check_pages(f: IO[bytes], meta: Any, where: object, limit: int) -> None:
-    """`too_big` if the pages of the open Parquet file `f` (footer `meta`) say in their
-    own headers, which pyarrow allocates by, that they decompress to more than `limit`:
-    a footer may understate it (`declared_bytes`)."""
-    if pages_bytes(f, meta, f.seek(0, os.SEEK_END), where) > limit:
+def check_pages(f: IO[bytes], where: object, limit: int) -> None:
+    """`too_big` if the pages of the open Parquet file `f` say in their own headers,
+    which pyarrow allocates by, that they decompress to more than `limit`: a footer may
+    understate it (`declared_bytes`)."""
+    if pages_total(f, where) > limit:
         raise too_big(where, limit)
 
 

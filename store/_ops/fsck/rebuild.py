@@ -5,7 +5,6 @@ says was lost, in records, steps and keys."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tracklake._errors import FormatError
-from tracklake._format import FORMAT_VERSION, SCHEMAS, StreamId, fsync_dir
+from tracklake._format import FORMAT_VERSION, SCHEMAS, StreamId, bounded_json, fsync_dir
 from tracklake._format.part import SUMMARY_KEY, summary_json, write_part_file
 from tracklake._format.part_bounds import (
     bounded_table,
@@ -40,7 +39,7 @@ def salvageable(s: StreamId, path: Path, first: int, last: int) -> pa.Table | No
         parquet = pq.ParquetFile(path, page_checksum_verification=True,
                                  read_dictionary=strings)
         with open(path, "rb") as f:  # before a page is read, as `open_part` does
-            check_pages(f, parquet.metadata, path, part_read_limit())
+            check_pages(f, path, part_read_limit())
         table = bounded_table(parquet, path)
     except _READ_ERRORS:
         return None
@@ -66,7 +65,7 @@ def _kept_metadata(path: Path) -> dict[bytes, bytes]:
         raw = meta.get(key)
         if raw is not None:
             try:
-                json.loads(raw)
+                bounded_json.loads(raw)
             except ValueError:
                 continue
             out[key] = raw
@@ -102,7 +101,7 @@ def lost_detail(path: Path, first: int, last: int) -> str:
     records = f"records seq {first}..{last}"
     try:
         raw = (pq.read_schema(path).metadata or {}).get(b"tracklake.summary")
-        summary: Any = json.loads(raw) if raw is not None else None
+        summary: Any = bounded_json.loads(raw) if raw is not None else None
     except (*_READ_ERRORS, UnicodeDecodeError):
         return records
     if not isinstance(summary, list) or not all(isinstance(r, dict) for r in summary):

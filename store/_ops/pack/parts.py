@@ -3,7 +3,6 @@ manifest before any record is decoded, and their decoded size measured batch by 
 
 from __future__ import annotations
 
-import io
 import tarfile
 from pathlib import Path
 from typing import IO
@@ -14,7 +13,7 @@ import pyarrow.parquet as pq
 
 from tracklake._errors import FormatError
 from tracklake._format import SCHEMAS, check_version
-from tracklake._format.page_headers import pages_bytes
+from tracklake._format.page_headers import pages_total
 from tracklake._format.part_bounds import declared_bytes, decoded_bytes, plain
 from tracklake._format.records import CHECKED_KINDS, invalid_records
 from tracklake._ops.pack.archive import read_member
@@ -59,8 +58,7 @@ def _check_decoded_size(where: str, f: IO[bytes], limit: int) -> None:
     parquet = pq.ParquetFile(f, read_dictionary=strings)
     # what reading decompresses, judged first: as the footer says, and as the pages'
     # own headers say (which pyarrow allocates by)
-    total = max(declared_bytes(parquet.metadata),
-                pages_bytes(f, parquet.metadata, f.seek(0, io.SEEK_END), where))
+    total = max(declared_bytes(parquet.metadata), pages_total(f, where))
     if total <= limit:
         total = 0
         for batch in parquet.iter_batches(_BATCH_ROWS):
