@@ -9,7 +9,11 @@ from typing import Any
 from tracklake import ExportError
 from tracklake.exporters._loop.ranks import ranks_to_read
 from tracklake.exporters._loop.state import list_states, load_state
+from tracklake.files import read_regular
 from tracklake.read import read_run, resolve_root
+
+#: What `export status` reads of a destination's description at most.
+_MOST_DESCRIPTION_BYTES = 1 << 20
 
 
 def export_status(root: str | Path | None = None) -> list[dict[str, Any]]:
@@ -17,12 +21,16 @@ def export_status(root: str | Path | None = None) -> list[dict[str, Any]]:
     the newest unexported record is ahead of the newest exported one, last error."""
     root_path = resolve_root(root)
     rows: list[dict[str, Any]] = []
+    if (root_path / "exports").is_symlink():
+        return rows  # a link planted there: what it leads to is not the store's
     for directory in sorted((root_path / "exports").glob("*/")):
+        if directory.is_symlink():
+            continue
         try:
-            description = json.loads((directory / "destination.json").read_text())[
-                "description"]
-        except (OSError, ValueError, KeyError):
-            description = directory.name
+            description = json.loads(read_regular(directory / "destination.json",
+                                                  _MOST_DESCRIPTION_BYTES))["description"]
+        except (OSError, ValueError, KeyError, TypeError, RecursionError):
+            description = directory.name  # none, a FIFO or a link, or not JSON
         for path in list_states(directory):
             project = path.parent.name.split("=", 1)[1]
             run = path.stem.split("=", 1)[1]

@@ -12,7 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from tracklake._errors import FormatError, InvalidNameError, NewerFormatError
-from tracklake._format import FORMAT_VERSION, attempt_file, check_version, write_atomic
+from tracklake._format import (
+    FORMAT_VERSION,
+    attempt_file,
+    bounded_json,
+    check_version,
+    write_atomic,
+)
 from tracklake._format import checks as c
 from tracklake._format.files import NotRegularFileError, read_regular, store_dir
 from tracklake._format.liveness import writer_known_gone
@@ -127,6 +133,9 @@ def write_attempt(path: Path, record: dict[str, Any], *, root: Path | None = Non
 
 #: An attempt file is read whole; a larger one is refused as damaged or hostile.
 MAX_ATTEMPT_BYTES = 64 << 20
+#: The most parsing one attempt record may allocate (`bounded_json.parse_cost`): a
+#: record of 64 MiB of config text takes little more than its size.
+ATTEMPT_PARSE_BUDGET = 1 << 30
 
 
 def _check_git(value: object, field: str) -> dict[str, Any]:
@@ -209,7 +218,7 @@ def parse_attempt(data: bytes, where: object) -> dict[str, Any] | None:
         raise FormatError(f"{where}: an attempt record of {len(data)} bytes; the limit is "
                           f"{MAX_ATTEMPT_BYTES}")
     try:
-        record = json.loads(data)
+        record = bounded_json.loads(data, ATTEMPT_PARSE_BUDGET)
     except (ValueError, RecursionError) as exc:  # JSON, UTF-8, nesting too deep
         raise FormatError(f"{where}: not a valid attempt record ({exc})") from exc
     return validate_attempt(record, where)

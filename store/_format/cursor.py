@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tracklake._errors import CursorError, FormatError, NewerFormatError
-from tracklake._format import KINDS, StreamId, checks
+from tracklake._format import KINDS, StreamId, bounded_json, checks
 from tracklake._format.bounded import bounded
 from tracklake._format.files import read_regular
 from tracklake._format.schema import check_version
@@ -55,7 +55,7 @@ class Cursor:
     @classmethod
     def from_json(cls, text: str | bytes) -> Cursor:
         try:
-            data = json.loads(text)
+            data = bounded_json.loads(text)
         except (ValueError, RecursionError) as exc:  # JSON, UTF-8, nesting too deep
             raise CursorError(f"cursor is not valid JSON: {exc}") from exc
         if not isinstance(data, Mapping) or not isinstance(data.get("positions"), Mapping):
@@ -87,7 +87,7 @@ def read_state(path: Path, project: str, run: str) -> tuple[Cursor, dict[str, An
     gives no answer within the read timeout."""
     raw = bounded(lambda: read_regular(path, MAX_STATE_BYTES), path)
     try:
-        data = json.loads(raw)
+        data = bounded_json.loads(raw)
     except (ValueError, RecursionError) as exc:  # JSON, UTF-8, nesting too deep
         raise CursorError(f"{path}: not valid JSON ({exc})") from exc
     if not isinstance(data, dict):

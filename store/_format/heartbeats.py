@@ -23,6 +23,7 @@ import threading
 import time
 from pathlib import Path
 
+from tracklake._format import bounded_json
 from tracklake._format.files import read_state, write_state
 
 WATCH_DIR = Path(".cache") / "heartbeats"
@@ -89,7 +90,7 @@ def _load(path: Path) -> dict[str, tuple[str, float]]:
     try:
         if os.lstat(path).st_uid != os.geteuid():
             return {}  # planted by someone else: their notes could age a live writer
-        raw = json.loads(read_state(_root_of(path), _rel(path), MAX_WATCH_BYTES))
+        raw = bounded_json.loads(read_state(_root_of(path), _rel(path), MAX_WATCH_BYTES))
     except (OSError, ValueError, RecursionError):
         return {}
     if not isinstance(raw, dict):

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tracklake._errors import FormatError
-from tracklake._format import FORMAT_VERSION, SCHEMAS
+from tracklake._format import FORMAT_VERSION, SCHEMAS, bounded_json
 from tracklake._format.files import (
     NotRegularFileError,
     fsync_dir,
@@ -154,7 +154,7 @@ def last_build(root: Path) -> tuple[float, float]:
     """(began, ended) of the last builder to finish, as epoch seconds; (0, 0) if none did
     (or its marker is not ours to read)."""
     try:
-        marker = json.loads(read_state(root, f"{BUNDLE_DIR.as_posix()}/{CHECKED}", 4096))
+        marker = bounded_json.loads(read_state(root, f"{BUNDLE_DIR.as_posix()}/{CHECKED}", 4096))
         began, ended = marker.get("started", 0.0), marker.get("ended", 0.0)
     except (OSError, ValueError, AttributeError):
         return 0.0, 0.0

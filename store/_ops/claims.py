@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from tracklake._format import bounded_json
 from tracklake._format.files import read_regular, scratch, write_new
 from tracklake._format.heartbeats import heartbeat_watch
 from tracklake._format.liveness import (
@@ -66,7 +67,7 @@ def owner_is_gone(path: Path, root: Path, stale_after: float, *,
 def _read_claim(contents: bytes) -> dict[str, Any] | None:
     """The claim's record if it is one this version writes, else None (empty, foreign)."""
     try:
-        record = json.loads(contents)
+        record = bounded_json.loads(contents)
     except (ValueError, RecursionError):
         return None
     if not isinstance(record, dict):

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
+from tracklake._format import bounded_json
 from tracklake._format.files import read_state, write_state
 from tracklake._ops.bundle import background_main, build_bundles, last_build
 from tracklake._ops.claims import (
@@ -68,7 +69,7 @@ def want(root: Path, at: float | None = None) -> None:
 def wanted(root: Path) -> float:
     """When the last run settled as `want` recorded it (0 if never, or unreadable)."""
     try:
-        at = json.loads(read_state(root, _rel(WANTED), 4096))["at"]
+        at = bounded_json.loads(read_state(root, _rel(WANTED), 4096))["at"]
     except (OSError, ValueError, TypeError, KeyError):
         return 0.0
     if not isinstance(at, (int, float)) or isinstance(at, bool) or not math.isfinite(at):

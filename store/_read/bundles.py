@@ -22,7 +22,6 @@ drops or thins. A bundle found damaged is deleted and the question asked again w
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -33,7 +32,7 @@ from typing import Any
 import pyarrow as pa
 
 from tracklake._errors import FormatError
-from tracklake._format import SCHEMAS
+from tracklake._format import SCHEMAS, bounded_json
 from tracklake._format.files import read_state
 from tracklake._format.part import open_part
 from tracklake._format.schema import with_partition_columns
@@ -86,7 +85,7 @@ def read_bundle(path: Path) -> Bundle:
         raise FormatError(f"{path}: not a bundle: its columns are {parquet.schema_arrow}")
     raw = (parquet.metadata.metadata or {}).get(BUNDLE_KEY.encode())
     try:
-        meta = json.loads(raw) if raw else None
+        meta = bounded_json.loads(raw) if raw else None
         sources = tuple((str(p), int(m)) for p, m in meta["sources"])  # type: ignore[index]
         return Bundle(path, str(meta["project"]), sources)  # type: ignore[index]
     except (ValueError, TypeError, KeyError) as exc:
@@ -161,7 +160,7 @@ _builders: dict[str, Any] = {}
 def _left_out(root: Path) -> int:
     """How many settled runs the last builder left out of every bundle (0 if unknown)."""
     try:
-        value = json.loads(read_state(root, f"{BUNDLE_DIR.as_posix()}/{CHECKED}", 4096)
+        value = bounded_json.loads(read_state(root, f"{BUNDLE_DIR.as_posix()}/{CHECKED}", 4096)
                            )["left_out"]
     except (OSError, ValueError, TypeError, KeyError):
         return 0

@@ -42,6 +42,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tracklake._format import bounded_json
 from tracklake._format.files import open_state, write_state
 from tracklake._format.part_bounds import part_read_limit
 from tracklake._format.part_summary import SUMMARY_SCHEMA
@@ -158,7 +159,7 @@ class RunCatalog:
                 if st.st_size > MAX_CATALOG_BYTES:
                     return empty_table(_SCHEMA)  # not ours, or past what a reader holds
                 header, _, body = f.read(MAX_CATALOG_BYTES + 1).partition(b"\n")
-            meta = json.loads(header)
+            meta = bounded_json.loads(header[:4096])
             if not isinstance(meta, dict) or meta.get("version") != CATALOG_VERSION or \
                     meta.get("crc32") != zlib.crc32(body):
                 return empty_table(_SCHEMA)

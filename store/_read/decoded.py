@@ -23,6 +23,7 @@ from collections.abc import Callable, Container
 from pathlib import Path
 from typing import Any
 
+from tracklake._format import bounded_json
 from tracklake._format.files import read_state, write_state
 from tracklake._format.store_clock import store_now_ns
 from tracklake._read.location import is_url
@@ -30,8 +31,13 @@ from tracklake._read.location import is_url
 #: Where the cache lives, relative to the store root: a dot directory, which hive
 #: discovery, Parquet globs over the kinds and backups all pass over.
 CACHE_FILE = Path(".cache") / "decoded-v1.json"
-#: A larger cache file (planted, or not ours) is ignored and written anew.
-MAX_CACHE_BYTES = 1 << 30
+#: A larger cache file (planted, or not ours) is ignored and written anew. It holds only
+#: the runs the run catalog does not (a few, once the catalog is written: at 10,000 runs
+#: the whole store's decoded values took 39 MB).
+MAX_CACHE_BYTES = 256 << 20
+#: The most parsing the cache may allocate (`bounded_json.parse_cost`); a cache that
+#: would take more is neither read nor written.
+PARSE_BUDGET = 1 << 30
 #: Files modified more recently than this are not cached (coarse mtimes on NFS).
 RACY_SECONDS = 5.0
 #: Version of what an entry holds; a cache of another version is ignored and rebuilt.
@@ -67,11 +73,11 @@ class DecodedCache:
         try:
             header, _, body = read_state(self.root, CACHE_FILE.as_posix(),
                                          MAX_CACHE_BYTES).partition(b"\n")
-            meta = json.loads(header)
+            meta = bounded_json.loads(header[:4096])
             if not isinstance(meta, dict) or meta.get("version") != _VERSION or \
                     meta.get("crc32") != zlib.crc32(body):
                 return {}
-            files = json.loads(body)
+            files = bounded_json.loads(body, PARSE_BUDGET)
         except (OSError, ValueError):
             return {}  # none yet, unreadable or damaged: a derived cache, rebuilt below
         if not isinstance(files, dict):
@@ -114,6 +120,8 @@ class DecodedCache:
         if not self._changed and files.keys() == self._entries.keys():
             return
         body = json.dumps(files, separators=(",", ":")).encode()
+        if len(body) > MAX_CACHE_BYTES or bounded_json.parse_cost(body) > PARSE_BUDGET:
+            return  # the next reader would not read it: decoding the files is as good
         header = json.dumps({"version": _VERSION, "crc32": zlib.crc32(body)}).encode()
         try:
             write_state(self.root, CACHE_FILE.as_posix(), header + b"\n" + body, tidy=True)

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from tracklake._format import bounded_json
 from tracklake._format.files import NotRegularFileError, read_state, write_state
 
 LEDGER_DIR = "backups"
@@ -52,7 +53,7 @@ def load_record(root: Path, path: Path) -> dict[str, Any]:
         if exc.errno != errno.EFBIG:
             raise
         raise ValueError(exc.strerror) from exc
-    data = json.loads(raw)
+    data = bounded_json.loads(raw)
     if not isinstance(data, dict) or data.get("format") != 1:
         raise ValueError("not a tracklake backup record of format 1")
     if not isinstance(data.get("destination"), str) or not isinstance(data.get("at"), str):

@@ -9,6 +9,7 @@ import json
 import os
 from typing import Any
 
+from tracklake._format import bounded_json
 from tracklake._ops.backup.errors import BackupError
 from tracklake._ops.backup.target import Target, open_target
 
@@ -36,7 +37,7 @@ def read_manifest(target: Target | str | os.PathLike[str]) -> dict[str, Any]:
     if raw is None:
         return empty_manifest()
     try:
-        data = json.loads(raw)
+        data = bounded_json.loads(raw)
     except ValueError as exc:
         raise BackupError(f"{where} is damaged ({exc}); move it away to back up again from "
                           "scratch (files already there are checked, not copied again)") from exc

@@ -17,6 +17,7 @@ from tracklake._format import (
     StreamId,
     attempt_file,
     blob_path,
+    bounded_json,
     check_version,
     checks,
     part_name,
@@ -188,7 +189,7 @@ def _digest(value: object) -> str:
 def parse_manifest(data: bytes, where: object) -> Manifest:
     """The manifest in `data`, every field checked; FormatError naming `where` if not."""
     try:
-        doc = json.loads(data)
+        doc = bounded_json.loads(data)
     except (ValueError, RecursionError) as exc:  # JSON, UTF-8, nesting too deep
         raise FormatError(f"{where}: {MANIFEST} is not valid JSON ({exc})") from exc
     if not isinstance(doc, dict) or doc.get("kind") != "tracklake-pack":

@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tracklake._errors import StoreError
-from tracklake._format import KINDS, blob_path, fsync_dir, write_atomic
+from tracklake._format import KINDS, blob_path, bounded_json, fsync_dir, write_atomic
 from tracklake._format.attempt import read_attempt
 from tracklake._format.files import store_dir
 from tracklake._format.part import FOOTER_CRC_KEY, SUMMARY_KEY, summary_json, write_part_file
@@ -178,7 +178,7 @@ def _downsample_run(root: Path, trash: Path, action: Action, every: int, step: _
         for part in files.parts:
             meta = pq.read_schema(part.path).metadata or {}
             done = meta.get(DOWNSAMPLED_KEY)
-            if done is not None and int(json.loads(done)["every"]) >= every:
+            if done is not None and int(bounded_json.loads(done)["every"]) >= every:
                 continue
             table = _downsample_table(read_part(part), every)
             new_meta = {k: v for k, v in meta.items() if k != b"tracklake.summary"}

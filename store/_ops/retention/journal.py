@@ -5,12 +5,11 @@ through no link."""
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
-from tracklake._format import KINDS
+from tracklake._format import KINDS, bounded_json
 from tracklake._format.files import read_regular
 from tracklake._format.naming import safe_name
 from tracklake._format.schema import BLOB_KINDS
@@ -68,7 +67,7 @@ def allowed_moves(action: Action) -> set[str]:
 def read_journal(path: Path) -> dict[str, Any]:
     """The journal at `path`, checked; JournalError saying what does not fit otherwise."""
     try:
-        journal = json.loads(read_regular(path, MAX_JOURNAL_BYTES))
+        journal = bounded_json.loads(read_regular(path, MAX_JOURNAL_BYTES))
     except (OSError, ValueError, RecursionError) as exc:
         raise JournalError(f"not a readable journal ({exc})") from exc
     if not isinstance(journal, dict):

@@ -3,13 +3,13 @@ changing anything (docs/lifecycle.md gives the order in which the rules compose)
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from tracklake._format import bounded_json
 from tracklake._ops.backup.ledger import unbacked_files
 from tracklake._ops.retention.inventory import (
     RunInfo,
@@ -77,7 +77,7 @@ def downsampled_already(root: Path, project: str, run: str, every: int) -> bool:
             return False
         for part in files.parts:
             raw = (pq.read_schema(part.path).metadata or {}).get(DOWNSAMPLED_KEY)
-            if raw is None or int(json.loads(raw)["every"]) < every:
+            if raw is None or int(bounded_json.loads(raw)["every"]) < every:
                 return False
     return True
 
