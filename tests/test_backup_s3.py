@@ -97,7 +97,9 @@ def test_a_backup_killed_mid_upload_resumes_without_uploading_twice(
     uploaded = set(objects(s3_env, s3_bucket, "b"))
     assert len(uploaded) >= 4 and MANIFEST not in uploaded  # killed before its first save
     report = backup(store, url)
-    assert report.unchanged == len(uploaded)  # read back and compared, not sent again
+    # read back and compared, not sent again; an upload whose body was on its way when
+    # the process was killed may still complete on the server after the listing above
+    assert report.unchanged >= len(uploaded)
     assert not uploaded & set(report.copied)
     assert verify_backup(url) == []
     restored = tmp_path / "restored"
