@@ -3,14 +3,14 @@
 pyarrow allocates each page's uncompressed buffer by the page's header, not by the
 footer: a file whose footer understates its sizes (`part_bounds.declared_bytes`) would
 still be decompressed whole before anything could judge it. So the headers of the pages
-pyarrow would read (each column chunk's byte range, as the footer gives it) are walked
-here first, and their uncompressed sizes summed.
+pyarrow would read (each column chunk's byte range, read from the footer's own bytes:
+`chunk_ranges`) are walked here first, and their uncompressed sizes summed.
 
-A page header is a Thrift struct in the compact protocol; only fields 2 and 3
-(uncompressed and compressed size, i32) are kept, everything else is skipped by type.
-No Python library reads it without pandas or generated code, and the encoding is small
-and fixed by the Parquet format. Every skip is bounded by the bytes read, nesting by
-`_MOST_DEPTH`, and a header by `MOST_HEADER_BYTES` (pyarrow's own limit).
+Footer and page headers are Thrift structs in the compact protocol; only the fields
+needed are kept, everything else is skipped by type. No Python library reads them
+without pandas or generated code, and the encoding is small and fixed by the Parquet
+format. Every skip is bounded by the bytes read, nesting by `_MOST_DEPTH`, and a page
+header by `MOST_HEADER_BYTES` (pyarrow's own limit).
 """
 
 from __future__ import annotations
@@ -115,47 +115,9 @@ def _skip(buf: Any, pos: int, kind: int, depth: int, in_list: bool = False) -> i
 
 
 def _struct(buf: Any, pos: int, depth: int, wanted: dict[int, int]) -> int:
-    """The position after the struct at `pos`; its i32 fields whose ids are in `wanted`
-    are put there. Structs nested in it are walked in the same loop (`inner` of them
-    open), the usual fields inline: a page header is read for every page of a file."""
-    field = inner = 0
-    size = len(buf)
-    while True:
-        if pos >= size:
-            raise _Short
-        byte = buf[pos]
-        pos += 1
-        if byte == 0:  # the end of a struct
-            if not inner:
-                return pos
-            inner -= 1
-            continue
-        kind = byte & 0x0F
-        if byte >> 4:
-            field += byte >> 4
-        else:
-            raw, pos = _varint(buf, pos)
-            field = (raw >> 1) ^ -(raw & 1)
-        if kind in (_I32, _I64, _I16):
-            if pos < size and buf[pos] < 0x80:
-                raw = buf[pos]
-                pos += 1
-            else:
-                raw, pos = _varint(buf, pos)
-            if not inner and kind == _I32 and field in wanted:
-                wanted[field] = (raw >> 1) ^ -(raw & 1)
-        elif kind == _BINARY:
-            if pos < size and buf[pos] < 0x80:
-                pos += 1 + buf[pos]
-            else:
-                n, pos = _varint(buf, pos)
-                pos += n
-        elif kind == _STRUCT:
-            inner += 1
-            if depth + inner > _MOST_DEPTH:
-                raise ValueError(f"values nested deeper than {_MOST_DEPTH}")
-        elif kind not in (_TRUE, _FALSE):  # a field's boolean is in its type
-            pos = _skip(buf, pos, kind, depth + inner)
+    """The position after the struct at `pos`; its integer fields whose ids are in
+    `wanted` are put there."""
+    return _walk(buf, pos, depth, {field: _integer(wanted, field) for field in wanted})
 
 
 def _byte_class(kinds: tuple[int, ...]) -> bytes:
