@@ -136,3 +136,31 @@ def test_export_status_reads_no_fifo_and_follows_no_link(root: Path, tmp_path: P
     worker.join(60)
     assert done, "export status still waits on the FIFO"
     assert all(row["destination"] != "outside" for row in done[0]), done
+
+
+def test_an_exporter_reads_and_writes_no_state_through_a_planted_link(
+        root: Path, tmp_path: Path) -> None:
+    """An exporter keeps each run's state in ``ROOT/exports/<destination>/project=P/``.
+    A link planted at ``exports`` or at ``project=P`` led its reads and writes to the
+    link's target, outside the store; it is refused, naming the link."""
+    from tracklake import ExportError
+    from tracklake.exporters import Exporter, MemoryDestination, Selection
+
+    _store(root)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (root / "exports").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(ExportError, match=r"exports is a symbolic link"):
+        Exporter(MemoryDestination(), root=root, selection=Selection(all_runs=True),
+                 log=lambda m: None).run()
+    assert list(outside.iterdir()) == []
+    (root / "exports").unlink()
+    exporter = Exporter(MemoryDestination(), root=root, selection=Selection(all_runs=True),
+                        log=lambda m: None)
+    exporter.state_dir.mkdir(parents=True, exist_ok=True)
+    (exporter.state_dir / "project=p").symlink_to(outside, target_is_directory=True)
+    summary = exporter.run()
+    assert list(outside.iterdir()) == []  # nothing read or written there
+    errors = [o.error for o in summary.failed]
+    assert len(errors) == 3 and all("project=p is a symbolic link" in (e or "")
+                                    for e in errors), errors

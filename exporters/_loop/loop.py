@@ -100,6 +100,13 @@ class Exporter:
         self.state_dir = self.options.state_dir or (
             Path(self._scratch.name) if self._scratch is not None
             else destination_dir(self.root, destination.name, self.description))
+        if self.options.state_dir is None and self._scratch is None:
+            for directory in (self.root / "exports", self.state_dir):
+                if directory.is_symlink():  # planted: the state is kept in the store
+                    raise ExportError(
+                        f"{directory} is a symbolic link; an exporter's state in the "
+                        "store is never read or written through one. Remove it, or give "
+                        "--state-dir", retryable=False)
         self.summary = ExportSummary(self.description)
         self._cursor_checked: dict[str, set[str]] = {}  # per run, stream keys checked
         self._started_over: set[str] = set()  # runs whose state --from-start forgot

@@ -46,6 +46,7 @@ class ExportState:
         return bool(self.cursor.positions) and self.ranks != mode
 
     def save(self) -> None:
+        refuse_linked_directory(self.path)
         data = {
             "format": FORMAT_VERSION, "project": self.cursor.project, "run": self.cursor.run,
             "positions": self.cursor.positions, "ranks": self.ranks,
@@ -61,9 +62,21 @@ def state_path(directory: Path, project: str, run: str) -> Path:
     return directory / f"project={project}" / f"run={run}.json"
 
 
+def refuse_linked_directory(path: Path) -> None:
+    """ExportError (not retryable) if the directory holding the state file `path` is a
+    symbolic link: planted there (a restored backup, another user), it would lead the
+    exporter's reads and writes out of its state directory."""
+    if path.parent.is_symlink():
+        raise ExportError(f"{path.parent} is a symbolic link; an exporter's state is never "
+                          "read or written through one. Remove it (the exporter then "
+                          "starts that project's runs anew, as with no state)",
+                          retryable=False)
+
+
 def forget_state(directory: Path, project: str, run: str) -> None:
     """Delete the saved state of a run (it is exported again from its start)."""
     path = state_path(directory, project, run)
+    refuse_linked_directory(path)
     try:
         if path.is_symlink() or path.is_file():
             path.unlink()
@@ -74,6 +87,7 @@ def forget_state(directory: Path, project: str, run: str) -> None:
 def load_state(directory: Path, project: str, run: str) -> ExportState:
     """The saved state of a run, or a fresh one; ExportError (not retryable) if corrupt."""
     path = state_path(directory, project, run)
+    refuse_linked_directory(path)
     try:
         cursor, data = read_exporter_state(path, project, run)
     except FileNotFoundError:
