@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tracklake._errors import FormatError, StoreError
+from tracklake._format.bounded_json import quarter_of_memory
 from tracklake._format.page_headers import pages_total
 
 #: The environment variable that sets the most bytes one part may decode to when
@@ -48,13 +49,7 @@ def part_read_limit() -> int:
     """The most bytes one part may decode to when it is read: $TRACKLAKE_PART_READ_LIMIT,
     else a quarter of this machine's memory (at least 1 GiB)."""
     given = env_size(PART_LIMIT_ENV)
-    if given is not None:
-        return given
-    try:
-        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        total = 16 << 30
-    return max(total // 4, 1 << 30)
+    return quarter_of_memory() if given is None else given
 
 
 def string_columns(schema: pa.Schema) -> list[str]:
