@@ -329,14 +329,17 @@ def pages_bytes(f: IO[bytes], ranges: list[tuple[int, int]], size: int,
     return total
 
 
-def pages_total(f: IO[bytes], where: object) -> int:
-    """`pages_bytes` of the open Parquet file `f`, its chunks read from its own footer;
-    `FormatError` naming `where` if that footer does not decode."""
+def pages_total(f: IO[bytes], where: object, footer: bytes | None = None) -> int:
+    """`pages_bytes` of the open Parquet file `f`, its chunks read from its own footer
+    (`footer`, its bytes if the caller read them already); `FormatError` naming `where`
+    if that footer does not decode."""
     size = f.seek(0, os.SEEK_END)
     try:
-        offset, length = footer_span(f, size)
-        f.seek(offset)
-        ranges = chunk_ranges(f.read(length))
+        if footer is None:
+            offset, length = footer_span(f, size)
+            f.seek(offset)
+            footer = f.read(length)
+        ranges = chunk_ranges(footer)
     except FormatError as exc:
         raise FormatError(f"{where}: damaged Parquet part: {exc}") from None
     return pages_bytes(f, ranges, size, where)

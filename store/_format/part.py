@@ -316,8 +316,8 @@ def open_part(path: Path, encoded: bool = False) -> Any:
     source, filesystem = getattr(path, "fs_path", path), getattr(path, "filesystem", None)
     try:
         with path.open("rb") as f:  # a Path, or a path in an object store
-            meta = _checked_footer(f, path)
-            check_pages(f, path, part_read_limit())
+            meta, footer = _checked_footer(f, path)
+            check_pages(f, path, part_read_limit(), footer)
         strings = string_columns(meta.schema.to_arrow_schema()) if encoded else None
         # no page is read until asked: the checks above come first
         return pq.ParquetFile(source, filesystem=filesystem, metadata=meta,
@@ -329,11 +329,11 @@ def open_part(path: Path, encoded: bool = False) -> Any:
                           ) from exc
 
 
-def _checked_footer(f: Any, path: Path) -> Any:
-    """The footer of the open part `f` (a `FileMetaData`) once its checksum, format
-    version and declared sizes are checked: the footer whose checksum is checked is the
-    one the pages are read by, parsed once (not read again from a file that may have been
-    replaced meanwhile)."""
+def _checked_footer(f: Any, path: Path) -> tuple[Any, bytes]:
+    """The footer of the open part `f` (a `FileMetaData`, and its bytes) once its
+    checksum, format version and declared sizes are checked: the footer whose checksum
+    is checked is the one the pages are read by, parsed once (not read again from a file
+    that may have been replaced meanwhile)."""
     import pyarrow.parquet as pq
 
     try:
@@ -358,7 +358,7 @@ def _checked_footer(f: Any, path: Path) -> Any:
     # before any page is read: every reader of a part opens it here, and DuckDB reads a
     # question's parts only after they have been opened so (`Snapshot._add_parts`)
     check_declared(meta, path, part_read_limit())
-    return meta
+    return meta, footer
 
 
 #: The summaries of metric parts this process wrote without one in their footer, with

@@ -70,11 +70,12 @@ def check_declared(meta: Any, where: object, limit: int) -> None:
         raise too_big(where, limit)
 
 
-def check_pages(f: IO[bytes], where: object, limit: int) -> None:
-    """`too_big` if the pages of the open Parquet file `f` say in their own headers,
-    which pyarrow allocates by, that they decompress to more than `limit`: a footer may
-    understate it (`declared_bytes`)."""
-    if pages_total(f, where) > limit:
+def check_pages(f: IO[bytes], where: object, limit: int, footer: bytes | None = None
+                ) -> None:
+    """`too_big` if the pages of the open Parquet file `f` (footer bytes `footer`, if
+    read already) say in their own headers, which pyarrow allocates by, that they
+    decompress to more than `limit`: a footer may understate it (`declared_bytes`)."""
+    if pages_total(f, where, footer) > limit:
         raise too_big(where, limit)
 
 
