@@ -32,8 +32,9 @@ MEASURE_EVERY_SECONDS = 600.0
 _KEPT_STORES = 16
 
 _lock = threading.Lock()
-#: absolute root -> (monotonic time measured, the store's clock minus this host's, ns)
-_measured: dict[str, tuple[float, int]] = {}
+#: (absolute path, how it is measured) -> (monotonic time measured, the clock that
+#: stamps its mtimes minus this host's, ns)
+_measured: dict[tuple[str, Callable[[Path], int]], tuple[float, int]] = {}
 
 
 def store_now_ns(root: Path) -> int:
@@ -54,16 +55,18 @@ def store_skew_ns(root: Path) -> int:
 def directory_now_ns(directory: Path) -> int:
     """`store_now_ns` for a directory that is no store (a backup's), measured with a
     probe made in `directory` itself (this host's time where none can be made)."""
-    return time.time_ns() + _kept("dir:" + os.path.abspath(directory), _measure_in)
+    return time.time_ns() + _kept(os.path.abspath(directory), _measure_in)
 
 
-def _kept(key: str, measure: Callable[[Path], int]) -> int:
+def _kept(path: str, measure: Callable[[Path], int]) -> int:
+    """`measure(path)`, measured again once `MEASURE_EVERY_SECONDS` old."""
+    key = (path, measure)
     now = time.monotonic()
     with _lock:
         known = _measured.get(key)
     if known is not None and now - known[0] < MEASURE_EVERY_SECONDS:
         return known[1]
-    skew = measure(Path(key.removeprefix("dir:")))
+    skew = measure(Path(path))
     with _lock:
         _measured.pop(key, None)
         while len(_measured) >= _KEPT_STORES:
