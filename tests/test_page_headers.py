@@ -135,3 +135,14 @@ def test_a_part_whose_first_page_header_is_garbage_is_named_damaged(root: Path) 
     with pytest.raises(tracklake.FormatError,
                        match=rf"{part.name}.*page header at byte {at} does not decode"):
         open_part(part)
+
+
+def test_a_chunk_of_no_values_is_not_walked(tmp_path: Path) -> None:
+    """pyarrow writes an empty table's column chunk with its data page offset 0 (the
+    file's magic) and reads no page of it: walking from there refused an honest file."""
+    path = tmp_path / "empty.parquet"
+    pq.write_table(pa.table({"a": pa.array([], pa.int64())}), path)
+    assert pq.read_metadata(path).row_group(0).column(0).data_page_offset == 0
+    assert pq.read_table(path).num_rows == 0
+    with path.open("rb") as f:
+        assert pages_total(f, path) == 0

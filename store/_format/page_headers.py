@@ -178,21 +178,24 @@ def chunk_ranges(footer: bytes) -> list[tuple[int, int]]:
     """(start, end) of every column chunk the thrift `FileMetaData` in `footer` lists, as
     pyarrow reads it: from its dictionary page if that comes first,
     `total_compressed_size` bytes (a chunk without its metadata pyarrow cannot read, and
-    is left out). Read here, not through pyarrow's `row_group(i).column(j)`: on a footer
-    whose size statistics disagree with its schema that call aborts the process (a C++
-    exception thrown through pyarrow's binding), which a crafted part would do to every
-    reader. Only FileMetaData.row_groups (4) → RowGroup.columns (1) → ColumnChunk.meta_data
-    (3) → total_compressed_size (7), data_page_offset (9) and dictionary_page_offset (11)
-    are read; every other field is skipped unread."""
+    one of no values it reads nothing of: both are left out). Read here, not through
+    pyarrow's `row_group(i).column(j)`: on a footer whose size statistics disagree with
+    its schema that call aborts the process (a C++ exception thrown through pyarrow's
+    binding), which a crafted part would do to every reader. Only
+    FileMetaData.row_groups (4) → RowGroup.columns (1) → ColumnChunk.meta_data (3) →
+    num_values (5), total_compressed_size (7), data_page_offset (9) and
+    dictionary_page_offset (11) are read; every other field is skipped unread."""
     ranges: list[tuple[int, int]] = []
 
     def column_meta(buf: Any, pos: int, kind: int, depth: int) -> int:
         if kind != _STRUCT:
             return _skip(buf, pos, kind, depth)
         got: dict[int, int] = {}
-        pos = _walk(buf, pos, depth, {7: _integer(got, 7), 9: _integer(got, 9),
-                                     11: _integer(got, 11)})
-        if 7 in got and 9 in got:
+        pos = _walk(buf, pos, depth, {5: _integer(got, 5), 7: _integer(got, 7),
+                                     9: _integer(got, 9), 11: _integer(got, 11)})
+        # a chunk of no values has no page pyarrow reads (pyarrow writes an empty
+        # table's with its data page offset 0)
+        if 7 in got and 9 in got and got.get(5) != 0:
             start, dictionary = got[9], got.get(11, 0)
             if 0 < dictionary < start:
                 start = dictionary
