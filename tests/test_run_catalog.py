@@ -9,6 +9,7 @@ import json
 import multiprocessing as mp
 import os
 import shutil
+import struct
 import time
 import zlib
 from pathlib import Path
@@ -18,6 +19,7 @@ import pytest
 from _settled import age
 
 import tracklake
+from tracklake._format.ipc_size import declares_other_than_little_endian
 from tracklake._read import catalog
 from tracklake._read.catalog import CATALOG_FILE, CATALOG_VERSION
 from tracklake._read.snapshot import Snapshot
@@ -507,3 +509,63 @@ def test_a_catalog_that_decompresses_past_the_limit_is_not_decoded(
     assert [json.loads(line) for line in proc.stdout.splitlines()] == expected[2]
     assert peak < 320 << 10, f"peak RSS {peak >> 10} MiB"
     assert _catalogued(root) == ["r0", "r1", "r2"]  # written again, whole
+
+
+def _with_offsets_out_of_the_data(table: pa.Table) -> bytes:
+    """`table` as a catalog body whose `run` strings' offsets point past their data, which
+    pyarrow's stream reader does not look at (reading those strings crashes the process)."""
+    runs = table.column("run").combine_chunks()
+    data = runs.buffers()[2]
+    offsets = [0, 1 << 30, *(len(data) for _ in range(len(runs) - 1))]
+    crafted = pa.Array.from_buffers(pa.string(), len(runs), [
+        None, pa.py_buffer(struct.pack(f"<{len(offsets)}i", *offsets)), data])
+    table = table.set_column(table.schema.get_field_index("run"), "run", crafted)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def _declaring_big_endian(body: bytes) -> bytes:
+    """`body` with its schema message's byte order read from a non-zero byte: one flipped
+    bit of a vtable slot, which sets pyarrow to swap the bytes of every buffer."""
+    data = bytearray(body)
+    for at in range(8, 8 + int.from_bytes(data[4:8], "little")):
+        for bit in range(8):
+            data[at] ^= 1 << bit
+            if declares_other_than_little_endian(memoryview(data)):
+                try:  # one that pyarrow still reads as the catalog's schema
+                    if pa.ipc.open_stream(bytes(data)).schema.equals(catalog._SCHEMA):
+                        return bytes(data)
+                except (OSError, pa.ArrowException):
+                    pass
+            data[at] ^= 1 << bit
+    raise AssertionError("no single flipped bit sets the byte order")
+
+
+@pytest.mark.parametrize("craft", ["offsets out of the data", "big-endian"])
+def test_a_catalog_crafted_to_be_read_as_other_bytes_is_rebuilt(root: Path,
+                                                                craft: str) -> None:
+    """A catalog with its checksum right whose batch pyarrow would read as other bytes:
+    strings' offsets past their data, or every buffer byte-swapped by a header declaring
+    big-endian. Each question, in its own process (one of the code before crashed), gets
+    the answers the files give, and the catalog is rebuilt."""
+    import subprocess
+    import sys
+
+    _store(root)
+    expected = [t.to_pylist() for t in _answers(root)]
+    _, _, body = (root / CATALOG_FILE).read_bytes().partition(b"\n")
+    table = pa.ipc.open_stream(body).read_all()
+    body = _with_offsets_out_of_the_data(table) if craft == "offsets out of the data" \
+        else _declaring_big_endian(body)
+    (root / CATALOG_FILE).write_bytes(json.dumps(
+        {"version": CATALOG_VERSION, "crc32": zlib.crc32(body)}).encode() + b"\n" + body)
+    for question, answer in zip(QUESTIONS, expected, strict=True):
+        proc = subprocess.run(
+            [sys.executable, "-c", "from tracklake._cli.main import main; main()", "sql",
+             "--root", str(root), "--format", "json", question],
+            capture_output=True, text=True, timeout=300, check=False)
+        assert proc.returncode == 0, proc.stderr
+        assert [json.loads(line) for line in proc.stdout.splitlines()] == answer
+    assert _catalogued(root) == ["r0", "r1", "r2"]

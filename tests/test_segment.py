@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import multiprocessing
 import struct
 import tempfile
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,7 @@ from hypothesis import strategies as st
 
 from tracklake import FormatError, NewerFormatError, StreamId
 from tracklake._format import FORMAT_VERSION, SCHEMAS
+from tracklake._format.ipc_size import declares_other_than_little_endian
 from tracklake._format.segment import EOS, SegmentWriter, read_segment, stream_schema
 
 METRICS = SCHEMAS["metrics"]
@@ -332,27 +335,86 @@ def test_any_flipped_byte_in_the_last_batch_message_is_detected(tmp_path: Path) 
             assert contents.damaged or contents.torn_bytes, pos
 
 
-def test_damaged_header_raises_format_error_or_nothing(tmp_path: Path) -> None:
-    """A flipped byte anywhere in the schema message either still reads or raises
-    FormatError - never UnicodeDecodeError, ArrowNotImplementedError or the like."""
-    path = tmp_path / "seg.arrows"
-    _write(path, _sample_batches())
-    data = path.read_bytes()
+def _misread_header_flips(data: bytes) -> tuple[list[str], int]:
+    """Flip each bit of the schema message of `data` in turn and read the segment: the
+    flips after which it read other values without saying so, and how many were refused.
+    Runs in a child process, so that a flip that crashes the reader fails one test."""
     _, _, header_end = _message_spans(data)[0]
     batches = _sample_batches()
-    refused = 0
+    misread, refused = [], 0
     for pos in range(header_end):
-        flipped = bytearray(data)
-        flipped[pos] ^= 0xFF
-        try:
-            contents = read_segment(_BytesPath.holding(bytes(flipped)))
-        except FormatError:
-            refused += 1
-        else:  # what still reads is what was written, or is reported as damaged
-            assert _same_batches(contents.batches, batches[:len(contents.batches)]), pos
-            assert (len(contents.batches) == len(batches) or contents.damaged
-                    or contents.torn_bytes), pos
+        for bit in range(8):
+            flipped = bytearray(data)
+            flipped[pos] ^= 1 << bit
+            try:
+                contents = read_segment(_BytesPath.holding(bytes(flipped)))
+            except FormatError:
+                refused += 1
+                continue
+            # what still reads is what was written, or is reported as damaged
+            if not (_same_batches(contents.batches, batches[:len(contents.batches)]) and (
+                    len(contents.batches) == len(batches) or contents.damaged
+                    or contents.torn_bytes)):
+                misread.append(f"byte {pos} bit {bit}")
+    return misread, refused
+
+
+def test_any_flipped_bit_in_the_header_raises_format_error_or_reads_the_same(
+        tmp_path: Path) -> None:
+    """The schema message has no checksum. A flipped bit anywhere in it either still reads
+    as written or raises FormatError - never UnicodeDecodeError, a crash, or values read
+    as others (one bit turns the header's byte order to big-endian, and pyarrow swaps the
+    bytes of every value: numbers change and strings' offsets point out of their data)."""
+    path = tmp_path / "seg.arrows"
+    _write(path, _sample_batches())
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        misread, refused = pool.submit(_misread_header_flips, path.read_bytes()).result()
+    assert not misread
     assert refused > 0  # e.g. the version digits or the message length
+
+
+def test_a_header_declaring_big_endian_is_refused_naming_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "seg.arrows"
+    _write(path, _sample_batches())
+    data = bytearray(path.read_bytes())
+    data[_endianness_slot(bytes(data))] = 4  # the field read from the table's 4th byte
+    assert declares_other_than_little_endian(memoryview(data))
+    path.write_bytes(bytes(data))
+    with pytest.raises(FormatError, match=f"{path}: its schema header declares big-endian"):
+        read_segment(path)
+
+
+def _endianness_slot(data: bytes) -> int:
+    """Where the schema table's vtable stores the offset of `endianness` (absent: 0)."""
+    fb = 8
+    root = fb + int.from_bytes(data[fb : fb + 4], "little")
+    vtable = root - int.from_bytes(data[root : root + 4], "little", signed=True)
+    header_slot = int.from_bytes(data[vtable + 8 : vtable + 10], "little")  # Message.header
+    at = root + header_slot
+    table = at + int.from_bytes(data[at : at + 4], "little")
+    schema_vtable = table - int.from_bytes(data[table : table + 4], "little", signed=True)
+    assert data[schema_vtable + 4 : schema_vtable + 6] == b"\0\0"  # pyarrow leaves it out
+    return schema_vtable + 4
+
+
+def test_a_batch_with_a_right_checksum_and_offsets_out_of_its_data_is_damage(
+        tmp_path: Path) -> None:
+    """A checksum is no proof against a crafted file: a batch whose strings' offsets
+    point past their data, written with its checksum right, is reported as damage and
+    never handed to a reader (reading its strings would crash the process)."""
+    good = _batch(0, [(0, "loss", 1.0), (0, "acc", 2.0)])
+    key = good.column("key")
+    offsets = pa.py_buffer(struct.pack("<3i", 0, 1 << 20, len(b"lossacc")))
+    bad_key = pa.Array.from_buffers(pa.string(), len(key), [None, offsets, key.buffers()[2]])
+    crafted = pa.RecordBatch.from_arrays(
+        [good.column(i) if name != "key" else bad_key for i, name in
+         enumerate(good.schema.names)], schema=METRICS)
+    path = tmp_path / "seg.arrows"
+    _write(path, [_batch(0, [(0, "x", 0.5)]), crafted])
+    contents = read_segment(path)
+    assert len(contents.batches) == 1 and _canon(contents.batches[0])[0][3] == "x"
+    assert contents.damaged is not None and contents.damaged.startswith("invalid batch at")
+    assert "offset" in contents.damaged
 
 
 # -- not a segment / newer format -------------------------------------------------------

@@ -1,13 +1,20 @@
-"""How many bytes an Arrow IPC record batch message decodes to, read from its flatbuffer
-header and its buffers' length prefixes, before anything is decompressed.
+"""What an Arrow IPC message's flatbuffer header says, read before anything is decoded:
+how many bytes a record batch decodes to, and the byte order a schema declares.
 
 A segment is input from outside: a few kilobytes of zstd can decode to gigabytes. Arrow
 records in the message header where each buffer of the body lies; with body compression,
 each buffer starts with its uncompressed length (an int64; -1 when stored as is). The sum
 is what decoding the batch allocates, give or take padding. Only the few flatbuffer
 fields needed are read (Message.header, .bodyLength; RecordBatch.buffers,
-.compression), by the flatbuffers wire format: little-endian offsets, a table reached
-through its vtable.
+.compression; Schema.endianness), by the flatbuffers wire format: little-endian offsets,
+a table reached through its vtable.
+
+The schema message of a stream carries no checksum. Its `endianness` field is one bit
+away from "big": pyarrow then swaps the bytes of every buffer it reads, so each number
+reads as another and each string's offsets point far out of its data (reading those
+crashes the process). tracklake writes only little-endian streams (the byte order of
+every platform pyarrow ships wheels for), so a stream declaring big-endian is damaged
+or foreign.
 """
 
 from __future__ import annotations
@@ -15,11 +22,14 @@ from __future__ import annotations
 import struct
 
 _U16 = struct.Struct("<H")
+_I16 = struct.Struct("<h")
 _U32 = struct.Struct("<I")
 _I32 = struct.Struct("<i")
 _I64 = struct.Struct("<q")
 _BUFFER = struct.Struct("<qq")  # Buffer { offset: long; length: long; }
+_SCHEMA = 1  # MessageHeader.Schema
 _RECORD_BATCH = 3  # MessageHeader.RecordBatch
+_LITTLE_ENDIAN = 0  # Endianness.Little, also what an absent field means
 
 
 def _field(buf: memoryview, table: int, index: int) -> int | None:
@@ -94,3 +104,25 @@ def message_size(message: memoryview) -> int | None:
         return None if body < 0 else 8 + meta_len + body
     except (struct.error, IndexError):
         return None
+
+
+def declares_other_than_little_endian(message: memoryview) -> bool:
+    """True if `message` (an encapsulated IPC message: continuation, metadata length,
+    flatbuffer) is a schema whose `endianness` is anything but little (pyarrow reads any
+    other value as big). A message whose header cannot be read gives False: the decoder
+    then says what is wrong."""
+    try:
+        meta_len = _I32.unpack_from(message, 4)[0]
+        if meta_len <= 0 or 8 + meta_len > len(message):
+            return False
+        fb = message[8 : 8 + meta_len]
+        root = _indirect(fb, 0)
+        kind_at = _field(fb, root, 1)
+        header_at = _field(fb, root, 2)
+        if kind_at is None or fb[kind_at] != _SCHEMA or header_at is None:
+            return False
+        endianness_at = _field(fb, _indirect(fb, header_at), 0)
+        return endianness_at is not None and \
+            _I16.unpack_from(fb, endianness_at)[0] != _LITTLE_ENDIAN
+    except (struct.error, IndexError):
+        return False

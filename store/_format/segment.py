@@ -25,7 +25,11 @@ from tracklake._errors import FormatError
 from tracklake._format import FORMAT_VERSION, SCHEMAS, StreamId, check_version
 from tracklake._format.bounded import touch
 from tracklake._format.files import open_regular
-from tracklake._format.ipc_size import decoded_size, message_size
+from tracklake._format.ipc_size import (
+    declares_other_than_little_endian,
+    decoded_size,
+    message_size,
+)
 
 EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 CONTINUATION = b"\xff\xff\xff\xff"
@@ -390,6 +394,10 @@ def _scan(path: Path, data: bytes, shift: int, out: SegmentContents
                           "segment or its header is damaged: move it out of the store") from exc
     check_version(meta.get("tracklake.format"), path)
     _check_schema(reader.schema, meta, path)
+    if declares_other_than_little_endian(memoryview(data)):
+        raise FormatError(f"{path}: its schema header declares big-endian data, which "
+                          "tracklake never writes (a damaged header would read every value "
+                          "as another); move the file out of the store")
     out.schema_metadata = meta
     while True:
         pos = src.tell()
@@ -425,6 +433,12 @@ def _scan(path: Path, data: bytes, shift: int, out: SegmentContents
         if not _message_crc_matches(memoryview(data)[pos : src.tell()], expected):
             out.torn_bytes = len(data) - pos
             out.damaged = f"checksum mismatch in batch at byte {pos + shift}"
+            return
+        try:
+            batch.validate(full=True)  # a crafted batch's checksum is right too
+        except pa.ArrowInvalid as exc:
+            out.torn_bytes = len(data) - pos
+            out.damaged = f"invalid batch at byte {pos + shift}: {exc}"
             return
         out.ends.append(src.tell() + shift)
         yield batch

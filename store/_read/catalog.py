@@ -44,6 +44,7 @@ import pyarrow.compute as pc
 
 from tracklake._format import bounded_json
 from tracklake._format.files import open_state, write_state
+from tracklake._format.ipc_size import declares_other_than_little_endian
 from tracklake._format.part_bounds import part_read_limit
 from tracklake._format.part_summary import SUMMARY_SCHEMA
 from tracklake._format.schema import empty_table
@@ -163,9 +164,12 @@ class RunCatalog:
             if not isinstance(meta, dict) or meta.get("version") != CATALOG_VERSION or \
                     meta.get("crc32") != zlib.crc32(body):
                 return empty_table(_SCHEMA)
-            if not decodes_within(body, part_read_limit()):
-                return empty_table(_SCHEMA)  # crafted to decompress past what a part may
+            if not decodes_within(body, part_read_limit()) or \
+                    declares_other_than_little_endian(memoryview(body)):
+                # crafted to decompress past what a part may, or to be read byte-swapped
+                return empty_table(_SCHEMA)
             table = pa.ipc.open_stream(body).read_all()
+            table.validate(full=True)  # a crafted catalog's checksum is right too
         except (OSError, ValueError, pa.ArrowException):
             return empty_table(_SCHEMA)  # none yet, unreadable or damaged: rebuilt
         if not table.schema.equals(_SCHEMA) or not paths_inside(table):
