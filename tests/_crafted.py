@@ -1,5 +1,6 @@
-"""A pack holding one part of records as given (for the tests of records that break their
-kind's rules): what a crafted or damaged pack carries past every writer's checks."""
+"""Files crafted past every writer's checks: a pack holding one part of records as given
+(for the tests of records that break their kind's rules), and where one flipped bit
+turns a segment's header big-endian."""
 
 from __future__ import annotations
 
@@ -31,3 +32,16 @@ def crafted_pack(out: Path, work: Path, s: StreamId, table: pa.Table) -> None:
     manifest = Manifest(PACK_FORMAT_VERSION, now.isoformat(), {"root": "x"}, None, [entry],
                         [], [], Covered({}, {}, set()))
     write_archive(out, manifest, [(entry, part)], [], work, now.timestamp())
+
+
+def endianness_slot(data: bytes) -> int:
+    """Where the schema table's vtable stores the offset of `endianness` (absent: 0)."""
+    fb = 8
+    root = fb + int.from_bytes(data[fb : fb + 4], "little")
+    vtable = root - int.from_bytes(data[root : root + 4], "little", signed=True)
+    header_slot = int.from_bytes(data[vtable + 8 : vtable + 10], "little")  # Message.header
+    at = root + header_slot
+    table = at + int.from_bytes(data[at : at + 4], "little")
+    schema_vtable = table - int.from_bytes(data[table : table + 4], "little", signed=True)
+    assert data[schema_vtable + 4 : schema_vtable + 6] == b"\0\0"  # pyarrow leaves it out
+    return schema_vtable + 4

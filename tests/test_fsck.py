@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _crafted import endianness_slot
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -227,3 +228,62 @@ def test_an_attempt_file_the_readers_refuse_is_damage(template: Path, tmp_path: 
     report = fsck(root)
     (problem,) = report.problems
     assert problem.path == ghost / "attempt=1.json" and field in problem.what
+
+
+def _big_endian(data: bytes) -> bytes:
+    flipped = bytearray(data)
+    flipped[endianness_slot(data)] = 4  # one bit: `endianness` read from the table's 4th byte
+    return bytes(flipped)
+
+
+def _unreadable(data: bytes) -> bytes:
+    flipped = bytearray(data)
+    flipped[8:40] = bytes(32)  # the flatbuffer's root and vtable gone
+    return bytes(flipped)
+
+
+def _another_runs(data: bytes) -> bytes:
+    """The header of the same kind's stream of run `other`, in as many bytes."""
+    return data.replace(b"segs", b"othr", 1)
+
+
+@pytest.mark.parametrize("damage", [_big_endian, _unreadable, _another_runs])
+def test_a_segment_whose_header_alone_is_damaged_is_repaired_losing_nothing(
+        template: Path, tmp_path: Path, damage: Any) -> None:
+    """The schema header of a segment has no checksum and its batches each have one: when
+    every batch verifies under the header its stream's writer writes, fsck says nothing
+    is lost once repaired, and repair rebuilds the header (the original in quarantine)."""
+    root = tmp_path / "s"
+    shutil.copytree(template, root)
+    seg = next((root / "metrics" / "project=p" / "run=segs").rglob("*.arrows"))
+    data = seg.read_bytes()
+    before = _rows(root)
+    seg.write_bytes(damage(data))
+    if damage is not _another_runs:  # readers know a segment's stream by its path
+        assert _rows(root) != before  # readers leave the damaged segment out
+    (problem,) = fsck(root).problems
+    assert problem.path == seg
+    assert "verify under the stream's own header" in problem.what
+    assert problem.lost == "nothing once repaired"
+    result = CliRunner().invoke(main, ["fsck", "--root", str(root), "--repair"])
+    assert result.exit_code == 1, result.output
+    assert "rebuilt its header and kept 3 readable batches (30 rows)" in result.output
+    assert (root / "quarantine" / seg.relative_to(root)).read_bytes() == damage(data)
+    assert fsck(root).clean
+    assert _rows(root) == before
+    assert seg.read_bytes() == data  # the very bytes its writer wrote
+
+
+def test_a_damaged_header_over_batches_that_do_not_verify_is_quarantined(
+        template: Path, tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    shutil.copytree(template, root)
+    seg = next((root / "metrics" / "project=p" / "run=segs").rglob("*.arrows"))
+    data = bytearray(_big_endian(seg.read_bytes()))
+    for at in range(8 + int.from_bytes(data[4:8], "little") + 64, len(data) - 8, 97):
+        data[at] ^= 0x10  # every batch damaged as well
+    seg.write_bytes(bytes(data))
+    (problem,) = fsck(root).problems
+    assert problem.lost == "every record of the file"
+    assert fsck(root, repair=True).problems[0].repaired.startswith("moved to quarantine/")
+    assert fsck(root).clean

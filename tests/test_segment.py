@@ -13,6 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from _crafted import endianness_slot
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -377,24 +378,11 @@ def test_a_header_declaring_big_endian_is_refused_naming_the_file(tmp_path: Path
     path = tmp_path / "seg.arrows"
     _write(path, _sample_batches())
     data = bytearray(path.read_bytes())
-    data[_endianness_slot(bytes(data))] = 4  # the field read from the table's 4th byte
+    data[endianness_slot(bytes(data))] = 4  # the field read from the table's 4th byte
     assert declares_other_than_little_endian(memoryview(data))
     path.write_bytes(bytes(data))
     with pytest.raises(FormatError, match=f"{path}: its schema header declares big-endian"):
         read_segment(path)
-
-
-def _endianness_slot(data: bytes) -> int:
-    """Where the schema table's vtable stores the offset of `endianness` (absent: 0)."""
-    fb = 8
-    root = fb + int.from_bytes(data[fb : fb + 4], "little")
-    vtable = root - int.from_bytes(data[root : root + 4], "little", signed=True)
-    header_slot = int.from_bytes(data[vtable + 8 : vtable + 10], "little")  # Message.header
-    at = root + header_slot
-    table = at + int.from_bytes(data[at : at + 4], "little")
-    schema_vtable = table - int.from_bytes(data[table : table + 4], "little", signed=True)
-    assert data[schema_vtable + 4 : schema_vtable + 6] == b"\0\0"  # pyarrow leaves it out
-    return schema_vtable + 4
 
 
 def test_a_batch_with_a_right_checksum_and_offsets_out_of_its_data_is_damage(

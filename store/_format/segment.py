@@ -30,6 +30,7 @@ from tracklake._format.ipc_size import (
     decoded_size,
     message_size,
 )
+from tracklake._format.layout import parse_segment_name
 
 EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 CONTINUATION = b"\xff\xff\xff\xff"
@@ -442,3 +443,49 @@ def _scan(path: Path, data: bytes, shift: int, out: SegmentContents
             return
         out.ends.append(src.tell() + shift)
         yield batch
+
+
+#: A segment read whole to rebuild its header is at most this large: one that rolled over
+#: (`segment_bytes`, 64 MiB) with its largest batch after it. Larger ones are not tried.
+MAX_REHEADED_BYTES = (64 << 20) + MAX_MESSAGE_BYTES
+#: Bytes at the start of a segment searched for where a damaged header ends.
+_HEADER_SEARCH_BYTES = 64 << 10
+#: Places tried as its end, at most (a run of 0xFF bytes is a marker at every byte).
+_HEADER_ENDS_TRIED = 64
+
+
+def read_reheaded(path: Path, stream: StreamId) -> SegmentContents | None:
+    """The batches of a segment whose schema header is damaged, read under the header a
+    writer of `stream` writes (the header has no checksum; each batch has its own, so a
+    batch that verifies under it is what was written). None if no batch verifies whose
+    first seq is the one the file's name gives, or the file is too large to try."""
+    named = parse_segment_name(path.name)
+    with open_regular(path) as f:
+        if os.fstat(f.fileno()).st_size > MAX_REHEADED_BYTES:
+            return None
+        data = f.read(MAX_REHEADED_BYTES + 1)
+    header = _encode_stream(stream_schema(SCHEMAS[stream.kind], stream), None, {})[: -len(EOS)]
+    for end in _header_ends(data, len(header)):
+        try:
+            out = _decode(path, header + data[end:], end - len(header))
+        except FormatError:
+            continue
+        if out.batches and (named is None or out.batches[0].column(0)[0].as_py() == named[1]):
+            return out
+    return None
+
+
+def _header_ends(data: bytes, written: int) -> Iterator[int]:
+    """Where a damaged header may end: where its length field says, where the header a
+    writer writes would, then at each continuation marker (the start of a message)."""
+    claimed = 8 + int.from_bytes(data[4:8], "little")
+    at = data.find(CONTINUATION, 8, _HEADER_SEARCH_BYTES)
+    candidates = [claimed, written]
+    while at != -1 and len(candidates) < _HEADER_ENDS_TRIED:
+        candidates.append(at)
+        at = data.find(CONTINUATION, at + 1, _HEADER_SEARCH_BYTES)
+    seen = set()
+    for end in candidates:
+        if 8 <= end < len(data) and end not in seen:
+            seen.add(end)
+            yield end

@@ -21,14 +21,20 @@ from typing import TypeVar
 
 import pyarrow as pa
 
-from tracklake._errors import FormatError, NoAnswerError
+from tracklake._errors import FormatError, NewerFormatError, NoAnswerError
 from tracklake._format import FORMAT_VERSION, SCHEMAS, StreamId, fsync_dir, fsync_file
 from tracklake._format.attempt import read_attempt
 from tracklake._format.bounded import bounded
 from tracklake._format.files import store_dir
 from tracklake._format.layout import parse_part_name
 from tracklake._format.liveness import writer_known_gone
-from tracklake._format.segment import SegmentWriter, read_segment, stream_schema
+from tracklake._format.segment import (
+    SegmentContents,
+    SegmentWriter,
+    read_reheaded,
+    read_segment,
+    stream_schema,
+)
 from tracklake._ops.compact import STALE_AFTER_SECONDS
 from tracklake._ops.fsck.files import (
     check_attempts,
@@ -71,12 +77,14 @@ def _check_segment(root: Path, s: StreamId, path: Path, last: bool, now: float,
         contents = read_segment(path)
     except FileNotFoundError:
         return
-    except FormatError as exc:
+    except NewerFormatError as exc:
         report.problems.append(Problem(path, f"unreadable segment ({exc})",
                                        "every record of the file", "quarantine it (--repair)"))
         return
+    except FormatError as exc:
+        _damaged_header(root, s, path, last, now, f"unreadable segment ({exc})", report)
+        return
     batches = contents.batches
-    rows = sum(b.num_rows for b in batches)
     if not contents.schema_metadata:
         if not last or _writer_gone(root, s, now):
             report.problems.append(Problem(
@@ -90,9 +98,7 @@ def _check_segment(root: Path, s: StreamId, path: Path, last: bool, now: float,
                 SCHEMAS[s.kind]):
             header = f"schema is not the {s.kind} schema"
     if header is not None:
-        report.problems.append(Problem(path, f"damaged header: {header}",
-                                       f"every record of the file ({rows} rows)",
-                                       "quarantine it (--repair)"))
+        _damaged_header(root, s, path, last, now, f"damaged header: {header}", report)
         return
     if batches:
         report_invalid(s, path, pa.Table.from_batches(batches), report)
@@ -106,6 +112,29 @@ def _check_segment(root: Path, s: StreamId, path: Path, last: bool, now: float,
             path, f"torn tail of {contents.torn_bytes} bytes (its writer died mid-batch)",
             "the batch being written when it died",
             "seal the readable batches (--repair)"))
+
+
+#: What --repair does to a segment whose batches verify under a header rebuilt for it.
+REHEAD = "rebuild its header from the stream it lies in (--repair)"
+
+
+def _damaged_header(root: Path, s: StreamId, path: Path, last: bool, now: float,
+                    what: str, report: FsckReport) -> None:
+    """Report a segment whose schema header does not read or is not its stream's. The
+    header has no checksum and its batches each have one: if they verify under the header
+    a writer of the stream writes, repair rebuilds the header and nothing is lost."""
+    reheaded = read_reheaded(path, s) if not last or _writer_gone(root, s, now) else None
+    if reheaded is None:
+        report.problems.append(Problem(path, what, "every record of the file",
+                                       "quarantine it (--repair)"))
+        return
+    rows = sum(b.num_rows for b in reheaded.batches)
+    lost = ("nothing once repaired" if not reheaded.damaged and not reheaded.torn_bytes else
+            f"{reheaded.torn_bytes} bytes after batch {len(reheaded.batches)} "
+            f"(seq > {_last_seq(reheaded.batches)})")
+    report.problems.append(Problem(
+        path, f"{what}; its {len(reheaded.batches)} batches ({rows} rows) verify under the "
+        "stream's own header", lost, REHEAD, stream=s))
 
 
 def _last_seq(batches: list[pa.RecordBatch]) -> int:
@@ -247,19 +276,28 @@ def _rebuild(root: Path, problem: Problem) -> str | None:
             f"is in {target.relative_to(root)}")
 
 
+def _readable(path: Path, problem: Problem) -> SegmentContents | None:
+    """The batches of segment `path` a repair keeps: under a header rebuilt for its
+    stream if that is the repair (None if they no longer verify), else as they read."""
+    if problem.todo != REHEAD:
+        return read_segment(path)
+    return None if problem.stream is None else read_reheaded(path, problem.stream)
+
+
 def _repair(root: Path, problem: Problem) -> str:
     path = problem.path
     if problem.todo == REBUILD:
         done = _rebuild(root, problem)
         if done is not None:
             return done
-    salvage = path.suffix == ".arrows" and ("salvage" in problem.todo or "seal" in problem.todo)
+    salvage = path.suffix == ".arrows" and (
+        "salvage" in problem.todo or "seal" in problem.todo or problem.todo == REHEAD)
+    contents = _readable(path, problem) if salvage else None
     target = _quarantine_path(root, path)
-    if not salvage:
+    if contents is None:
         os.rename(path, target)
         fsync_dir(path.parent)
         return f"moved to {target.relative_to(root)}"
-    contents = read_segment(path)
     shutil.copy2(path, target)  # the original stays readable until the salvage replaces it
     fsync_file(target)
     fsync_dir(target.parent)
@@ -279,5 +317,6 @@ def _repair(root: Path, problem: Problem) -> str:
     os.replace(tmp, path)
     fsync_dir(path.parent)
     rows = sum(b.num_rows for b in contents.batches)
-    return (f"kept {len(contents.batches)} readable batches ({rows} rows) in a sealed segment; "
-            f"the original is in {target.relative_to(root)}")
+    done = "rebuilt its header and kept" if problem.todo == REHEAD else "kept"
+    return (f"{done} {len(contents.batches)} readable batches ({rows} rows) in a sealed "
+            f"segment; the original is in {target.relative_to(root)}")
