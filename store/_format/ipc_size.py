@@ -47,24 +47,32 @@ def _indirect(buf: memoryview, at: int) -> int:
     return at + int(_U32.unpack_from(buf, at)[0])
 
 
+def _header(message: memoryview, kind: int) -> tuple[memoryview, int] | None:
+    """The flatbuffer of `message` and the position of its header table, if the message
+    is complete up to its body and its header is of `kind`; else None. May raise
+    `struct.error` or `IndexError` on bytes that are no flatbuffer."""
+    meta_len = _I32.unpack_from(message, 4)[0]
+    if meta_len <= 0 or 8 + meta_len > len(message):
+        return None
+    fb = message[8 : 8 + meta_len]
+    root = _indirect(fb, 0)
+    kind_at = _field(fb, root, 1)
+    header_at = _field(fb, root, 2)
+    if kind_at is None or fb[kind_at] != kind or header_at is None:
+        return None
+    return fb, _indirect(fb, header_at)
+
+
 def decoded_size(message: memoryview) -> int | None:
     """Bytes the record batch in `message` (one encapsulated IPC message: continuation,
     metadata length, flatbuffer, body) decodes to; None if it is not a record batch
     message whose header can be read (the decoder then says what is wrong)."""
     try:
-        meta_len = _I32.unpack_from(message, 4)[0]
-        if meta_len <= 0 or 8 + meta_len > len(message):
+        header = _header(message, _RECORD_BATCH)
+        if header is None:
             return None
-        fb = message[8 : 8 + meta_len]
-        body = message[8 + meta_len :]
-        root = _indirect(fb, 0)
-        kind_at = _field(fb, root, 1)
-        if kind_at is None or fb[kind_at] != _RECORD_BATCH:
-            return None
-        header_at = _field(fb, root, 2)
-        if header_at is None:
-            return None
-        batch = _indirect(fb, header_at)
+        fb, batch = header
+        body = message[8 + len(fb) :]
         buffers_at = _field(fb, batch, 2)
         compressed = _field(fb, batch, 3) is not None
         if buffers_at is None:
@@ -112,16 +120,11 @@ def declares_other_than_little_endian(message: memoryview) -> bool:
     other value as big). A message whose header cannot be read gives False: the decoder
     then says what is wrong."""
     try:
-        meta_len = _I32.unpack_from(message, 4)[0]
-        if meta_len <= 0 or 8 + meta_len > len(message):
+        header = _header(message, _SCHEMA)
+        if header is None:
             return False
-        fb = message[8 : 8 + meta_len]
-        root = _indirect(fb, 0)
-        kind_at = _field(fb, root, 1)
-        header_at = _field(fb, root, 2)
-        if kind_at is None or fb[kind_at] != _SCHEMA or header_at is None:
-            return False
-        endianness_at = _field(fb, _indirect(fb, header_at), 0)
+        fb, schema = header
+        endianness_at = _field(fb, schema, 0)
         return endianness_at is not None and \
             _I16.unpack_from(fb, endianness_at)[0] != _LITTLE_ENDIAN
     except (struct.error, IndexError):
