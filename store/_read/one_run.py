@@ -14,20 +14,18 @@ restricts nothing.
 from __future__ import annotations
 
 import json
-import threading
 from typing import TYPE_CHECKING, Any
 
 from tracklake._errors import InvalidNameError
 from tracklake._format.naming import safe_name
+from tracklake._read.readonly import parsing
 
 if TYPE_CHECKING:
-    import duckdb
+    pass
 
 #: The columns whose equality to a literal narrows what a connection reads.
 _NARROWING = ("project", "run")
 
-_parser: duckdb.DuckDBPyConnection | None = None
-_parser_lock = threading.Lock()
 
 
 def _parse_tree(sql: str) -> Any:
@@ -35,16 +33,11 @@ def _parse_tree(sql: str) -> Any:
     text is only parsed, on a private connection that reads no table."""
     import duckdb
 
-    global _parser
-    with _parser_lock:
-        if _parser is None:
-            _parser = duckdb.connect(":memory:")
-            _parser.execute("SET enable_external_access = false")
-            _parser.execute("SET lock_configuration = true")
-        try:
-            row = _parser.execute("SELECT json_serialize_sql($1)", [sql]).fetchone()
-        except duckdb.Error:
-            return None
+    try:
+        with parsing() as parser:
+            row = parser.execute("SELECT json_serialize_sql($1)", [sql]).fetchone()
+    except duckdb.Error:
+        return None
     try:
         tree = json.loads(row[0]) if row else None
     except (TypeError, ValueError, RecursionError):  # expressions near DuckDB's depth limit

@@ -40,6 +40,7 @@ from tracklake._read.readonly import (
     check_read_only,
     lock_down,
     memory_limit,
+    parsing,
     question_connection,
 )
 from tracklake._read.run_table import run_table
@@ -455,7 +456,8 @@ def first_rows_sql(sql: str, rows: int) -> str | None:
     import duckdb
 
     try:
-        statements = duckdb.extract_statements(sql)
+        with parsing() as parser:
+            statements = parser.extract_statements(sql)
     except duckdb.Error:
         return None
     if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
@@ -567,7 +569,7 @@ def _execute(con: duckdb.DuckDBPyConnection, sql: str,
     with _running_lock:
         _running.add(con)
     try:
-        statements = duckdb.extract_statements(sql)
+        statements = con.extract_statements(sql)
         for st in statements[:-1]:
             con.execute(st, params).fetchall()  # run to completion before the next
         relation = con.sql(statements[-1].query, params=params)

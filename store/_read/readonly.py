@@ -3,9 +3,11 @@ check (only SELECT, and EXPLAIN / DESCRIBE / SUMMARIZE of one) as the second lay
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import threading
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from tracklake._errors import QueryError
@@ -104,6 +106,19 @@ def question_connection() -> duckdb.DuckDBPyConnection:
         return _DATABASE[1].cursor()
 
 
+@contextlib.contextmanager
+def parsing() -> Iterator[duckdb.DuckDBPyConnection]:
+    """A connection to parse SQL with (`extract_statements`, `get_table_names`,
+    `json_serialize_sql`): one to the question database, rather than DuckDB's module-level
+    default connection or one of its own, so that a process opens one database, not three
+    (12-21 ms each: a third of what a CLI question spends past its imports)."""
+    con = question_connection()
+    try:
+        yield con
+    finally:
+        con.close()
+
+
 def _forget_database() -> None:
     global _DATABASE, _DATABASE_LOCK
     if _DATABASE is not None:
@@ -120,7 +135,8 @@ def check_read_only(sql: str) -> None:
     import duckdb
 
     try:
-        statements = duckdb.extract_statements(sql)
+        with parsing() as parser:
+            statements = parser.extract_statements(sql)
     except duckdb.Error as exc:
         raise QueryError(f"SQL does not parse: {exc}") from exc
     if not statements:

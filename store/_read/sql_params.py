@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 
+from tracklake._read.readonly import parsing
+
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -32,7 +34,8 @@ def sql_params(statement: str, given: tuple[str, ...] | list[str]) -> dict[str, 
             raise ParamError(f"--param {name} is given twice")
         values[name] = value
     try:
-        statements = duckdb.extract_statements(statement)
+        with parsing() as parser:
+            statements = parser.extract_statements(statement)
     except duckdb.Error:
         return values  # the query itself will say what is wrong with it
     named = {p for s in statements for p in s.named_parameters}
