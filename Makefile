@@ -100,10 +100,14 @@ demo: $(VENV)/.demo
 	$(BIN)/tracklake demo --root $(DEMO_ROOT) --export
 	$(BIN)/tracklake runs --root $(DEMO_ROOT)
 
+# --max-worker-restart=0: a worker that crashes (a signal in native code) fails the run
+# there, naming its test; replaced, it left pytest-xdist 3.8's loadgroup scheduler
+# waiting for ever at the end of the run (pytest-dev/pytest-xdist#1378)
 test: $(VENV)/.test
 	$(BIN)/ruff check store exporters tests benchmarks
 	$(MAKE) typecheck
-	$(BIN)/pytest --require-extras -n $(WORKERS) --dist loadgroup --durations=25
+	$(BIN)/pytest --require-extras -n $(WORKERS) --dist loadgroup --max-worker-restart=0 \
+		--durations=25
 	$(MAKE) test-pythons
 
 test-pythons:
