@@ -37,6 +37,7 @@ from tracklake.exporters._shared.attempt_routes import (
     attempt_label,
     is_count,
 )
+from tracklake.exporters._shared.media import undecodable_image
 from tracklake.exporters.swanlab import records as mapping
 from tracklake.exporters.swanlab import session as sessions
 
@@ -251,7 +252,12 @@ def _media(ref: mapping.MediaRef) -> Any:
     """The SwanLab object of a media record: `Image`; `Video` for a GIF; `Audio` where the
     soundfile package lets SwanLab read it; else a text naming the file."""
     if ref.type == "image":
-        return swanlab.Image(ref.blob, caption=ref.caption or None)
+        why = undecodable_image(Path(ref.blob))
+        if why is None:
+            return swanlab.Image(ref.blob, caption=ref.caption or None)
+        logger.warning("image %s left out: its blob is not decoded (%s)", ref.blob, why)
+        return [swanlab.Text(f"image `{ref.media_type}` in the tracklake store, not decoded "
+                             f"({why}): `{ref.blob}`", caption=ref.caption or ref.type)]
     if ref.media_type == "image/gif":
         return swanlab.Video(Path(ref.blob).read_bytes(), caption=ref.caption or None)
     if ref.type == "audio" and importlib.util.find_spec("soundfile") is not None:

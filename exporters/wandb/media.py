@@ -12,7 +12,7 @@ from typing import Any
 import pyarrow as pa
 import wandb
 
-from tracklake.exporters._shared.media import EXTENSIONS, named_copy
+from tracklake.exporters._shared.media import EXTENSIONS, named_copy, undecodable_image
 from tracklake.read import media_file
 
 logger = logging.getLogger(__name__)
@@ -47,6 +47,11 @@ class MediaFiles:
         path = named_copy(blob, self.directory / f"{value['digest']}.{extension}")
         caption = value.get("caption")
         if value["type"] == "image":
+            why = undecodable_image(path)
+            if why is not None:
+                logger.warning("%s: image at step %s left out: its blob %s is not decoded "
+                               "(%s)", self.where, value["step"], value["digest"], why)
+                return None
             return wandb.Image(str(path), caption=caption)
         if value["type"] == "audio":
             return wandb.Audio(str(path), caption=caption)

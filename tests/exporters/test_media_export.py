@@ -7,6 +7,8 @@ from __future__ import annotations
 import importlib.util
 import io
 import json
+import struct
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -176,3 +178,75 @@ def test_a_resumed_attempts_images_replace_the_earlier_ones_in_the_views_and_exp
     acc.Reload()
     assert [(e.step, e.encoded_image_string) for e in acc.Images("img")] == sorted(
         stored.items())
+
+
+def _png_of_pixels(width: int, height: int) -> bytes:
+    """A 1-bit PNG of `width` x `height` zeros: a few kilobytes, however many pixels."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(
+            ">I", zlib.crc32(kind + data))
+    row = b"\0" * (1 + (width + 7) // 8)
+    packer = zlib.compressobj(9)
+    body = b"".join(packer.compress(row) for _ in range(height)) + packer.flush()
+    return (b"\x89PNG\r\n\x1a\n"
+            + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0))
+            + chunk(b"IDAT", body) + chunk(b"IEND", b""))
+
+
+@pytest.fixture
+def too_many_pixels(tmp_path: Path) -> Path:
+    """A run with an image of 8x6 pixels, one past Pillow's decompression-bomb warning
+    (10,000 x 10,000) and one past its error (14,000 x 14,000), each a few kilobytes."""
+    root = tmp_path / "store"
+    with tracklake.init(project=PROJECT, run_id="r1", root=root, capture_identity=False,
+                        system_metrics=False, compact=False) as run:
+        run.log({"loss": 1.0}, step=0)
+        run.log_image("small", _pixels(0), step=0)
+        run.log_image("warned", _png_of_pixels(10_000, 10_000), step=0)
+        run.log_image("refused", _png_of_pixels(14_000, 14_000), step=0)
+    return root
+
+
+def test_images_past_pillows_bomb_limit_are_left_out_of_wandb_and_the_rest_exported(
+        too_many_pixels: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """W&B decodes an image whole: one past twice Pillow's limit failed the run's whole
+    export, one past it took 4 bytes a pixel (a 315 KB PNG of 9,000 x 9,000: a 455 MiB
+    peak). They are left out, named, and the rest of the run is exported."""
+    optional("wandb")
+    import _wandb_log as wlog
+
+    from tracklake.exporters.wandb.destination import WandbDestination
+
+    _export(WandbDestination(dir=str(tmp_path / "out")), too_many_pixels)
+    files = sorted((tmp_path / "out" / "wandb").glob("offline-run-*/*.wandb"))
+    history = dict(wlog.history(files))
+    assert history[0]["small"]["_type"] == "image-file"
+    assert history[0]["loss"] == 1.0
+    assert "warned" not in history[0] and "refused" not in history[0]
+    left_out = [r.getMessage() for r in caplog.records if "left out" in r.getMessage()]
+    assert len(left_out) == 2
+    assert any("10000x10000 = 100,000,000 pixels" in m for m in left_out)
+    assert any("exceeds limit" in m for m in left_out)
+
+
+def test_images_past_pillows_bomb_limit_reach_swanlab_as_texts_naming_them(
+        too_many_pixels: Path, tmp_path: Path) -> None:
+    optional("swanlab")
+    import _swanlab_log as slog
+
+    from tracklake.exporters.swanlab.destination import SwanlabDestination
+
+    logdir = tmp_path / "swanlab"
+    _export(SwanlabDestination(logdir=str(logdir)), too_many_pixels)
+    kinds: dict[str, str] = {}
+    texts: dict[str, str] = {}
+    for run_file in logdir.glob("run-*/run-*.swanlab"):
+        for r in slog.records(run_file):
+            if r.WhichOneof("record_type") == "media":
+                [item] = r.media.value.items
+                [path] = run_file.parent.glob(f"media/*/{item.filename}")
+                kinds[r.media.key] = path.suffix
+                texts[r.media.key] = path.read_bytes().decode(errors="replace")
+    assert kinds["small"] == ".png"
+    assert "not decoded (10000x10000" in texts["warned"]
+    assert "not decoded (Image size (196000000 pixels)" in texts["refused"]
