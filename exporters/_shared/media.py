@@ -47,3 +47,29 @@ def undecodable_image(path: Path) -> str | None:
         return (f"{width}x{height} = {width * height:,} pixels, more than the {limit:,} "
                 "Pillow decodes without warning of a decompression bomb")
     return None
+
+
+#: The most an audio file handed to SwanLab may decode to: SwanLab reads it whole as
+#: float64 samples. 256 MiB is what the largest WAV a run may log by default (64 MiB of
+#: 16-bit samples) decodes to; 110 KB of FLAC silence stands for 439 MiB (10 minutes of
+#: 48 kHz stereo).
+MAX_DECODED_AUDIO = 256 << 20
+
+
+def undecodable_audio(path: Path) -> str | None:
+    """Why the audio at `path` is not handed to SwanLab, which decodes it whole: more
+    than `MAX_DECODED_AUDIO` as its header counts frames and channels, a length its
+    header does not give, or a header soundfile does not read; None if it may be."""
+    import soundfile  # type: ignore[import-untyped, unused-ignore]  # no type information
+
+    try:
+        info = soundfile.info(str(path))
+    except (RuntimeError, OSError, ValueError) as exc:  # soundfile's LibsndfileError
+        return f"soundfile does not read it ({exc})"
+    samples = info.frames * info.channels
+    if info.frames <= 0 or info.channels <= 0:
+        return "its header gives no length"
+    if samples * 8 > MAX_DECODED_AUDIO:
+        return (f"{info.frames:,} frames x {info.channels} channels decode to "
+                f"{samples * 8:,} bytes, more than the {MAX_DECODED_AUDIO:,} it may")
+    return None

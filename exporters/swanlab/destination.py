@@ -37,7 +37,7 @@ from tracklake.exporters._shared.attempt_routes import (
     attempt_label,
     is_count,
 )
-from tracklake.exporters._shared.media import undecodable_image
+from tracklake.exporters._shared.media import undecodable_audio, undecodable_image
 from tracklake.exporters.swanlab import records as mapping
 from tracklake.exporters.swanlab import session as sessions
 
@@ -261,7 +261,12 @@ def _media(ref: mapping.MediaRef) -> Any:
     if ref.media_type == "image/gif":
         return swanlab.Video(Path(ref.blob).read_bytes(), caption=ref.caption or None)
     if ref.type == "audio" and importlib.util.find_spec("soundfile") is not None:
-        return swanlab.Audio(ref.blob, caption=ref.caption or None)
+        why = undecodable_audio(Path(ref.blob))
+        if why is None:
+            return swanlab.Audio(ref.blob, caption=ref.caption or None)
+        logger.warning("audio %s left out: its blob is not decoded (%s)", ref.blob, why)
+        return [swanlab.Text(f"audio `{ref.media_type}` in the tracklake store, not decoded "
+                             f"({why}): `{ref.blob}`", caption=ref.caption or ref.type)]
     return [swanlab.Text(f"{ref.type} `{ref.media_type}` in the tracklake store: "
                          f"`{ref.blob}`", caption=ref.caption or ref.type)]
 

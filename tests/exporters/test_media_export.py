@@ -250,3 +250,51 @@ def test_images_past_pillows_bomb_limit_reach_swanlab_as_texts_naming_them(
     assert kinds["small"] == ".png"
     assert "not decoded (10000x10000" in texts["warned"]
     assert "not decoded (Image size (196000000 pixels)" in texts["refused"]
+
+
+def _flac_of_silence(minutes: int) -> bytes:
+    """`minutes` of 48 kHz stereo silence as FLAC: about 11 KB a minute, 44 MiB a minute
+    as the float64 samples SwanLab decodes it to."""
+    import soundfile
+
+    out = io.BytesIO()
+    with soundfile.SoundFile(out, "w", samplerate=48_000, channels=2, format="FLAC",
+                             subtype="PCM_16") as f:
+        minute = np.zeros((48_000 * 60, 2), dtype=np.int16)
+        for _ in range(minutes):
+            f.write(minute)
+    return out.getvalue()
+
+
+def test_audio_that_decodes_past_the_bound_reaches_swanlab_as_a_text_naming_it(
+        tmp_path: Path) -> None:
+    """SwanLab reads audio whole as float64 samples: 110 KB of FLAC silence took 439 MiB.
+    Past `MAX_DECODED_AUDIO`, as the file's header counts it, the audio is a text naming
+    the file; shorter audio is SwanLab's audio as before."""
+    optional("swanlab")
+    if importlib.util.find_spec("soundfile") is None:
+        pytest.skip("SwanLab exports audio only with soundfile")
+    import _swanlab_log as slog
+
+    from tracklake.exporters._shared.media import MAX_DECODED_AUDIO
+    from tracklake.exporters.swanlab.destination import SwanlabDestination
+
+    bomb = _flac_of_silence(10)
+    assert len(bomb) < 1 << 20 and MAX_DECODED_AUDIO < 48_000 * 600 * 2 * 8
+    root = tmp_path / "store"
+    with tracklake.init(project=PROJECT, run_id="r1", root=root, capture_identity=False,
+                        system_metrics=False, compact=False) as run:
+        run.log({"loss": 1.0}, step=0)
+        run.log_audio("short", np.sin(np.arange(800) / 3.0), sample_rate=8000, step=0)
+        run.log_audio("long", bomb, step=0)
+    logdir = tmp_path / "swanlab"
+    _export(SwanlabDestination(logdir=str(logdir)), root)
+    found: dict[str, bytes] = {}
+    for run_file in logdir.glob("run-*/run-*.swanlab"):
+        for r in slog.records(run_file):
+            if r.WhichOneof("record_type") == "media":
+                [item] = r.media.value.items
+                [path] = run_file.parent.glob(f"media/*/{item.filename}")
+                found[r.media.key] = path.read_bytes()
+    assert found["short"][:4] == b"RIFF"
+    assert b"not decoded (28,800,000 frames x 2 channels" in found["long"]
