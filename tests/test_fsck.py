@@ -287,3 +287,59 @@ def test_a_damaged_header_over_batches_that_do_not_verify_is_quarantined(
     assert problem.lost == "every record of the file"
     assert fsck(root, repair=True).problems[0].repaired.startswith("moved to quarantine/")
     assert fsck(root).clean
+
+
+#: Runs `fsck --repair` in a child that kills itself with SIGKILL at one step of the
+#: header's repair: after the original's copy to the quarantine, once the new segment is
+#: written under its temporary name, or once it is renamed over the original.
+_KILLED_REPAIR = """
+import os, shutil, signal, sys
+from tracklake._cli.main import main
+step, target = sys.argv[1], sys.argv[2]
+
+def killing(name, fn):
+    def wrapper(*args, **kwargs):
+        done = fn(*args, **kwargs)
+        if name == step and any(str(a).endswith(target) for a in args):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return done
+    return wrapper
+
+shutil.copy2 = killing("copied", shutil.copy2)
+os.replace = killing("replaced", os.replace)
+if step == "written":
+    from tracklake._format import segment
+    seal = segment.SegmentWriter.seal
+    def sealed(self):
+        seal(self)
+        os.kill(os.getpid(), signal.SIGKILL)
+    segment.SegmentWriter.seal = sealed
+sys.argv = ["tracklake", "fsck", "--root", sys.argv[3], "--repair"]
+main()
+"""
+
+
+@pytest.mark.parametrize("step", ["copied", "written", "replaced"])
+def test_a_header_repair_killed_at_any_step_loses_nothing_and_finishes_on_the_next(
+        template: Path, tmp_path: Path, step: str) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    root = tmp_path / "s"
+    shutil.copytree(template, root)
+    seg = next((root / "metrics" / "project=p" / "run=segs").rglob("*.arrows"))
+    data = seg.read_bytes()
+    before = _rows(root)
+    seg.write_bytes(_big_endian(data))
+    killed = subprocess.run([sys.executable, "-c", _KILLED_REPAIR, step, seg.name, str(root)],
+                            capture_output=True, text=True, timeout=300, check=False)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert seg.exists()  # the original, or the repaired segment: never neither
+    assert seg.read_bytes() in (_big_endian(data), data)
+    again = CliRunner().invoke(main, ["fsck", "--root", str(root), "--repair"])
+    assert again.exit_code in (0, 1), again.output
+    assert fsck(root).clean  # a temporary left by the killed repair is no problem yet
+    assert _rows(root) == before
+    assert seg.read_bytes() == data
+    assert _big_endian(data) in [p.read_bytes() for p in (root / "quarantine").rglob("*.arrows*")]
