@@ -45,3 +45,18 @@ def endianness_slot(data: bytes) -> int:
     schema_vtable = table - int.from_bytes(data[table : table + 4], "little", signed=True)
     assert data[schema_vtable + 4 : schema_vtable + 6] == b"\0\0"  # pyarrow leaves it out
     return schema_vtable + 4
+
+
+def message_spans(data: bytes) -> list[tuple[int, int, int]]:
+    """(start, body_start, end) of each IPC message in `data` (the schema message first)."""
+    source = pa.BufferReader(data)
+    reader = pa.ipc.MessageReader.open_stream(source)
+    spans = []
+    while True:
+        start = source.tell()
+        try:
+            message = reader.read_next_message()
+        except StopIteration:
+            return spans
+        end = source.tell()
+        spans.append((start, end - message.body.size, end))

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _crafted import endianness_slot
+from _crafted import endianness_slot, message_spans
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -343,3 +343,31 @@ def test_a_header_repair_killed_at_any_step_loses_nothing_and_finishes_on_the_ne
     assert _rows(root) == before
     assert seg.read_bytes() == data
     assert _big_endian(data) in [p.read_bytes() for p in (root / "quarantine").rglob("*.arrows*")]
+
+
+@pytest.mark.parametrize("damage", ["a flipped bit", "its length field"])
+def test_a_damaged_batch_in_the_middle_of_a_segment_costs_that_batch_alone(
+        template: Path, tmp_path: Path, damage: str) -> None:
+    """Each batch carries its own checksum and seqs: once its writer is gone, repair
+    keeps the batches after a damaged one too (before, only those before it)."""
+    root = tmp_path / "s"
+    shutil.copytree(template, root)
+    seg = next((root / "metrics" / "project=p" / "run=segs").rglob("*.arrows"))
+    data = bytearray(seg.read_bytes())
+    spans = message_spans(bytes(data))[1:]  # the batches, after the header
+    assert len(spans) == 3
+    start, _, end = spans[1]
+    if damage == "a flipped bit":
+        data[(start + end) // 2] ^= 0x04
+    else:
+        data[start + 4 : start + 8] = (1 << 30).to_bytes(4, "little")
+    seg.write_bytes(bytes(data))
+    (problem,) = fsck(root).problems
+    assert problem.path == seg
+    assert problem.lost == f"{end - start:,} bytes at byte {start}"
+    result = CliRunner().invoke(main, ["fsck", "--root", str(root), "--repair"])
+    assert "kept 2 readable batches (20 rows)" in result.output, result.output
+    assert fsck(root).clean
+    steps = sorted(r["step"] for b in read_stream(root, tracklake.StreamId(
+        "p", "segs", 0, 1, "metrics"), problems=ReadProblems()) for r in b.to_pylist())
+    assert steps == [*range(10), *range(20, 30)]

@@ -13,7 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from _crafted import endianness_slot
+from _crafted import endianness_slot, message_spans
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -59,21 +59,6 @@ def _write(path: Path, batches: list[pa.RecordBatch], *, seal: bool = True,
     else:
         writer.close()
     return writer
-
-
-def _message_spans(data: bytes) -> list[tuple[int, int, int]]:
-    """(start, body_start, end) of each IPC message in `data` (the schema message first)."""
-    source = pa.BufferReader(data)
-    reader = pa.ipc.MessageReader.open_stream(source)
-    spans = []
-    while True:
-        start = source.tell()
-        try:
-            message = reader.read_next_message()
-        except StopIteration:
-            return spans
-        end = source.tell()
-        spans.append((start, end - message.body.size, end))
 
 
 class _BytesPath(type(Path())):  # type: ignore[misc]
@@ -213,7 +198,7 @@ def test_every_truncation_point_yields_a_verified_prefix(tmp_path: Path) -> None
     batches = [_batch(i, [(i, "loss", 0.5 * i), (i, "lr", 1e-3)]) for i in range(3)]
     _write(full, batches)
     data = full.read_bytes()
-    spans = _message_spans(data)
+    spans = message_spans(data)
     assert len(spans) == 1 + len(batches)
     ends = [end for _, _, end in spans[1:]]
     for length in range(len(data) + 1):
@@ -265,7 +250,7 @@ def test_flipped_byte_in_a_batch_body_is_reported_as_damage(tmp_path: Path,
     batches = _sample_batches()
     _write(path, batches)
     data = bytearray(path.read_bytes())
-    start, body, end = _message_spans(bytes(data))[1 + damaged_batch]
+    start, body, end = message_spans(bytes(data))[1 + damaged_batch]
     assert start < body < end
     data[body] ^= 0x10
     path.write_bytes(bytes(data))
@@ -285,7 +270,7 @@ def test_every_flipped_body_byte_is_reported_as_damage(damaged_batch: int) -> No
         batches = _sample_batches()
         _write(path, batches)
         data = path.read_bytes()
-    start, body, end = _message_spans(data)[1 + damaged_batch]
+    start, body, end = message_spans(data)[1 + damaged_batch]
     for pos in range(body, end):
         flipped = bytearray(data)
         flipped[pos] ^= 0xFF
@@ -307,7 +292,7 @@ def test_flipped_byte_in_an_uncompressed_body_is_a_checksum_mismatch() -> None:
         writer.seal()
         data = path.read_bytes()
     assert struct.pack("<d", 1234.5678 + 1) in data  # really stored uncompressed
-    start, body, end = _message_spans(data)[2]
+    start, body, end = message_spans(data)[2]
     for pos in range(body, end):
         flipped = bytearray(data)
         flipped[pos] ^= 0x01
@@ -325,7 +310,7 @@ def test_any_flipped_byte_in_the_last_batch_message_is_detected(tmp_path: Path) 
     batches = _sample_batches()
     _write(path, batches)
     data = path.read_bytes()
-    start, _, end = _message_spans(data)[-1]
+    start, _, end = message_spans(data)[-1]
     for pos in range(start, end):
         flipped = bytearray(data)
         flipped[pos] ^= 0xFF
@@ -340,7 +325,7 @@ def _misread_header_flips(data: bytes) -> tuple[list[str], int]:
     """Flip each bit of the schema message of `data` in turn and read the segment: the
     flips after which it read other values without saying so, and how many were refused.
     Runs in a child process, so that a flip that crashes the reader fails one test."""
-    _, _, header_end = _message_spans(data)[0]
+    _, _, header_end = message_spans(data)[0]
     batches = _sample_batches()
     misread, refused = [], 0
     for pos in range(header_end):

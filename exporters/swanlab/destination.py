@@ -250,25 +250,28 @@ class SwanlabDestination(Destination):
 
 def _media(ref: mapping.MediaRef) -> Any:
     """The SwanLab object of a media record: `Image`; `Video` for a GIF; `Audio` where the
-    soundfile package lets SwanLab read it; else a text naming the file."""
+    soundfile package lets SwanLab read it; else a text naming the file. SwanLab decodes
+    images and audio whole: one that would decode past a bound is a text too."""
     if ref.type == "image":
-        why = undecodable_image(Path(ref.blob))
-        if why is None:
-            return swanlab.Image(ref.blob, caption=ref.caption or None)
-        logger.warning("image %s left out: its blob is not decoded (%s)", ref.blob, why)
-        return [swanlab.Text(f"image `{ref.media_type}` in the tracklake store, not decoded "
-                             f"({why}): `{ref.blob}`", caption=ref.caption or ref.type)]
+        return _decoded(ref, undecodable_image, swanlab.Image)
     if ref.media_type == "image/gif":
         return swanlab.Video(Path(ref.blob).read_bytes(), caption=ref.caption or None)
     if ref.type == "audio" and importlib.util.find_spec("soundfile") is not None:
-        why = undecodable_audio(Path(ref.blob))
-        if why is None:
-            return swanlab.Audio(ref.blob, caption=ref.caption or None)
-        logger.warning("audio %s left out: its blob is not decoded (%s)", ref.blob, why)
-        return [swanlab.Text(f"audio `{ref.media_type}` in the tracklake store, not decoded "
-                             f"({why}): `{ref.blob}`", caption=ref.caption or ref.type)]
+        return _decoded(ref, undecodable_audio, swanlab.Audio)
     return [swanlab.Text(f"{ref.type} `{ref.media_type}` in the tracklake store: "
                          f"`{ref.blob}`", caption=ref.caption or ref.type)]
+
+
+def _decoded(ref: mapping.MediaRef, why_not: Callable[[Path], str | None],
+             make: Callable[..., Any]) -> Any:
+    """`make(blob, caption=...)`, unless `why_not` says SwanLab should not decode the
+    blob: then a text naming the file and why, with a warning."""
+    why = why_not(Path(ref.blob))
+    if why is None:
+        return make(ref.blob, caption=ref.caption or None)
+    logger.warning("%s %s left out: its blob is not decoded (%s)", ref.type, ref.blob, why)
+    return [swanlab.Text(f"{ref.type} `{ref.media_type}` in the tracklake store, not "
+                         f"decoded ({why}): `{ref.blob}`", caption=ref.caption or ref.type)]
 
 
 def _value(value: Any) -> Any:

@@ -30,7 +30,6 @@ from tracklake._format.ipc_size import (
     decoded_size,
     message_size,
 )
-from tracklake._format.layout import parse_segment_name
 
 EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 CONTINUATION = b"\xff\xff\xff\xff"
@@ -75,6 +74,11 @@ def stream_schema(schema: pa.Schema, stream: StreamId) -> pa.Schema:
     )
 
 
+def header_bytes(schema: pa.Schema) -> bytes:
+    """The schema message a writer of `schema` (`stream_schema`) starts a segment with."""
+    return _encode_stream(schema, None, {})[: -len(EOS)]
+
+
 def _encode_stream(schema: pa.Schema, batch: pa.RecordBatch | None, md: dict[str, str],
                    options: pa.ipc.IpcWriteOptions | None = None) -> bytes:
     sink = pa.BufferOutputStream()
@@ -93,7 +97,7 @@ class SegmentWriter:
         self.schema = schema
         self.fsync = fsync
         self._options = pa.ipc.IpcWriteOptions(compression=compression)
-        header = _encode_stream(schema, None, {})[: -len(EOS)]
+        header = header_bytes(schema)
         self._header_len = len(header)
         path.parent.mkdir(parents=True, exist_ok=True)
         self._fd: int | None = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -329,9 +333,9 @@ def read_segment_from(path: Path, inode: int | None = None, offset: int = 0,
             cut = start + len(tail) < st.st_size
             if resume:
                 f.seek(0)
-                out = _decode(path, f.read(header_len) + tail, start - header_len)
+                out = decode_bytes(path, f.read(header_len) + tail, start - header_len)
             else:
-                out = _decode(path, tail, 0)
+                out = decode_bytes(path, tail, 0)
             if out.batches or not cut or out.damaged or whole:
                 break
             # one batch larger than the limit: read it whole, as far as a batch may go
@@ -371,7 +375,7 @@ def _stored_size(f: BinaryIO, at: int) -> int | None:
     return message_size(memoryview(prefix + f.read(meta_len)))
 
 
-def _decode(path: Path, data: bytes, shift: int) -> SegmentContents:
+def decode_bytes(path: Path, data: bytes, shift: int) -> SegmentContents:
     """The batches of `data`, a whole segment or its header followed by a tail that
     starts `shift` bytes later in the file (offsets reported are the file's)."""
     out = SegmentContents(path)
@@ -381,7 +385,7 @@ def _decode(path: Path, data: bytes, shift: int) -> SegmentContents:
 
 def _scan(path: Path, data: bytes, shift: int, out: SegmentContents
           ) -> Iterator[pa.RecordBatch]:
-    """The verified batches of `data` (see `_decode`), one at a time; `out` gets the
+    """The verified batches of `data` (see `decode_bytes`), one at a time; `out` gets the
     header's metadata, each batch's end offset, and how the data ends."""
     src = pa.BufferReader(data)
     if _header_incomplete(data):
@@ -444,48 +448,3 @@ def _scan(path: Path, data: bytes, shift: int, out: SegmentContents
         out.ends.append(src.tell() + shift)
         yield batch
 
-
-#: A segment read whole to rebuild its header is at most this large: one that rolled over
-#: (`segment_bytes`, 64 MiB) with its largest batch after it. Larger ones are not tried.
-MAX_REHEADED_BYTES = (64 << 20) + MAX_MESSAGE_BYTES
-#: Bytes at the start of a segment searched for where a damaged header ends.
-_HEADER_SEARCH_BYTES = 64 << 10
-#: Places tried as its end, at most (a run of 0xFF bytes is a marker at every byte).
-_HEADER_ENDS_TRIED = 64
-
-
-def read_reheaded(path: Path, stream: StreamId) -> SegmentContents | None:
-    """The batches of a segment whose schema header is damaged, read under the header a
-    writer of `stream` writes (the header has no checksum; each batch has its own, so a
-    batch that verifies under it is what was written). None if no batch verifies whose
-    first seq is the one the file's name gives, or the file is too large to try."""
-    named = parse_segment_name(path.name)
-    with open_regular(path) as f:
-        if os.fstat(f.fileno()).st_size > MAX_REHEADED_BYTES:
-            return None
-        data = f.read(MAX_REHEADED_BYTES + 1)
-    header = _encode_stream(stream_schema(SCHEMAS[stream.kind], stream), None, {})[: -len(EOS)]
-    for end in _header_ends(data, len(header)):
-        try:
-            out = _decode(path, header + data[end:], end - len(header))
-        except FormatError:
-            continue
-        if out.batches and (named is None or out.batches[0].column(0)[0].as_py() == named[1]):
-            return out
-    return None
-
-
-def _header_ends(data: bytes, written: int) -> Iterator[int]:
-    """Where a damaged header may end: where its length field says, where the header a
-    writer writes would, then at each continuation marker (the start of a message)."""
-    claimed = 8 + int.from_bytes(data[4:8], "little")
-    at = data.find(CONTINUATION, 8, _HEADER_SEARCH_BYTES)
-    candidates = [claimed, written]
-    while at != -1 and len(candidates) < _HEADER_ENDS_TRIED:
-        candidates.append(at)
-        at = data.find(CONTINUATION, at + 1, _HEADER_SEARCH_BYTES)
-    seen = set()
-    for end in candidates:
-        if 8 <= end < len(data) and end not in seen:
-            seen.add(end)
-            yield end

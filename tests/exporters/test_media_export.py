@@ -232,24 +232,29 @@ def test_images_past_pillows_bomb_limit_are_left_out_of_wandb_and_the_rest_expor
 def test_images_past_pillows_bomb_limit_reach_swanlab_as_texts_naming_them(
         too_many_pixels: Path, tmp_path: Path) -> None:
     optional("swanlab")
-    import _swanlab_log as slog
 
     from tracklake.exporters.swanlab.destination import SwanlabDestination
 
     logdir = tmp_path / "swanlab"
     _export(SwanlabDestination(logdir=str(logdir)), too_many_pixels)
-    kinds: dict[str, str] = {}
-    texts: dict[str, str] = {}
+    found = _swanlab_media(logdir)
+    assert found["small"][0] == ".png"
+    assert b"not decoded (10000x10000" in found["warned"][1]
+    assert b"not decoded (Image size (196000000 pixels)" in found["refused"][1]
+
+
+def _swanlab_media(logdir: Path) -> dict[str, tuple[str, bytes]]:
+    """Key -> (file suffix, bytes) of each media item in SwanLab's offline files."""
+    import _swanlab_log as slog
+
+    found = {}
     for run_file in logdir.glob("run-*/run-*.swanlab"):
         for r in slog.records(run_file):
             if r.WhichOneof("record_type") == "media":
                 [item] = r.media.value.items
                 [path] = run_file.parent.glob(f"media/*/{item.filename}")
-                kinds[r.media.key] = path.suffix
-                texts[r.media.key] = path.read_bytes().decode(errors="replace")
-    assert kinds["small"] == ".png"
-    assert "not decoded (10000x10000" in texts["warned"]
-    assert "not decoded (Image size (196000000 pixels)" in texts["refused"]
+                found[r.media.key] = (path.suffix, path.read_bytes())
+    return found
 
 
 def _flac_of_silence(minutes: int) -> bytes:
@@ -274,7 +279,6 @@ def test_audio_that_decodes_past_the_bound_reaches_swanlab_as_a_text_naming_it(
     optional("swanlab")
     if importlib.util.find_spec("soundfile") is None:
         pytest.skip("SwanLab exports audio only with soundfile")
-    import _swanlab_log as slog
 
     from tracklake.exporters._shared.media import MAX_DECODED_AUDIO
     from tracklake.exporters.swanlab.destination import SwanlabDestination
@@ -289,12 +293,6 @@ def test_audio_that_decodes_past_the_bound_reaches_swanlab_as_a_text_naming_it(
         run.log_audio("long", bomb, step=0)
     logdir = tmp_path / "swanlab"
     _export(SwanlabDestination(logdir=str(logdir)), root)
-    found: dict[str, bytes] = {}
-    for run_file in logdir.glob("run-*/run-*.swanlab"):
-        for r in slog.records(run_file):
-            if r.WhichOneof("record_type") == "media":
-                [item] = r.media.value.items
-                [path] = run_file.parent.glob(f"media/*/{item.filename}")
-                found[r.media.key] = path.read_bytes()
-    assert found["short"][:4] == b"RIFF"
-    assert b"not decoded (28,800,000 frames x 2 channels" in found["long"]
+    found = _swanlab_media(logdir)
+    assert found["short"][1][:4] == b"RIFF"
+    assert b"not decoded (28,800,000 frames x 2 channels" in found["long"][1]

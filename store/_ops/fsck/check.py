@@ -28,13 +28,8 @@ from tracklake._format.bounded import bounded
 from tracklake._format.files import store_dir
 from tracklake._format.layout import parse_part_name
 from tracklake._format.liveness import writer_known_gone
-from tracklake._format.segment import (
-    SegmentContents,
-    SegmentWriter,
-    read_reheaded,
-    read_segment,
-    stream_schema,
-)
+from tracklake._format.segment import SegmentWriter, read_segment, stream_schema
+from tracklake._format.segment_salvage import Salvaged, salvage
 from tracklake._ops.compact import STALE_AFTER_SECONDS
 from tracklake._ops.fsck.files import (
     check_attempts,
@@ -103,10 +98,12 @@ def _check_segment(root: Path, s: StreamId, path: Path, last: bool, now: float,
     if batches:
         report_invalid(s, path, pa.Table.from_batches(batches), report)
     if contents.damaged:
-        report.problems.append(Problem(
-            path, contents.damaged, f"{contents.torn_bytes} bytes after batch "
-            f"{len(batches)} (seq > {_last_seq(batches)})",
-            "salvage the readable batches (--repair)"))
+        found = salvage(path) if not last or _writer_gone(root, s, now) else None
+        lost = found.lost() if found is not None else (
+            f"{contents.torn_bytes} bytes after batch {len(batches)} "
+            f"(seq > {_last_seq(batches)})")
+        report.problems.append(Problem(path, contents.damaged, lost,
+                                       "salvage the readable batches (--repair)"))
     elif contents.torn_bytes and (not last or _writer_gone(root, s, now)):
         report.problems.append(Problem(
             path, f"torn tail of {contents.torn_bytes} bytes (its writer died mid-batch)",
@@ -123,18 +120,16 @@ def _damaged_header(root: Path, s: StreamId, path: Path, last: bool, now: float,
     """Report a segment whose schema header does not read or is not its stream's. The
     header has no checksum and its batches each have one: if they verify under the header
     a writer of the stream writes, repair rebuilds the header and nothing is lost."""
-    reheaded = read_reheaded(path, s) if not last or _writer_gone(root, s, now) else None
-    if reheaded is None:
+    found = salvage(path, s) if not last or _writer_gone(root, s, now) else None
+    if found is None:
         report.problems.append(Problem(path, what, "every record of the file",
                                        "quarantine it (--repair)"))
         return
-    rows = sum(b.num_rows for b in reheaded.batches)
-    lost = ("nothing once repaired" if not reheaded.damaged and not reheaded.torn_bytes else
-            f"{reheaded.torn_bytes} bytes after batch {len(reheaded.batches)} "
-            f"(seq > {_last_seq(reheaded.batches)})")
+    batches = found.contents.batches
+    rows = sum(b.num_rows for b in batches)
     report.problems.append(Problem(
-        path, f"{what}; its {len(reheaded.batches)} batches ({rows} rows) verify under the "
-        "stream's own header", lost, REHEAD, stream=s))
+        path, f"{what}; its {len(batches)} batches ({rows} rows) verify under the "
+        "stream's own header", found.lost(), REHEAD, stream=s))
 
 
 def _last_seq(batches: list[pa.RecordBatch]) -> int:
@@ -276,12 +271,15 @@ def _rebuild(root: Path, problem: Problem) -> str | None:
             f"is in {target.relative_to(root)}")
 
 
-def _readable(path: Path, problem: Problem) -> SegmentContents | None:
-    """The batches of segment `path` a repair keeps: under a header rebuilt for its
-    stream if that is the repair (None if they no longer verify), else as they read."""
+def _readable(path: Path, problem: Problem) -> Salvaged | None:
+    """The batches of segment `path` a repair keeps, read past damage (`salvage`): under
+    a header rebuilt for its stream if that is the repair. None if none verify."""
     if problem.todo != REHEAD:
-        return read_segment(path)
-    return None if problem.stream is None else read_reheaded(path, problem.stream)
+        found = salvage(path)
+        if found is not None:
+            return found
+        return Salvaged(read_segment(path))  # too large to read whole: its first batches
+    return None if problem.stream is None else salvage(path, problem.stream)
 
 
 def _repair(root: Path, problem: Problem) -> str:
@@ -290,11 +288,11 @@ def _repair(root: Path, problem: Problem) -> str:
         done = _rebuild(root, problem)
         if done is not None:
             return done
-    salvage = path.suffix == ".arrows" and (
+    salvaging = path.suffix == ".arrows" and (
         "salvage" in problem.todo or "seal" in problem.todo or problem.todo == REHEAD)
-    contents = _readable(path, problem) if salvage else None
+    found = _readable(path, problem) if salvaging else None
     target = _quarantine_path(root, path)
-    if contents is None:
+    if found is None:
         os.rename(path, target)
         fsync_dir(path.parent)
         return f"moved to {target.relative_to(root)}"
@@ -304,6 +302,7 @@ def _repair(root: Path, problem: Problem) -> str:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     if tmp.exists():
         tmp.unlink()  # left by a repair killed midway: its own temporary
+    contents = found.contents
     meta = contents.schema_metadata
     s = StreamId(meta["tracklake.project"], meta["tracklake.run"], int(meta["tracklake.rank"]),
                  int(meta["tracklake.attempt"]), meta["tracklake.kind"])

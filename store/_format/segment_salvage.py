@@ -1,0 +1,148 @@
+"""Every batch of a damaged segment that still verifies, for fsck's repair.
+
+A reader stops at the first batch that does not verify: what follows could be a batch
+being written. Once the writer is gone, each batch after the damage still carries its
+own checksum and seq range, so a batch that verifies is what its writer wrote. Two
+kinds of damage leave such batches behind:
+
+- a damaged batch in the middle: reading goes on at the next message whose batch
+  verifies and whose seqs come after those read (where the damaged message's length
+  says it ends, else at the next message marker);
+- a damaged schema header, which has no checksum: the batches are read under the
+  header a writer of the file's stream writes (the stream is known from its directory).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tracklake._errors import FormatError
+from tracklake._format import SCHEMAS, StreamId
+from tracklake._format.files import open_regular
+from tracklake._format.ipc_size import message_size
+from tracklake._format.layout import parse_segment_name
+from tracklake._format.segment import (
+    CONTINUATION,
+    MAX_MESSAGE_BYTES,
+    SegmentContents,
+    decode_bytes,
+    header_bytes,
+    stream_schema,
+)
+
+#: A segment read whole here is at most this large: one that rolled over
+#: (`segment_bytes`, 64 MiB) with its largest batch after it. Larger ones are not tried.
+MAX_SALVAGED_BYTES = (64 << 20) + MAX_MESSAGE_BYTES
+#: Bytes at the start of a segment searched for where a damaged header ends.
+_HEADER_SEARCH_BYTES = 64 << 10
+#: Message markers tried as the end of a damaged header, or after a damaged batch (a run
+#: of 0xFF bytes is a marker at every byte).
+_MARKERS_TRIED = 64
+#: Damaged stretches read past, at most: each costs a copy of the rest of the file.
+_GAPS_READ_PAST = 64
+
+
+@dataclass
+class Salvaged:
+    """The batches of a segment that verify, and the byte ranges left out between them."""
+
+    contents: SegmentContents
+    skipped: list[tuple[int, int]] = field(default_factory=list)
+
+    def lost(self) -> str:
+        """What a repair keeping only these batches leaves out, in words."""
+        parts = [f"{end - start:,} bytes at byte {start}" for start, end in self.skipped]
+        if self.contents.damaged or self.contents.torn_bytes:
+            parts.append(f"{self.contents.torn_bytes:,} bytes at the end")
+        return "; ".join(parts) if parts else "nothing once repaired"
+
+
+def salvage(path: Path, stream: StreamId | None = None) -> Salvaged | None:
+    """Every batch of segment `path` that verifies, read past damage; under the header a
+    writer of `stream` writes if given (the file's own header being damaged). None if
+    the file is larger than `MAX_SALVAGED_BYTES`, its header does not read (without
+    `stream`), or, with `stream`, no batch verifies whose first seq is the one the
+    file's name gives."""
+    with open_regular(path) as f:
+        if os.fstat(f.fileno()).st_size > MAX_SALVAGED_BYTES:
+            return None
+        data = f.read(MAX_SALVAGED_BYTES + 1)
+    if stream is None:
+        end = 8 + int.from_bytes(data[4:8], "little")
+        try:
+            return _past_damage(path, data, data[:end], end) if 8 < end <= len(data) else None
+        except FormatError:
+            return None  # the header itself: `salvage(path, stream)` reads past it
+    header = header_bytes(stream_schema(SCHEMAS[stream.kind], stream))
+    named = parse_segment_name(path.name)
+    for end in _header_ends(data, len(header)):
+        try:
+            found = _past_damage(path, data, header, end)
+        except FormatError:
+            continue
+        batches = found.contents.batches
+        if batches and (named is None or batches[0].column(0)[0].as_py() == named[1]):
+            return found
+    return None
+
+
+def _past_damage(path: Path, data: bytes, header: bytes, start: int) -> Salvaged:
+    """The batches of `data` from byte `start` read under `header`, going on after each
+    damaged stretch at the next batch that verifies and comes after those read."""
+    found = Salvaged(SegmentContents(path))
+    out = found.contents
+    pos = start
+    for _ in range(_GAPS_READ_PAST + 1):
+        part = decode_bytes(path, header + data[pos:], pos - len(header))
+        out.schema_metadata = part.schema_metadata
+        out.batches.extend(part.batches)
+        out.ends.extend(part.ends)
+        out.sealed, out.torn_bytes, out.damaged = part.sealed, part.torn_bytes, part.damaged
+        if not part.damaged:
+            return found
+        bad = part.ends[-1] if part.ends else pos
+        last_seq = int(out.batches[-1].column(0)[-1].as_py()) if out.batches else -1
+        resume = _next_batch(path, data, header, bad, last_seq)
+        if resume is None:
+            return found
+        found.skipped.append((bad, resume))
+        pos = resume
+    return found
+
+
+def _next_batch(path: Path, data: bytes, header: bytes, bad: int, last_seq: int
+                ) -> int | None:
+    """Where the first batch after the damaged message at `bad` starts: a message whose
+    batch verifies on its own and holds seqs after `last_seq`; None if there is none."""
+    view = memoryview(data)
+    size = message_size(view[bad:])
+    candidates = [bad + size] if size is not None and size <= MAX_MESSAGE_BYTES else []
+    at = data.find(CONTINUATION, bad + 1)
+    while at != -1 and len(candidates) < _MARKERS_TRIED:
+        candidates.append(at)
+        at = data.find(CONTINUATION, at + 1)
+    for at in candidates:
+        size = message_size(view[at:])
+        if size is None or size > MAX_MESSAGE_BYTES or at + size > len(data):
+            continue
+        try:
+            one = decode_bytes(path, header + data[at : at + size], at - len(header))
+        except FormatError:
+            continue
+        if len(one.batches) == 1 and int(one.batches[0].column(0)[0].as_py()) > last_seq:
+            return at
+    return None
+
+
+def _header_ends(data: bytes, written: int) -> list[int]:
+    """Where a damaged header may end: where its length field says, where the header a
+    writer writes would, then at each message marker in the first bytes."""
+    candidates = [8 + int.from_bytes(data[4:8], "little"), written]
+    at = data.find(CONTINUATION, 8, _HEADER_SEARCH_BYTES)
+    while at != -1 and len(candidates) < _MARKERS_TRIED:
+        candidates.append(at)
+        at = data.find(CONTINUATION, at + 1, _HEADER_SEARCH_BYTES)
+    return [end for i, end in enumerate(candidates)
+            if 8 <= end < len(data) and end not in candidates[:i]]
