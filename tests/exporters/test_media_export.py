@@ -210,8 +210,9 @@ def too_many_pixels(tmp_path: Path) -> Path:
 def test_images_past_pillows_bomb_limit_are_left_out_of_wandb_and_the_rest_exported(
         too_many_pixels: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """W&B decodes an image whole: one past twice Pillow's limit failed the run's whole
-    export, one past it took 4 bytes a pixel (a 315 KB PNG of 9,000 x 9,000: a 455 MiB
-    peak). They are left out, named, and the rest of the run is exported."""
+    export, one past it took 4 bytes a pixel (two images of one 389 KB PNG of 10,000 x
+    10,000: a 528 MiB peak). They are left out, named, and the rest of the run is
+    exported."""
     optional("wandb")
     import _wandb_log as wlog
 
