@@ -74,7 +74,7 @@ def test_a_segment_read_a_slice_at_a_time_reads_every_batch_once(
             r.log({"loss": float(step)}, step=step)
             r.flush()
     [path] = _segment_dir(root).glob("_seg-*.arrows")
-    whole = seg._decode(path, path.read_bytes(), 0)
+    whole = seg.decode_bytes(path, path.read_bytes(), 0)
     assert len(whole.batches) > 3
     monkeypatch.setattr(seg, "SCAN_BYTES", 1)  # one batch a slice
     sliced = seg.read_segment(path)
