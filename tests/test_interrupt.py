@@ -111,3 +111,39 @@ def test_ctrl_c_at_random_points_ends_the_command_cleanly(big_store: Path, tmp_p
             assert len(whole_output) <= 1  # the output, if it was renamed into place
     if took > 1.5:
         assert 130 in outcomes, (outcomes, took)  # at least one try was interrupted
+
+
+@pytest.mark.parametrize("at", ["write", "rename"])
+def test_an_interrupted_atomic_write_leaves_no_temporary(tmp_path: Path, at: str,
+                                                         monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    """Ctrl-C while a report, a chart or a catalog is written under its temporary name
+    (its fsync takes a while) left that name behind: `report` at a random point, once."""
+    from tracklake._format import files
+
+    write_new = files.write_new
+
+    def interrupted(path: Path, data: bytes, **kwargs: object) -> None:
+        write_new(path, data)  # written, then interrupted in its fsync
+        raise KeyboardInterrupt
+
+    if at == "write":
+        monkeypatch.setattr(files, "write_new", interrupted)
+    else:
+        monkeypatch.setattr(files, "os", _Interrupting(files.os))
+    with pytest.raises(KeyboardInterrupt):
+        files.write_atomic(tmp_path / "r.html", b"<html></html>")
+    assert list(tmp_path.iterdir()) == []
+
+
+class _Interrupting:
+    """`os` whose `replace` is interrupted."""
+
+    def __init__(self, real: object) -> None:
+        self._real = real
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._real, name)
+
+    def replace(self, *_: object) -> None:
+        raise KeyboardInterrupt

@@ -72,10 +72,13 @@ def write_atomic(path: Path, data: bytes, *, root: Path | None = None) -> None:
     try:
         write_new(tmp, data, fsync=True)
         os.replace(tmp, path)
-    except OSError as exc:
+    except BaseException as exc:  # Ctrl-C during the write (fsync takes a while) too
         with contextlib.suppress(OSError):
             tmp.unlink()
-        raise OSError(exc.errno, f"cannot write {path}: {exc.strerror}", str(path)) from exc
+        if isinstance(exc, OSError):
+            raise OSError(exc.errno, f"cannot write {path}: {exc.strerror}",
+                          str(path)) from exc
+        raise
     fsync_dir(path.parent)
 
 

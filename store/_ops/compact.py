@@ -182,7 +182,7 @@ def write_part(directory: Path, s: StreamId, table: pa.Table, last_segment: int)
     try:
         write_part_file(tmp, table, s.kind)
         os.replace(tmp, final)
-    except OSError:
+    except BaseException:  # a full disk, or Ctrl-C in `tracklake compact`
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()  # the segments stay; nothing was removed
         raise
