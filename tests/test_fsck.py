@@ -371,3 +371,40 @@ def test_a_damaged_batch_in_the_middle_of_a_segment_costs_that_batch_alone(
     steps = sorted(r["step"] for b in read_stream(root, tracklake.StreamId(
         "p", "segs", 0, 1, "metrics"), problems=ReadProblems()) for r in b.to_pylist())
     assert steps == [*range(10), *range(20, 30)]
+
+
+def test_a_live_writers_damaged_segment_is_repaired_only_once_the_writer_has_finished(
+        tmp_path: Path) -> None:
+    """Repair replaced the file under a writer still appending to it: the writer went on
+    in a new segment and said its run was incomplete. Now fsck names the damage and
+    leaves the file; once the writer has finished, repair loses the damaged batch alone."""
+    root = tmp_path / "s"
+    run = tracklake.init(project="p", run_id="live", root=root, capture_identity=False,
+                         system_metrics=False, compact=False)
+    for step in range(20):
+        run.log({"loss": float(step)}, step=step)
+        if step in (9, 19):
+            run.flush()  # two batches
+    (seg,) = (root / "metrics").rglob("*.arrows")
+    start, _, end = message_spans(seg.read_bytes())[1]  # the first batch
+    with open(seg, "r+b") as f:  # in place: the writer's file stays its file
+        f.seek((start + end) // 2)
+        byte = f.read(1)
+        f.seek((start + end) // 2)
+        f.write(bytes([byte[0] ^ 0x10]))
+    before = seg.read_bytes()
+    report = fsck(root, repair=True)
+    (problem,) = report.problems
+    assert problem.path == seg and "its writer still appends to it" in problem.what
+    assert problem.repaired is None and not problem.repairable
+    assert seg.read_bytes() == before and not (root / "quarantine").exists()
+    for step in range(20, 30):
+        run.log({"loss": float(step)}, step=step)
+    done = run.finish()
+    assert done.complete, done
+    assert "once its writer has finished" not in CliRunner().invoke(
+        main, ["fsck", "--root", str(root), "--repair"]).output
+    assert fsck(root).clean
+    steps = sorted(r["step"] for b in read_stream(root, tracklake.StreamId(
+        "p", "live", 0, 1, "metrics"), problems=ReadProblems()) for r in b.to_pylist())
+    assert steps == list(range(10, 30))  # the damaged batch's steps alone are lost

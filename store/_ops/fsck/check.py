@@ -98,7 +98,12 @@ def _check_segment(root: Path, s: StreamId, path: Path, last: bool, now: float,
     if batches:
         report_invalid(s, path, pa.Table.from_batches(batches), report)
     if contents.damaged:
-        found = salvage(path) if not last or _writer_gone(root, s, now) else None
+        if last and not _writer_gone(root, s, now):
+            report.problems.append(_live(path, contents.damaged, (
+                f"{contents.torn_bytes} bytes after batch {len(batches)} "
+                f"(seq > {_last_seq(batches)}) until it is repaired")))
+            return
+        found = salvage(path)
         lost = found.lost() if found is not None else (
             f"{contents.torn_bytes} bytes after batch {len(batches)} "
             f"(seq > {_last_seq(batches)})")
@@ -120,7 +125,11 @@ def _damaged_header(root: Path, s: StreamId, path: Path, last: bool, now: float,
     """Report a segment whose schema header does not read or is not its stream's. The
     header has no checksum and its batches each have one: if they verify under the header
     a writer of the stream writes, repair rebuilds the header and nothing is lost."""
-    found = salvage(path, s) if not last or _writer_gone(root, s, now) else None
+    if last and not _writer_gone(root, s, now):
+        report.problems.append(_live(path, what, "every record of the file until it is "
+                                     "repaired"))
+        return
+    found = salvage(path, s)
     if found is None:
         report.problems.append(Problem(path, what, "every record of the file",
                                        "quarantine it (--repair)"))
@@ -130,6 +139,14 @@ def _damaged_header(root: Path, s: StreamId, path: Path, last: bool, now: float,
     report.problems.append(Problem(
         path, f"{what}; its {len(batches)} batches ({rows} rows) verify under the "
         "stream's own header", found.lost(), REHEAD, stream=s))
+
+
+def _live(path: Path, what: str, lost: str) -> Problem:
+    """A damaged segment its writer still appends to: repair would replace the file
+    under the writer, and a batch appended meanwhile would go to the replaced file."""
+    return Problem(path, f"{what}; its writer still appends to it", lost,
+                   "run `tracklake fsck --repair` once its writer has finished",
+                   repairable=False)
 
 
 def _last_seq(batches: list[pa.RecordBatch]) -> int:
