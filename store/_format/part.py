@@ -430,6 +430,8 @@ def part_summary_columns(parquet: Any, path: Path) -> dict[str, list[Any]]:
             return written
         try:
             return summary_columns(bounded_table(open_part(path, encoded=True), path))
+        except FileNotFoundError:
+            raise  # merged or pruned away since it was listed: not damage
         except _DECODE_ERRORS as exc:
             raise FormatError(f"{path}: damaged Parquet part: {exc}") from exc
     try:
@@ -456,6 +458,8 @@ def read_part_table(path: Path) -> pa.Table:
     parquet = open_part(path, encoded=True)
     try:
         return bounded_table(parquet, path)
+    except FileNotFoundError:
+        raise  # merged or pruned away while it was read: not damage
     except _DECODE_ERRORS as exc:
         raise FormatError(f"{path}: damaged Parquet part: {exc}") from exc
 
@@ -470,6 +474,8 @@ def read_small_part(path: Path, limit: int) -> pa.Table | None:
         return None
     try:
         table = parquet.read()
+    except FileNotFoundError:
+        raise  # merged or pruned away while it was read: not damage
     except _DECODE_ERRORS as exc:
         raise FormatError(f"{path}: damaged Parquet part: {exc}") from exc
     return plain(table) if decoded_bytes(table) <= limit else None

@@ -362,6 +362,10 @@ def _with_connection(root_path: Path, problems: ReadProblems,
                 continue
             damaged = _damaged_parts(con)
             if not damaged:
+                if _parts_gone(con) and relisted < _RELISTS:
+                    relisted += 1  # gone since `_parts_gone` was asked above
+                    time.sleep(_RELIST_PAUSE * relisted)
+                    continue
                 raise
             for item in damaged:
                 add_once(problems.damaged, item)
@@ -443,6 +447,8 @@ def _damaged_parts(con: duckdb.DuckDBPyConnection) -> list[tuple[Path, str]]:
         part = Part(first, last, -1, read_root(path) if is_url(path) else Path(path))
         try:
             read_part_table(part.path)
+        except FileNotFoundError:
+            continue  # merged or pruned away since the question failed: not damage
         except NewerFormatError:
             raise
         except FormatError as exc:
