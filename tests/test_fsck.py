@@ -408,3 +408,84 @@ def test_a_live_writers_damaged_segment_is_repaired_only_once_the_writer_has_fin
     steps = sorted(r["step"] for b in read_stream(root, tracklake.StreamId(
         "p", "live", 0, 1, "metrics"), problems=ReadProblems()) for r in b.to_pylist())
     assert steps == list(range(10, 30))  # the damaged batch's steps alone are lost
+
+
+#: `fsck --repair` in a child whose copy to the quarantine pauses until `go` exists.
+_SLOW_REPAIR = """
+import shutil, sys, time
+from pathlib import Path
+from tracklake._cli.main import main
+started, go = Path(sys.argv[1]), Path(sys.argv[2])
+copy = shutil.copy2
+
+def paused(*args, **kwargs):
+    started.touch()
+    while not go.exists():
+        time.sleep(0.05)
+    return copy(*args, **kwargs)
+
+shutil.copy2 = paused
+sys.argv = ["tracklake", "fsck", "--root", sys.argv[3], "--repair"]
+main()
+"""
+
+
+def test_a_second_repair_while_one_works_is_refused_and_touches_nothing(
+        template: Path, tmp_path: Path) -> None:
+    """Two repairs at once each copied the file to the quarantine under a name they had
+    both found free: the second could put the repaired copy where the original was."""
+    import subprocess
+    import sys
+
+    root = tmp_path / "s"
+    shutil.copytree(template, root)
+    seg = next((root / "metrics" / "project=p" / "run=segs").rglob("*.arrows"))
+    data = seg.read_bytes()
+    seg.write_bytes(_big_endian(data))
+    started, go = tmp_path / "started", tmp_path / "go"
+    first = subprocess.Popen([sys.executable, "-c", _SLOW_REPAIR, str(started), str(go),
+                              str(root)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+    try:
+        for _ in range(1200):
+            if started.exists() or first.poll() is not None:
+                break
+            __import__("time").sleep(0.05)
+        assert started.exists(), first.communicate()
+        second = CliRunner().invoke(main, ["fsck", "--root", str(root), "--repair"])
+        assert second.exit_code == 1
+        assert "another `tracklake fsck --repair` holds" in second.output, second.output
+        assert seg.read_bytes() == _big_endian(data)  # left to the first
+        assert [p.name for p in (root / "quarantine").rglob("*") if p.is_file()] == [
+            ".repairing"]
+    finally:
+        go.touch()
+        out, err = first.communicate(timeout=300)
+    assert first.returncode == 1, err
+    assert "rebuilt its header and kept 3 readable batches" in out
+    assert seg.read_bytes() == data
+    (kept,) = (p for p in (root / "quarantine").rglob("*") if p.is_file())
+    assert kept.read_bytes() == _big_endian(data)  # the original, and the claim is gone
+    assert fsck(root).clean
+
+
+def test_a_file_removed_between_its_check_and_its_repair_is_no_error(
+        template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tracklake._ops.fsck import check
+
+    root = tmp_path / "s"
+    shutil.copytree(template, root)
+    seg = next((root / "metrics" / "project=p" / "run=segs").rglob("*.arrows"))
+    seg.write_bytes(_big_endian(seg.read_bytes()))
+    checked = check._check
+
+    def then_removed(*args: Any) -> Any:
+        found = checked(*args)
+        seg.unlink()  # a retention, say, between the check and the repair
+        return found
+
+    monkeypatch.setattr(check, "_check", then_removed)
+    (problem,) = fsck(root, repair=True).problems
+    assert problem.repaired.startswith("gone since it was checked")
+    assert not (root / "quarantine").exists() or not [
+        p for p in (root / "quarantine").rglob("*.arrows*")]

@@ -184,11 +184,11 @@ def _still_for(claim: Path, root: Path | None, st: os.stat_result, contents: byt
     return heartbeat_watch(root).unchanged_for(key, beat, time.time()) > stale_after
 
 
-#: Temporaries of a claim (a compactor's, a shipper's, retention's), of a compactor's
-#: sorted runs (a directory), and of a part (`.part-...-NNNNNN.parquet.RANDOM.PID.tmp`,
+#: Temporaries of a claim (a compactor's, a shipper's, retention's, fsck's repair), of a
+#: compactor's sorted runs (a directory), and of a part (`.part-...-NNNNNN.parquet.RANDOM.PID.tmp`,
 #: `files.scratch`; without RANDOM before).
 _CLAIM_TMP = re.compile(
-    r"^\.(?:compacting|shipping|retaining)(?:-stale)?\.(.+?)(?:\.[0-9a-f]{12})?\.(\d+)\.tmp$")
+    r"^\.(?:compacting|shipping|retaining|repairing)(?:-stale)?\.(.+?)(?:\.[0-9a-f]{12})?\.(\d+)\.tmp$")
 _SORT_TMP = re.compile(r"^\.sort\.(.+)\.(\d+)\.tmp$")
 _PART_TMP = re.compile(r"^\.part-.*\.parquet\.(?:[0-9a-f]{12}\.)?(\d+)\.tmp$")
 

@@ -11,17 +11,18 @@ of a damaged or torn segment are written back as a sealed segment of the same na
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
 import pyarrow as pa
 
-from tracklake._errors import FormatError, NewerFormatError, NoAnswerError
+from tracklake._errors import FormatError, NewerFormatError, NoAnswerError, StoreError
 from tracklake._format import FORMAT_VERSION, SCHEMAS, StreamId, fsync_dir, fsync_file
 from tracklake._format.attempt import read_attempt
 from tracklake._format.bounded import bounded
@@ -30,6 +31,7 @@ from tracklake._format.layout import parse_part_name
 from tracklake._format.liveness import writer_known_gone
 from tracklake._format.segment import SegmentWriter, read_segment, stream_schema
 from tracklake._format.segment_salvage import Salvaged, salvage
+from tracklake._ops.claims import hold_claim, remove_leftovers, touch_claim
 from tracklake._ops.compact import STALE_AFTER_SECONDS
 from tracklake._ops.fsck.files import (
     check_attempts,
@@ -220,14 +222,53 @@ class _Bounded:
             return  # it answered (with an error the checks report on their own)
 
 
+class RepairBusyError(StoreError):
+    """Another `fsck --repair` is working on this store."""
+
+
+@contextlib.contextmanager
+def _one_repairer(root: Path, repair: bool) -> Iterator[Path | None]:
+    """With `repair`, the quarantine's `.repairing` claim, held from the first check to
+    the last repair: two repairs at once would each move or copy a file the other is
+    replacing, and the quarantine could end up with a repaired copy in place of the
+    original. Made and judged as a compactor's claim (`hold_claim`)."""
+    if not repair:
+        yield None
+        return
+    directory = store_dir(root, root / "quarantine")
+    with hold_claim(directory, ".repairing", remove_leftovers, root=root) as claim:
+        if claim is None:
+            raise RepairBusyError(
+                f"another `tracklake fsck --repair` holds {directory / '.repairing'}; wait "
+                "for it, or remove the file if that process is gone")
+        yield claim
+    with contextlib.suppress(OSError):
+        directory.rmdir()  # made for the claim alone: a repair with nothing to move
+
+
 def fsck(root: Path, *, repair: bool = False,
          progress: Callable[[int, int | None, str], None] | None = None) -> FsckReport:
     """Check the store at `root`; with `repair`, quarantine and salvage what is damaged.
-    `progress(done, total, note)` is called after each stream checked (streams).
+    `progress(done, total, note)` is called after each stream checked (streams). One
+    repair at a time: a second raises `RepairBusyError` before it reads anything.
 
     Each check gives up on a file system that gives no answer for `read_timeout()`
     seconds (a hung mount): what it could not read is a problem of the report, and
     fsck goes on with the next check."""
+    with _one_repairer(root, repair) as claim:
+        report, stopped = _check(root, progress, claim)
+        if repair and not stopped:
+            for problem in report.problems:
+                if problem.repairable:
+                    problem.repaired = _repair_unless_gone(root, problem)
+                    if claim is not None:
+                        touch_claim(claim)
+    return report
+
+
+def _check(root: Path, progress: Callable[[int, int | None, str], None] | None,
+           claim: Path | None) -> tuple[FsckReport, bool]:
+    """Every check's problems, and whether a check gave up on a hung file system."""
     report = FsckReport()
     checks = _Bounded(root, report)
     now = _dt.datetime.now(_dt.timezone.utc).timestamp()
@@ -236,6 +277,8 @@ def fsck(root: Path, *, repair: bool = False,
         streams = checks.run(lambda _: stream_dirs(root), root) or {}
         for done, (s, rel) in enumerate(streams.items(), 1):
             checks.run(partial(_check_stream, root, s, now, summaries=summaries), root / rel)
+            if claim is not None:
+                touch_claim(claim)  # still at work, seen from another host too
             if progress is not None:
                 progress(done, len(streams), f"{s.project}/{s.run} {s.key()}")
     finally:
@@ -243,11 +286,7 @@ def fsck(root: Path, *, repair: bool = False,
     for check in (check_special_files, _check_kinds, check_blobs, check_referenced_blobs,
                   check_attempts, check_exports, check_backup_records):
         checks.run(partial(check, root), root)
-    if repair and not checks.stopped:
-        for problem in report.problems:
-            if problem.repairable:
-                problem.repaired = _repair(root, problem)
-    return report
+    return report, checks.stopped
 
 
 def _check_kinds(root: Path, report: FsckReport) -> None:
@@ -297,6 +336,17 @@ def _readable(path: Path, problem: Problem) -> Salvaged | None:
             return found
         return Salvaged(read_segment(path))  # too large to read whole: its first batches
     return None if problem.stream is None else salvage(path, problem.stream)
+
+
+def _repair_unless_gone(root: Path, problem: Problem) -> str:
+    """`_repair`, or what became of a file removed since it was checked (by retention,
+    a compactor, or a user): there is nothing left to repair."""
+    try:
+        return _repair(root, problem)
+    except FileNotFoundError:
+        if os.path.lexists(problem.path):
+            raise
+        return "gone since it was checked (removed by another process): nothing to repair"
 
 
 def _repair(root: Path, problem: Problem) -> str:
