@@ -83,6 +83,7 @@ def test_a_fifo_named_as_a_segment_hangs_nothing(tmp_path: Path) -> None:
         ["sql", "--root", str(root), "SELECT count(*) FROM metrics"],
         ["show", "r", "--root", str(root)],
         ["fsck", "--root", str(root)],
+        ["fsck", "--root", str(root), "--repair"],  # never salvaged, moved nor opened
         ["compact", "--root", str(root)],
         ["export", "tensorboard", "--root", str(root), "--run", "r", "--logdir",
          str(tmp_path / "tb")],
