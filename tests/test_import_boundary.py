@@ -94,3 +94,62 @@ def test_the_read_only_commands_answer_without_loading_pandas(root: Path) -> Non
     # commands that may run a destination's SDK keep pandas available
     _, pandas = _command("export", "--help")
     assert pandas["importable"]
+
+
+#: Asks `tracklake.query` questions about one run, and of the runs listing, in a fresh
+#: process whose caller never imported pandas; prints whether pandas got loaded.
+QUESTIONS = """
+import json, sys
+import tracklake
+root = sys.argv[1]
+answers = [tracklake.query(q, root=root).to_pylist() for q in sys.argv[2:]]
+print(json.dumps({"answers": answers, "pandas": "pandas" in sys.modules}))
+"""
+
+
+def test_questions_about_one_run_and_the_runs_load_no_pandas_in_python(root: Path) -> None:
+    """pyarrow imports pandas on its first `pa.array`, `pa.scalar` or `to_numpy`
+    (apache/arrow#34994): about 0.2 s in a process whose caller does not use it. A
+    question about one run and the runs listing build their arrays without those, cold
+    (no catalog yet) and warm, from parts, from segments, and beside a running run."""
+    import shutil
+
+    import tracklake
+
+    assert importlib.util.find_spec("pandas") is not None, "meaningful only with pandas"
+    with tracklake.init(project="p", run_id="parts", root=root, capture_identity=False,
+                        config={"lr": 0.1}) as run:
+        for step in range(5):
+            run.log({"loss": 1.0 / (step + 1)}, step=step)
+    tracklake.compact(root=root, run="parts")
+    with tracklake.init(project="p", run_id="segs", root=root, capture_identity=False,
+                        compact=False) as run:
+        run.log({"loss": 2.0}, step=0)
+    live = tracklake.init(project="p", run_id="live", root=root, capture_identity=False,
+                          compact=False, system_metrics=False)
+    live.log({"loss": 3.0}, step=0)
+    live.flush()
+    questions = [
+        "SELECT step, value FROM metrics WHERE project = 'p' AND run = 'parts' "
+        "AND key = 'loss' ORDER BY step",
+        "SELECT max(value) AS top FROM metrics WHERE run = 'segs'",
+        "SELECT value FROM metrics WHERE run = 'live'",
+        "SELECT run, status FROM runs ORDER BY run",
+        "SELECT count(*) AS n FROM run_attempts WHERE run = 'parts'",
+    ]
+    try:
+        for when in ("cold", "warm"):
+            if when == "cold":
+                shutil.rmtree(root / ".cache", ignore_errors=True)
+            out = subprocess.run([sys.executable, "-c", QUESTIONS, str(root), *questions],
+                                 capture_output=True, text=True, check=True).stdout
+            found = json.loads(out.splitlines()[-1])
+            assert found["answers"] == [
+                [{"step": s, "value": 1.0 / (s + 1)} for s in range(5)],
+                [{"top": 2.0}], [{"value": 3.0}],
+                [{"run": "live", "status": "running"}, {"run": "parts", "status": "finished"},
+                 {"run": "segs", "status": "finished"}],
+                [{"n": 1}]], when
+            assert found["pandas"] is False, when
+    finally:
+        live.finish()

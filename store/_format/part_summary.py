@@ -16,6 +16,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tracklake._format.columns import combined, fixed, numpy_of
+
 #: A part's metric summary, one row per key (as `summary_columns` gives it).
 SUMMARY_SCHEMA = pa.schema([
     ("key", pa.string()), ("count", pa.int64()), ("min", pa.float64()),
@@ -37,19 +39,19 @@ def summary_columns(table: pa.Table) -> dict[str, list[Any]]:
         return {name: [] for name in SUMMARY_SCHEMA.names}
     table = table.select(["key", "step", "seq", "value", "time"])
     keys = _strings(table.column("key"))
-    if not _in_part_order(keys, table.column("step").to_numpy(), table.column("seq").to_numpy()):
+    if not _in_part_order(keys, numpy_of(table.column("step")), numpy_of(table.column("seq"))):
         table = table.take(pc.sort_indices(table, sort_keys=[
             ("key", "ascending"), ("step", "ascending"), ("seq", "ascending")]))
         keys = _strings(table.column("key"))
-    starts = np.flatnonzero(np.r_[True, pc.not_equal(keys[1:], keys[:-1]).to_numpy(
-        zero_copy_only=False)])
+    starts = np.flatnonzero(np.r_[True, numpy_of(pc.not_equal(keys[1:], keys[:-1]),
+                                                 null=False)])
     ends = np.r_[starts[1:], table.num_rows] - 1
-    step = table.column("step").to_numpy()
-    seq = table.column("seq").to_numpy()
-    value = table.column("value").to_numpy()
-    time_us = table.column("time").cast(pa.int64()).to_numpy()
+    step = numpy_of(table.column("step"))
+    seq = numpy_of(table.column("seq"))
+    value = numpy_of(table.column("value"))
+    time_us = numpy_of(table.column("time").cast(pa.int64()))
     return {
-        "key": keys.take(pa.array(starts)).to_pylist(),
+        "key": keys.take(fixed(starts, pa.int64())).to_pylist(),
         "count": (ends - starts + 1).tolist(),
         "min": np.fmin.reduceat(value, starts).tolist(),  # NaN only if every value is
         "max": np.maximum.reduceat(value, starts).tolist(),  # NaN if any value is
@@ -62,7 +64,7 @@ def summary_columns(table: pa.Table) -> dict[str, list[Any]]:
 
 
 def _strings(keys: pa.ChunkedArray) -> pa.Array:
-    keys = keys.combine_chunks()
+    keys = combined(keys)
     return keys.cast(pa.string()) if pa.types.is_dictionary(keys.type) else keys
 
 
@@ -74,7 +76,7 @@ def _in_part_order(keys: pa.Array, step: np.ndarray, seq: np.ndarray) -> bool:
         return False
     if len(keys) < 2:
         return True
-    later = pc.greater(keys[1:], keys[:-1]).to_numpy(zero_copy_only=False)
-    same = pc.equal(keys[1:], keys[:-1]).to_numpy(zero_copy_only=False)
+    later = numpy_of(pc.greater(keys[1:], keys[:-1]))
+    same = numpy_of(pc.equal(keys[1:], keys[:-1]))
     ordered = (step[1:] > step[:-1]) | ((step[1:] == step[:-1]) & (seq[1:] >= seq[:-1]))
     return bool(np.all(later | (same & ordered)))

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tracklake._format.attempt import effective_status
+from tracklake._format.columns import scalar_of, strings
 
 ATTEMPTS_SCHEMA = pa.schema(
     [("project", pa.string()), ("run", pa.string()), ("name", pa.string()),
@@ -50,7 +51,7 @@ def attempts_view(rows: pa.Table, now: float) -> pa.Table:
     differ, and only those are looked at one by one."""
     rows = rows.sort_by(_ORDER)
     status = rows.column("status")
-    running = pc.equal(status, "running")
+    running = pc.equal(status, scalar_of("running", pa.string()))
     if not pc.any(running).as_py():
         return rows
     shown = status.to_pylist()
@@ -61,4 +62,4 @@ def attempts_view(rows: pa.Table, now: float) -> pa.Table:
                   "identity": json.loads(a["identity"] or "{}")}
         shown[i] = effective_status(record, now=now)
     return rows.set_column(rows.schema.get_field_index("status"), "status",
-                           pa.array(shown, pa.string()))
+                           strings(shown))

@@ -43,6 +43,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tracklake._format import bounded_json
+from tracklake._format.columns import (
+    combined,
+    fixed,
+    numpy_of,
+    rows_table,
+    scalar_of,
+    table_of,
+)
 from tracklake._format.files import open_state, write_state
 from tracklake._format.ipc_size import declares_other_than_little_endian
 from tracklake._format.part_bounds import part_read_limit
@@ -194,7 +202,7 @@ class RunCatalog:
         chosen = np.ones(t.num_rows, dtype=bool)
         for name, value in (("project", project), ("run", run)):
             if value is not None:
-                chosen &= pc.equal(t.column(name), value).to_numpy(zero_copy_only=False)
+                chosen &= numpy_of(pc.equal(t.column(name), scalar_of(value, pa.string())))
         if chosen.all():
             paths, recorded, owner, holds = w.paths, w.recorded, w.owner, w.holds
         else:
@@ -222,7 +230,7 @@ class RunCatalog:
                 # one run (a question about it), or a run of rows: a view, not a copy
                 self._rows = self._table.slice(valid[0], len(valid))
             else:
-                self._rows = self._table.take(pa.array(valid, pa.int64()))
+                self._rows = self._table.take(fixed(valid, pa.int64()))
         return self._rows
 
     def _derived(self, name: str, make: Any) -> Any:
@@ -277,13 +285,13 @@ class RunCatalog:
             self._saved = self._table
             return True
         listed = _SCHEMA.remove(_SCHEMA.get_field_index("summaries"))
-        fresh = pa.Table.from_pylist([{
+        fresh = rows_table(listed, [{
             "project": e.project, "run": e.run,
             "watched": [{"path": d, "mtime_ns": m} for d, m in e.watched],
             "parts": [dict(zip(_PART.names, p, strict=True)) for p in e.parts],
-            "attempts": e.attempts} for e in self._fresh], listed).append_column(
+            "attempts": e.attempts} for e in self._fresh]).append_column(
                 _SCHEMA.field("summaries"), _summaries_column(self._fresh))
-        table = pa.concat_tables([self._table.take(pa.array(keep, pa.int64())), fresh])
+        table = pa.concat_tables([self._table.take(fixed(keep, pa.int64())), fresh])
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, _SCHEMA, options=_COMPRESSED) as writer:
             writer.write_table(table)
@@ -362,17 +370,17 @@ def _watched_of(root: Path, t: pa.Table) -> _Watched:
         known = _watched_before.get(id(t))
     if known is not None and known[0] is t:
         return known[1]
-    watched = t.column("watched").combine_chunks()
-    offsets = watched.offsets.to_numpy()
+    watched = combined(t.column("watched"))
+    offsets = numpy_of(watched.offsets)
     owner = np.repeat(np.arange(t.num_rows), np.diff(offsets))
     paths = watched.flatten().field("path")
     holds = np.where(
-        pc.starts_with(paths, "metrics/").to_numpy(zero_copy_only=False),
-        pc.list_value_length(t.column("parts")).to_numpy()[owner] > 0,
-        pc.list_value_length(t.column("attempts")).to_numpy()[owner] > 0)
+        numpy_of(pc.starts_with(paths, "metrics/")),
+        numpy_of(pc.list_value_length(t.column("parts")))[owner] > 0,
+        numpy_of(pc.list_value_length(t.column("attempts")))[owner] > 0)
     prefix = f"{os.path.abspath(root)}{os.sep}"
     made = _Watched([prefix + p for p in paths.to_pylist()],
-                    watched.flatten().field("mtime_ns").to_numpy(), owner, holds,
+                    numpy_of(watched.flatten().field("mtime_ns")), owner, holds,
                     t.column("project").to_pylist(), t.column("run").to_pylist())
     with _read_before_lock:
         while len(_watched_before) >= _READ_BEFORE_ROOTS:
@@ -382,12 +390,12 @@ def _watched_of(root: Path, t: pa.Table) -> _Watched:
 
 
 def _parts_of(rows: pa.Table) -> list[tuple[str, int, int, int]]:
-    parts = rows.column("parts").combine_chunks().flatten()
+    parts = combined(rows.column("parts")).flatten()
     return list(zip(*(parts.field(n).to_pylist() for n in _PART.names), strict=True))
 
 
 def _files_of(rows: pa.Table) -> dict[str, int]:
-    watched = rows.column("watched").combine_chunks().flatten()
+    watched = combined(rows.column("watched")).flatten()
     return dict(zip(watched.field("path").to_pylist(), watched.field("mtime_ns").to_pylist(),
                     strict=True))
 
@@ -402,18 +410,18 @@ def _runs_of(rows: pa.Table) -> list[tuple[str, str, list[str], int]]:
 
 
 def _attempts_of(rows: pa.Table) -> pa.Table:
-    flat = rows.column("attempts").combine_chunks().flatten()
+    flat = combined(rows.column("attempts")).flatten()
     return pa.Table.from_struct_array(flat) if len(flat) else empty_table(ATTEMPTS_SCHEMA)
 
 
 def _summaries_of(rows: pa.Table, schema: pa.Schema) -> pa.Table:
-    column = rows.column("summaries").combine_chunks()
+    column = combined(rows.column("summaries"))
     flat = column.flatten()
     parents = pc.list_parent_indices(column)
     columns = {"project": rows.column("project").take(parents),
                "run": rows.column("run").take(parents)}
     columns |= {name: flat.field(name) for name in SUMMARY_FIELDS.names}
-    return pa.table([columns[n] for n in schema.names], schema=schema)
+    return table_of(columns, schema)
 
 
 def _summaries_column(entries: list[RunEntry]) -> pa.Array:
@@ -424,9 +432,9 @@ def _summaries_column(entries: list[RunEntry]) -> pa.Array:
     flat = pa.concat_tables(tables).combine_chunks() if tables else \
         empty_table(pa.schema(list(SUMMARY_FIELDS)))
     lengths = [sum(t.num_rows for t in e.summaries) for e in entries]
-    offsets = pa.array(np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)]), pa.int32())
+    offsets = fixed(np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)]), pa.int32())
     values = pa.StructArray.from_arrays(
-        [flat.column(name).combine_chunks() for name in SUMMARY_FIELDS.names],
+        [combined(flat.column(name)) for name in SUMMARY_FIELDS.names],
         fields=list(SUMMARY_FIELDS))
     return pa.ListArray.from_arrays(offsets, values, type=pa.list_(SUMMARY_FIELDS))
 

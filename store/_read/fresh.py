@@ -6,10 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from tracklake._format import StreamId
+from tracklake._format.columns import combined, numpy_of
 from tracklake._read.attempt_rows import attempt_row
 from tracklake._read.catalog import RunEntry, watched_paths
 from tracklake._read.reader import StreamFiles
@@ -73,8 +75,16 @@ def resumed_in(summaries: pa.Table) -> list[tuple[str, str]]:
     bounds = pc.min_max(summaries.column("attempt"))
     if bounds["min"].as_py() == bounds["max"].as_py():
         return []  # one attempt number in all: no run has two (no grouping to pay for)
-    counts = summaries.group_by(["project", "run"]).aggregate(
-        [("attempt", "count_distinct")])
-    many = counts.filter(pc.greater(counts.column("attempt_count_distinct"), 1))
-    return list(zip(many.column("project").to_pylist(), many.column("run").to_pylist(),
-                    strict=True))
+    # (project, run) as one code per row, from their dictionaries (`group_by` would load
+    # pandas: see `columns`)
+    codes = []
+    names = []
+    for column in ("project", "run"):
+        encoded = combined(summaries.column(column)).dictionary_encode()
+        codes.append(numpy_of(encoded.indices).astype(np.int64))
+        names.append(encoded.dictionary.to_pylist())
+    run = codes[0] * len(names[1]) + codes[1]
+    pairs = np.unique(np.stack([run, numpy_of(summaries.column("attempt"))]), axis=1)
+    runs, attempts = np.unique(pairs[0], return_counts=True)
+    return [(names[0][int(c) // len(names[1])], names[1][int(c) % len(names[1])])
+            for c in runs[attempts > 1]]

@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from tracklake._errors import FormatError, NewerFormatError, QueryError
 from tracklake._format.bounded import bounded, elsewhere, on_interrupt
+from tracklake._format.columns import empty_batch, fixed, strings, table_of
 from tracklake._format.part import read_part_table
 
 if TYPE_CHECKING:
@@ -105,8 +106,9 @@ class _Cutoffs:
         have cutoffs: the others cost nothing here."""
         if not resumed:
             return []
-        con.register("_resumed", pa.table({"project": [p for p, _ in resumed],
-                                           "run": [r for _, r in resumed]}))
+        con.register("_resumed", table_of({
+            "project": strings([p for p, _ in resumed]),
+            "run": strings([r for _, r in resumed])}))
         rows = con.execute("""
             WITH firsts AS (
               SELECT project, run, rank, attempt, min(first_step) AS first_step
@@ -183,12 +185,12 @@ def _make_views(con: duckdb.DuckDBPyConnection, root_path: Path, snap: Snapshot,
                       for k in KINDS for p in snap.parts[k]],
                      [str(b.path) for b in snap.bundles])
     if own:  # the caller's connection may ask `query(connection=...)` what is behind it
-        con.register("_tracklake_parts", pa.table(
-            {"path": pa.array([p for p, _, _ in behind.parts], pa.string()),
-             "first_seq": pa.array([f for _, f, _ in behind.parts], pa.int64()),
-             "last_seq": pa.array([la for _, _, la in behind.parts], pa.int64())}))
-        con.register("_tracklake_bundles", pa.table(
-            {"path": pa.array(behind.bundles, pa.string())}))
+        con.register("_tracklake_parts", table_of(
+            {"path": strings([p for p, _, _ in behind.parts]),
+             "first_seq": fixed([f for _, f, _ in behind.parts], pa.int64()),
+             "last_seq": fixed([la for _, _, la in behind.parts], pa.int64())}))
+        con.register("_tracklake_bundles", table_of(
+            {"path": strings(behind.bundles)}))
     else:
         _BEHIND[con] = behind
     # the summary views: asked for, or for the cutoffs of resumed runs (`_Cutoffs`)
@@ -524,7 +526,7 @@ def stream_query(sql: str, write: Callable[[pa.RecordBatch], None],
                 if not batches:  # no rows: the columns still reach the output
                     started = True
                     with elsewhere():  # a pipe's reader may keep it waiting
-                        write(pa.RecordBatch.from_pylist([], schema=reader.schema))
+                        write(empty_batch(reader.schema))
                 return written
             except (OSError, pa.ArrowException) as exc:  # DuckDB's error through Arrow
                 text = str(exc)
@@ -580,7 +582,7 @@ def _execute(con: duckdb.DuckDBPyConnection, sql: str,
             con.execute(st, params).fetchall()  # run to completion before the next
         relation = con.sql(statements[-1].query, params=params)
         if relation is None:
-            return pa.table({}) if deliver is None else 0
+            return table_of({}) if deliver is None else 0
         return relation.to_arrow_table() if deliver is None else deliver(relation)
     except duckdb.InterruptException as exc:
         if timer is not None and not timer.is_alive():

@@ -29,6 +29,7 @@ from tracklake._format import (
 )
 from tracklake._format.attempt import read_attempt
 from tracklake._format.bounded import bounded, bounded_iter
+from tracklake._format.columns import booleans, numpy_of
 from tracklake._format.cursor import Cursor
 from tracklake._format.part import read_part_table
 from tracklake._format.records import invalid_records
@@ -241,7 +242,7 @@ def read_part(part: Part) -> pa.Table:
 
 
 def _split_at_groups(table: pa.Table, rows: int) -> Iterator[pa.RecordBatch]:
-    seq = table.column("seq").to_numpy()
+    seq = numpy_of(table.column("seq"))
     start = 0
     while start < len(seq):
         end = min(start + rows, len(seq))
@@ -339,7 +340,7 @@ def _checked(kind: str, batch: pa.RecordBatch, path: Path, problems: ReadProblem
     if problems is None:
         raise FormatError(f"{path}: {why}")
     add_once(problems.damaged, (path, f"{why}; {int(bad.sum())} such record(s) are not read"))
-    kept = batch.filter(pa.array(~bad))
+    kept = batch.filter(booleans(~bad))
     return kept if kept.num_rows else None
 
 

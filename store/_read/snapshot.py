@@ -13,6 +13,7 @@ import pyarrow as pa
 from tracklake._errors import FormatError, NewerFormatError, StoreError
 from tracklake._format import KINDS, PARTITION_SCHEMA, SCHEMAS, StreamId
 from tracklake._format.attempt import read_attempt
+from tracklake._format.columns import column, fixed, rows_table, strings
 from tracklake._format.part import open_part, part_summary_columns
 from tracklake._format.schema import empty_table, with_partition_columns
 from tracklake._format.store_clock import store_now_ns
@@ -59,15 +60,15 @@ def with_partitions(tables: list[tuple[pa.Table, StreamId]], kind: str) -> pa.Ta
     if not tables:
         return _empty(kind)
     lengths = np.array([t.num_rows for t, _ in tables], dtype=np.int64)
-    index = pa.array(np.repeat(np.arange(len(tables), dtype=np.int32), lengths))
+    index = fixed(np.repeat(np.arange(len(tables), dtype=np.int32), lengths), pa.int32())
     table = pa.concat_tables([t for t, _ in tables])
     for name in ("project", "run"):
-        names = pa.array([getattr(s, name) for _, s in tables], pa.string())
+        names = strings([getattr(s, name) for _, s in tables])
         table = table.append_column(name, pa.DictionaryArray.from_arrays(index, names))
     for name in ("rank", "attempt"):
         values = np.array([getattr(s, name) for _, s in tables], dtype=np.int32)
         table = table.append_column(PARTITION_SCHEMA.field(name),
-                                    pa.array(np.repeat(values, lengths)))
+                                    fixed(np.repeat(values, lengths), pa.int32()))
     return table
 
 
@@ -166,7 +167,7 @@ class Snapshot:
                 listed = [attempt_row(a) for run in runs for a in run.attempts]
                 self.attempts = pa.concat_tables([
                     catalog.attempts(),
-                    pa.Table.from_pylist(listed, ATTEMPTS_SCHEMA) if listed else
+                    rows_table(ATTEMPTS_SCHEMA, listed) if listed else
                     empty_table(ATTEMPTS_SCHEMA)])
         # the catalog first: what it holds, the decoded cache need not
         vouched = catalog.save()
@@ -232,10 +233,11 @@ def _part_summary(path: Path, cache: DecodedCache, s: StreamId) -> pa.Table:
 
 def _summary_table(columns: dict[str, list[Any]], s: StreamId) -> pa.Table:
     rows = len(columns["key"])
-    fixed = {"project": s.project, "run": s.run, "rank": s.rank, "attempt": s.attempt}
-    return pa.table([pa.repeat(pa.scalar(fixed[f.name], f.type), rows) if f.name in fixed
-                     else pa.array(columns[f.name], f.type) for f in _SUMMARY_SCHEMA],
-                    schema=_SUMMARY_SCHEMA)
+    same = {"project": s.project, "run": s.run, "rank": s.rank, "attempt": s.attempt}
+    return pa.Table.from_arrays(
+        [column([same[f.name]] * rows, f.type) if f.name in same
+         else column(columns[f.name], f.type) for f in _SUMMARY_SCHEMA],
+        schema=_SUMMARY_SCHEMA)
 
 
 def _verified_format(dictionaries: tuple[str, ...] = ()) -> Any:

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from tracklake._format import SCHEMAS
-from tracklake._write.columns import fixed, rows_batch
+from tracklake._format.columns import fixed, rows_batch
 
 _METRICS = SCHEMAS["metrics"]
 MetricCall = tuple[int, int, int, tuple[str, ...], list[float]]  # seq, step, time_us, keys, values
