@@ -297,3 +297,74 @@ def test_audio_that_decodes_past_the_bound_reaches_swanlab_as_a_text_naming_it(
     found = _swanlab_media(logdir)
     assert found["short"][1][:4] == b"RIFF"
     assert b"not decoded (28,800,000 frames x 2 channels" in found["long"][1]
+
+
+def _tiny(fmt: str, **options: Any) -> bytearray:
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("L" if fmt == "TIFF" else "RGB", (1, 1)).save(out, fmt, **options)
+    return bytearray(out.getvalue())
+
+
+def _jpeg_bomb() -> bytes:
+    data = _tiny("JPEG")
+    at = data.find(b"\xff\xc0")  # start of frame: height, width
+    data[at + 5 : at + 9] = struct.pack(">HH", 65_000, 65_000)
+    return bytes(data)
+
+
+def _gif_bomb() -> bytes:
+    data = _tiny("GIF")
+    data[6:10] = struct.pack("<HH", 65_000, 65_000)  # the logical screen
+    at = data.find(b"\x2c")  # the image descriptor
+    data[at + 5 : at + 9] = struct.pack("<HH", 65_000, 65_000)
+    return bytes(data)
+
+
+def _bmp_bomb() -> bytes:
+    data = _tiny("BMP")
+    data[18:26] = struct.pack("<ii", 60_000, 60_000)
+    return bytes(data)
+
+
+def _webp_bomb(lossless: bool) -> bytes:
+    data = _tiny("WEBP", lossless=lossless)
+    if not lossless:
+        at = data.find(b"\x9d\x01\x2a") + 3  # a VP8 key frame: 14-bit width, height
+        data[at : at + 4] = struct.pack("<HH", 16_383, 16_383)
+        return bytes(data)
+    at = data.find(b"VP8L") + 9  # after the chunk's size and signature: 14 + 14 bits
+    bits = struct.unpack("<I", bytes(data[at : at + 4]))[0] & ~((1 << 28) - 1)
+    data[at : at + 4] = struct.pack("<I", bits | 16_382 | (16_382 << 14))
+    return bytes(data)
+
+
+def _tiff_bomb() -> bytes:
+    data = _tiny("TIFF")
+    ifd = struct.unpack("<I", data[4:8])[0]
+    for k in range(struct.unpack("<H", data[ifd : ifd + 2])[0]):
+        entry = ifd + 2 + 12 * k
+        tag, kind = struct.unpack("<HH", data[entry : entry + 4])
+        if tag in (256, 257):  # ImageWidth, ImageLength
+            data[entry + 8 : entry + 12] = struct.pack("<I" if kind == 4 else "<HH",
+                                                       *((60_000,) if kind == 4 else
+                                                         (60_000, 0)))
+    return bytes(data)
+
+
+@pytest.mark.parametrize("bomb", [_jpeg_bomb, _gif_bomb, _bmp_bomb, _tiff_bomb,
+                                  lambda: _webp_bomb(False), lambda: _webp_bomb(True)],
+                         ids=["jpeg", "gif", "bmp", "tiff", "webp", "webp-lossless"])
+def test_a_few_bytes_declaring_billions_of_pixels_are_refused_from_the_header(
+        tmp_path: Path, bomb: Any) -> None:
+    """Each format Pillow reads declares its size in its header: a file of a few dozen
+    bytes may claim 65,000 x 65,000 pixels (17 GB decoded). The check reads that header
+    alone and refuses the file, whatever its format."""
+    from tracklake.exporters._shared.media import undecodable_image
+
+    path = tmp_path / "bomb"
+    path.write_bytes(bomb())
+    assert path.stat().st_size < 1024
+    why = undecodable_image(path)
+    assert why is not None and "exceeds limit" in why, why
