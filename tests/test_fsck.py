@@ -230,6 +230,13 @@ def test_an_attempt_file_the_readers_refuse_is_damage(template: Path, tmp_path: 
     assert problem.path == ghost / "attempt=1.json" and field in problem.what
 
 
+def _segs_copy(template: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """A copy of the template store, and the metrics segment of its run `segs`."""
+    root = tmp_path / "s"
+    shutil.copytree(template, root)
+    return root, next((root / "metrics" / "project=p" / "run=segs").rglob("*.arrows"))
+
+
 def _big_endian(data: bytes) -> bytes:
     flipped = bytearray(data)
     flipped[endianness_slot(data)] = 4  # one bit: `endianness` read from the table's 4th byte
@@ -253,9 +260,7 @@ def test_a_segment_whose_header_alone_is_damaged_is_repaired_losing_nothing(
     """The schema header of a segment has no checksum and its batches each have one: when
     every batch verifies under the header its stream's writer writes, fsck says nothing
     is lost once repaired, and repair rebuilds the header (the original in quarantine)."""
-    root = tmp_path / "s"
-    shutil.copytree(template, root)
-    seg = next((root / "metrics" / "project=p" / "run=segs").rglob("*.arrows"))
+    root, seg = _segs_copy(template, tmp_path)
     data = seg.read_bytes()
     before = _rows(root)
     seg.write_bytes(damage(data))
@@ -276,9 +281,7 @@ def test_a_segment_whose_header_alone_is_damaged_is_repaired_losing_nothing(
 
 def test_a_damaged_header_over_batches_that_do_not_verify_is_quarantined(
         template: Path, tmp_path: Path) -> None:
-    root = tmp_path / "s"
-    shutil.copytree(template, root)
-    seg = next((root / "metrics" / "project=p" / "run=segs").rglob("*.arrows"))
+    root, seg = _segs_copy(template, tmp_path)
     data = bytearray(_big_endian(seg.read_bytes()))
     for at in range(8 + int.from_bytes(data[4:8], "little") + 64, len(data) - 8, 97):
         data[at] ^= 0x10  # every batch damaged as well
@@ -326,9 +329,7 @@ def test_a_header_repair_killed_at_any_step_loses_nothing_and_finishes_on_the_ne
     import subprocess
     import sys
 
-    root = tmp_path / "s"
-    shutil.copytree(template, root)
-    seg = next((root / "metrics" / "project=p" / "run=segs").rglob("*.arrows"))
+    root, seg = _segs_copy(template, tmp_path)
     data = seg.read_bytes()
     before = _rows(root)
     seg.write_bytes(_big_endian(data))
@@ -350,9 +351,7 @@ def test_a_damaged_batch_in_the_middle_of_a_segment_costs_that_batch_alone(
         template: Path, tmp_path: Path, damage: str) -> None:
     """Each batch carries its own checksum and seqs: once its writer is gone, repair
     keeps the batches after a damaged one too (before, only those before it)."""
-    root = tmp_path / "s"
-    shutil.copytree(template, root)
-    seg = next((root / "metrics" / "project=p" / "run=segs").rglob("*.arrows"))
+    root, seg = _segs_copy(template, tmp_path)
     data = bytearray(seg.read_bytes())
     spans = message_spans(bytes(data))[1:]  # the batches, after the header
     assert len(spans) == 3
@@ -437,9 +436,7 @@ def test_a_second_repair_while_one_works_is_refused_and_touches_nothing(
     import subprocess
     import sys
 
-    root = tmp_path / "s"
-    shutil.copytree(template, root)
-    seg = next((root / "metrics" / "project=p" / "run=segs").rglob("*.arrows"))
+    root, seg = _segs_copy(template, tmp_path)
     data = seg.read_bytes()
     seg.write_bytes(_big_endian(data))
     started, go = tmp_path / "started", tmp_path / "go"
@@ -473,9 +470,7 @@ def test_a_file_removed_between_its_check_and_its_repair_is_no_error(
         template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from tracklake._ops.fsck import check
 
-    root = tmp_path / "s"
-    shutil.copytree(template, root)
-    seg = next((root / "metrics" / "project=p" / "run=segs").rglob("*.arrows"))
+    root, seg = _segs_copy(template, tmp_path)
     seg.write_bytes(_big_endian(seg.read_bytes()))
     checked = check._check
 
