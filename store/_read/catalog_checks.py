@@ -19,6 +19,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tracklake._format.columns import combined
 from tracklake._format.ipc_size import decoded_size, message_size
 
 _EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
@@ -50,7 +51,7 @@ def paths_inside(table: pa.Table) -> bool:
     """Whether every part and watched path of the catalog `table` lies inside the store
     where its kind does (see the module's docstring)."""
     for column, prefixes, ending in _SHAPES:
-        paths = table.column(column).combine_chunks().flatten().field("path")
+        paths = combined(table.column(column)).flatten().field("path")
         if not len(paths):
             continue
         inside = pc.starts_with(paths, prefixes[0])
