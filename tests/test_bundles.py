@@ -572,3 +572,26 @@ def test_a_source_no_listing_gives_is_refused_unread(
     with pytest.raises(bundle._Damaged, match="not where a part of a lies"):
         bundle._write_bundle(root, "a", [(path, part.stat().st_mtime_ns)])
     assert opened == []
+
+
+def test_a_bundle_a_dead_builder_left_aside_is_removed_by_the_next(
+        tmp_path: Path, few: None) -> None:
+    """A builder killed while it wrote a bundle aside left `.part-bundle-...tmp` behind.
+    Only the holder of the bundle directory's claim writes one, so the next holder
+    removes it at once, however young, whichever host's process wrote it; other
+    temporaries there are left as before."""
+    import os
+
+    root = tmp_path / "store"
+    _store(root)
+    directory = root / BUNDLE_DIR
+    directory.mkdir(parents=True, exist_ok=True)
+    left = directory / f".part-bundle-{'c' * 24}.parquet.0123456789ab.{os.getpid()}.tmp"
+    left.write_bytes(b"half a bundle")
+    other = directory / ".other-file.0123456789ab.1.tmp"
+    other.write_bytes(b"not a bundle's")
+    report = build_bundles(root)
+    assert len(report.written) == 2
+    assert not left.exists()
+    assert other.exists()
+    assert sorted(bundle_paths(root)) == sorted(report.written)

@@ -22,6 +22,8 @@ import hashlib
 import json
 import math
 import os
+import re
+import stat
 import sys
 import time
 from collections.abc import Callable
@@ -96,7 +98,7 @@ def build_bundles(root: Path, touch: Callable[[], None] | None = None) -> Bundle
     except NotRegularFileError as exc:  # bundles only save time: compaction is done
         report.refused = exc.strerror
         return report
-    with hold_claim(directory, leftovers=remove_leftovers, root=root) as claim:
+    with hold_claim(directory, leftovers=_leftovers, root=root) as claim:
         if claim is None:
             report.busy = True
             return report
@@ -246,6 +248,24 @@ def _write_bundle(root: Path, project: str, sources: list[tuple[str, int]]) -> P
             final.unlink()
         return None
     return final
+
+
+#: A bundle written aside (`scratch(final, ".part-")`) before it is renamed into place.
+_BUNDLE_TMP = re.compile(r"^\.part-bundle-[0-9a-f]+\.parquet\.[0-9a-f]{12}\.\d+\.tmp$")
+
+
+def _leftovers(directory: Path, now: float) -> None:
+    """`remove_leftovers`, and every bundle written aside: only the holder of the bundle
+    directory's claim writes one, so one found by the next holder was left by a builder
+    that died, however recently and on whichever host (a part's temporary elsewhere is
+    left for `CLAIM_STALE_SECONDS`, as unpack writes those without a claim)."""
+    remove_leftovers(directory, now)
+    for name in os.listdir(directory):
+        path = directory / name
+        if _BUNDLE_TMP.match(name) is not None:
+            with contextlib.suppress(FileNotFoundError):
+                if stat.S_ISREG(path.lstat().st_mode):
+                    path.unlink()
 
 
 def forget_run(root: Path, project: str, run: str) -> list[Path]:
