@@ -230,3 +230,26 @@ def test_what_is_kept_stays_within_its_bytes(tmp_path: Path) -> None:
     assert kept.get("huge", (1,)) is None and kept.get("c", (1,)) == "c"
     kept.keep(tmp_path, "c", old, (1,), "c again", 6)  # replaced: its bytes counted once
     assert kept.get("c", (1,)) == "c again" and kept.get("b", (1,)) == "b"
+
+
+def test_a_runs_table_is_made_once_and_again_when_a_part_changes(
+        store: Path, whole_reads: list[Any]) -> None:
+    """Asked again, a run's table is the one made before (its parts and its partition
+    columns are not made again); once one of its parts is another file (here: another
+    mtime, as a part restored with `cp` has), it is made again."""
+    import os
+    import time
+
+    sql = KINDS_SQL["metrics"]
+    old = time.time() - 3600  # older than the window in which a change may go unseen
+    parts = sorted((store / "metrics" / "project=p" / "run=a").rglob("*.parquet"))
+    for part in parts:
+        os.utime(part, (old, old))
+    first = tracklake.query(sql, root=store)
+    again = tracklake.query(sql, root=store)
+    assert again.equals(first)
+    assert whole_reads[-1] is whole_reads[-2]  # the same table, made once
+    os.utime(parts[0], (old + 1, old + 1))
+    third = tracklake.query(sql, root=store)
+    assert third.equals(first)
+    assert whole_reads[-1] is not whole_reads[-2]  # made again from the part's new identity

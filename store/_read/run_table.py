@@ -19,10 +19,9 @@ from tracklake._errors import FormatError, NewerFormatError
 from tracklake._format import SCHEMAS, StreamId
 from tracklake._format.layout import stream_of_file
 from tracklake._format.part import read_small_part
-from tracklake._format.schema import with_partition_columns
 from tracklake._read.kept import Kept
 from tracklake._read.reader import Part, ReadProblems, add_once
-from tracklake._read.snapshot import part_lost, with_partitions
+from tracklake._read.snapshot import part_lost, partitioned_schema, with_partitions
 
 #: A run's parts of one kind are read whole while they take at most this many bytes on
 #: disk in all ...
@@ -35,6 +34,10 @@ SMALL_RUN_DECODED = 64 << 20
 #: writes a part under a temporary name and renames it into place, never changes one.
 #: A question about a run asked again (a notebook, a dashboard) reads nothing again.
 _read_before: Kept[pa.Table] = Kept(1024, most_bytes=SMALL_RUN_DECODED)
+#: `run_table`'s answers, by the kind and the parts they were made of (each path's device,
+#: inode, size and mtime), kept as `_read_before` keeps the parts: a question asked again
+#: does not make the partition columns again.
+_made_before: Kept[pa.Table] = Kept(64, most_bytes=SMALL_RUN_DECODED)
 
 
 def run_table(kind: str, parts: list[Part], problems: ReadProblems) -> pa.Table | None:
@@ -50,10 +53,15 @@ def run_table(kind: str, parts: list[Part], problems: ReadProblems) -> pa.Table 
     stats = [os.stat(p.path) for p in parts]
     if sum(st.st_size for st in stats) > SMALL_RUN_BYTES:
         return None
+    identities = [(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) for st in stats]
+    made_of = "\0".join([kind, *(str(p.path) for p in parts)])
+    made = _made_before.get(made_of, tuple(n for i in identities for n in i))
+    if made is not None:
+        return made
+    whole = True
     tables: list[tuple[pa.Table, StreamId]] = []
     left = SMALL_RUN_DECODED
-    for part, stream, st in zip(parts, streams, stats, strict=True):
-        identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    for part, stream, st, identity in zip(parts, streams, stats, identities, strict=True):
         table = _read_before.get(str(part.path), identity)
         if table is None:
             try:
@@ -62,6 +70,7 @@ def run_table(kind: str, parts: list[Part], problems: ReadProblems) -> pa.Table 
                 raise
             except FormatError as exc:
                 add_once(problems.damaged, (part.path, part_lost(exc, part)))
+                whole = False
                 continue
             if table is None or not table.schema.equals(SCHEMAS[kind]):
                 return None  # too large, or of an earlier format: the dataset adapts it
@@ -72,4 +81,9 @@ def run_table(kind: str, parts: list[Part], problems: ReadProblems) -> pa.Table 
         left -= table.nbytes
         tables.append((table, stream))
     # partition columns as the live tables get them, then plain, as the dataset gives them
-    return with_partitions(tables, kind).cast(with_partition_columns(SCHEMAS[kind]))
+    made = with_partitions(tables, kind).cast(partitioned_schema(kind))
+    if whole:  # kept as the newest of its parts would be (not while it may still change)
+        newest = max(stats, key=lambda st: st.st_mtime_ns)
+        _made_before.keep(parts[0].path.parents[5], made_of, newest,
+                          tuple(n for i in identities for n in i), made, made.nbytes)
+    return made

@@ -3,6 +3,7 @@ footers checked), the live tail as tables, metric summaries and the runs' attemp
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -210,8 +211,17 @@ def part_lost(exc: Exception, part: Part) -> str:
             f"{part.first_seq}..{part.last_seq} of this stream) are left out")
 
 
+@functools.cache
 def _empty(kind: str) -> pa.Table:
-    return empty_table(with_partition_columns(SCHEMAS[kind]))
+    """The kind's view with no rows: made once (each question has a live table per kind,
+    most of them empty), shared, as an Arrow table never changes."""
+    return empty_table(partitioned_schema(kind))
+
+
+@functools.cache
+def partitioned_schema(kind: str) -> pa.Schema:
+    """The kind's schema with its partition columns, as its views have them."""
+    return with_partition_columns(SCHEMAS[kind])
 
 
 def _verified_summary(path: Path) -> dict[str, list[Any]]:
