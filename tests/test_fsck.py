@@ -484,3 +484,21 @@ def test_a_file_removed_between_its_check_and_its_repair_is_no_error(
     assert problem.repaired.startswith("gone since it was checked")
     assert not (root / "quarantine").exists() or not [
         p for p in (root / "quarantine").rglob("*.arrows*")]
+
+
+def test_a_salvaged_copy_a_killed_repair_left_is_removed_by_the_next_repair(
+        template: Path, tmp_path: Path) -> None:
+    """A repair killed while it wrote the salvaged segment aside left `.SEG.PID.tmp`.
+    The next repair holds the store's repair claim, so no other repair is writing one:
+    it removes such copies of the segment it repairs at once, whatever their age."""
+    root, seg = _segs_copy(template, tmp_path)
+    data = seg.read_bytes()
+    seg.write_bytes(_big_endian(data))
+    killed = seg.with_name(f".{seg.name}.4194303.tmp")
+    killed.write_bytes(data[:100])  # half written
+    unrelated = seg.with_name(".another-file.12.tmp")
+    unrelated.write_bytes(b"x")
+    (problem,) = fsck(root, repair=True).problems
+    assert problem.repaired.startswith("rebuilt its header")
+    assert not killed.exists() and unrelated.exists()
+    assert seg.read_bytes() == data

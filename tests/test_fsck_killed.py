@@ -91,6 +91,7 @@ def test_a_repair_killed_or_interrupted_anywhere_loses_nothing_and_the_next_fini
         again = CliRunner().invoke(main, ["fsck", "--root", str(root), "--repair"])
         assert again.exit_code in (0, 1), again.output
         assert fsck(root).clean, (attempt, how, [p.line(root) for p in fsck(root).problems])
+        assert [p.name for p in seg.parent.iterdir()] == [seg.name]  # no salvage left aside
         assert _rows(root) == kept, (attempt, how)
         quarantined = [p.read_bytes() for p in (root / "quarantine").rglob("*.arrows*")]
         assert original in quarantined, (attempt, how)

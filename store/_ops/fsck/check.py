@@ -14,7 +14,9 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import os
+import re
 import shutil
+import stat
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
@@ -349,6 +351,17 @@ def _repair_unless_gone(root: Path, problem: Problem) -> str:
         return "gone since it was checked (removed by another process): nothing to repair"
 
 
+def _remove_killed_repairs(path: Path) -> None:
+    """Delete the salvaged copies of segment `path` that killed repairs left beside it
+    (`.NAME.PID.tmp`): only a repair writes one, and this one holds the store's repair
+    claim, so none is being written."""
+    pattern = re.compile(rf"^\.{re.escape(path.name)}\.\d+\.tmp$")
+    for name in os.listdir(path.parent):
+        left = path.parent / name
+        if pattern.match(name) is not None and stat.S_ISREG(left.lstat().st_mode):
+            left.unlink()
+
+
 def _repair(root: Path, problem: Problem) -> str:
     path = problem.path
     if problem.todo == REBUILD:
@@ -366,9 +379,8 @@ def _repair(root: Path, problem: Problem) -> str:
     shutil.copy2(path, target)  # the original stays readable until the salvage replaces it
     fsync_file(target)
     fsync_dir(target.parent)
+    _remove_killed_repairs(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    if tmp.exists():
-        tmp.unlink()  # left by a repair killed midway: its own temporary
     contents = found.contents
     meta = contents.schema_metadata
     s = StreamId(meta["tracklake.project"], meta["tracklake.run"], int(meta["tracklake.rank"]),
