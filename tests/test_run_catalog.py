@@ -191,7 +191,8 @@ def test_a_finished_run_and_an_edited_attempt_file_are_read_again(root: Path) ->
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "wrong crc", "other version",
                                     "other schema", "forged mtimes", "a part outside",
-                                    "a part through ..", "a watched path outside"])
+                                    "a part through ..", "a watched path outside",
+                                    "a null mtime", "a null list of parts", "a null run"])
 def test_a_damaged_or_forged_catalog_is_ignored_and_rebuilt(root: Path, damage: str) -> None:
     """A part outside the store (absolute, or through ``..``) was read as one of r0's:
     r0's values were gone from the answers and a row of no run took their place."""
@@ -233,8 +234,22 @@ def test_a_damaged_or_forged_catalog_is_ignored_and_rebuilt(root: Path, damage: 
         return table.set_column(table.schema.get_field_index(column), field,
                                 pa.array(values, field.type))
 
+    def nulled(column: str, field: str | None = None) -> pa.Table:
+        """`table` with r0's `column` (or the `field` of its first item) null."""
+        values = table.column(column).to_pylist()
+        if field is None:
+            values[r0] = None
+        else:
+            values[r0][0] = {**values[r0][0], field: None}
+        index = table.schema.get_field_index(column)
+        return table.set_column(index, table.schema.field(column),
+                                pa.array(values, table.schema.field(column).type))
+
     r0_dir = "metrics/project=p/run=r0/rank=0/attempt=1"
     path.write_bytes({
+        "a null mtime": signed(nulled("watched", "mtime_ns")),
+        "a null list of parts": signed(nulled("parts")),
+        "a null run": signed(nulled("run")),
         "a part outside": signed(moved("parts", str(outside / r2_part.name))),
         "a part through ..": signed(moved("parts", f"{r0_dir}/../../../../../outside/"
                                                    f"{r2_part.name}")),

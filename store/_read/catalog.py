@@ -58,7 +58,7 @@ from tracklake._format.part_summary import SUMMARY_SCHEMA
 from tracklake._format.schema import empty_table
 from tracklake._format.store_clock import store_now_ns
 from tracklake._read.attempt_rows import ATTEMPTS_SCHEMA
-from tracklake._read.catalog_checks import decodes_within, paths_inside
+from tracklake._read.catalog_checks import decodes_within, holds_no_nulls, paths_inside
 from tracklake._read.decoded import RACY_SECONDS
 from tracklake._read.location import is_url
 from tracklake._read.mtimes import ABSENT, mtimes_of
@@ -180,8 +180,9 @@ class RunCatalog:
             table.validate(full=True)  # a crafted catalog's checksum is right too
         except (OSError, ValueError, pa.ArrowException):
             return empty_table(_SCHEMA)  # none yet, unreadable or damaged: rebuilt
-        if not table.schema.equals(_SCHEMA) or not paths_inside(table):
-            return empty_table(_SCHEMA)  # not ours, or a path out of the store: rebuilt
+        if not table.schema.equals(_SCHEMA) or not paths_inside(table) or \
+                not holds_no_nulls(table):
+            return empty_table(_SCHEMA)  # not ours, a path out of the store, a null: rebuilt
         if st.st_mtime_ns < store_now_ns(self.root) - int(RACY_SECONDS * 1e9):
             # older than a coarse mtime's tick: a change in place would show in the mtime
             with _read_before_lock:
