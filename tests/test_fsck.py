@@ -502,3 +502,35 @@ def test_a_salvaged_copy_a_killed_repair_left_is_removed_by_the_next_repair(
     assert problem.repaired.startswith("rebuilt its header")
     assert not killed.exists() and unrelated.exists()
     assert seg.read_bytes() == data
+
+
+@pytest.mark.parametrize("window", [None, 300])
+def test_damaged_batches_in_a_row_cost_those_batches_alone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, window: int | None) -> None:
+    """70 damaged batches in a row, more than the 64 message markers tried after a
+    damaged one: repair follows the damaged batches' length fields and keeps the 30
+    intact ones on either side (before, it kept the 10 before the damage). The same with
+    the batches after the damage decoded a few at a time (a window of 300 bytes)."""
+    if window is not None:
+        from tracklake._format import segment_salvage
+
+        monkeypatch.setattr(segment_salvage, "_WINDOW_BYTES", window)
+    root = tmp_path / "s"
+    with tracklake.init(project="p", run_id="r", root=root, capture_identity=False,
+                        compact=False, system_metrics=False) as run:
+        for step in range(100):
+            run.log({"loss": float(step)}, step=step)
+            run.flush()  # a batch a step
+    (seg,) = (root / "metrics").rglob("*.arrows")
+    data = bytearray(seg.read_bytes())
+    spans = message_spans(bytes(data))[1:]
+    assert len(spans) == 100
+    for start, _, end in spans[10:80]:
+        data[(start + end) // 2] ^= 0x01
+    seg.write_bytes(bytes(data))
+    (problem,) = fsck(root, repair=True).problems
+    assert problem.repaired.startswith("kept 30 readable batches (30 rows)"), problem.repaired
+    assert fsck(root).clean
+    steps = sorted(r["step"] for b in read_stream(root, tracklake.StreamId(
+        "p", "r", 0, 1, "metrics"), problems=ReadProblems()) for r in b.to_pylist())
+    assert steps == [*range(10), *range(80, 100)]

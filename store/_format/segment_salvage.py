@@ -37,11 +37,19 @@ from tracklake._format.segment import (
 MAX_SALVAGED_BYTES = (64 << 20) + MAX_MESSAGE_BYTES
 #: Bytes at the start of a segment searched for where a damaged header ends.
 _HEADER_SEARCH_BYTES = 64 << 10
-#: Message markers tried as the end of a damaged header, or after a damaged batch (a run
-#: of 0xFF bytes is a marker at every byte).
+#: Message markers tried as the end of a damaged header, or after a damaged batch whose
+#: length fields lead nowhere (a run of 0xFF bytes is a marker at every byte).
 _MARKERS_TRIED = 64
-#: Damaged stretches read past, at most: each costs a copy of the rest of the file.
-_GAPS_READ_PAST = 64
+#: Damaged stretches read past, at most.
+_GAPS_READ_PAST = 4096
+#: After a damaged stretch, the batches that follow are decoded this many bytes at a time
+#: (cut where a message ends): each decode copies what it reads, so the copying stays
+#: about the file's size however many stretches there are (it was the rest of the file
+#: for each: 64 stretches of a 64 MiB segment took 8.8 s).
+_WINDOW_BYTES = 4 << 20
+#: Bytes copied to try where the batches after a damaged stretch start, at most this many
+#: times the file's size (a crafted file may offer a large candidate at every marker).
+_TRIED_PER_BYTE = 8
 
 
 @dataclass
@@ -93,47 +101,90 @@ def _past_damage(path: Path, data: bytes, header: bytes, start: int) -> Salvaged
     damaged stretch at the next batch that verifies and comes after those read."""
     found = Salvaged(SegmentContents(path))
     out = found.contents
-    pos = start
-    for _ in range(_GAPS_READ_PAST + 1):
-        part = decode_bytes(path, header + data[pos:], pos - len(header))
+    budget = [_TRIED_PER_BYTE * len(data)]
+    pos, end = start, len(data)
+    while True:
+        part = decode_bytes(path, header + data[pos:end], pos - len(header))
         out.schema_metadata = part.schema_metadata
         out.batches.extend(part.batches)
         out.ends.extend(part.ends)
         out.sealed, out.torn_bytes, out.damaged = part.sealed, part.torn_bytes, part.damaged
         if not part.damaged:
-            return found
+            if end == len(data):
+                return found
+            # a window's end: on from its last whole batch (all of the rest if it holds
+            # none, one message being larger than the window)
+            out.torn_bytes = 0
+            pos, end = (part.ends[-1], _window_end(data, part.ends[-1])) if part.ends \
+                else (pos, len(data))
+            continue
         bad = part.ends[-1] if part.ends else pos
         last_seq = int(out.batches[-1].column(0)[-1].as_py()) if out.batches else -1
-        resume = _next_batch(path, data, header, bad, last_seq)
+        resume = None if len(found.skipped) >= _GAPS_READ_PAST else \
+            _next_batch(path, data, header, bad, last_seq, budget)
         if resume is None:
             return found
         found.skipped.append((bad, resume))
-        pos = resume
-    return found
+        pos, end = resume, _window_end(data, resume)
 
 
-def _next_batch(path: Path, data: bytes, header: bytes, bad: int, last_seq: int
-                ) -> int | None:
-    """Where the first batch after the damaged message at `bad` starts: a message whose
-    batch verifies on its own and holds seqs after `last_seq`; None if there is none."""
+def _window_end(data: bytes, pos: int) -> int:
+    """Where the window of batches read from `pos` ends: after the last message that
+    ends within `_WINDOW_BYTES` of it, by their length fields (the file's end if those
+    do not read: the decoder then says why)."""
     view = memoryview(data)
-    size = message_size(view[bad:])
-    candidates = [bad + size] if size is not None and size <= MAX_MESSAGE_BYTES else []
-    at = data.find(CONTINUATION, bad + 1)
-    while at != -1 and len(candidates) < _MARKERS_TRIED:
-        candidates.append(at)
-        at = data.find(CONTINUATION, at + 1)
-    for at in candidates:
+    at = pos
+    while at < len(data):
         size = message_size(view[at:])
-        if size is None or size > MAX_MESSAGE_BYTES or at + size > len(data):
-            continue
-        try:
-            one = decode_bytes(path, header + data[at : at + size], at - len(header))
-        except FormatError:
-            continue
-        if len(one.batches) == 1 and int(one.batches[0].column(0)[0].as_py()) > last_seq:
+        if size is None:
+            return len(data)
+        if at + size - pos > _WINDOW_BYTES and at > pos:
             return at
+        at += size
+    return len(data)
+
+
+def _next_batch(path: Path, data: bytes, header: bytes, bad: int, last_seq: int,
+                budget: list[int]) -> int | None:
+    """Where the first batch after the damaged message at `bad` starts: a message whose
+    batch verifies on its own and holds seqs after `last_seq`. Tried along the length
+    fields first (damaged batches in a row whose framing is whole), then at the next
+    message markers. None if there is none, or once the tries have copied `budget[0]`
+    bytes (which they lower)."""
+    view = memoryview(data)
+    at = bad
+    while (size := message_size(view[at:])) is not None and size <= MAX_MESSAGE_BYTES:
+        at += size
+        found = _verifies(path, data, header, at, last_seq, budget)
+        if found or budget[0] < 0:
+            return at if found else None
+    tried = 0
+    at = data.find(CONTINUATION, bad + 1)
+    while at != -1 and tried < _MARKERS_TRIED:
+        tried += 1
+        if _verifies(path, data, header, at, last_seq, budget):
+            return at
+        if budget[0] < 0:
+            return None
+        at = data.find(CONTINUATION, at + 1)
     return None
+
+
+def _verifies(path: Path, data: bytes, header: bytes, at: int, last_seq: int,
+              budget: list[int]) -> bool:
+    """Whether the message at `at` is a batch that verifies on its own and holds seqs
+    after `last_seq`; the bytes copied to try it are taken off `budget[0]`."""
+    size = message_size(memoryview(data)[at:])
+    if size is None or size > MAX_MESSAGE_BYTES or at + size > len(data):
+        return False
+    budget[0] -= size
+    if budget[0] < 0:
+        return False
+    try:
+        one = decode_bytes(path, header + data[at : at + size], at - len(header))
+    except FormatError:
+        return False
+    return len(one.batches) == 1 and int(one.batches[0].column(0)[0].as_py()) > last_seq
 
 
 def _header_ends(data: bytes, written: int) -> list[int]:
