@@ -514,6 +514,7 @@ def test_damaged_batches_in_a_row_cost_those_batches_alone(
     if window is not None:
         from tracklake._format import segment_salvage
 
+        monkeypatch.setattr(segment_salvage, "_FIRST_WINDOW_BYTES", window)
         monkeypatch.setattr(segment_salvage, "_WINDOW_BYTES", window)
     root = tmp_path / "s"
     with tracklake.init(project="p", run_id="r", root=root, capture_identity=False,

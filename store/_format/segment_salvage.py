@@ -42,10 +42,12 @@ _HEADER_SEARCH_BYTES = 64 << 10
 _MARKERS_TRIED = 64
 #: Damaged stretches read past, at most.
 _GAPS_READ_PAST = 4096
-#: After a damaged stretch, the batches that follow are decoded this many bytes at a time
-#: (cut where a message ends): each decode copies what it reads, so the copying stays
-#: about the file's size however many stretches there are (it was the rest of the file
-#: for each: 64 stretches of a 64 MiB segment took 8.8 s).
+#: After a damaged stretch, the batches that follow are decoded a window at a time (cut
+#: where a message ends), from this many bytes, doubling up to `_WINDOW_BYTES`: each
+#: decode copies what it reads, so the copying stays about the file's size however many
+#: stretches there are (it was the rest of the file for each: 64 stretches of a 64 MiB
+#: segment took 8.8 s).
+_FIRST_WINDOW_BYTES = 64 << 10
 _WINDOW_BYTES = 4 << 20
 #: Bytes copied to try where the batches after a damaged stretch start, at most this many
 #: times the file's size (a crafted file may offer a large candidate at every marker).
@@ -102,7 +104,7 @@ def _past_damage(path: Path, data: bytes, header: bytes, start: int) -> Salvaged
     found = Salvaged(SegmentContents(path))
     out = found.contents
     budget = [_TRIED_PER_BYTE * len(data)]
-    pos, end = start, len(data)
+    pos, end, window = start, len(data), _FIRST_WINDOW_BYTES
     while True:
         part = decode_bytes(path, header + data[pos:end], pos - len(header))
         out.schema_metadata = part.schema_metadata
@@ -115,8 +117,9 @@ def _past_damage(path: Path, data: bytes, header: bytes, start: int) -> Salvaged
             # a window's end: on from its last whole batch (all of the rest if it holds
             # none, one message being larger than the window)
             out.torn_bytes = 0
-            pos, end = (part.ends[-1], _window_end(data, part.ends[-1])) if part.ends \
-                else (pos, len(data))
+            window = min(2 * window, _WINDOW_BYTES)
+            pos, end = (part.ends[-1], _window_end(data, part.ends[-1], window)) \
+                if part.ends else (pos, len(data))
             continue
         bad = part.ends[-1] if part.ends else pos
         last_seq = int(out.batches[-1].column(0)[-1].as_py()) if out.batches else -1
@@ -125,20 +128,21 @@ def _past_damage(path: Path, data: bytes, header: bytes, start: int) -> Salvaged
         if resume is None:
             return found
         found.skipped.append((bad, resume))
-        pos, end = resume, _window_end(data, resume)
+        window = _FIRST_WINDOW_BYTES
+        pos, end = resume, _window_end(data, resume, window)
 
 
-def _window_end(data: bytes, pos: int) -> int:
+def _window_end(data: bytes, pos: int, window: int) -> int:
     """Where the window of batches read from `pos` ends: after the last message that
-    ends within `_WINDOW_BYTES` of it, by their length fields (the file's end if those
-    do not read: the decoder then says why)."""
+    ends within `window` bytes of it, by their length fields (the file's end if those do
+    not read: the decoder then says why)."""
     view = memoryview(data)
     at = pos
     while at < len(data):
         size = message_size(view[at:])
         if size is None:
             return len(data)
-        if at + size - pos > _WINDOW_BYTES and at > pos:
+        if at + size - pos > window and at > pos:
             return at
         at += size
     return len(data)
