@@ -13,6 +13,7 @@ import os
 import re
 import stat
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from tracklake._format.liveness import process_alive
@@ -44,6 +45,12 @@ def remove_left_over(directory: Path, now: float | None = None) -> int:
     """Delete the regular files in `directory` that are temporaries left by killed
     processes (never a link's target, never a directory; `now` as for `left_over`); how
     many."""
+    return remove_files(directory, lambda path: left_over(path, now) is not None)
+
+
+def remove_files(directory: Path, chosen: Callable[[Path], bool]) -> int:
+    """Delete the regular files in `directory` that `chosen` picks (never a link's
+    target, never a directory); how many. A directory that is gone holds none."""
     removed = 0
     try:
         entries = list(os.scandir(directory))
@@ -51,7 +58,7 @@ def remove_left_over(directory: Path, now: float | None = None) -> int:
         return 0
     for entry in entries:
         path = Path(entry.path)
-        if entry.is_file(follow_symlinks=False) and left_over(path, now) is not None:
+        if entry.is_file(follow_symlinks=False) and chosen(path):
             with contextlib.suppress(FileNotFoundError):
                 if stat.S_ISREG(os.lstat(path).st_mode):
                     path.unlink()

@@ -23,7 +23,6 @@ import json
 import math
 import os
 import re
-import stat
 import sys
 import time
 from collections.abc import Callable
@@ -42,6 +41,7 @@ from tracklake._format.files import (
 )
 from tracklake._format.layout import parse_part_name, stream_of_file
 from tracklake._format.part import read_part_table, write_part_stream
+from tracklake._format.temporaries import remove_files
 from tracklake._ops.claims import hold_claim, remove_leftovers, touch_claim
 from tracklake._read.bundles import (
     BUNDLE_DIR,
@@ -260,12 +260,7 @@ def _leftovers(directory: Path, now: float) -> None:
     that died, however recently and on whichever host (a part's temporary elsewhere is
     left for `CLAIM_STALE_SECONDS`, as unpack writes those without a claim)."""
     remove_leftovers(directory, now)
-    for name in os.listdir(directory):
-        path = directory / name
-        if _BUNDLE_TMP.match(name) is not None:
-            with contextlib.suppress(FileNotFoundError):
-                if stat.S_ISREG(path.lstat().st_mode):
-                    path.unlink()
+    remove_files(directory, lambda path: _BUNDLE_TMP.match(path.name) is not None)
 
 
 def forget_run(root: Path, project: str, run: str) -> list[Path]:

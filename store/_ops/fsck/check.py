@@ -16,7 +16,6 @@ import datetime as _dt
 import os
 import re
 import shutil
-import stat
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
@@ -33,6 +32,7 @@ from tracklake._format.layout import parse_part_name
 from tracklake._format.liveness import writer_known_gone
 from tracklake._format.segment import SegmentWriter, read_segment, stream_schema
 from tracklake._format.segment_salvage import Salvaged, salvage
+from tracklake._format.temporaries import remove_files
 from tracklake._ops.claims import hold_claim, remove_leftovers, touch_claim
 from tracklake._ops.compact import STALE_AFTER_SECONDS
 from tracklake._ops.fsck.files import (
@@ -356,10 +356,7 @@ def _remove_killed_repairs(path: Path) -> None:
     (`.NAME.PID.tmp`): only a repair writes one, and this one holds the store's repair
     claim, so none is being written."""
     pattern = re.compile(rf"^\.{re.escape(path.name)}\.\d+\.tmp$")
-    for name in os.listdir(path.parent):
-        left = path.parent / name
-        if pattern.match(name) is not None and stat.S_ISREG(left.lstat().st_mode):
-            left.unlink()
+    remove_files(path.parent, lambda left: pattern.match(left.name) is not None)
 
 
 def _repair(root: Path, problem: Problem) -> str:
