@@ -68,7 +68,6 @@ def paths_inside(table: pa.Table) -> bool:
     return True
 
 
-
 #: Columns (and the fields of their items) a reader never writes a null in.
 _NEVER_NULL = (("project", ()), ("run", ()), ("watched", ("path", "mtime_ns")),
                ("parts", ("path", "first_seq", "last_seq", "last_segment")),

@@ -55,7 +55,8 @@ def run_table(kind: str, parts: list[Part], problems: ReadProblems) -> pa.Table 
         return None
     identities = [(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) for st in stats]
     made_of = "\0".join([kind, *(str(p.path) for p in parts)])
-    made = _made_before.get(made_of, tuple(n for i in identities for n in i))
+    made_identity = tuple(n for i in identities for n in i)
+    made = _made_before.get(made_of, made_identity)
     if made is not None:
         return made
     whole = True
@@ -84,6 +85,6 @@ def run_table(kind: str, parts: list[Part], problems: ReadProblems) -> pa.Table 
     made = with_partitions(tables, kind).cast(partitioned_schema(kind))
     if whole:  # kept as the newest of its parts would be (not while it may still change)
         newest = max(stats, key=lambda st: st.st_mtime_ns)
-        _made_before.keep(parts[0].path.parents[5], made_of, newest,
-                          tuple(n for i in identities for n in i), made, made.nbytes)
+        _made_before.keep(parts[0].path.parents[5], made_of, newest, made_identity, made,
+                          made.nbytes)
     return made
