@@ -144,7 +144,6 @@ class Written:
     reports: list[dict[str, Any]]
     compactor: dict[str, int]
     seen: Observation
-    parts_during_writing: int
 
 
 def _drain(root: Path, cursor: tracklake.Cursor, seen: Observation) -> None:
@@ -209,15 +208,11 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Written]:
         (sync / "go").touch()
         seen = Observation()
         cursor = tracklake.Cursor(PROJECT, RUN)
-        parts_during_writing = 0
         while any(w.poll() is None for w in writers):
             assert time.monotonic() < deadline + 120, "writers did not finish"
             seen.query_counts.append(_observe_counts(root))
             _drain(root, cursor, seen)
             seen.cursor_rounds += 1
-            parts = len(_parts(root))
-            if all(w.poll() is None for w in writers):  # every writer still at work
-                parts_during_writing = max(parts_during_writing, parts)
         (sync / "stop").touch()
         c_out, c_err = compactor.communicate(timeout=120)
         assert compactor.returncode == 0, c_err
@@ -229,8 +224,7 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Written]:
             assert w.returncode == 0, err
             assert "Traceback" not in err, err
             reports.append(json.loads(out.strip().splitlines()[-1]))
-        yield Written(root, reports, json.loads(c_out.strip().splitlines()[-1]), seen,
-                      parts_during_writing)
+        yield Written(root, reports, json.loads(c_out.strip().splitlines()[-1]), seen)
     finally:
         for p in [*writers, compactor]:
             if p is not None and p.poll() is None:
