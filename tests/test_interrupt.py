@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -147,3 +148,39 @@ class _Interrupting:
 
     def replace(self, *_: object) -> None:
         raise KeyboardInterrupt
+
+
+def test_a_pack_interrupted_while_its_stage_is_removed_leaves_no_stage(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C came once (CI57) while `pack` removed its staging directory, after the pack
+    was renamed into place: `TemporaryDirectory` stopped half way and left
+    `.tracklake-pack-*` beside the output. Now the removal finishes, then the interrupt
+    ends the command; the pack is whole."""
+    import shutil
+
+    from tracklake._ops.pack.archive import read_manifest
+    from tracklake._ops.pack.pack import pack
+
+    root = tmp_path / "store"
+    with tracklake.init(project="p", run_id="a", root=root, capture_identity=False) as run:
+        for step in range(50):
+            run.log({"loss": float(step)}, step=step)
+    out = tmp_path / "out"
+    out.mkdir()
+    remove = shutil.rmtree
+    calls = []
+
+    def interrupted_once(path: Any, *args: Any, **kwargs: Any) -> None:
+        calls.append(path)
+        if len(calls) == 1:
+            victim = next(p for p in Path(path).rglob("*") if p.is_file())
+            victim.unlink()  # part of the way through
+            raise KeyboardInterrupt
+        remove(path, *args, **kwargs)
+
+    monkeypatch.setattr(shutil, "rmtree", interrupted_once)
+    with pytest.raises(KeyboardInterrupt):
+        pack(root=root, all_runs=True, output=out / "x.pack")
+    assert len(calls) == 2
+    assert [p.name for p in out.iterdir()] == ["x.pack"]  # no stage left
+    assert read_manifest(out / "x.pack").streams

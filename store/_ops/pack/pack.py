@@ -16,6 +16,7 @@ import datetime as _dt
 import hashlib
 import os
 import platform
+import shutil
 import stat
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -142,6 +143,26 @@ def _output_errors(out: Path) -> Iterator[None]:
                          "was written there") from exc
 
 
+@contextlib.contextmanager
+def _stage(out: Path) -> Iterator[Path]:
+    """A directory beside `out` to write the pack's parts in, removed at the end. A
+    Ctrl-C while it is removed (a `TemporaryDirectory`'s removal stopped there, leaving
+    it half removed) lets the removal finish, then ends the command."""
+    stage = Path(tempfile.mkdtemp(dir=out.parent, prefix=".tracklake-pack-"))
+    try:
+        yield stage
+    finally:
+        interrupted: KeyboardInterrupt | None = None
+        while True:
+            try:
+                shutil.rmtree(stage, ignore_errors=True)
+                break
+            except KeyboardInterrupt as exc:  # again from where it stopped
+                interrupted = exc
+        if interrupted is not None:
+            raise interrupted
+
+
 def pack(*, root: str | os.PathLike[str] | None = None, project: str | None = None,
          runs: Sequence[str] = (), all_runs: bool = False, output: str | os.PathLike[str],
          since: str | os.PathLike[str] | None = None,
@@ -170,8 +191,7 @@ def pack(*, root: str | os.PathLike[str] | None = None, project: str | None = No
     _check_output(out)
     report = PackReport(out, since=Path(since) if since is not None else None)
     created = _dt.datetime.now(_dt.timezone.utc)
-    with _output_errors(out), \
-            tempfile.TemporaryDirectory(dir=out.parent, prefix=".tracklake-pack-") as stage:
+    with _output_errors(out), _stage(out) as stage:
         streams: list[tuple[StreamEntry, Path]] = []
         attempts: list[tuple[AttemptEntry, bytes]] = []
         digests: set[str] = set()
