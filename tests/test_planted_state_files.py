@@ -106,6 +106,66 @@ def test_a_stale_claim_planted_as_a_fifo_or_link_is_broken_without_opening_it(
         assert outside.exists()
 
 
+_CLAIMED_BY = {  # the command that claims a directory, and that directory's claim
+    "compact": (("compact",), "metrics/project=p/run=r/rank=0/attempt=1/.compacting"),
+    "repair": (("fsck", "--repair"), "quarantine/.repairing"),
+    "retain": (("retain", "--keep-last", "0", "--apply"), "trash/.retaining"),
+}
+
+
+@pytest.mark.parametrize("command", sorted(_CLAIMED_BY))
+def test_a_directory_planted_as_a_claim_is_named_and_never_removed(
+        tmp_path: Path, command: str) -> None:
+    """A day-old directory, with a file in it, where an operation makes its claim (and
+    one at the name a broken claim is set aside under): the operation names it and does
+    not run (compaction skips that stream), fsck lists it, and both directories keep
+    what they hold. Breaking it as a stale claim used to move it aside, then fail to
+    unlink it, and every later run of the operation failed on the directory set aside."""
+    root = tmp_path / "store"
+    _store(root)
+    args, claim_at = _CLAIMED_BY[command]
+    claim = root / claim_at
+    aside = claim.with_name(f"{claim.name}-stale.host.1.tmp")
+    for planted in (claim, aside):
+        planted.mkdir(parents=True)
+        (planted / "theirs").write_bytes(b"kept")
+        os.utime(planted, (1, 1))
+    for _ in range(2):
+        done = _cli(*args, "--root", str(root), timeout=60)
+        assert "Traceback" not in done.stderr, done.stderr
+        said = done.stdout + done.stderr
+        assert f"{claim} is a directory, where the store keeps a claim file" in said, said
+        assert (done.returncode == 0) == (command == "compact"), said
+        assert "compacted 1 segments" not in done.stdout
+    for planted in (claim, aside):
+        assert (planted / "theirs").read_bytes() == b"kept"
+    assert sorted(root.glob("metrics/**/*.arrows")), "the segments were left in place"
+    done = _cli("fsck", "--root", str(root), timeout=60)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert f"{claim_at}: a directory where the store keeps a claim file" in done.stdout, \
+        done.stdout
+    shutil.rmtree(claim)
+    done = _cli(*args, "--root", str(root), timeout=60)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert (aside / "theirs").read_bytes() == b"kept"  # a leftover's name, not ours
+
+
+def test_a_folder_in_the_trash_that_retention_did_not_make_is_left(tmp_path: Path) -> None:
+    """A folder without a journal in ROOT/trash/ is one a killed applier made before
+    its journal only if it bears an action's name; any other is warned about and kept,
+    while a journal-less folder of an action's name is still finished (removed)."""
+    root = tmp_path / "store"
+    _store(root)
+    theirs, killed = root / "trash" / "photos", root / "trash" / "20261201T101010-0123abcd"
+    for folder in (theirs, killed):
+        folder.mkdir(parents=True)
+        (folder / "kept.jpg").write_bytes(b"theirs")
+    done = _cli("retain", "--root", str(root), "--keep-last", "0", "--apply", timeout=60)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert f"{theirs}: not acted on: a folder retention did not make" in done.stderr
+    assert (theirs / "kept.jpg").read_bytes() == b"theirs" and not killed.exists()
+
+
 def test_a_backup_record_planted_as_a_fifo_hangs_neither_fsck_nor_retention(
         tmp_path: Path) -> None:
     """ROOT/backups/<id>.json a FIFO: fsck reports it once, as a FIFO; retention that

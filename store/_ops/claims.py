@@ -13,13 +13,14 @@ import os
 import platform
 import re
 import shutil
+import stat
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from tracklake._format import bounded_json
-from tracklake._format.files import read_regular, scratch, write_new
+from tracklake._format.files import NotRegularFileError, read_regular, scratch, write_new
 from tracklake._format.heartbeats import heartbeat_watch
 from tracklake._format.liveness import (
     UNWATCHED_LIMIT_SECONDS,
@@ -150,6 +151,11 @@ def _break_stale_claim(claim: Path, root: Path | None) -> None:
         return
     except OSError:
         before, st = b"", claim.lstat()  # not a claim file at all: judged by its age
+    if stat.S_ISDIR(st.st_mode):
+        raise NotRegularFileError(
+            errno.EISDIR, f"{claim} is a directory, where the store keeps a claim file: "
+            "nothing was done, and nothing is removed or written through it; remove it "
+            "(`tracklake fsck` lists it)", str(claim))
     if not _holder_gone(claim, root, st, before, CLAIM_STALE_SECONDS, watched_only=True):
         return
     aside = claim.with_name(f"{claim.name}-stale.{platform.node()}.{os.getpid()}.tmp")
@@ -184,6 +190,10 @@ def _still_for(claim: Path, root: Path | None, st: os.stat_result, contents: byt
     return heartbeat_watch(root).unchanged_for(key, beat, time.time()) > stale_after
 
 
+#: The names claims are made under: a stream's compactor or shipper, retention's applier,
+#: fsck's repair, the bundle builder (`.compacting` in `.cache/bundles`) and the deriver.
+CLAIM_NAMES = frozenset({".compacting", ".shipping", ".retaining", ".repairing", ".deriving"})
+
 #: Temporaries of a claim (a compactor's, a shipper's, retention's, fsck's repair), of a
 #: compactor's sorted runs (a directory), and of a part (`.part-...-NNNNNN.parquet.RANDOM.PID.tmp`,
 #: `files.scratch`; without RANDOM before).
@@ -212,9 +222,12 @@ def remove_leftovers(directory: Path, now: float) -> None:
                     path.unlink()
             continue
         try:
-            age = now - path.lstat().st_mtime
+            st = path.lstat()
         except FileNotFoundError:
             continue
+        if stat.S_ISDIR(st.st_mode):
+            continue  # none of these is a directory when made here: not ours to remove
+        age = now - st.st_mtime
         if (m := _CLAIM_TMP.match(name)) is not None:
             gone = age > 60 or (m.group(1) == host and not process_alive(int(m.group(2))))
         elif (m := _PART_TMP.match(name)) is not None:

@@ -41,7 +41,7 @@ from tracklake._format import (
     stream_dir,
 )
 from tracklake._format.attempt import read_attempt
-from tracklake._format.files import scratch
+from tracklake._format.files import NotRegularFileError, scratch
 from tracklake._format.liveness import writer_known_gone
 from tracklake._format.part import SUMMARY_KEY, summary_json, write_part_file
 from tracklake._format.segment import EOS
@@ -195,11 +195,19 @@ def _claim(root: Path, directory: Path, report: CompactionReport
            ) -> Iterator[Path | None]:
     """The stream's claim for this compactor, or None (noted in `report`) if another live
     compactor holds it."""
-    with hold_claim(directory, leftovers=remove_leftovers, root=root) as claim:
-        if claim is None:
-            report.busy.append(directory)
-            report.skipped.append((directory, "another compaction is working on it (its "
-                                   f"claim {directory / '.compacting'} names a live process)"))
+    with contextlib.ExitStack() as stack:
+        try:
+            claim = stack.enter_context(
+                hold_claim(directory, leftovers=remove_leftovers, root=root))
+        except NotRegularFileError as exc:  # a directory planted as its claim
+            report.skipped.append((directory, str(exc.strerror)))
+            claim = None
+        else:
+            if claim is None:
+                report.busy.append(directory)
+                report.skipped.append((directory, "another compaction is working on it (its "
+                                       f"claim {directory / '.compacting'} names a live "
+                                       "process)"))
         yield claim
 
 

@@ -21,6 +21,7 @@ from tracklake._format.files import NotRegularFileError, is_regular_file, open_r
 from tracklake._format.store_clock import store_skew_ns
 from tracklake._format.temporaries import left_over
 from tracklake._ops.backup.ledger import load_record, record_paths
+from tracklake._ops.claims import CLAIM_NAMES
 from tracklake._ops.fsck.report import FsckReport, Problem
 from tracklake._read.blob_refs import blob_refs
 from tracklake._read.reader import ReadProblems, list_stream, positions_past_end
@@ -33,6 +34,13 @@ def check_special_files(root: Path, report: FsckReport) -> None:
     quarantine = root / "quarantine"
     skew = store_skew_ns(root) / 1e9  # temporaries' ages by the store's clock
     for path, mode in _walk(root):
+        if stat.S_ISDIR(mode) and path.name in CLAIM_NAMES:
+            report.problems.append(Problem(
+                path, "a directory where the store keeps a claim file", "nothing, but the "
+                "operation that claims this directory refuses to work until it is gone "
+                "(tracklake never removes a directory it did not make)", "remove it",
+                repairable=False))
+            continue
         if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
             if not path.is_relative_to(quarantine):  # moved there by a repair
                 _check_temporary(path, report, time.time() + skew)

@@ -17,6 +17,7 @@ import datetime as _dt
 import errno
 import json
 import os
+import re
 import shutil
 import sys
 import uuid
@@ -73,6 +74,10 @@ class _Steps:
         self.count += 1
         if self.count == self.kill_at:
             os.kill(os.getpid(), 9)
+
+
+#: The name of an action's trash folder (`apply_plan`).
+_ACTION_ID = re.compile(r"^\d{8}T\d{6}-[0-9a-f]{8}$")
 
 
 def trash_dir(root: Path) -> Path:
@@ -288,8 +293,13 @@ def apply_plan(root: Path, plan: Plan, now: float,
                     continue
                 _finish(root, trash, journal, logged, audit, step, report)
                 report.resumed += 1
-            else:  # killed before its journal was written, or while removing it
-                _remove_trash(trash)
+            elif _ACTION_ID.match(trash.name):  # killed before its journal was written,
+                _remove_trash(trash)                 # or while removing it
+            elif not trash.name.startswith("."):  # a claim's own names are hold_claim's
+                refused = ("not acted on: a folder retention did not make (its actions' "
+                           "folders are named TIMESTAMP-HEX); left as it is")
+                print(f"tracklake: warning: {trash}: {refused}", file=sys.stderr, flush=True)
+                report.skipped.append((str(trash), refused))
         refs = blob_refs(root) if any(a.verb != "downsample" for a in plan.actions) else {}
         for done, action in enumerate(plan.actions):
             if progress is not None:
