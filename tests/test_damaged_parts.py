@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
@@ -223,6 +224,30 @@ def test_compaction_leaves_a_segment_with_a_damaged_header_and_compacts_the_rest
     assert list(root.glob("metrics/project=p/run=a/**/*.parquet"))
     code, _, err = _cli("compact", "--root", str(root))
     assert code == 0 and str(segment) in err
+
+
+def test_a_damaged_first_segment_leaves_no_part_of_its_good_batches(root: Path) -> None:
+    """The batches before the damage of a run's only segment: compaction wrote them as
+    `part-…--00001.parquet`, a name no reader takes and fsck moved out of the store;
+    they stay in the segment, kept for fsck, which reads them already."""
+    with tracklake.init(project="p", run_id="r", root=root, compact=False) as run:
+        for step in range(30):
+            run.log({"loss": float(step)}, step=step)
+            if step % 10 == 9:
+                run.flush()
+    segment = next(root.glob("metrics/project=p/run=r/**/*.arrows"))
+    data = bytearray(segment.read_bytes())
+    data[len(data) // 2] ^= 0x10
+    segment.write_bytes(bytes(data))
+    report = tracklake.compact(root=root)
+    assert [p for p, _ in report.skipped] == [segment]
+    assert list(segment.parent.iterdir()) == [segment]
+    assert not [p for p in report.parts_written if "metrics" in p.parts]
+    assert report.records == sum(pq.read_metadata(p).num_rows for p in report.parts_written)
+    code, out, _ = _cli("fsck", "--root", str(root))
+    assert code == 1 and out.count("problem") == 1 and str(segment.name) in out, out
+    assert tracklake.query("SELECT count(*) AS n FROM metrics", root=root,
+                           problems=tracklake.ReadProblems()).to_pylist() == [{"n": 10}]
 
 
 def test_an_error_in_the_sql_itself_does_not_read_every_part(root: Path) -> None:

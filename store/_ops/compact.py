@@ -295,7 +295,8 @@ def _write(root: Path, s: StreamId, sources: PartSources, dry_run: bool,
 
 def _account(sources: PartSources, part: Path | None, dry_run: bool,
              report: CompactionReport) -> None:
-    report.records += sources.records
+    if dry_run or part is not None:  # else only a damaged first segment's records were read
+        report.records += sources.records
     report.bytes_before += sum(g.path.stat().st_size for g in sources.used)
     report.bytes_before += sum(p.path.stat().st_size for p in sources.parts)
     report.segments_removed.extend(g.path for g in sources.used)

@@ -110,8 +110,9 @@ def write_sorted_part(directory: Path, s: StreamId, sources: Iterable[pa.RecordB
     """Write the records of `sources` (de-duplicated, no seq twice) as one part of stream
     `s` in `directory`, atomically, in bounded memory; its path, or None if there were
     no records. The part is named after `last_segment()`, asked once `sources` is read
-    (a damaged segment may end it early); `tick()` is called after each chunk (the caller
-    refreshes its claim)."""
+    (a damaged segment may end it early); none is written if that is negative (the
+    records held no part and no segment read whole). `tick()` is called after each chunk
+    (the caller refreshes its claim)."""
     seen = SeqRange()
     tmp = scratch(directory / "part-new.parquet")
     spill = scratch(directory / f"sort.{platform.node()}")
@@ -131,10 +132,11 @@ def write_sorted_part(directory: Path, s: StreamId, sources: Iterable[pa.RecordB
         else:
             write_part_stream(tmp, schema, _seq_chunks(s.kind, seen.observe(sources, tick)),
                               s.kind)
-        if seen.rows == 0:
-            tmp.unlink()
+        made_of = last_segment() if seen.rows else -1
+        if made_of < 0:  # no records, or only those before a first segment's damage,
+            tmp.unlink()  # which that segment, kept for fsck, holds and reads already
             return None
-        final = directory / part_name(seen.first, seen.last, last_segment())
+        final = directory / part_name(seen.first, seen.last, made_of)
         os.replace(tmp, final)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
