@@ -1,7 +1,8 @@
-"""`fsck --repair` killed (SIGKILL) or interrupted (Ctrl-C) at random points while it
-salvages a segment with many damaged batches: the segment is always whole (the damaged
-original or the salvaged one), the original is kept, and the next repair finishes with
-exactly the records an uninterrupted repair keeps.
+"""`fsck --repair` killed (SIGKILL), terminated (SIGTERM, as a batch system's time limit
+sends it) or interrupted (Ctrl-C) at random points while it salvages a segment with many
+damaged batches: the segment is always whole (the damaged original or the salvaged one),
+the original is kept, and the next repair finishes with exactly the records an
+uninterrupted repair keeps.
 
 The signal comes at a random point after the command line is imported, within the time
 an uninterrupted repair takes from there (`test_interrupt.py` does the same for other
@@ -73,7 +74,7 @@ def test_a_repair_killed_or_interrupted_anywhere_loses_nothing_and_the_next_fini
     kept = _rows(reference)
     assert len(kept) == 70 * 200 * 40
     rng = random.Random(11)
-    for attempt in range(6):
+    for attempt in range(9):
         root = tmp_path / f"s{attempt}"
         shutil.copytree(template, root)
         (seg,) = (root / "metrics").rglob("*.arrows")
@@ -81,7 +82,7 @@ def test_a_repair_killed_or_interrupted_anywhere_loses_nothing_and_the_next_fini
         proc = _start(ready, "fsck", "--root", str(root), "--repair")
         _wait_until_imported(ready, proc)
         time.sleep(rng.uniform(0.4 * took, took))  # the repair comes after the check
-        how = signal.SIGKILL if attempt % 2 else signal.SIGINT
+        how = (signal.SIGINT, signal.SIGKILL, signal.SIGTERM)[attempt % 3]
         proc.send_signal(how)
         _, err = proc.communicate(timeout=120)
         assert "Traceback" not in err, err
