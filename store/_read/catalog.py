@@ -29,6 +29,7 @@ inode, size, mtime, and older than `RACY_SECONDS`), so a warm question does not 
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import threading
@@ -60,6 +61,7 @@ from tracklake._format.store_clock import store_now_ns
 from tracklake._read.attempt_rows import ATTEMPTS_SCHEMA
 from tracklake._read.catalog_checks import decodes_within, holds_no_nulls, paths_inside
 from tracklake._read.decoded import RACY_SECONDS
+from tracklake._read.dir_watch import dir_watch_wanted, start_watching, watching
 from tracklake._read.location import is_url
 from tracklake._read.mtimes import ABSENT, mtimes_of
 
@@ -204,15 +206,19 @@ class RunCatalog:
         for name, value in (("project", project), ("run", run)):
             if value is not None:
                 chosen &= numpy_of(pc.equal(t.column(name), scalar_of(value, pa.string())))
-        if chosen.all():
+        quiet, epochs = _quiet_rows(self.root, w)
+        look = chosen if quiet is None else chosen & ~quiet
+        if look.all():
             paths, recorded, owner, holds = w.paths, w.recorded, w.owner, w.holds
         else:
-            looked = np.flatnonzero(chosen[w.owner])
+            looked = np.flatnonzero(look[w.owner])
             paths = [w.paths[i] for i in looked.tolist()]
             recorded, owner, holds = w.recorded[looked], w.owner[looked], w.holds[looked]
         # a path recorded absent is only as it was if the run holds nothing of its kind
         same = (mtimes_of(paths) == recorded) & ~((recorded == ABSENT) & holds)
         changed = np.bincount(owner[~same], minlength=t.num_rows) > 0
+        if quiet is not None and epochs is not None:
+            w.watch["quiet"].settle(np.flatnonzero(look & ~changed), epochs)
         found = set()
         for i in np.flatnonzero(chosen).tolist():
             if changed[i]:
@@ -358,6 +364,7 @@ class _Watched:
     projects: list[str]
     runs: list[str]
     derived: dict[str, Any] = field(default_factory=dict)  # RunCatalog._derived's
+    watch: dict[str, Any] = field(default_factory=dict)  # `_quiet_rows`'
 
 
 #: `_Watched` of the tables last validated, by `id` (the table kept, so the id stays its).
@@ -388,6 +395,45 @@ def _watched_of(root: Path, t: pa.Table) -> _Watched:
             _watched_before.pop(next(iter(_watched_before)))
         _watched_before[id(t)] = (t, made)
     return made
+
+
+def _quiet_rows(root: Path, w: _Watched) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The rows of `w`'s table known unchanged since their last look, without a `stat`
+    (`dir_watch`), and their epochs for `QuietRows.settle`; (None, None) until the
+    watches are in place. The second question on a store starts them, in the
+    background; a table read later (the catalog rewritten after a run changed) is
+    watched at once, keeping what was known of the runs it records as before."""
+    state = w.watch
+    rows = state.get("quiet")
+    if rows is None and not state and dir_watch_wanted() and \
+            (watch := watching(root)) is not None:
+        rows = state["quiet"] = watch.rows_for(*_to_watch(w))
+    if rows is not None:
+        seen: tuple[np.ndarray, np.ndarray] | None = rows.look()
+        if seen is not None:
+            return seen
+        state.clear()  # a forked child's: it watches anew
+    state["asked"] = asked = state.get("asked", 0) + 1
+    if asked == 2 and dir_watch_wanted():
+        start_watching(root, *_to_watch(w), state)
+    return None, None
+
+
+def _to_watch(w: _Watched) -> tuple[list[str], np.ndarray, list[tuple[str, str]], list[object]]:
+    """The directories among `w`'s paths, the row of each, each row's run, and what
+    the table records of each row's paths (`DirWatch.rows_for`)."""
+    dirs = [i for i, path in enumerate(w.paths) if not path.endswith(_WATCHED_FILES)]
+    bounds = np.searchsorted(w.owner, np.arange(len(w.runs) + 1)).tolist()
+    recorded: list[object] = [
+        ("\0".join(w.paths[a:b]), w.recorded[a:b].tobytes())
+        for a, b in itertools.pairwise(bounds)]
+    return ([w.paths[i] for i in dirs], w.owner[dirs],
+            list(zip(w.projects, w.runs, strict=True)), recorded)
+
+
+#: The files among a run's watched paths (its parts, its attempt files); the rest are
+#: the directories that hold them.
+_WATCHED_FILES = (".parquet", ".json")
 
 
 def _parts_of(rows: pa.Table) -> list[tuple[str, int, int, int]]:

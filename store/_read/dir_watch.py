@@ -1,0 +1,281 @@
+"""Catalogued runs known unchanged without a `stat` of each of their paths.
+
+A question checks each catalogued run's watched paths against the mtimes the catalog
+recorded (`RunCatalog.settled`): 70,000 `stat`s at 10,000 runs, about 0.1 s of every
+question. A process that asks again (a notebook, the dashboard) can instead be told of
+changes: inotify watches on each run's directories report any entry made, removed or
+renamed in them and any write to, or mtime set on, a file in them (`MASK`). A run whose
+paths all matched after its directories were watched, and whose directories reported
+nothing since, is as the catalog says: it is not `stat`ed again.
+
+Used only where inotify hears every change: a local file system (`LOCAL_FILE_SYSTEMS`;
+on NFS, Lustre and the like another host's change makes no event here), from the second
+question of a process on a catalog (a command that asks once never pays to watch), with
+the watches added in a background thread, never beyond `MAX_WATCHES` per process. A run
+some of whose directories are not watched (absent, a link, past the limit, removed or
+moved since) is `stat`ed by every question as before; an overflow of the event queue
+makes every run `stat`ed again once. A forked child starts with no watches: it must not
+read its parent's queue.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import re
+import threading
+import weakref
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+try:
+    from inotify_simple import INotify, flags
+except (ImportError, OSError):  # not Linux, or no inotify in this libc
+    INotify = None
+
+#: File systems whose changes, from any process that can make one, reach inotify here.
+LOCAL_FILE_SYSTEMS = frozenset({
+    "ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "ramfs", "f2fs", "zfs", "bcachefs",
+    "jfs", "reiserfs", "overlay"})
+#: Watches one process adds at most (each costs the kernel about 1 KB, and they count
+#: against the user's `fs.inotify.max_user_watches`, shared with editors and tools).
+MAX_WATCHES = 65_536
+
+if INotify is not None:
+    MASK = (flags.MODIFY | flags.ATTRIB | flags.CLOSE_WRITE | flags.CREATE | flags.DELETE
+            | flags.MOVED_FROM | flags.MOVED_TO | flags.DELETE_SELF | flags.MOVE_SELF
+            | flags.ONLYDIR | flags.DONT_FOLLOW)
+    _GONE = flags.DELETE_SELF | flags.MOVE_SELF | flags.IGNORED | flags.UNMOUNT
+
+
+#: Set to 0 to `stat` every catalogued run's paths at every question, as where no
+#: watch can be made.
+WATCH_ENV = "TRACKLAKE_WATCH_DIRS"
+
+
+def dir_watch_wanted() -> bool:
+    """Whether questions may be told of changes instead of looking (`WATCH_ENV`, on by
+    default)."""
+    value = os.environ.get(WATCH_ENV, "").strip().lower()
+    if value in ("", "1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{WATCH_ENV}={value!r}: give 1 or 0")
+
+
+def file_system_of(path: str, mountinfo: Sequence[str] | None = None) -> str | None:
+    """The type of the file system `path` (absolute, links resolved) is on, by the
+    longest mount point above it in `/proc/self/mountinfo`; None if unknown."""
+    if mountinfo is None:
+        try:
+            with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+                mountinfo = f.read(1 << 22).splitlines()
+        except OSError:
+            return None
+    best, kind = -1, None
+    for line in mountinfo:
+        fields = line.split()
+        if "-" not in fields[6:] or len(fields) < 5:
+            continue
+        point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
+        after = fields[fields.index("-", 6) + 1:]
+        if not after:
+            continue
+        inside = path == point or path.startswith(point.rstrip("/") + "/")
+        if inside and len(point) > best:
+            best, kind = len(point), after[0]
+    return kind
+
+
+class QuietRows:
+    """Which rows (runs) of one catalog table are known unchanged: every path matched
+    the catalog at a look made once all the run's directories were watched, and none
+    of them reported an event since (that look may have been made on an earlier table
+    of the same store, for a run recorded there with the same paths and mtimes)."""
+
+    def __init__(self, watch: DirWatch, dirs: list[str], owner: np.ndarray,
+                 runs: list[tuple[str, str]], recorded: list[object]) -> None:
+        self.watch = watch
+        self.row_of = dict(zip(dirs, owner.tolist(), strict=True))
+        self.runs = runs  # (project, run) of each row
+        self.recorded = recorded  # what the table records of each row's paths
+        self.quiet = np.zeros(len(runs), dtype=bool)
+        self.epoch = np.zeros(len(runs), dtype=np.int64)  # bumped by each event of the row
+        self.watched = np.ones(len(runs), dtype=bool)  # every directory of the row watched
+
+    def look(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """(quiet, epochs) as of now (events so far taken in); None if this process may
+        not trust them (a forked child, or the watch closed)."""
+        if not self.watch.drain():
+            return None
+        with self.watch.lock:
+            return self.quiet.copy(), self.epoch.copy()
+
+    def settle(self, matched: np.ndarray, epochs: np.ndarray) -> None:
+        """Rows `matched` (indices) had every path as recorded at a look that started
+        after `look` gave `epochs`: quiet, unless an event came for one since."""
+        with self.watch.lock:
+            same = (self.epoch[matched] == epochs[matched]) & self.watched[matched]
+            for row in matched[same].tolist():
+                self.quiet[row] = True
+                self.watch.settled[self.runs[row]] = self.recorded[row]
+
+    def touched(self, directory: str | None) -> None:
+        row = None if directory is None else self.row_of.get(directory)
+        if directory is None:  # the queue overflowed: anything may have changed
+            self.quiet[:] = False
+            self.epoch += 1
+        elif row is not None:
+            self.quiet[row] = False
+            self.epoch[row] += 1
+
+    def unwatched(self, directory: str) -> None:
+        row = self.row_of.get(directory)
+        if row is not None:
+            self.watched[row] = False
+            self.touched(directory)
+
+
+class DirWatch:
+    """This process's inotify instance for one store."""
+
+    def __init__(self) -> None:
+        assert INotify is not None
+        self.pid = os.getpid()
+        self.lock = threading.Lock()
+        #: runs found as recorded since their directories were watched: what was recorded
+        self.settled: dict[tuple[str, str], object] = {}
+        self._inotify = INotify(nonblocking=True)
+        self._dir_of: dict[int, str] = {}
+        self._wd_of: dict[str, int] = {}
+        self._run_of: dict[str, tuple[str, str]] = {}
+        self._rows: weakref.WeakSet[QuietRows] = weakref.WeakSet()
+        self._full = False
+
+    def rows_for(self, dirs: list[str], owner: np.ndarray, runs: list[tuple[str, str]],
+                 recorded: list[object]) -> QuietRows:
+        """Watch `dirs` (absolute; row `owner[i]`, run `runs[owner[i]]`, holds `dirs[i]`)
+        of a table recording `recorded[row]` of each row's paths, and the table's
+        `QuietRows`. Rows with a directory that could not be watched are never quiet;
+        rows recorded as a run was when found settled, and not changed since, are."""
+        quiet = QuietRows(self, dirs, owner, runs, recorded)
+        with self.lock:
+            self._rows.add(quiet)
+        for directory, row in zip(dirs, owner.tolist(), strict=True):
+            if directory in self._wd_of:
+                continue
+            if self._full or len(self._wd_of) >= MAX_WATCHES:
+                quiet.watched[row] = False
+                continue
+            try:
+                wd = self._inotify.add_watch(directory, MASK)
+            except OSError as exc:  # absent, a link or not a directory, or no watch left
+                self._full = self._full or exc.errno == errno.ENOSPC
+                quiet.watched[row] = False
+                continue
+            with self.lock:
+                self._dir_of[wd] = directory
+                self._wd_of[directory] = wd
+                self._run_of[directory] = runs[row]
+        self.drain()
+        with self.lock:
+            for row, run in enumerate(runs):
+                if quiet.watched[row] and self.settled.get(run) == recorded[row]:
+                    quiet.quiet[row] = True
+        return quiet
+
+    def drain(self) -> bool:
+        """Take in the events so far; False if this watch may not be used here."""
+        if os.getpid() != self.pid or self._inotify.closed:
+            return False
+        with self.lock:
+            try:
+                events = self._inotify.read(timeout=0)
+            except OSError:
+                events = [None]  # unreadable: treated as an overflow
+            for event in events:
+                if event is None or event.mask & flags.Q_OVERFLOW:
+                    self.settled.clear()
+                    for quiet in self._rows:
+                        quiet.touched(None)
+                    continue
+                directory = self._dir_of.get(event.wd)
+                if directory is None:
+                    continue
+                self.settled.pop(self._run_of.get(directory), None)  # type: ignore[arg-type]
+                gone = event.mask & _GONE
+                if gone:
+                    self._dir_of.pop(event.wd, None)
+                    self._wd_of.pop(directory, None)
+                for quiet in self._rows:
+                    if gone:
+                        quiet.unwatched(directory)
+                    else:
+                        quiet.touched(directory)
+        return True
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._inotify.close()
+
+
+_watches: dict[str, DirWatch] = {}
+_watches_lock = threading.Lock()
+#: Stores watched at once by a process (as many as it keeps catalogs of).
+_WATCHED_ROOTS = 2
+
+
+def watch_for(root: Path) -> DirWatch | None:
+    """This process's watch of the store at `root`; None where inotify would miss
+    changes (not a local file system) or is not available."""
+    if INotify is None:
+        return None
+    key = os.path.realpath(root)
+    with _watches_lock:
+        known = _watches.get(key)
+        if known is not None and known.pid == os.getpid():
+            return known
+    if file_system_of(key) not in LOCAL_FILE_SYSTEMS:
+        return None
+    try:
+        made = DirWatch()
+    except OSError:  # no inotify instance left for this user
+        return None
+    with _watches_lock:
+        while len(_watches) >= _WATCHED_ROOTS:
+            _watches.pop(next(iter(_watches))).close()
+        _watches[key] = made
+    return made
+
+
+def watching(root: Path) -> DirWatch | None:
+    """The watch this process made of the store at `root` already, if any."""
+    with _watches_lock:
+        known = _watches.get(os.path.realpath(root))
+    return known if known is not None and known.pid == os.getpid() else None
+
+
+def start_watching(root: Path, dirs: list[str], owner: np.ndarray,
+                   runs: list[tuple[str, str]], recorded: list[object],
+                   done: dict[str, object]) -> None:
+    """In a background thread, watch `dirs` (`DirWatch.rows_for`) and leave their
+    `QuietRows` in `done["quiet"]` (nothing where `watch_for` gives no watch)."""
+    def run() -> None:
+        watch = watch_for(root)
+        if watch is not None:
+            done["quiet"] = watch.rows_for(dirs, owner, runs, recorded)
+
+    threading.Thread(target=run, name="tracklake-dir-watch", daemon=True).start()
+
+
+def _forget_watches() -> None:
+    """In a forked child: the parent's watches are its own (reading their queue here
+    would take events from it)."""
+    _watches.clear()
+
+
+os.register_at_fork(after_in_child=_forget_watches)

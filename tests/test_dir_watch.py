@@ -1,0 +1,219 @@
+"""A process that asks again is told of changes to catalogued runs (inotify) instead of
+`stat`ing each run's paths at each question: a run changed in place, resumed, removed or
+touched is looked at again and answered as from its files, the others are not; an
+overflowed event queue makes every run looked at again; a forked child neither uses nor
+drains its parent's watch; only a local file system is watched."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from _settled import age
+
+import tracklake
+from tracklake._read import catalog, dir_watch
+from tracklake._read.catalog import CATALOG_FILE
+
+pytestmark = pytest.mark.skipif(dir_watch.INotify is None, reason="no inotify here")
+
+QUESTIONS = (
+    "SELECT run, status, attempts FROM runs ORDER BY run",
+    "SELECT run, count(*) AS n, max(step) AS last, sum(value) AS total FROM metrics "
+    "GROUP BY run ORDER BY run",
+)
+
+
+def _write(root: Path, run_id: str, steps: int = 5, start: int = 0) -> None:
+    with tracklake.init(project="p", run_id=run_id, root=root,
+                        capture_identity=False) as run:
+        for step in range(start, start + steps):
+            run.log({"loss": float(step), "acc": step / 10}, step=step)
+
+
+def _answers(root: Path) -> list[list[dict[str, Any]]]:
+    return [tracklake.query(sql, root=root).to_pylist() for sql in QUESTIONS]
+
+
+def _from_files(root: Path) -> list[list[dict[str, Any]]]:
+    """The answers of a reader with no catalog at all (a copy of the store)."""
+    copy = root.parent / f"copy-{time.monotonic_ns()}"
+    shutil.copytree(root, copy, ignore=shutil.ignore_patterns(".cache"))
+    return _answers(copy)
+
+
+class _Looked:
+    """The paths each question `stat`ed to check the catalog."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.paths: list[list[str]] = []
+        real = catalog.mtimes_of
+
+        def counted(paths: list[str]) -> np.ndarray:
+            self.paths.append(list(paths))
+            return real(paths)
+
+        monkeypatch.setattr(catalog, "mtimes_of", counted)
+
+    def during(self, root: Path) -> list[str]:
+        self.paths.clear()
+        _answers(root)
+        return sorted({p for asked in self.paths for p in asked})
+
+
+def _watched(root: Path, runs: int = 3) -> None:
+    """A store of `runs` compacted, catalogued runs, and this process watching it: the
+    second question starts the watch, the one after it finds every run as recorded."""
+    for i in range(runs):
+        _write(root, f"r{i}", steps=5 + i)
+    tracklake.compact(root=root)
+    age(root)
+    _answers(root)
+    old = time.time() - 30
+    os.utime(root / CATALOG_FILE, (old, old))  # kept by the process from now on
+    _answers(root)
+    kept = catalog._read_before[root / CATALOG_FILE][1]
+    state = catalog._watched_before[id(kept)][1].watch
+    deadline = time.monotonic() + 30
+    while "quiet" not in state:
+        assert time.monotonic() < deadline, "the watch was never in place"
+        time.sleep(0.01)
+    _answers(root)
+
+
+def _run_paths(root: Path, run: str) -> list[str]:
+    return sorted(f"{os.path.abspath(root)}/{p}"
+                  for p, _ in catalog.watched_paths(root, "p", run))
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    return tmp_path / "store"
+
+
+def test_settled_runs_are_not_looked_at_again(root: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    _watched(root)
+    looked = _Looked(monkeypatch)
+    assert looked.during(root) == []
+    assert _answers(root) == _from_files(root)
+
+
+@pytest.mark.parametrize("change", ["part rewritten in place", "mtime set", "attempt edited",
+                                    "resumed", "removed"])
+def test_a_changed_run_alone_is_looked_at_and_answered_from_its_files(
+        root: Path, monkeypatch: pytest.MonkeyPatch, change: str) -> None:
+    _watched(root)
+    before = _answers(root)
+    looked = _Looked(monkeypatch)
+    r1 = _run_paths(root, "r1")
+    [part] = (root / "metrics" / "project=p" / "run=r1").rglob("*.parquet")
+    if change == "part rewritten in place":  # the same bytes of another run's part
+        [other] = (root / "metrics" / "project=p" / "run=r2").rglob("*.parquet")
+        mtime = part.stat().st_mtime_ns
+        with open(part, "r+b") as f:
+            f.write(other.read_bytes())
+            f.truncate()
+        os.utime(part, ns=(mtime, mtime))  # as `cp -p` would leave it: the mtime as it was
+    elif change == "mtime set":
+        os.utime(part, ns=(part.stat().st_mtime_ns + 10**9,) * 2)
+    elif change == "attempt edited":
+        attempt = next((root / "runs" / "project=p" / "run=r1").rglob("attempt=*.json"))
+        mtime = attempt.stat().st_mtime_ns
+        attempt.write_bytes(attempt.read_bytes().replace(b'"finished"', b'"killed"  '))
+        os.utime(attempt, ns=(mtime + 1000, mtime + 1000))
+    elif change == "resumed":
+        _write(root, "r1", steps=3, start=100)
+    else:
+        for kind in ("metrics", "runs"):
+            shutil.rmtree(root / kind / "project=p" / "run=r1")
+    seen = looked.during(root)
+    assert seen and set(seen) <= set(r1), seen  # r1's paths, and no other run's
+    got = _answers(root)
+    if change != "mtime set":
+        assert got != before
+    assert got == _from_files(root)
+
+
+def test_an_overflowed_queue_makes_every_run_looked_at_once(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """More events than the kernel queues (`max_queued_events`) before a question: the
+    queue overflows, and every run is `stat`ed by the next question, then none."""
+    _watched(root)
+    limit = int(Path("/proc/sys/fs/inotify/max_queued_events").read_text())
+    [attempt_dir] = (root / "metrics" / "project=p" / "run=r0" / "rank=0").glob("attempt=*")
+    mark_a, mark_b = attempt_dir / "a", attempt_dir / "b"
+    mark_a.write_bytes(b"")
+    mark_b.write_bytes(b"")
+    for i in range(limit // 2 + 100):  # alternating, so that no two events are merged
+        os.utime(mark_a, ns=(i, i))
+        os.utime(mark_b, ns=(i, i))
+    mark_a.unlink()
+    mark_b.unlink()
+    looked = _Looked(monkeypatch)
+    seen = looked.during(root)
+    assert set(_run_paths(root, "r1")) <= set(seen) and set(_run_paths(root, "r2")) <= set(seen)
+    assert looked.during(root) == []  # r0's directory mtime moved: it is catalogued again
+
+
+def test_a_forked_child_neither_uses_nor_drains_its_parents_watch(
+        root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _watched(root)
+    looked = _Looked(monkeypatch)
+    [part] = (root / "metrics" / "project=p" / "run=r1").rglob("*.parquet")
+    report = tmp_path / "child"
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child's report is asserted below
+        try:
+            os.utime(part, ns=(part.stat().st_mtime_ns + 10**9,) * 2)
+            seen = looked.during(root)
+            report.write_text("\n".join(seen))
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    child_saw = report.read_text().splitlines()
+    assert set(_run_paths(root, "r0")) <= set(child_saw)  # every run: no watch of its own
+    assert looked.during(root) == _run_paths(root, "r1")  # the child left the event here
+
+
+def test_only_a_local_file_system_is_watched() -> None:
+    mountinfo = [
+        "22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw",
+        "40 22 0:40 / /data rw,relatime shared:20 - nfs4 srv:/export rw,vers=4.2",
+        r"41 40 0:41 / /data/my\040scratch rw - tmpfs tmpfs rw",
+        "42 22 0:42 / /lustre rw master:3 - lustre 10.0.0.1@tcp:/fs rw",
+    ]
+    assert dir_watch.file_system_of("/home/u/store", mountinfo) == "ext4"
+    assert dir_watch.file_system_of("/data/store", mountinfo) == "nfs4"
+    assert dir_watch.file_system_of("/data/my scratch/store", mountinfo) == "tmpfs"
+    assert dir_watch.file_system_of("/datastore", mountinfo) == "ext4"
+    assert dir_watch.file_system_of("/lustre/p/store", mountinfo) == "lustre"
+    assert dir_watch.file_system_of("/x", ["garbage", ""]) is None
+    for kind in ("nfs4", "lustre", "gpfs", "cifs", "fuse.sshfs", "9p", None):
+        assert kind not in dir_watch.LOCAL_FILE_SYSTEMS
+
+
+def test_off_by_the_environment(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(dir_watch.WATCH_ENV, "0")
+    for i in range(2):
+        _write(root, f"r{i}")
+    tracklake.compact(root=root)
+    age(root)
+    old = time.time() - 30
+    _answers(root)
+    os.utime(root / CATALOG_FILE, (old, old))
+    for _ in range(3):
+        _answers(root)
+    kept = catalog._read_before[root / CATALOG_FILE][1]
+    time.sleep(0.2)
+    assert "quiet" not in catalog._watched_before[id(kept)][1].watch
+    looked = _Looked(monkeypatch)
+    assert len(looked.during(root)) == 2 * len(_run_paths(root, "r0"))
+    monkeypatch.setenv(dir_watch.WATCH_ENV, "maybe")
+    with pytest.raises(ValueError, match=dir_watch.WATCH_ENV):
+        dir_watch.dir_watch_wanted()
