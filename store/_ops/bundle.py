@@ -25,7 +25,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Set
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -166,7 +166,7 @@ def last_build(root: Path) -> tuple[float, float]:
     return float(began), float(ended)
 
 
-def _groups(runs: list[tuple[str, str, list[str], int]], covered: set[str]
+def _groups(runs: list[tuple[str, str, list[str], int]], covered: Set[str]
             ) -> list[tuple[str, list[tuple[str, list[str], int]]]]:
     """Per project, the small runs no bundle holds a part of, in groups of at most
     `BUNDLE_MAX_VALUES` values and at least `BUNDLE_MIN_RUNS` runs."""

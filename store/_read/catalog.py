@@ -34,7 +34,7 @@ import json
 import os
 import threading
 import zlib
-from collections.abc import Container
+from collections.abc import Container, Set
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -194,7 +194,7 @@ class RunCatalog:
                 _read_before[self.path] = (key, table)
         return table
 
-    def settled(self, project: str | None, run: str | None) -> set[tuple[str, str]]:
+    def settled(self, project: str | None, run: str | None) -> Set[tuple[str, str]]:
         """(project, run) of the catalogued runs (of `project` / `run` if given) whose
         watched paths all still have the mtimes recorded: their entries are what
         `parts`, `summaries` and `attempts` give."""
@@ -219,6 +219,11 @@ class RunCatalog:
         changed = np.bincount(owner[~same], minlength=t.num_rows) > 0
         if quiet is not None and epochs is not None:
             w.watch["quiet"].settle(np.flatnonzero(look & ~changed), epochs)
+        if chosen.all() and not changed.any():  # every run as recorded: made once
+            self._valid = list(range(t.num_rows))
+            if "every run" not in w.derived:
+                w.derived["every run"] = frozenset(zip(w.projects, w.runs, strict=True))
+            return w.derived["every run"]  # type: ignore[no-any-return]
         found = set()
         for i in np.flatnonzero(chosen).tolist():
             if changed[i]:

@@ -90,12 +90,43 @@ def rank_dirs(root: Path, base: str, project: str | None, run: str | None,
     directory `base` of `root`, but of no run in `skip_runs` (their directories are not
     listed)."""
     for p, pdir in _subdirs(root, base, "project", project):
-        for r, rdir in _subdirs(root, pdir, "run", run):
+        runs = _subdirs(root, pdir, "run", run) if run is not None or not skip_runs else \
+            _runs_left(root, pdir, p, skip_runs)
+        for r, rdir in runs:
             if (p, r) in skip_runs:
                 continue
             for rank, rankdir in _subdirs(root, rdir, "rank", None):
                 if rank.isdigit():
                     yield p, r, int(rank), rankdir
+
+
+#: `_runs_left` of the last project directories listed: their names, the runs skipped,
+#: and what was left (a 10,000-run project: 5 ms a question to find none left).
+_left_before: dict[tuple[str, str], tuple[list[str], frozenset[tuple[str, str]],
+                                          list[tuple[str, str]]]] = {}
+_LEFT_BEFORE = 8
+
+
+def _runs_left(root: Path, pdir: str, project: str,
+               skip_runs: frozenset[tuple[str, str]]) -> list[tuple[str, str]]:
+    """`_subdirs(root, pdir, "run", None)` but for the runs of `project` in
+    `skip_runs`; the answer kept while the directory lists the same names (a kept
+    listing gives the very same strings, so comparing them costs little) and
+    `skip_runs` is the same object."""
+    try:
+        names = subdirs_at(root, pdir)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    key = (str(root), pdir)
+    known = _left_before.get(key)
+    if known is not None and known[1] is skip_runs and known[0] == names:
+        return known[2]
+    left = [(n[4:], f"{pdir}/{n}") for n in names
+            if n.startswith("run=") and (project, n[4:]) not in skip_runs]
+    if len(_left_before) >= _LEFT_BEFORE:
+        _left_before.pop(next(iter(_left_before)))
+    _left_before[key] = (names, skip_runs, left)
+    return left
 
 
 def list_streams(root: Path, project: str | None = None, run: str | None = None,
