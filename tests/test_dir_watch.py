@@ -104,8 +104,8 @@ def test_settled_runs_are_not_looked_at_again(root: Path,
     assert _answers(root) == _from_files(root)
 
 
-@pytest.mark.parametrize("change", ["part rewritten in place", "mtime set", "attempt edited",
-                                    "resumed", "removed"])
+@pytest.mark.parametrize("change", ["part rewritten in place", "through a hard link",
+                                    "mtime set", "attempt edited", "resumed", "removed"])
 def test_a_changed_run_alone_is_looked_at_and_answered_from_its_files(
         root: Path, monkeypatch: pytest.MonkeyPatch, change: str) -> None:
     _watched(root)
@@ -120,6 +120,15 @@ def test_a_changed_run_alone_is_looked_at_and_answered_from_its_files(
             f.write(other.read_bytes())
             f.truncate()
         os.utime(part, ns=(mtime, mtime))  # as `cp -p` would leave it: the mtime as it was
+    elif change == "through a hard link":  # from outside the run's directories
+        [other] = (root / "metrics" / "project=p" / "run=r2").rglob("*.parquet")
+        mtime = part.stat().st_mtime_ns
+        elsewhere = root.parent / "hard-link.parquet"
+        os.link(part, elsewhere)
+        with open(elsewhere, "r+b") as f:
+            f.write(other.read_bytes())
+            f.truncate()
+        os.utime(elsewhere, ns=(mtime, mtime))
     elif change == "mtime set":
         os.utime(part, ns=(part.stat().st_mtime_ns + 10**9,) * 2)
     elif change == "attempt edited":

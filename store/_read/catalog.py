@@ -424,20 +424,20 @@ def _quiet_rows(root: Path, w: _Watched) -> tuple[np.ndarray | None, np.ndarray 
     return None, None
 
 
-def _to_watch(w: _Watched) -> tuple[list[str], np.ndarray, list[tuple[str, str]], list[object]]:
-    """The directories among `w`'s paths, the row of each, each row's run, and what
-    the table records of each row's paths (`DirWatch.rows_for`)."""
-    dirs = [i for i, path in enumerate(w.paths) if not path.endswith(_WATCHED_FILES)]
+def _to_watch(w: _Watched) -> tuple[list[str], np.ndarray, np.ndarray,
+                                     list[tuple[str, str]], list[object]]:
+    """`w`'s paths, which of them are directories, the row of each, each row's run, and
+    what the table records of each row's paths (`DirWatch.rows_for`)."""
+    is_dir = np.array([not path.endswith(_WATCHED_FILES) for path in w.paths], dtype=bool)
     bounds = np.searchsorted(w.owner, np.arange(len(w.runs) + 1)).tolist()
     recorded: list[object] = [
         ("\0".join(w.paths[a:b]), w.recorded[a:b].tobytes())
         for a, b in itertools.pairwise(bounds)]
-    return ([w.paths[i] for i in dirs], w.owner[dirs],
-            list(zip(w.projects, w.runs, strict=True)), recorded)
+    return (w.paths, is_dir, w.owner, list(zip(w.projects, w.runs, strict=True)), recorded)
 
 
 #: The files among a run's watched paths (its parts, its attempt files); the rest are
-#: the directories that hold them.
+#: the directories that hold them (watched for names made, removed or renamed).
 _WATCHED_FILES = (".parquet", ".json")
 
 

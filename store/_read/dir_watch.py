@@ -3,16 +3,18 @@
 A question checks each catalogued run's watched paths against the mtimes the catalog
 recorded (`RunCatalog.settled`): 70,000 `stat`s at 10,000 runs, about 0.1 s of every
 question. A process that asks again (a notebook, the dashboard) can instead be told of
-changes: inotify watches on each run's directories report any entry made, removed or
-renamed in them and any write to, or mtime set on, a file in them (`MASK`). A run whose
-paths all matched after its directories were watched, and whose directories reported
-nothing since, is as the catalog says: it is not `stat`ed again.
+changes: inotify watches on each of those paths report any entry made, removed or
+renamed in the run's directories (`DIR_MASK`), and any write to, mtime or link count
+set on, removal or rename of its part and attempt files (`FILE_MASK`; watched as files,
+so that a write through a hard link from elsewhere is heard too). A run whose paths all
+matched after they were watched, and that reported nothing since, is as the catalog
+says: it is not `stat`ed again.
 
 Used only where inotify hears every change: a local file system (`LOCAL_FILE_SYSTEMS`;
 on NFS, Lustre and the like another host's change makes no event here), from the second
 question of a process on a catalog (a command that asks once never pays to watch), with
-the watches added in a background thread, never beyond `MAX_WATCHES` per process. A run
-some of whose directories are not watched (absent, a link, past the limit, removed or
+the watches added in a background thread, never beyond `max_watches()` per process. A
+run some of whose paths are not watched (absent, a link, past the limit, removed or
 moved since) is `stat`ed by every question as before; an overflow of the event queue
 makes every run `stat`ed again once. A forked child starts with no watches: it must not
 read its parent's queue.
@@ -40,15 +42,26 @@ except (ImportError, OSError):  # not Linux, or no inotify in this libc
 LOCAL_FILE_SYSTEMS = frozenset({
     "ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "ramfs", "f2fs", "zfs", "bcachefs",
     "jfs", "reiserfs", "overlay"})
-#: Watches one process adds at most (each costs the kernel about 1 KB, and they count
-#: against the user's `fs.inotify.max_user_watches`, shared with editors and tools).
-MAX_WATCHES = 65_536
+#: Watches one process adds at most (each keeps its file's inode in the kernel's memory,
+#: about 1 KB, and they count against the user's `fs.inotify.max_user_watches`, shared
+#: with editors and tools: at most half of that).
+MAX_WATCHES = 131_072
 
 if INotify is not None:
-    MASK = (flags.MODIFY | flags.ATTRIB | flags.CLOSE_WRITE | flags.CREATE | flags.DELETE
-            | flags.MOVED_FROM | flags.MOVED_TO | flags.DELETE_SELF | flags.MOVE_SELF
-            | flags.ONLYDIR | flags.DONT_FOLLOW)
+    FILE_MASK = (flags.MODIFY | flags.ATTRIB | flags.CLOSE_WRITE | flags.DELETE_SELF
+                 | flags.MOVE_SELF | flags.DONT_FOLLOW)
+    DIR_MASK = (FILE_MASK | flags.CREATE | flags.DELETE | flags.MOVED_FROM | flags.MOVED_TO
+                | flags.ONLYDIR)
     _GONE = flags.DELETE_SELF | flags.MOVE_SELF | flags.IGNORED | flags.UNMOUNT
+
+
+def max_watches() -> int:
+    """`MAX_WATCHES`, or half the user's `fs.inotify.max_user_watches` if less."""
+    try:
+        with open("/proc/sys/fs/inotify/max_user_watches", encoding="ascii") as f:
+            return min(MAX_WATCHES, int(f.read(32)) // 2)
+    except (OSError, ValueError):
+        return MAX_WATCHES
 
 
 #: Set to 0 to `stat` every catalogued run's paths at every question, as where no
@@ -97,15 +110,15 @@ class QuietRows:
     of them reported an event since (that look may have been made on an earlier table
     of the same store, for a run recorded there with the same paths and mtimes)."""
 
-    def __init__(self, watch: DirWatch, dirs: list[str], owner: np.ndarray,
+    def __init__(self, watch: DirWatch, paths: list[str], owner: np.ndarray,
                  runs: list[tuple[str, str]], recorded: list[object]) -> None:
         self.watch = watch
-        self.row_of = dict(zip(dirs, owner.tolist(), strict=True))
+        self.row_of = dict(zip(paths, owner.tolist(), strict=True))
         self.runs = runs  # (project, run) of each row
         self.recorded = recorded  # what the table records of each row's paths
         self.quiet = np.zeros(len(runs), dtype=bool)
         self.epoch = np.zeros(len(runs), dtype=np.int64)  # bumped by each event of the row
-        self.watched = np.ones(len(runs), dtype=bool)  # every directory of the row watched
+        self.watched = np.ones(len(runs), dtype=bool)  # every path of the row watched
 
     def look(self) -> tuple[np.ndarray, np.ndarray] | None:
         """(quiet, epochs) as of now (events so far taken in); None if this process may
@@ -124,20 +137,20 @@ class QuietRows:
                 self.quiet[row] = True
                 self.watch.settled[self.runs[row]] = self.recorded[row]
 
-    def touched(self, directory: str | None) -> None:
-        row = None if directory is None else self.row_of.get(directory)
-        if directory is None:  # the queue overflowed: anything may have changed
+    def touched(self, path: str | None) -> None:
+        row = None if path is None else self.row_of.get(path)
+        if path is None:  # the queue overflowed: anything may have changed
             self.quiet[:] = False
             self.epoch += 1
         elif row is not None:
             self.quiet[row] = False
             self.epoch[row] += 1
 
-    def unwatched(self, directory: str) -> None:
-        row = self.row_of.get(directory)
+    def unwatched(self, path: str) -> None:
+        row = self.row_of.get(path)
         if row is not None:
             self.watched[row] = False
-            self.touched(directory)
+            self.touched(path)
 
 
 class DirWatch:
@@ -150,37 +163,39 @@ class DirWatch:
         #: runs found as recorded since their directories were watched: what was recorded
         self.settled: dict[tuple[str, str], object] = {}
         self._inotify = INotify(nonblocking=True)
-        self._dir_of: dict[int, str] = {}
+        self._path_of: dict[int, str] = {}
         self._wd_of: dict[str, int] = {}
         self._run_of: dict[str, tuple[str, str]] = {}
         self._rows: weakref.WeakSet[QuietRows] = weakref.WeakSet()
         self._full = False
 
-    def rows_for(self, dirs: list[str], owner: np.ndarray, runs: list[tuple[str, str]],
-                 recorded: list[object]) -> QuietRows:
-        """Watch `dirs` (absolute; row `owner[i]`, run `runs[owner[i]]`, holds `dirs[i]`)
-        of a table recording `recorded[row]` of each row's paths, and the table's
-        `QuietRows`. Rows with a directory that could not be watched are never quiet;
-        rows recorded as a run was when found settled, and not changed since, are."""
-        quiet = QuietRows(self, dirs, owner, runs, recorded)
+    def rows_for(self, paths: list[str], is_dir: np.ndarray, owner: np.ndarray,
+                 runs: list[tuple[str, str]], recorded: list[object]) -> QuietRows:
+        """Watch `paths` (absolute; directories where `is_dir`; row `owner[i]`, run
+        `runs[owner[i]]`, holds `paths[i]`) of a table recording `recorded[row]` of each
+        row's paths, and the table's `QuietRows`. Rows with a path that could not be
+        watched are never quiet; rows recorded as a run was when found settled, and not
+        changed since, are."""
+        quiet = QuietRows(self, paths, owner, runs, recorded)
         with self.lock:
             self._rows.add(quiet)
-        for directory, row in zip(dirs, owner.tolist(), strict=True):
-            if directory in self._wd_of:
+        limit = max_watches()
+        for path, directory, row in zip(paths, is_dir.tolist(), owner.tolist(), strict=True):
+            if path in self._wd_of:
                 continue
-            if self._full or len(self._wd_of) >= MAX_WATCHES:
+            if self._full or len(self._wd_of) >= limit:
                 quiet.watched[row] = False
                 continue
             try:
-                wd = self._inotify.add_watch(directory, MASK)
-            except OSError as exc:  # absent, a link or not a directory, or no watch left
+                wd = self._inotify.add_watch(path, DIR_MASK if directory else FILE_MASK)
+            except OSError as exc:  # absent, a link, not what it should be, or no watch left
                 self._full = self._full or exc.errno == errno.ENOSPC
                 quiet.watched[row] = False
                 continue
             with self.lock:
-                self._dir_of[wd] = directory
-                self._wd_of[directory] = wd
-                self._run_of[directory] = runs[row]
+                self._path_of[wd] = path
+                self._wd_of[path] = wd
+                self._run_of[path] = runs[row]
         self.drain()
         with self.lock:
             for row, run in enumerate(runs):
@@ -203,19 +218,19 @@ class DirWatch:
                     for quiet in self._rows:
                         quiet.touched(None)
                     continue
-                directory = self._dir_of.get(event.wd)
-                if directory is None:
+                path = self._path_of.get(event.wd)
+                if path is None:
                     continue
-                self.settled.pop(self._run_of.get(directory), None)  # type: ignore[arg-type]
+                self.settled.pop(self._run_of.get(path), None)  # type: ignore[arg-type]
                 gone = event.mask & _GONE
                 if gone:
-                    self._dir_of.pop(event.wd, None)
-                    self._wd_of.pop(directory, None)
+                    self._path_of.pop(event.wd, None)
+                    self._wd_of.pop(path, None)
                 for quiet in self._rows:
                     if gone:
-                        quiet.unwatched(directory)
+                        quiet.unwatched(path)
                     else:
-                        quiet.touched(directory)
+                        quiet.touched(path)
         return True
 
     def close(self) -> None:
@@ -259,15 +274,15 @@ def watching(root: Path) -> DirWatch | None:
     return known if known is not None and known.pid == os.getpid() else None
 
 
-def start_watching(root: Path, dirs: list[str], owner: np.ndarray,
+def start_watching(root: Path, paths: list[str], is_dir: np.ndarray, owner: np.ndarray,
                    runs: list[tuple[str, str]], recorded: list[object],
                    done: dict[str, object]) -> None:
-    """In a background thread, watch `dirs` (`DirWatch.rows_for`) and leave their
+    """In a background thread, watch `paths` (`DirWatch.rows_for`) and leave their
     `QuietRows` in `done["quiet"]` (nothing where `watch_for` gives no watch)."""
     def run() -> None:
         watch = watch_for(root)
         if watch is not None:
-            done["quiet"] = watch.rows_for(dirs, owner, runs, recorded)
+            done["quiet"] = watch.rows_for(paths, is_dir, owner, runs, recorded)
 
     threading.Thread(target=run, name="tracklake-dir-watch", daemon=True).start()
 
