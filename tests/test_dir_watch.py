@@ -190,6 +190,22 @@ def test_a_forked_child_neither_uses_nor_drains_its_parents_watch(
     assert looked.during(root) == _run_paths(root, "r1")  # the child left the event here
 
 
+def test_a_store_whose_watch_was_closed_for_others_is_looked_at_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process watches two stores at most: watching a third closes the first's watch,
+    whose runs are then `stat`ed again (and watched anew), never taken as quiet."""
+    roots = [tmp_path / f"store{i}" for i in range(3)]
+    for root in roots:
+        _watched(root, runs=2)
+    first = roots[0]
+    [part] = (first / "metrics" / "project=p" / "run=r1").rglob("*.parquet")
+    os.utime(part, ns=(part.stat().st_mtime_ns + 10**9,) * 2)
+    looked = _Looked(monkeypatch)
+    seen = looked.during(first)
+    assert set(_run_paths(first, "r0")) <= set(seen)  # every run of it: no watch left
+    assert _answers(first) == _from_files(first)
+
+
 def test_only_a_local_file_system_is_watched() -> None:
     mountinfo = [
         "22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw",

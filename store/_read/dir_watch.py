@@ -192,6 +192,9 @@ class DirWatch:
                 self._full = self._full or exc.errno == errno.ENOSPC
                 quiet.watched[row] = False
                 continue
+            except ValueError:  # closed meanwhile (another store's watch took its place)
+                quiet.watched[:] = False
+                break
             with self.lock:
                 self._path_of[wd] = path
                 self._wd_of[path] = wd
@@ -205,11 +208,13 @@ class DirWatch:
 
     def drain(self) -> bool:
         """Take in the events so far; False if this watch may not be used here."""
-        if os.getpid() != self.pid or self._inotify.closed:
+        if os.getpid() != self.pid:
             return False
         with self.lock:
             try:
                 events = self._inotify.read(timeout=0)
+            except ValueError:  # closed: another store's watch took its place
+                return False
             except OSError:
                 events = [None]  # unreadable: treated as an overflow
             for event in events:
@@ -234,7 +239,7 @@ class DirWatch:
         return True
 
     def close(self) -> None:
-        with contextlib.suppress(OSError):
+        with self.lock, contextlib.suppress(OSError):
             self._inotify.close()
 
 
@@ -261,6 +266,11 @@ def watch_for(root: Path) -> DirWatch | None:
     except OSError:  # no inotify instance left for this user
         return None
     with _watches_lock:
+        known = _watches.get(key)
+        if known is not None and known.pid == os.getpid():  # made meanwhile
+            made.close()
+            return known
+        _watches.pop(key, None)
         while len(_watches) >= _WATCHED_ROOTS:
             _watches.pop(next(iter(_watches))).close()
         _watches[key] = made
