@@ -58,6 +58,7 @@ from tracklake._format.part_bounds import part_read_limit
 from tracklake._format.part_summary import SUMMARY_SCHEMA
 from tracklake._format.schema import empty_table
 from tracklake._format.store_clock import store_now_ns
+from tracklake._format.switches import switched_on
 from tracklake._read.attempt_rows import ATTEMPTS_SCHEMA
 from tracklake._read.catalog_checks import decodes_within, holds_no_nulls, paths_inside
 from tracklake._read.decoded import RACY_SECONDS
@@ -73,12 +74,7 @@ TRUST_MTIMES_ENV = "TRACKLAKE_TRUST_MTIMES"
 
 def mtimes_trusted() -> bool:
     """Whether the catalog and bundles may be used (`TRUST_MTIMES_ENV`, on by default)."""
-    value = os.environ.get(TRUST_MTIMES_ENV, "").strip().lower()
-    if value in ("", "1", "true", "yes", "on"):
-        return True
-    if value in ("0", "false", "no", "off"):
-        return False
-    raise ValueError(f"{TRUST_MTIMES_ENV}={value!r}: give 1 or 0")
+    return switched_on(TRUST_MTIMES_ENV)
 
 
 #: Not `.arrows`: globs for live segments must never find it.

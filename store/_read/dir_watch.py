@@ -33,6 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
+from tracklake._format.switches import switched_on
+
 try:
     from inotify_simple import INotify, flags
 except (ImportError, OSError):  # not Linux, or no inotify in this libc
@@ -72,12 +74,7 @@ WATCH_ENV = "TRACKLAKE_WATCH_DIRS"
 def dir_watch_wanted() -> bool:
     """Whether questions may be told of changes instead of looking (`WATCH_ENV`, on by
     default)."""
-    value = os.environ.get(WATCH_ENV, "").strip().lower()
-    if value in ("", "1", "true", "yes", "on"):
-        return True
-    if value in ("0", "false", "no", "off"):
-        return False
-    raise ValueError(f"{WATCH_ENV}={value!r}: give 1 or 0")
+    return switched_on(WATCH_ENV)
 
 
 def file_system_of(path: str, mountinfo: Sequence[str] | None = None) -> str | None:
