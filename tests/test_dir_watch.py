@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 from _settled import age
+from test_run_catalog import _write
 
 import tracklake
 from tracklake._read import catalog, dir_watch
@@ -27,13 +28,6 @@ QUESTIONS = (
     "SELECT run, count(*) AS n, max(step) AS last, sum(value) AS total FROM metrics "
     "GROUP BY run ORDER BY run",
 )
-
-
-def _write(root: Path, run_id: str, steps: int = 5, start: int = 0) -> None:
-    with tracklake.init(project="p", run_id=run_id, root=root,
-                        capture_identity=False) as run:
-        for step in range(start, start + steps):
-            run.log({"loss": float(step), "acc": step / 10}, step=step)
 
 
 def _answers(root: Path) -> list[list[dict[str, Any]]]:
