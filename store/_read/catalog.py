@@ -36,6 +36,7 @@ import threading
 import zlib
 from collections.abc import Container, Set
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -416,7 +417,7 @@ def _quiet_rows(root: Path, w: _Watched) -> tuple[np.ndarray | None, np.ndarray 
         state.clear()  # a forked child's: it watches anew
     state["asked"] = asked = state.get("asked", 0) + 1
     if asked == 2 and dir_watch_wanted():
-        start_watching(root, *_to_watch(w), state)
+        start_watching(root, partial(_to_watch, w), state)
     return None, None
 
 
