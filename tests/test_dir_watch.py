@@ -200,6 +200,33 @@ def test_a_store_whose_watch_was_closed_for_others_is_looked_at_again(
     assert _answers(first) == _from_files(first)
 
 
+@pytest.mark.parametrize("replaced", ["the store", "its metrics", "a project"])
+def test_a_store_replaced_by_a_copy_at_its_path_is_watched_anew(
+        root: Path, monkeypatch: pytest.MonkeyPatch, replaced: str) -> None:
+    """The store (or a directory above its runs) moved aside and a copy with the same
+    mtimes put at its path, as a restore does: the watches follow the old directories,
+    so the copy's runs are `stat`ed again and a change to the copy is seen."""
+    _watched(root)
+    target = {"the store": root, "its metrics": root / "metrics",
+              "a project": root / "metrics" / "project=p"}[replaced]
+    aside = target.with_name(target.name + ".old")
+    target.rename(aside)
+    shutil.copytree(aside, target, symlinks=True)  # copy2: the mtimes as they were
+    for path in [*sorted(aside.rglob("*"), reverse=True), aside]:
+        relative = path.relative_to(aside)
+        st = path.stat()
+        os.utime(target / relative, ns=(st.st_atime_ns, st.st_mtime_ns))
+    _answers(root)
+    [part] = (root / "metrics" / "project=p" / "run=r1").rglob("*.parquet")
+    [other] = (root / "metrics" / "project=p" / "run=r2").rglob("*.parquet")
+    mtime = part.stat().st_mtime_ns
+    part.write_bytes(other.read_bytes())
+    os.utime(part, ns=(mtime, mtime))
+    looked = _Looked(monkeypatch)
+    assert set(_run_paths(root, "r1")) <= set(looked.during(root))
+    assert _answers(root) == _from_files(root)
+
+
 def test_only_a_local_file_system_is_watched() -> None:
     mountinfo = [
         "22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw",

@@ -409,7 +409,7 @@ def _quiet_rows(root: Path, w: _Watched) -> tuple[np.ndarray | None, np.ndarray 
     rows = state.get("quiet")
     if rows is None and not state and dir_watch_wanted() and \
             (watch := watching(root)) is not None:
-        rows = state["quiet"] = watch.rows_for(*_to_watch(w))
+        rows = state["quiet"] = watch.rows_for(*_to_watch(root, w))
     if rows is not None:
         seen: tuple[np.ndarray, np.ndarray] | None = rows.look()
         if seen is not None:
@@ -417,20 +417,27 @@ def _quiet_rows(root: Path, w: _Watched) -> tuple[np.ndarray | None, np.ndarray 
         state.clear()  # a forked child's: it watches anew
     state["asked"] = asked = state.get("asked", 0) + 1
     if asked == 2 and dir_watch_wanted():
-        start_watching(root, partial(_to_watch, w), state)
+        start_watching(root, partial(_to_watch, root, w), state)
     return None, None
 
 
-def _to_watch(w: _Watched) -> tuple[list[str], np.ndarray, np.ndarray,
-                                     list[tuple[str, str]], list[object]]:
-    """`w`'s paths, which of them are directories, the row of each, each row's run, and
-    what the table records of each row's paths (`DirWatch.rows_for`)."""
+def _to_watch(root: Path, w: _Watched) -> tuple[list[str], np.ndarray, np.ndarray,
+                                                 list[tuple[str, str]], list[object],
+                                                 list[str]]:
+    """`w`'s paths, which of them are directories, the row of each, each row's run, what
+    the table records of each row's paths, and the directories above the runs' (the
+    store, its kinds, their projects) (`DirWatch.rows_for`)."""
     is_dir = np.array([not path.endswith(_WATCHED_FILES) for path in w.paths], dtype=bool)
     bounds = np.searchsorted(w.owner, np.arange(len(w.runs) + 1)).tolist()
     recorded: list[object] = [
         ("\0".join(w.paths[a:b]), w.recorded[a:b].tobytes())
         for a, b in itertools.pairwise(bounds)]
-    return (w.paths, is_dir, w.owner, list(zip(w.projects, w.runs, strict=True)), recorded)
+    top = os.path.abspath(root)
+    anchors = [top, *(f"{top}{os.sep}{kind}" for kind in ("metrics", "runs")),
+               *(f"{top}{os.sep}{kind}{os.sep}project={p}" for p in sorted(set(w.projects))
+                 for kind in ("metrics", "runs"))]
+    return (w.paths, is_dir, w.owner, list(zip(w.projects, w.runs, strict=True)), recorded,
+            anchors)
 
 
 #: The files among a run's watched paths (its parts, its attempt files); the rest are

@@ -101,6 +101,15 @@ def file_system_of(path: str, mountinfo: Sequence[str] | None = None) -> str | N
     return kind
 
 
+def _identity(path: str) -> tuple[int, int] | None:
+    """(device, inode) of what `path` is now; None if nothing is there."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
 class QuietRows:
     """Which rows (runs) of one catalog table are known unchanged: every path matched
     the catalog at a look made once all the run's directories were watched, and none
@@ -165,17 +174,25 @@ class DirWatch:
         self._run_of: dict[str, tuple[str, str]] = {}
         self._rows: weakref.WeakSet[QuietRows] = weakref.WeakSet()
         self._full = False
+        #: the directories above the watched ones (the store, its kinds, their projects)
+        #: and what each was when first watched below: one moved away and another put
+        #: in its place (a restore) leaves every watch below on the old one
+        self._anchors: dict[str, tuple[int, int] | None] = {}
 
     def rows_for(self, paths: list[str], is_dir: np.ndarray, owner: np.ndarray,
-                 runs: list[tuple[str, str]], recorded: list[object]) -> QuietRows:
+                 runs: list[tuple[str, str]], recorded: list[object],
+                 anchors: list[str]) -> QuietRows:
         """Watch `paths` (absolute; directories where `is_dir`; row `owner[i]`, run
         `runs[owner[i]]`, holds `paths[i]`) of a table recording `recorded[row]` of each
-        row's paths, and the table's `QuietRows`. Rows with a path that could not be
-        watched are never quiet; rows recorded as a run was when found settled, and not
-        changed since, are."""
+        row's paths, below the directories `anchors`, and the table's `QuietRows`. Rows
+        with a path that could not be watched are never quiet; rows recorded as a run
+        was when found settled, and not changed since, are."""
         quiet = QuietRows(self, paths, owner, runs, recorded)
         with self.lock:
             self._rows.add(quiet)
+            for anchor in anchors:
+                if anchor not in self._anchors:  # taken before anything below is watched
+                    self._anchors[anchor] = _identity(anchor)
         limit = max_watches()
         for path, directory, row in zip(paths, is_dir.tolist(), owner.tolist(), strict=True):
             if path in self._wd_of:
@@ -208,6 +225,10 @@ class DirWatch:
         if os.getpid() != self.pid:
             return False
         with self.lock:
+            if any(_identity(a) != known for a, known in self._anchors.items()):
+                with contextlib.suppress(OSError):
+                    self._inotify.close()  # replaced above the watches: watched anew
+                return False
             try:
                 events = self._inotify.read(timeout=0)
             except ValueError:  # closed: another store's watch took its place
@@ -235,6 +256,11 @@ class DirWatch:
                         quiet.touched(path)
         return True
 
+    def usable(self) -> bool:
+        """Whether this process may go on with this watch (not a forked child's, not
+        closed for another store's or after what is above it was replaced)."""
+        return os.getpid() == self.pid and not self._inotify.closed
+
     def close(self) -> None:
         with self.lock, contextlib.suppress(OSError):
             self._inotify.close()
@@ -254,7 +280,7 @@ def watch_for(root: Path) -> DirWatch | None:
     key = os.path.realpath(root)
     with _watches_lock:
         known = _watches.get(key)
-        if known is not None and known.pid == os.getpid():
+        if known is not None and known.usable():
             return known
     if file_system_of(key) not in LOCAL_FILE_SYSTEMS:
         return None
@@ -264,7 +290,7 @@ def watch_for(root: Path) -> DirWatch | None:
         return None
     with _watches_lock:
         known = _watches.get(key)
-        if known is not None and known.pid == os.getpid():  # made meanwhile
+        if known is not None and known.usable():  # made meanwhile
             made.close()
             return known
         _watches.pop(key, None)
@@ -278,11 +304,12 @@ def watching(root: Path) -> DirWatch | None:
     """The watch this process made of the store at `root` already, if any."""
     with _watches_lock:
         known = _watches.get(os.path.realpath(root))
-    return known if known is not None and known.pid == os.getpid() else None
+    return known if known is not None and known.usable() else None
 
 
 def start_watching(root: Path, what: Callable[[], tuple[list[str], np.ndarray, np.ndarray,
-                                                       list[tuple[str, str]], list[object]]],
+                                                       list[tuple[str, str]], list[object],
+                                                       list[str]]],
                    done: dict[str, object]) -> None:
     """In a background thread, watch the paths `what()` gives (`DirWatch.rows_for`'s
     arguments, made there too: 70,000 paths take a question 20 ms) and leave their
