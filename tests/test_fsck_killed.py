@@ -74,7 +74,7 @@ def test_a_repair_killed_or_interrupted_anywhere_loses_nothing_and_the_next_fini
     kept = _rows(reference)
     assert len(kept) == 70 * 200 * 40
     rng = random.Random(11)
-    for attempt in range(9):
+    for attempt in range(6):
         root = tmp_path / f"s{attempt}"
         shutil.copytree(template, root)
         (seg,) = (root / "metrics").rglob("*.arrows")
