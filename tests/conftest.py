@@ -38,6 +38,18 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """With `--dist loadgroup`, a test of an `xdist_group` must carry its group in its id:
+    pytest-xdist schedules by that suffix. pytest 9.2 ignores the way pytest-xdist 3.8
+    adds it (pytest-dev/pytest-xdist#1386), which spread each group's tests over every
+    worker without a word: heavy jobs ran side by side and session fixtures ran twice."""
+    if (getattr(item.config.option, "loadgroup", False)
+            and item.get_closest_marker("xdist_group") and "@" not in item.nodeid):
+        pytest.fail("--dist loadgroup did not group this test: pytest-xdist cannot add the "
+                    "group to a test's id on this pytest (pyproject.toml pins a range that "
+                    "can)", pytrace=False)
+
+
 @pytest.fixture(autouse=True)
 def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     """No test sees the developer's TRACKLAKE_/WANDB_/MLFLOW_ settings or launcher ids.
