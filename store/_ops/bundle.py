@@ -56,6 +56,7 @@ from tracklake._read.bundles import (
     usable,
 )
 from tracklake._read.catalog import RunCatalog, mtime_ns
+from tracklake._read.location import regular_file_at
 from tracklake._read.scope import scope_of_views
 from tracklake._read.snapshot import Snapshot, with_partitions
 
@@ -216,6 +217,9 @@ def _write_bundle(root: Path, project: str, sources: list[tuple[str, int]]) -> P
             parse_part_name(names[5]) is not None else None
         if stream is None:
             raise _Damaged(path, FormatError(f"{path}: not where a part of {project} lies"))
+        if not regular_file_at(root, path):  # a catalog planted, naming a link or a FIFO
+            raise _Damaged(path, FormatError(
+                f"{path}: a link, reached through one, or not a regular file"))
         try:
             table = read_part_table(root / path)
         except FileNotFoundError:

@@ -34,7 +34,7 @@ import json
 import os
 import threading
 import zlib
-from collections.abc import Container, Set
+from collections.abc import Container, Iterable, Set
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -64,7 +64,7 @@ from tracklake._read.attempt_rows import ATTEMPTS_SCHEMA
 from tracklake._read.catalog_checks import decodes_within, holds_no_nulls, paths_inside
 from tracklake._read.decoded import RACY_SECONDS
 from tracklake._read.dir_watch import dir_watch_wanted, start_watching, watching
-from tracklake._read.location import is_url
+from tracklake._read.location import is_url, regular_file_at
 from tracklake._read.mtimes import ABSENT, mtimes_of
 
 #: Set to 0 where the file system's modification times cannot be trusted (a change that
@@ -257,6 +257,27 @@ class RunCatalog:
     def parts(self) -> list[tuple[str, int, int, int]]:
         """(path, first_seq, last_seq, last_segment) of the settled runs' metric parts."""
         return self._derived("parts", _parts_of)  # type: ignore[no-any-return]
+
+    def check_reached(self, paths: Iterable[str]) -> None:
+        """Raise FileNotFoundError naming the first of `paths` (the settled runs' parts,
+        relative to the root, about to be read or copied) that is not a regular file
+        reached through no link. A listing never follows a link nor takes a FIFO, so a
+        catalog that names one was planted, or its run was changed since in a way its
+        mtimes hide; a caller then reads the store without the catalog, which is
+        rewritten. Paths found plain are remembered with the kept table while every run
+        in it is as recorded (a part read at each question is checked once)."""
+        whole = self._settled_rows() is self._table and self._table.num_rows
+        known: set[str] = _watched_of(self.root, self._table).derived.setdefault(
+            "reached", set()) if whole else set()
+        for rel in paths:
+            if rel in known:
+                continue
+            if not regular_file_at(self.root, rel):
+                raise FileNotFoundError(
+                    f"{self.root / rel}: the run catalog names it as a part, but it is a "
+                    "link, is reached through one, or is not a regular file: the store "
+                    "is read without the catalog")
+            known.add(rel)
 
     def files(self) -> dict[str, int]:
         """Path → mtime of what the settled runs' entries watch (their directories and

@@ -205,6 +205,12 @@ def through_no_link(root: Path, rel: str) -> bool:
     return no_link_on_the_way(root, rel)
 
 
+def regular_file_at(root: Path, rel: str) -> bool:
+    """True if `rel` under the local `root` is a regular file reached through no link: no
+    link, FIFO or device a planted state file names is read (or waited on)."""
+    return through_no_link(root, rel) and is_regular_file(root / rel)
+
+
 def regular_blob(root: Path, digest: str) -> Path | None:
     """The path of blob `digest` if the store holds it as a regular file reached through
     no link; None if it is missing, a link, FIFO or device stands in its place, or the
@@ -215,7 +221,7 @@ def regular_blob(root: Path, digest: str) -> Path | None:
     if isinstance(root, ObjectPath):
         return path if path.is_file() else None
     rel = f"blobs/sha256/{digest[:2]}/{digest}"
-    return path if through_no_link(root, rel) and is_regular_file(path) else None
+    return path if regular_file_at(root, rel) else None
 
 
 def regular_files_in(directory: Path) -> tuple[list[str], list[str]]:

@@ -152,6 +152,7 @@ class Snapshot:
             else:
                 settled_left = len(settled)
             start_builder(root, settled_left)
+        catalog.check_reached(path for path, *_ in catalogued_parts)
         self.parts["metrics"].extend(Part(first, last, segment, root / path)
                                      for path, first, last, segment in catalogued_parts)
         #: every attempt of the runs in scope, as `run_attempts` rows (statuses as recorded)

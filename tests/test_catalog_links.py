@@ -1,0 +1,155 @@
+"""A run catalog names files by path, and its entries are checked by mtimes, which `stat`
+takes through a link: a catalog planted in a restored backup (or left behind by a run
+whose part was later swapped for a link or a FIFO, its mtimes set back) must not make a
+question or the bundle builder read a file outside the store, nor wait on a FIFO."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import zlib
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from _settled import age
+
+import tracklake
+from tracklake._ops import bundle
+from tracklake._ops.bundle import build_bundles
+from tracklake._read import bundles
+from tracklake._read.bundles import bundle_paths, read_bundle
+from tracklake._read.catalog import CATALOG_FILE, CATALOG_VERSION
+
+QUESTIONS = (
+    "SELECT project, run, status FROM runs ORDER BY ALL",
+    "SELECT project, run, count(*) AS n, max(value) AS top FROM metrics GROUP BY ALL "
+    "ORDER BY ALL",
+    "SELECT run, step, value FROM metrics WHERE run = 'r0' ORDER BY ALL",
+)
+
+
+def _store(root: Path, project: str, runs: int, scale: float) -> None:
+    for i in range(runs):
+        with tracklake.init(project=project, run_id=f"r{i}", root=root,
+                            capture_identity=False) as run:
+            for step in range(5):
+                run.log({"loss": scale * (step + i)}, step=step)
+    tracklake.compact(root=root)
+    age(root)
+    tracklake.query(QUESTIONS[1], root=root)  # writes the catalog
+    assert (root / CATALOG_FILE).exists()
+
+
+def _catalog(root: Path) -> pa.Table:
+    body = (root / CATALOG_FILE).read_bytes().partition(b"\n")[2]
+    return pa.ipc.open_stream(body).read_all()
+
+
+def _put_catalog(root: Path, table: pa.Table) -> None:
+    """`table` signed as the store's catalog, under a new inode (as a reader writes it)."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    body = sink.getvalue().to_pybytes()
+    header = json.dumps({"version": CATALOG_VERSION, "crc32": zlib.crc32(body)}).encode()
+    tmp = root / CATALOG_FILE.with_suffix(".planted")
+    tmp.write_bytes(header + b"\n" + body)
+    os.replace(tmp, root / CATALOG_FILE)
+
+
+def _answers(root: Path) -> list[list[dict[str, object]]]:
+    return [tracklake.query(sql, root=root).to_pylist() for sql in QUESTIONS]
+
+
+def _without_catalog(root: Path) -> list[list[dict[str, object]]]:
+    """The answers of a reader with no catalog (it writes one: put the planted back)."""
+    planted = (root / CATALOG_FILE).read_bytes()
+    shutil.rmtree(root / ".cache")
+    answers = _answers(root)
+    (root / CATALOG_FILE).write_bytes(planted)
+    return answers
+
+
+def _part_of(root: Path, run: str) -> Path:
+    [part] = root.glob(f"metrics/project=p/run={run}/rank=0/attempt=1/part-*.parquet")
+    return part
+
+
+def _swap(part: Path, make: str, outside: Path) -> None:
+    """Put a link to a file outside the store, or a FIFO, in place of `part`, with the
+    mtimes the catalog recorded: the link's target's and the part's directory's."""
+    st, dir_st = part.stat(), part.parent.stat()
+    part.unlink()
+    if make == "fifo":
+        os.mkfifo(part)
+        os.utime(part, ns=(st.st_atime_ns, st.st_mtime_ns))
+    else:
+        os.utime(outside, ns=(st.st_atime_ns, st.st_mtime_ns))
+        part.symlink_to(outside)
+    os.utime(part.parent, ns=(dir_st.st_atime_ns, dir_st.st_mtime_ns))
+
+
+@pytest.fixture(autouse=True)
+def bounded_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read that waits on a FIFO would end in 20 s (failing the test), not 30."""
+    monkeypatch.setenv("TRACKLAKE_READ_TIMEOUT", "20")
+
+
+def test_a_planted_catalog_naming_a_project_linked_out_of_the_store_reads_none_of_it(
+        tmp_path: Path) -> None:
+    """Before, the catalog's rows for `project=evil` passed (their mtimes are the linked
+    files'), and every question answered the other store's rows as this one's."""
+    root, other = tmp_path / "store", tmp_path / "other"
+    _store(root, "p", 3, 1.0)
+    _store(other, "evil", 3, 1000.0)
+    for kind in ("metrics", "runs"):
+        (root / kind / "project=evil").symlink_to(other / kind / "project=evil")
+    _put_catalog(root, pa.concat_tables([_catalog(root), _catalog(other)]))
+    expected = _without_catalog(root)
+    assert {r["project"] for r in expected[1]} == {"p"}
+    # the questions over the metrics read every catalogued part, and find the link
+    assert _answers(root)[1:] == expected[1:]
+    assert _answers(root) == expected
+    assert set(_catalog(root).column("project").to_pylist()) == {"p"}  # written anew
+
+
+@pytest.mark.parametrize("make", ["link", "fifo"])
+def test_a_catalogued_part_swapped_for_a_link_or_fifo_is_neither_read_nor_waited_on(
+        tmp_path: Path, make: str) -> None:
+    """r0's part made a link to a copy of r2's outside the store, or a FIFO, with every
+    mtime the catalog recorded kept: before, the link's rows were answered as r0's, and
+    the FIFO failed every question over the metrics (pyarrow: "exists but its type is
+    unknown")."""
+    root = tmp_path / "store"
+    _store(root, "p", 3, 1.0)
+    outside = tmp_path / "outside.parquet"
+    shutil.copy(_part_of(root, "r2"), outside)
+    catalog = _catalog(root)
+    _swap(_part_of(root, "r0"), make, outside)
+    _put_catalog(root, catalog)  # the catalog as it was, as if written before the swap
+    expected = _without_catalog(root)
+    assert {r["run"] for r in expected[1]} == {"r1", "r2"}  # no reader takes r0's now
+    _put_catalog(root, catalog)
+    assert _answers(root) == expected
+
+
+def test_the_bundle_builder_copies_no_part_a_planted_catalog_names_through_a_link(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before, the builder copied the linked project's parts into a bundle of the store,
+    and every later question read them from it."""
+    monkeypatch.setattr(bundle, "BUNDLE_MIN_RUNS", 2)
+    monkeypatch.setattr(bundles, "BUILD_MIN_RUNS", 10**9)
+    root, other = tmp_path / "store", tmp_path / "other"
+    _store(root, "p", 3, 1.0)
+    _store(other, "evil", 3, 1000.0)
+    for kind in ("metrics", "runs"):
+        (root / kind / "project=evil").symlink_to(other / kind / "project=evil")
+    _put_catalog(root, pa.concat_tables([_catalog(root), _catalog(other)]))
+    report = build_bundles(root)
+    assert {read_bundle(p).project for p in bundle_paths(root)} == {"p"}
+    assert report.damaged and all("project=evil" in str(p) for p in report.damaged)
+    answers = _answers(root)
+    assert {r["project"] for r in answers[1]} == {"p"}
+    assert [r["n"] for r in answers[1]] == [5, 5, 5]
