@@ -38,6 +38,7 @@ from tracklake._format.files import read_state
 from tracklake._format.part import open_part
 from tracklake._format.schema import with_partition_columns
 from tracklake._format.store_clock import store_now_ns
+from tracklake._format.switches import switched_on
 from tracklake._read.kept import Kept
 from tracklake._read.location import through_no_link
 
@@ -166,9 +167,9 @@ def covered_runs(covered: frozenset[str]) -> frozenset[str]:
 
 def enabled() -> bool:
     """Whether bundles are built: the TRACKLAKE_BUNDLES variable (`0`, `false`, `no`,
-    `off`: never), else yes. Bundles already built are read either way."""
-    return os.environ.get("TRACKLAKE_BUNDLES", "1").strip().lower() not in {
-        "0", "false", "no", "off"}
+    `off`: never; ValueError naming it for a value neither on nor off), else yes.
+    Bundles already built are read either way."""
+    return switched_on("TRACKLAKE_BUNDLES")
 
 
 _builders: dict[str, Any] = {}

@@ -30,11 +30,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from tracklake._format.switches import switched_on
 from tracklake._write import failures as _messages
 
 #: The module run as the compacting process.
 AUTO_MODULE = "tracklake._ops.auto"
-_OFF = frozenset({"0", "false", "no", "off"})
 #: Compactors of this process running at once, at most.
 MAX_RUNNING = 2
 #: Ranks compacted by one process at most (its command line names each).
@@ -62,10 +62,11 @@ def _reap(pid: int) -> bool:
 
 def compaction_wanted(explicit: bool | None) -> bool:
     """Whether runs compact themselves: `init(compact=...)` if given, else the
-    TRACKLAKE_COMPACT variable, else yes."""
+    TRACKLAKE_COMPACT variable (ValueError naming it for a value neither on nor off),
+    else yes."""
     if explicit is not None:
         return explicit
-    return os.environ.get("TRACKLAKE_COMPACT", "1").strip().lower() not in _OFF
+    return switched_on("TRACKLAKE_COMPACT")
 
 
 class Compactor:

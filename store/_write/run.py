@@ -428,9 +428,12 @@ def init(*, project: str, name: str | None = None, config: Any = None,
     are written to that node-local folder and a thread moves their records into `root`
     (docs/many-nodes.md, "Write locally, ship segments").
     """
+    from tracklake._write.compactor import compaction_wanted
     from tracklake._write.system import system_interval
 
-    interval = system_interval(system_metrics)  # refused before anything is written
+    # settings refused before anything is written (a claimed attempt would show crashed)
+    interval = system_interval(system_metrics)
+    compact = compaction_wanted(compact)
     root_path = check_writable_root(resolve_root(root))
     local = ship_folder(local_root, root_path)
     given_project = project
