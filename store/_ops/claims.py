@@ -190,9 +190,11 @@ def _still_for(claim: Path, root: Path | None, st: os.stat_result, contents: byt
     return heartbeat_watch(root).unchanged_for(key, beat, time.time()) > stale_after
 
 
-#: The names claims are made under: a stream's compactor or shipper, retention's applier,
-#: fsck's repair, the bundle builder (`.compacting` in `.cache/bundles`) and the deriver.
-CLAIM_NAMES = frozenset({".compacting", ".shipping", ".retaining", ".repairing", ".deriving"})
+#: The names claims are made under: a stream's compactor (and the bundle builder's, in
+#: `.cache/bundles`) or shipper, retention's applier, fsck's repair and the deriver.
+COMPACTING, SHIPPING, RETAINING, REPAIRING, DERIVING = (
+    ".compacting", ".shipping", ".retaining", ".repairing", ".deriving")
+CLAIM_NAMES = frozenset({COMPACTING, SHIPPING, RETAINING, REPAIRING, DERIVING})
 
 #: Temporaries of a claim (a compactor's, a shipper's, retention's, fsck's repair), of a
 #: compactor's sorted runs (a directory), and of a part (`.part-...-NNNNNN.parquet.RANDOM.PID.tmp`,
@@ -249,7 +251,7 @@ def touch_claim(claim: Path) -> None:
 
 
 @contextlib.contextmanager
-def hold_claim(directory: Path, name: str = ".compacting",
+def hold_claim(directory: Path, name: str = COMPACTING,
                leftovers: Callable[[Path, float], None] | None = None,
                root: Path | None = None) -> Iterator[Path | None]:
     """Exclusively claim `directory` (a stream, for one compactor or shipper; the trash,

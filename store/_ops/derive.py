@@ -34,6 +34,7 @@ from tracklake._format.files import read_state, write_state
 from tracklake._ops.bundle import background_main, build_bundles, last_build
 from tracklake._ops.claims import (
     CLAIM_STALE_SECONDS,
+    DERIVING,
     hold_claim,
     owner_is_gone,
     touch_claim,
@@ -44,7 +45,7 @@ from tracklake._read.decoded import RACY_SECONDS
 #: When the last run settled: ``{"at": epoch seconds}``.
 WANTED = ".wanted"
 #: The claim of the one deriver at work.
-CLAIM = ".deriving"
+CLAIM = DERIVING
 #: Slack past `RACY_SECONDS`, for the rounding of file systems' times.
 _SLACK_SECONDS = 1.0
 #: Times further ahead than this are another host's clock (or planted): taken as now.

@@ -51,10 +51,10 @@ from tracklake._format.segment import (
     read_segment_from,
     stream_schema,
 )
-from tracklake._ops.claims import hold_claim, remove_leftovers
+from tracklake._ops.claims import SHIPPING, hold_claim, remove_leftovers
 from tracklake._read.listing import list_streams
 
-CLAIM = ".shipping"
+CLAIM = SHIPPING
 #: Appended to the name of a local segment found damaged (or torn) once the shipper is
 #: done with it: kept as evidence, never read or shipped again.
 DAMAGED = ".damaged"

@@ -33,7 +33,7 @@ from tracklake._format.liveness import writer_known_gone
 from tracklake._format.segment import SegmentWriter, read_segment, stream_schema
 from tracklake._format.segment_salvage import Salvaged, salvage
 from tracklake._format.temporaries import remove_files
-from tracklake._ops.claims import hold_claim, remove_leftovers, touch_claim
+from tracklake._ops.claims import REPAIRING, hold_claim, remove_leftovers, touch_claim
 from tracklake._ops.compact import STALE_AFTER_SECONDS
 from tracklake._ops.fsck.files import (
     check_attempts,
@@ -238,7 +238,7 @@ def _one_repairer(root: Path, repair: bool) -> Iterator[Path | None]:
         yield None
         return
     directory = store_dir(root, root / "quarantine")
-    with hold_claim(directory, ".repairing", remove_leftovers, root=root) as claim:
+    with hold_claim(directory, REPAIRING, remove_leftovers, root=root) as claim:
         if claim is None:
             raise RepairBusyError(
                 f"another `tracklake fsck --repair` holds {directory / '.repairing'}; wait "

@@ -36,7 +36,7 @@ from tracklake._format.files import store_dir
 from tracklake._format.part import FOOTER_CRC_KEY, SUMMARY_KEY, summary_json, write_part_file
 from tracklake._format.schema import BLOB_KINDS
 from tracklake._ops.bundle import forget_run
-from tracklake._ops.claims import hold_claim, remove_leftovers
+from tracklake._ops.claims import RETAINING, hold_claim, remove_leftovers
 from tracklake._ops.compact import compact, metric_summary
 from tracklake._ops.retention.audit import AuditLog, audit_records
 from tracklake._ops.retention.inventory import host, live_reason, now_iso, who
@@ -90,7 +90,7 @@ def _claim(root: Path) -> Iterator[None]:
     a compactor's (`hold_claim`): written whole, and broken only when its holder is known
     gone (or, from another host or PID namespace, once it is old)."""
     directory = store_dir(root, trash_dir(root))
-    with hold_claim(directory, ".retaining", remove_leftovers, root=root) as claim:
+    with hold_claim(directory, RETAINING, remove_leftovers, root=root) as claim:
         if claim is None:
             raise RetainBusyError(
                 f"another `tracklake retain --apply` holds {directory / '.retaining'}; wait "
