@@ -60,8 +60,11 @@ $(VENV)/.demo: pyproject.toml setup.py | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[tensorboard]'
 	touch $@
 
-$(VENV)/.test: pyproject.toml setup.py | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[test,lint,tensorboard,mlflow,wandb,swanlab,follow,gpu]'
+# uv installs in seconds what pip resolves in over a minute (76 s against 12 s here)
+UV_INSTALL = $(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python
+
+$(VENV)/.test: pyproject.toml setup.py | $(BIN)/uv
+	$(UV_INSTALL) -e '.[test,lint,tensorboard,mlflow,wandb,swanlab,follow,gpu]'
 	# the CPU build (a plain torch==2.13.0 is the multi-GB CUDA build): from a local wheel
 	# where pip's configuration has one, else from PyTorch's CPU index
 	$(BIN)/python -m pip install --quiet 'torch==2.13.0+cpu' 2>/dev/null \
@@ -69,25 +72,25 @@ $(VENV)/.test: pyproject.toml setup.py | $(BIN)/python
 			--extra-index-url https://download.pytorch.org/whl/cpu
 	# the verl integration's tests: verl without its GPU stack, and only what `import verl`,
 	# its tracking, trainer config (Hydra) and metric modules import (docs/verl.md)
-	$(BIN)/python -m pip install --quiet --no-deps verl==0.9.1 ray==2.60.0 tensordict==0.15.3 \
+	$(UV_INSTALL) --no-deps verl==0.9.1 ray==2.60.0 tensordict==0.15.3 \
 		pyvers==0.2.3 transformers==5.24.0 tokenizers==0.23.3 safetensors==0.8.0 \
 		huggingface_hub==2.4.0 httpx2==2.16.2 httpcore2==2.16.2 truststore==0.10.5 \
 		hydra-core==1.3.8 antlr4-python3-runtime==4.9.3 msgpack==1.2.4 jsonschema==4.26.0 \
 		jsonschema-specifications==2025.9.1 referencing==0.37.0 rpds-py==2026.9.1 attrs==26.1.0 \
 		regex==2026.11.19 tqdm==4.70.1 orjson==3.13.0
 	# ... and what verl's agent-loop worker module imports (the rollout-trace tests run it)
-	$(BIN)/python -m pip install --quiet --no-deps codetiming==1.4.0 datasets==5.2.0 \
+	$(UV_INSTALL) --no-deps codetiming==1.4.0 datasets==5.2.0 \
 		dill==0.4.1 multiprocess==0.70.19 xxhash==4.1.0
 	# ... and what verl's PPO trainer module imports (its validation-generations path is
 	# tested): 12 MB of pure-Python wheels, no compiled code
-	$(BIN)/python -m pip install --quiet --no-deps torchdata==0.11.0 peft==0.21.2 \
+	$(UV_INSTALL) --no-deps torchdata==0.11.0 peft==0.21.2 \
 		accelerate==1.15.0
 	# the Lightning integration's tests: both package names, 1.6 MB of pure-Python wheels
-	$(BIN)/python -m pip install --quiet --no-deps lightning==2.6.6 pytorch-lightning==2.6.6 \
+	$(UV_INSTALL) --no-deps lightning==2.6.6 pytorch-lightning==2.6.6 \
 		lightning-utilities==0.15.3 torchmetrics==1.9.0
 	# the TRL test (a GRPOTrainer on CPU): a 1 MB pure-Python wheel; what it imports
 	# (transformers, accelerate, datasets, pandas, pyyaml) is installed above
-	$(BIN)/python -m pip install --quiet --no-deps trl==1.16.0
+	$(UV_INSTALL) --no-deps trl==1.16.0
 	# the report's tests open it in headless Chromium, the plot's run it in tmux, the
 	# many-nodes test bed mounts an SFTP export with sshfs (Debian's)
 	command -v chromium >/dev/null && command -v tmux >/dev/null \
