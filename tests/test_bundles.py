@@ -104,6 +104,42 @@ def test_a_bundled_store_answers_as_its_parts(tmp_path: Path, few: None) -> None
     assert answer.column("project").to_pylist() == ["b"]
 
 
+def test_projects_of_too_few_runs_are_bundled_together(tmp_path: Path, few: None) -> None:
+    """Bundles were made per project: a store of many small projects (a sweep in a
+    project each) had none, and every question read every run's parts."""
+    from tracklake._ops.retention import Policy, apply_plan, make_plan
+
+    root = tmp_path / "store"
+    for i in range(4):  # "a" makes a group of its own; five projects of one run do not
+        _write(root, "a", f"{i:04d}", range(5 + i), scale=i + 1)
+    for j in range(5):
+        _write(root, f"solo{j}", "0000", range(3 + j), scale=10 + j)
+    tracklake.compact(root=root)
+    age(root)
+    expected = _unbundled(root, tmp_path)
+    report = tracklake.compact(root=root).bundles
+    assert report is not None and report.runs == 9
+    held = {read_bundle(p).project: read_bundle(p) for p in bundle_paths(root)}
+    assert set(held) == {"a", bundle.POOLED}
+    pooled = pq.read_table(held[bundle.POOLED].path)
+    assert set(pooled.column("project").to_pylist()) == {f"solo{j}" for j in range(5)}
+    assert _read_through(root) == (2, 0)  # every run read from the two bundles
+    assert _answers(root) == expected
+    for j in range(5):  # a question about one project reads its own parts, not the pool
+        sql = ("SELECT run, step, value FROM metrics WHERE project = $p ORDER BY ALL")
+        got = tracklake.query(sql, root=root, params={"p": f"solo{j}"}).to_pylist()
+        assert got == tracklake.query(sql, root=tmp_path / "copy",
+                                      params={"p": f"solo{j}"}).to_pylist()
+        assert len(got) == 2 * (3 + j) + 1  # loss and acc a step, loss twice at the last
+    # retention dropping one pooled run deletes the pool, and the others read on
+    plan = make_plan(root, Policy(max_age=0.0), time.time())
+    plan.actions = [a for a in plan.actions if (a.project, a.run) == ("solo2", "0000")]
+    assert plan.actions
+    apply_plan(root, plan, time.time())
+    assert not held[bundle.POOLED].path.exists() and held["a"].path.exists()
+    assert _answers(root) == _unbundled(root, tmp_path)
+
+
 def test_a_bundle_holds_its_sources_rows(tmp_path: Path, few: None) -> None:
     root = tmp_path / "store"
     _store(root)

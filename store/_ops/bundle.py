@@ -66,6 +66,10 @@ RUN_MAX_VALUES = 1 << 16
 BUNDLE_MAX_VALUES = 4_000_000
 #: A group of fewer runs is not bundled (yet).
 BUNDLE_MIN_RUNS = 32
+#: The project a bundle names when it holds the runs of several projects: those too few
+#: in their own project to make a group (no project has this name: it is empty). A
+#: question about one project reads its own parts, never such a bundle.
+POOLED = ""
 
 
 @dataclass
@@ -167,26 +171,44 @@ def last_build(root: Path) -> tuple[float, float]:
     return float(began), float(ended)
 
 
+_Candidate = tuple[str, list[str], int]  # run, its parts, values in them
+
+
 def _groups(runs: list[tuple[str, str, list[str], int]], covered: Set[str]
-            ) -> list[tuple[str, list[tuple[str, list[str], int]]]]:
+            ) -> list[tuple[str, list[_Candidate]]]:
     """Per project, the small runs no bundle holds a part of, in groups of at most
-    `BUNDLE_MAX_VALUES` values and at least `BUNDLE_MIN_RUNS` runs."""
-    by_project: dict[str, list[tuple[str, list[str], int]]] = {}
+    `BUNDLE_MAX_VALUES` values and at least `BUNDLE_MIN_RUNS` runs; then the runs left
+    over (a project of too few runs, the last runs of a larger one), pooled across
+    projects in groups made alike, named `POOLED`: a store of many small projects would
+    otherwise have no bundle at all."""
+    by_project: dict[str, list[_Candidate]] = {}
     for project, run, parts, values in sorted(runs):
         if parts and values <= RUN_MAX_VALUES and covered.isdisjoint(parts):
             by_project.setdefault(project, []).append((run, parts, values))
-    groups = []
+    groups: list[tuple[str, list[_Candidate]]] = []
+    left: list[_Candidate] = []
     for project, candidates in by_project.items():
-        group: list[tuple[str, list[str], int]] = []
-        total = 0
-        for candidate in candidates:
-            if group and total + candidate[2] > BUNDLE_MAX_VALUES:
-                groups.append((project, group))
-                group, total = [], 0
-            group.append(candidate)
-            total += candidate[2]
-        if len(group) >= BUNDLE_MIN_RUNS:
-            groups.append((project, group))
+        groups.extend((project, g) for g in _grouped(candidates, left))
+    groups.extend((POOLED, g) for g in _grouped(left, []))
+    return groups
+
+
+def _grouped(candidates: list[_Candidate], left: list[_Candidate]) -> list[list[_Candidate]]:
+    """`candidates` in groups of at most `BUNDLE_MAX_VALUES` values, in order; the last
+    group, if of fewer than `BUNDLE_MIN_RUNS` runs, goes to `left` instead."""
+    groups: list[list[_Candidate]] = []
+    group: list[_Candidate] = []
+    total = 0
+    for candidate in candidates:
+        if group and total + candidate[2] > BUNDLE_MAX_VALUES:
+            groups.append(group)
+            group, total = [], 0
+        group.append(candidate)
+        total += candidate[2]
+    if len(group) >= BUNDLE_MIN_RUNS:
+        groups.append(group)
+    else:
+        left.extend(group)
     return groups
 
 
@@ -213,7 +235,8 @@ def _write_bundle(root: Path, project: str, sources: list[tuple[str, int]]) -> P
         # gives another shape (one through "..", say, under directories named right)
         names = path.split("/")
         stream = stream_of_file(root / path, "metrics") if len(names) == 6 and \
-            names[:2] == ["metrics", f"project={project}"] and \
+            names[0] == "metrics" and (names[1] == f"project={project}" or (
+                project == POOLED and names[1].startswith("project="))) and \
             parse_part_name(names[5]) is not None else None
         if stream is None:
             raise _Damaged(path, FormatError(f"{path}: not where a part of {project} lies"))
