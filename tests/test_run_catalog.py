@@ -442,12 +442,11 @@ def test_mtimes_taken_in_a_batch_are_those_of_os_stat(tmp_path: Path) -> None:
 
 def test_a_kept_listing_of_a_project_follows_runs_added_and_removed(
         root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A reading process keeps the listing of a large directory (a project's runs) while
-    its mtime stays as it was; a run added or removed changes it, old or not."""
+    """A reading process keeps the listing of a directory (a project's runs) while its
+    mtime stays as it was; a run added or removed changes it, old or not."""
     from tracklake._read import location
     from tracklake._read.kept import Kept
 
-    monkeypatch.setattr(location, "_KEPT_LISTING", 1)
     monkeypatch.setattr(location, "_kept_listings", Kept(16))
     _store(root)
     _answers(root)

@@ -101,10 +101,11 @@ def rank_dirs(root: Path, base: str, project: str | None, run: str | None,
 
 
 #: `_runs_left` of the last project directories listed: their names, the runs skipped,
-#: and what was left (a 10,000-run project: 5 ms a question to find none left).
+#: and what was left (a 10,000-run project: 5 ms a question to find none left; as many
+#: as listings are kept, for a store of many projects).
 _left_before: dict[tuple[str, str], tuple[list[str], frozenset[tuple[str, str]],
                                           list[tuple[str, str]]]] = {}
-_LEFT_BEFORE = 8
+_LEFT_BEFORE = 8192
 
 
 def _runs_left(root: Path, pdir: str, project: str,

@@ -164,17 +164,17 @@ def is_store(path: Path) -> bool:
     return any(os.path.lexists(os.path.join(path, mark)) for mark in STORE_MARKS)
 
 
-#: Directories of at least this many subdirectories (a project's runs) are listed once
-#: while they stay the same (`subdirs_at`): 10,000 runs, 4 ms a listing.
-_KEPT_LISTING = 1024
-_kept_listings: Kept[list[str]] = Kept(16)
+#: Listings kept while their directories stay the same (`subdirs_at`): a project of
+#: 10,000 runs lists in 4 ms, and a store of 1,000 projects of a run or two listed them
+#: all in 20 ms a question. Their names take at most 64 MiB (about a million).
+_kept_listings: Kept[list[str]] = Kept(8192, most_bytes=64 << 20)
 
 
 def subdirs_at(root: Path, rel: str) -> list[str]:
     """Names of the directories in directory `rel` of `root`, never a symbolic link to
     one (which would lead a read, a write or a delete out of the store); FileNotFoundError
-    if there is none, and none at all if `rel` itself is a link. A large directory's
-    names are kept while its device, inode and mtime stay as they were (a name added,
+    if there is none, and none at all if `rel` itself is a link. The names are kept
+    while the directory's device, inode and mtime stay as they were (a name added,
     removed or renamed in it changes its mtime) and it is older than `RACY_SECONDS`."""
     if isinstance(root, ObjectPath):
         return (root / rel).listdir()  # an object store has no links
@@ -184,15 +184,16 @@ def subdirs_at(root: Path, rel: str) -> list[str]:
         return []
     st = os.stat(path)
     identity = (st.st_dev, st.st_ino, st.st_mtime_ns)
-    names = _kept_listings.get(path, identity)
+    from tracklake._read.catalog import mtimes_trusted
+
+    trusted = mtimes_trusted()  # else a change that kept the mtime is read too
+    names = _kept_listings.get(path, identity) if trusted else None
     if names is None:
         with os.scandir(path) as entries:
             names = [e.name for e in entries if e.is_dir(follow_symlinks=False)]
-        if len(names) >= _KEPT_LISTING:
-            from tracklake._read.catalog import mtimes_trusted
-
-            if mtimes_trusted():
-                _kept_listings.keep(root, path, st, identity, names)
+        if trusted:
+            _kept_listings.keep(root, path, st, identity, names,
+                                sum(map(len, names)) + 64 * len(names))
     return list(names)
 
 
