@@ -11,6 +11,7 @@ environment (``AWS_*``, ``GOOGLE_*``), nothing downloaded, nothing written.
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, BinaryIO, ClassVar, cast
 
@@ -180,9 +181,9 @@ def subdirs_at(root: Path, rel: str) -> list[str]:
         return (root / rel).listdir()  # an object store has no links
     path = os.path.join(root, rel)
     touch(path)
-    if os.path.islink(path):
+    st = os.lstat(path)  # a link is never followed: none of what it leads to is listed
+    if stat.S_ISLNK(st.st_mode):
         return []
-    st = os.stat(path)
     identity = (st.st_dev, st.st_ino, st.st_mtime_ns)
     from tracklake._read.catalog import mtimes_trusted
 
