@@ -91,6 +91,18 @@ def _swap(part: Path, make: str, outside: Path) -> None:
     os.utime(part.parent, ns=(dir_st.st_atime_ns, dir_st.st_mtime_ns))
 
 
+def _with_a_project_linked_out(tmp_path: Path) -> Path:
+    """A store of project `p`, its `project=evil` directories links to another store's,
+    and that store's catalog rows planted in its catalog."""
+    root, other = tmp_path / "store", tmp_path / "other"
+    _store(root, "p", 3, 1.0)
+    _store(other, "evil", 3, 1000.0)
+    for kind in ("metrics", "runs"):
+        (root / kind / "project=evil").symlink_to(other / kind / "project=evil")
+    _put_catalog(root, pa.concat_tables([_catalog(root), _catalog(other)]))
+    return root
+
+
 @pytest.fixture(autouse=True)
 def bounded_reads(monkeypatch: pytest.MonkeyPatch) -> None:
     """A read that waits on a FIFO would end in 20 s (failing the test), not 30."""
@@ -101,12 +113,7 @@ def test_a_planted_catalog_naming_a_project_linked_out_of_the_store_reads_none_o
         tmp_path: Path) -> None:
     """Before, the catalog's rows for `project=evil` passed (their mtimes are the linked
     files'), and every question answered the other store's rows as this one's."""
-    root, other = tmp_path / "store", tmp_path / "other"
-    _store(root, "p", 3, 1.0)
-    _store(other, "evil", 3, 1000.0)
-    for kind in ("metrics", "runs"):
-        (root / kind / "project=evil").symlink_to(other / kind / "project=evil")
-    _put_catalog(root, pa.concat_tables([_catalog(root), _catalog(other)]))
+    root = _with_a_project_linked_out(tmp_path)
     expected = _without_catalog(root)
     assert {r["project"] for r in expected[1]} == {"p"}
     # the questions over the metrics read every catalogued part, and find the link
@@ -141,12 +148,7 @@ def test_the_bundle_builder_copies_no_part_a_planted_catalog_names_through_a_lin
     and every later question read them from it."""
     monkeypatch.setattr(bundle, "BUNDLE_MIN_RUNS", 2)
     monkeypatch.setattr(bundles, "BUILD_MIN_RUNS", 10**9)
-    root, other = tmp_path / "store", tmp_path / "other"
-    _store(root, "p", 3, 1.0)
-    _store(other, "evil", 3, 1000.0)
-    for kind in ("metrics", "runs"):
-        (root / kind / "project=evil").symlink_to(other / kind / "project=evil")
-    _put_catalog(root, pa.concat_tables([_catalog(root), _catalog(other)]))
+    root = _with_a_project_linked_out(tmp_path)
     report = build_bundles(root)
     assert {read_bundle(p).project for p in bundle_paths(root)} == {"p"}
     assert report.damaged and all("project=evil" in str(p) for p in report.damaged)
