@@ -22,6 +22,7 @@ read its parent's queue.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import errno
 import os
@@ -328,4 +329,15 @@ def _forget_watches() -> None:
     _watches.clear()
 
 
+def _close_watches() -> None:
+    """At exit: this process's inotify instances go with it anyway, but closed here none
+    is left to the garbage collector to find open (a `ResourceWarning`)."""
+    with _watches_lock:
+        for watch in _watches.values():
+            if watch.pid == os.getpid():
+                watch.close()
+        _watches.clear()
+
+
 os.register_at_fork(after_in_child=_forget_watches)
+atexit.register(_close_watches)
