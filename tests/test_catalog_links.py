@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 import zlib
 from pathlib import Path
 
@@ -30,9 +32,9 @@ QUESTIONS = (
 )
 
 
-def _store(root: Path, project: str, runs: int, scale: float) -> None:
+def _store(root: Path, project: str, runs: int, scale: float, prefix: str = "r") -> None:
     for i in range(runs):
-        with tracklake.init(project=project, run_id=f"r{i}", root=root,
+        with tracklake.init(project=project, run_id=f"{prefix}{i}", root=root,
                             capture_identity=False) as run:
             for step in range(5):
                 run.log({"loss": scale * (step + i)}, step=step)
@@ -122,6 +124,20 @@ def test_a_planted_catalog_naming_a_project_linked_out_of_the_store_reads_none_o
     assert set(_catalog(root).column("project").to_pylist()) == {"p"}  # written anew
 
 
+def test_the_runs_of_a_planted_catalog_under_a_linked_project_are_not_listed(
+        tmp_path: Path) -> None:
+    """A question on the `runs` view alone reads no part, so the parts' check never
+    came: `tracklake runs` listed the other store's runs from the planted rows."""
+    root = _with_a_project_linked_out(tmp_path)
+    listed = subprocess.run([sys.executable, "-m", "tracklake._cli.main", "runs",
+                             "--format", "tsv", "--root", str(root)],
+                            capture_output=True, text=True, check=True).stdout
+    assert "r0" in listed and "evil" not in listed
+    answer = tracklake.query("SELECT project, run FROM runs ORDER BY ALL", root=root)
+    assert answer.to_pylist() == [{"project": "p", "run": f"r{i}"} for i in range(3)]
+    assert set(_catalog(root).column("project").to_pylist()) == {"p"}  # written anew
+
+
 @pytest.mark.parametrize("make", ["link", "fifo"])
 def test_a_catalogued_part_swapped_for_a_link_or_fifo_is_neither_read_nor_waited_on(
         tmp_path: Path, make: str) -> None:
@@ -144,14 +160,23 @@ def test_a_catalogued_part_swapped_for_a_link_or_fifo_is_neither_read_nor_waited
 
 def test_the_bundle_builder_copies_no_part_a_planted_catalog_names_through_a_link(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Before, the builder copied the linked project's parts into a bundle of the store,
-    and every later question read them from it."""
+    """Run directories of the store's own project linked to another store's, and that
+    store's rows planted: they pass the check of the project's directories, and before,
+    the builder copied their parts into a bundle that every later question read."""
     monkeypatch.setattr(bundle, "BUNDLE_MIN_RUNS", 2)
     monkeypatch.setattr(bundles, "BUILD_MIN_RUNS", 10**9)
-    root = _with_a_project_linked_out(tmp_path)
+    root, other = tmp_path / "store", tmp_path / "other"
+    _store(root, "p", 3, 1.0)
+    _store(other, "p", 3, 1000.0, prefix="x")
+    for kind in ("metrics", "runs"):
+        for i in range(3):
+            (root / kind / "project=p" / f"run=x{i}").symlink_to(
+                other / kind / "project=p" / f"run=x{i}")
+    _put_catalog(root, pa.concat_tables([_catalog(root), _catalog(other)]))
     report = build_bundles(root)
-    assert {read_bundle(p).project for p in bundle_paths(root)} == {"p"}
-    assert report.damaged and all("project=evil" in str(p) for p in report.damaged)
+    [made] = bundle_paths(root)
+    assert {p.split("/")[2] for p in read_bundle(made).paths} == {"run=r0", "run=r1", "run=r2"}
+    assert len(report.damaged) == 3 and all("/run=x" in str(p) for p in report.damaged)
     answers = _answers(root)
-    assert {r["project"] for r in answers[1]} == {"p"}
+    assert {r["run"] for r in answers[1]} == {"r0", "r1", "r2"}
     assert [r["n"] for r in answers[1]] == [5, 5, 5]

@@ -51,6 +51,7 @@ from tracklake._format.columns import (
     numpy_of,
     rows_table,
     scalar_of,
+    strings,
     table_of,
 )
 from tracklake._format.files import open_state, write_state
@@ -64,7 +65,7 @@ from tracklake._read.attempt_rows import ATTEMPTS_SCHEMA
 from tracklake._read.catalog_checks import decodes_within, holds_no_nulls, paths_inside
 from tracklake._read.decoded import RACY_SECONDS
 from tracklake._read.dir_watch import dir_watch_wanted, start_watching, watching
-from tracklake._read.location import is_url, regular_file_at
+from tracklake._read.location import is_url, regular_file_at, subdirs_at
 from tracklake._read.mtimes import ABSENT, mtimes_of
 
 #: Set to 0 where the file system's modification times cannot be trusted (a change that
@@ -199,7 +200,9 @@ class RunCatalog:
         if not t.num_rows or not self._trusted:
             return set()
         w = _watched_of(self.root, t)
-        chosen = np.ones(t.num_rows, dtype=bool)
+        chosen = _in_listed_projects(self.root, t, w).copy()
+        if not chosen.all():  # a planted catalog's rows: written anew without them
+            self._stale.update(np.flatnonzero(~chosen).tolist())
         for name, value in (("project", project), ("run", run)):
             if value is not None:
                 chosen &= numpy_of(pc.equal(t.column(name), scalar_of(value, pa.string())))
@@ -418,6 +421,33 @@ def _watched_of(root: Path, t: pa.Table) -> _Watched:
             _watched_before.pop(next(iter(_watched_before)))
         _watched_before[id(t)] = (t, made)
     return made
+
+
+def _in_listed_projects(root: Path, t: pa.Table, w: _Watched) -> np.ndarray:
+    """The rows of `t` whose project a listing finds: a real directory under `runs/` and,
+    for a run with parts, under `metrics/` too. A project directory that is a link
+    (which a listing never follows) leads out of the store: a catalog naming runs under
+    one was planted, and `stat` would find their paths' mtimes through the link. Kept
+    with `w` while the two listings are the same."""
+    listed = []
+    for kind in ("runs", "metrics"):
+        try:
+            listed.append(subdirs_at(root, kind))
+        except (FileNotFoundError, NotADirectoryError):
+            listed.append([])
+    known = w.derived.get("listed projects")
+    if known is not None and known[0] == listed:
+        return known[1]  # type: ignore[no-any-return]
+
+    def among(names: list[str]) -> np.ndarray:
+        projects = strings([n[len("project="):] for n in names if n.startswith("project=")])
+        return numpy_of(pc.is_in(t.column("project"), value_set=projects))
+
+    has_parts = numpy_of(pc.list_value_length(t.column("parts"))) > 0
+    inside = among(listed[0]) & (among(listed[1]) | ~has_parts)
+    inside.flags.writeable = False  # shared by the questions while the listings stay
+    w.derived["listed projects"] = (listed, inside)
+    return inside
 
 
 def _quiet_rows(root: Path, w: _Watched) -> tuple[np.ndarray | None, np.ndarray | None]:
