@@ -45,7 +45,7 @@ from tracklake._format.files import NotRegularFileError, scratch
 from tracklake._format.liveness import writer_known_gone
 from tracklake._format.part import SUMMARY_KEY, summary_json, write_part_file
 from tracklake._format.segment import EOS
-from tracklake._ops.claims import hold_claim, remove_leftovers
+from tracklake._ops.claims import COMPACTING, hold_claim, remove_leftovers
 from tracklake._ops.part_sources import PartSources
 from tracklake._ops.replaced import Replaced, grace_seconds, replaced_parts
 from tracklake._ops.sorted_part import write_sorted_part
@@ -206,7 +206,7 @@ def _claim(root: Path, directory: Path, report: CompactionReport
             if claim is None:
                 report.busy.append(directory)
                 report.skipped.append((directory, "another compaction is working on it (its "
-                                       f"claim {directory / '.compacting'} names a live "
+                                       f"claim {directory / COMPACTING} names a live "
                                        "process)"))
         yield claim
 

@@ -241,7 +241,7 @@ def _one_repairer(root: Path, repair: bool) -> Iterator[Path | None]:
     with hold_claim(directory, REPAIRING, remove_leftovers, root=root) as claim:
         if claim is None:
             raise RepairBusyError(
-                f"another `tracklake fsck --repair` holds {directory / '.repairing'}; wait "
+                f"another `tracklake fsck --repair` holds {directory / REPAIRING}; wait "
                 "for it, or remove the file if that process is gone")
         yield claim
     with contextlib.suppress(OSError):

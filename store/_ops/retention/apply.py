@@ -93,7 +93,7 @@ def _claim(root: Path) -> Iterator[None]:
     with hold_claim(directory, RETAINING, remove_leftovers, root=root) as claim:
         if claim is None:
             raise RetainBusyError(
-                f"another `tracklake retain --apply` holds {directory / '.retaining'}; wait "
+                f"another `tracklake retain --apply` holds {directory / RETAINING}; wait "
                 "for it, or remove the file if that process is gone")
         yield
 
