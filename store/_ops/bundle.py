@@ -188,14 +188,17 @@ def _groups(runs: list[tuple[str, str, list[str], int]], covered: Set[str]
     groups: list[tuple[str, list[_Candidate]]] = []
     left: list[_Candidate] = []
     for project, candidates in by_project.items():
-        groups.extend((project, g) for g in _grouped(candidates, left))
-    groups.extend((POOLED, g) for g in _grouped(left, []))
+        made, rest = _grouped(candidates)
+        groups.extend((project, g) for g in made)
+        left.extend(rest)
+    groups.extend((POOLED, g) for g in _grouped(left)[0])
     return groups
 
 
-def _grouped(candidates: list[_Candidate], left: list[_Candidate]) -> list[list[_Candidate]]:
-    """`candidates` in groups of at most `BUNDLE_MAX_VALUES` values, in order; the last
-    group, if of fewer than `BUNDLE_MIN_RUNS` runs, goes to `left` instead."""
+def _grouped(candidates: list[_Candidate]
+             ) -> tuple[list[list[_Candidate]], list[_Candidate]]:
+    """`candidates` in groups of at most `BUNDLE_MAX_VALUES` values, in order, and the
+    last group instead if it is of fewer than `BUNDLE_MIN_RUNS` runs."""
     groups: list[list[_Candidate]] = []
     group: list[_Candidate] = []
     total = 0
@@ -206,10 +209,8 @@ def _grouped(candidates: list[_Candidate], left: list[_Candidate]) -> list[list[
         group.append(candidate)
         total += candidate[2]
     if len(group) >= BUNDLE_MIN_RUNS:
-        groups.append(group)
-    else:
-        left.extend(group)
-    return groups
+        return [*groups, group], []
+    return groups, group
 
 
 class _Damaged(Exception):
