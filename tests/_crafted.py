@@ -1,11 +1,13 @@
 """Files crafted past every writer's checks: a pack holding one part of records as given
-(for the tests of records that break their kind's rules), and where one flipped bit
-turns a segment's header big-endian."""
+(for the tests of records that break their kind's rules), where one flipped bit
+turns a segment's header big-endian, and a run catalog signed as a reader signs it."""
 
 from __future__ import annotations
 
 import datetime as _dt
 import hashlib
+import json
+import zlib
 from pathlib import Path
 
 import pyarrow as pa
@@ -14,6 +16,7 @@ import pyarrow.parquet as pq
 from tracklake._format import FORMAT_VERSION, StreamId
 from tracklake._ops.pack.archive import write_archive
 from tracklake._ops.pack.manifest import PACK_FORMAT_VERSION, Covered, Manifest, StreamEntry
+from tracklake._read.catalog import CATALOG_VERSION
 
 
 def crafted_pack(out: Path, work: Path, s: StreamId, table: pa.Table) -> None:
@@ -60,3 +63,14 @@ def message_spans(data: bytes) -> list[tuple[int, int, int]]:
             return spans
         end = source.tell()
         spans.append((start, end - message.body.size, end))
+
+
+def signed_catalog(table: pa.Table) -> bytes:
+    """`table` as a run catalog file: its header (version, CRC-32 of the rest), then the
+    table as an Arrow IPC stream: what a forger who knows the format writes."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    body = sink.getvalue().to_pybytes()
+    return json.dumps({"version": CATALOG_VERSION, "crc32": zlib.crc32(body)}).encode() \
+        + b"\n" + body

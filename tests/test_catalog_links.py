@@ -5,16 +5,15 @@ question or the bundle builder read a file outside the store, nor wait on a FIFO
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
 import sys
-import zlib
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from _crafted import signed_catalog
 from _settled import age
 
 import tracklake
@@ -22,7 +21,7 @@ from tracklake._ops import bundle
 from tracklake._ops.bundle import build_bundles
 from tracklake._read import bundles
 from tracklake._read.bundles import bundle_paths, read_bundle
-from tracklake._read.catalog import CATALOG_FILE, CATALOG_VERSION
+from tracklake._read.catalog import CATALOG_FILE
 
 QUESTIONS = (
     "SELECT project, run, status FROM runs ORDER BY ALL",
@@ -51,13 +50,8 @@ def _catalog(root: Path) -> pa.Table:
 
 def _put_catalog(root: Path, table: pa.Table) -> None:
     """`table` signed as the store's catalog, under a new inode (as a reader writes it)."""
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    body = sink.getvalue().to_pybytes()
-    header = json.dumps({"version": CATALOG_VERSION, "crc32": zlib.crc32(body)}).encode()
     tmp = root / CATALOG_FILE.with_suffix(".planted")
-    tmp.write_bytes(header + b"\n" + body)
+    tmp.write_bytes(signed_catalog(table))
     os.replace(tmp, root / CATALOG_FILE)
 
 

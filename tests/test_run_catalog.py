@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from _crafted import signed_catalog
 from _settled import age
 
 import tracklake
@@ -202,14 +203,6 @@ def test_a_damaged_or_forged_catalog_is_ignored_and_rebuilt(root: Path, damage: 
     header, _, body = path.read_bytes().partition(b"\n")
     table = pa.ipc.open_stream(body).read_all()
 
-    def signed(t: pa.Table) -> bytes:
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, t.schema) as writer:
-            writer.write_table(t)
-        data = sink.getvalue().to_pybytes()
-        return json.dumps({"version": CATALOG_VERSION, "crc32": zlib.crc32(data)}).encode() \
-            + b"\n" + data
-
     watched = table.column("watched").to_pylist()
     forged = table.set_column(2, table.schema.field("watched"), pa.array(
         [[{**w, "mtime_ns": w["mtime_ns"] + 1} for w in ws] for ws in watched],
@@ -247,13 +240,13 @@ def test_a_damaged_or_forged_catalog_is_ignored_and_rebuilt(root: Path, damage: 
 
     r0_dir = "metrics/project=p/run=r0/rank=0/attempt=1"
     path.write_bytes({
-        "a null mtime": signed(nulled("watched", "mtime_ns")),
-        "a null list of parts": signed(nulled("parts")),
-        "a null run": signed(nulled("run")),
-        "a part outside": signed(moved("parts", str(outside / r2_part.name))),
-        "a part through ..": signed(moved("parts", f"{r0_dir}/../../../../../outside/"
+        "a null mtime": signed_catalog(nulled("watched", "mtime_ns")),
+        "a null list of parts": signed_catalog(nulled("parts")),
+        "a null run": signed_catalog(nulled("run")),
+        "a part outside": signed_catalog(moved("parts", str(outside / r2_part.name))),
+        "a part through ..": signed_catalog(moved("parts", f"{r0_dir}/../../../../../outside/"
                                                    f"{r2_part.name}")),
-        "a watched path outside": signed(moved("watched", os.path.relpath(
+        "a watched path outside": signed_catalog(moved("watched", os.path.relpath(
             outside / r2_part.name, root))),
         "garbage": b"\x00not a catalog",
         "truncated": header + b"\n" + body[: len(body) // 2],
@@ -261,8 +254,8 @@ def test_a_damaged_or_forged_catalog_is_ignored_and_rebuilt(root: Path, damage: 
         + body,
         "other version": header.replace(b'"version": %d' % CATALOG_VERSION, b'"version": 99')
         + b"\n" + body,
-        "other schema": signed(pa.table({"run": ["r0"], "status": ["crashed"]})),
-        "forged mtimes": signed(forged),
+        "other schema": signed_catalog(pa.table({"run": ["r0"], "status": ["crashed"]})),
+        "forged mtimes": signed_catalog(forged),
     }[damage])
     _assert_same(_answers(root), expected)
     assert _catalogued(root) == ["r0", "r1", "r2"]  # written again, whole
