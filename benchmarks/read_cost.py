@@ -345,14 +345,17 @@ def measure(root: Path, repeat: int, fresh_repeat: int) -> list[dict[str, Any]]:
 
 def _wait_for_bundle_builder(root: Path, quiet_s: float = 5.0, most_s: float = 600.0
                              ) -> None:
-    """Wait until no bundle builder (one the question above may have started) has held
-    its claim for `quiet_s`: DuckDB's glob of the bundles would read a set being rewritten,
-    and answer from part of it."""
-    claim = root / ".cache" / "bundles" / ".compacting"
+    """Wait until neither a bundle builder (one the question above may have started) nor
+    the deriver a finished run started (which builds again up to `BUILD_EVERY_SECONDS`
+    after compaction's build) has held its claim for `quiet_s`: DuckDB's glob of the
+    bundles would read a set being rewritten, and answer from part of it."""
+    from tracklake._ops.claims import COMPACTING, DERIVING
+
+    claims = [root / ".cache" / "bundles" / name for name in (COMPACTING, DERIVING)]
     started = quiet_since = time.monotonic()
     while time.monotonic() - quiet_since < quiet_s and time.monotonic() - started < most_s:
         time.sleep(0.5)
-        if claim.exists():
+        if any(claim.exists() for claim in claims):
             quiet_since = time.monotonic()
 
 
