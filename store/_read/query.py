@@ -29,6 +29,7 @@ from tracklake._format.part import read_part_table
 if TYPE_CHECKING:
     import duckdb
 from tracklake._format import KINDS, PARTITION_SCHEMA, SCHEMAS
+from tracklake._read import kept_connections
 from tracklake._read.attempt_rows import attempts_view
 from tracklake._read.location import existing_root, is_url, read_root
 from tracklake._read.reader import (
@@ -43,6 +44,7 @@ from tracklake._read.readonly import (
     memory_limit,
     parsing,
     question_connection,
+    statements_of,
 )
 from tracklake._read.run_table import run_table
 from tracklake._read.scope import EVERYTHING, Scope, scope_of_sql
@@ -165,25 +167,67 @@ def _connect(root_path: Path, threads: int | None, problems: ReadProblems,
     import duckdb  # imported on use: `import tracklake` stays light for training processes
 
     snap = Snapshot(root_path, problems, skip, scope, trust_catalog)
+    behind = _Behind([(str(p.path), p.first_seq, p.last_seq)
+                      for k in KINDS for p in snap.parts[k]],
+                     [str(b.path) for b in snap.bundles])
+    wholes = _run_tables(snap, scope, problems) if not own else {}
+    keep = _keep_key(root_path, snap, scope, wholes) if not threads else None
+    tables = tuple(wholes[k] for k in snap.kinds) if keep is not None else ()
+    if keep is not None and (con := kept_connections.take(keep, tables)) is not None:
+        _BEHIND[con] = behind  # its views read these very tables
+        return con
     # a connection handed to the caller (`connect`) has a database of its own
     con = duckdb.connect(":memory:") if own else question_connection()
     try:
-        _make_views(con, root_path, snap, scope, problems, threads, own)
+        _make_views(con, root_path, snap, scope, threads, own, behind, wholes,
+                    copied=keep is not None)
     except BaseException:
         _BEHIND.pop(con, None)
         con.close()
         raise
+    if keep is not None:
+        kept_connections.lend(keep, con, tables)
     return con
 
 
+def _run_tables(snap: Snapshot, scope: Scope, problems: ReadProblems
+                ) -> dict[str, pa.Table]:
+    """For a question about one run: its parts of each kind read whole (`run_table`),
+    for the kinds with no live rows whose parts are small enough."""
+    if scope.run is None:
+        return {}
+    wholes = {}
+    for kind in snap.kinds:
+        if snap.parts[kind] and not snap.live[kind].num_rows:
+            whole = run_table(kind, snap.parts[kind], problems)
+            if whole is not None:
+                wholes[kind] = whole
+    return wholes
+
+
+def _keep_key(root_path: Path, snap: Snapshot, scope: Scope, wholes: dict[str, pa.Table]
+              ) -> tuple[object, ...] | None:
+    """What a connection whose views read `wholes` alone is kept for
+    (`kept_connections`); None if its views would read anything else (live rows,
+    attempt files, summaries)."""
+    if scope.attempts or not snap.kinds or any(k not in wholes for k in snap.kinds) or \
+            _summaries_needed(snap, scope):
+        return None
+    return (str(root_path), scope.project, scope.run, snap.kinds, memory_limit())
+
+
+def _summaries_needed(snap: Snapshot, scope: Scope) -> bool:
+    """The summary views: asked for, or for the cutoffs of resumed runs (`_Cutoffs`)."""
+    return "metrics" in snap.kinds and (scope.summaries or bool(snap.resumed))
+
+
 def _make_views(con: duckdb.DuckDBPyConnection, root_path: Path, snap: Snapshot,
-                scope: Scope, problems: ReadProblems, threads: int | None, own: bool
-                ) -> None:
+                scope: Scope, threads: int | None, own: bool, behind: _Behind,
+                wholes: dict[str, pa.Table], copied: bool) -> None:
+    """The views of `snap` on `con`; a kind in `wholes` reads that table (registered, or
+    `copied` into a table of the connection's own, which DuckDB scans faster)."""
     if threads:
         con.execute(f"SET threads = {int(threads)}")
-    behind = _Behind([(str(p.path), p.first_seq, p.last_seq)
-                      for k in KINDS for p in snap.parts[k]],
-                     [str(b.path) for b in snap.bundles])
     if own:  # the caller's connection may ask `query(connection=...)` what is behind it
         con.register("_tracklake_parts", table_of(
             {"path": strings([p for p, _, _ in behind.parts]),
@@ -193,8 +237,7 @@ def _make_views(con: duckdb.DuckDBPyConnection, root_path: Path, snap: Snapshot,
             {"path": strings(behind.bundles)}))
     else:
         _BEHIND[con] = behind
-    # the summary views: asked for, or for the cutoffs of resumed runs (`_Cutoffs`)
-    summaries = "metrics" in snap.kinds and (scope.summaries or bool(snap.resumed))
+    summaries = _summaries_needed(snap, scope)
     for kind in snap.kinds:
         cols = ", ".join(f'"{n}"' for n in [*SCHEMAS[kind].names, *PARTITION_SCHEMA.names])
         parts = snap.parts[kind]
@@ -202,8 +245,12 @@ def _make_views(con: duckdb.DuckDBPyConnection, root_path: Path, snap: Snapshot,
         if live or (kind == "metrics" and summaries):
             con.register(f"_live_{kind}", snap.live[kind])
         sources = [f"SELECT {cols} FROM _live_{kind}"] if live else []
-        whole = run_table(kind, parts, problems) if scope.run is not None and not live \
-            and not own else None
+        whole = wholes.get(kind)
+        if whole is not None and copied:
+            con.register("_whole", whole)
+            con.execute(f"CREATE TEMP TABLE {kind}_all AS SELECT * FROM _whole")
+            con.unregister("_whole")
+            continue
         if whole is not None:  # one small run's parts, read whole (`run_table`)
             con.register(f"{kind}_all", whole)
             continue
@@ -325,8 +372,10 @@ def with_connection(root: str | os.PathLike[str] | None, problems: ReadProblems,
     outside `scope`, again over everything; if it fails on a part whose pages are damaged,
     again without that part (noted in `problems`). A file system that gives no answer
     for `read_timeout()` seconds ends it with `NoAnswerError` naming what it was asked."""
-    root_path = existing_root(root)
-    return bounded(lambda: _with_connection(root_path, problems, work, scope), root_path)
+    root_path = read_root(root)
+    # the root's check in the question's own bounded call (a call costs 0.08 ms)
+    return bounded(lambda: _with_connection(existing_root(root_path), problems, work, scope),
+                   root_path)
 
 
 def _with_connection(root_path: Path, problems: ReadProblems,
@@ -345,8 +394,11 @@ def _with_connection(root_path: Path, problems: ReadProblems,
                 raise
             time.sleep(_RELIST_PAUSE * relisted)  # let a merge in progress end
             continue  # a part was merged away since the listing: the merged part holds it
+        answered = False
         try:
-            return work(con)
+            result = work(con)
+            answered = True
+            return result
         except QueryError as exc:
             if isinstance(exc.__cause__, duckdb.CatalogException) and not scope.everything:
                 scope = EVERYTHING  # a view the SQL's table names did not show
@@ -374,7 +426,8 @@ def _with_connection(root_path: Path, problems: ReadProblems,
             skip = skip | {path for path, _ in damaged}
         finally:
             _BEHIND.pop(con, None)
-            con.close()
+            if not kept_connections.give_back(con, answered):
+                con.close()
 
 
 #: How often a query lists the store again because compaction merged parts under it,
@@ -577,10 +630,10 @@ def _execute(con: duckdb.DuckDBPyConnection, sql: str,
     with _running_lock:
         _running.add(con)
     try:
-        statements = con.extract_statements(sql)
-        for st in statements[:-1]:
-            con.execute(st, params).fetchall()  # run to completion before the next
-        relation = con.sql(statements[-1].query, params=params)
+        statements = statements_of(sql)
+        for _, text in statements[:-1]:
+            con.execute(text, params).fetchall()  # run to completion before the next
+        relation = con.sql(statements[-1][1], params=params)
         if relation is None:
             return table_of({}) if deliver is None else 0
         return relation.to_arrow_table() if deliver is None else deliver(relation)

@@ -4,6 +4,7 @@ check (only SELECT, and EXPLAIN / DESCRIBE / SUMMARIZE of one) as the second lay
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import threading
@@ -129,26 +130,33 @@ def _forget_database() -> None:
 os.register_at_fork(after_in_child=_forget_database)
 
 
+@functools.lru_cache(maxsize=256)
+def statements_of(sql: str) -> tuple[tuple[str, str], ...]:
+    """(kind, text) of each statement of `sql` by DuckDB's parser (`duckdb.Error` if it
+    does not parse); kept for the last texts asked (a question asked again, as a
+    dashboard asks, is parsed once)."""
+    with parsing() as parser:
+        return tuple((st.type.name, st.query) for st in parser.extract_statements(sql))
+
+
 def check_read_only(sql: str) -> None:
     """Raise QueryError unless every statement in `sql` only reads (an EXPLAIN is judged
     by the statement it explains). A second layer: the connection cannot write anyway."""
     import duckdb
 
     try:
-        with parsing() as parser:
-            statements = parser.extract_statements(sql)
+        statements = statements_of(sql)
     except duckdb.Error as exc:
         raise QueryError(f"SQL does not parse: {exc}") from exc
     if not statements:
         raise QueryError("no SQL statement given")
-    for st in statements:
-        kind = st.type.name
+    for kind, text in statements:
         if kind not in _ALLOWED_STATEMENTS:
-            raise QueryError(f"{_leading_keyword(st.query) or kind} statements are refused: "
+            raise QueryError(f"{_leading_keyword(text) or kind} statements are refused: "
                              "queries over the store are read-only (only SELECT, WITH, "
                              "EXPLAIN and the like run)")
         if kind == "EXPLAIN":
-            check_read_only(_explained(st.query))
+            check_read_only(_explained(text))
 
 
 def _code_tokens(sql: str) -> list[tuple[int, str]]:
