@@ -177,9 +177,24 @@ class MlflowDestination(Destination):
             self._routes[run.key] = MlflowRoutes(run, state if "id" in state else {})
             self._targets[run.key] = {}
             base = self._open_target(run, experiment_id, self._routes[run.key].targets[0])
+            self._count_what_is_held(run)
             if run.status == "running" and base.status != "RUNNING":
                 self._client.update_run(base.run_id, status="RUNNING")
                 base.status = "RUNNING"
+
+    def _count_what_is_held(self, run: RunInfo) -> None:
+        """A commit lost after its write (the exporter killed before it saved) left
+        metrics in the current MLflow run that the committed routes do not count: its
+        attempts are bound to it and its last step counted, so that a resumed attempt
+        logging those steps again goes to a run of its own, not beside them."""
+        routes = self._routes[run.key]
+        current = routes.current()
+        held, attempts = self._target(run, current).held()
+        if held is not None and (current.last_step is None or held > current.last_step):
+            current.last_step = held
+        index = routes.targets.index(current)
+        for attempt in attempts:
+            routes.attempts.setdefault(attempt, index)
 
     def write(self, run: RunInfo, kind: str, records: pa.Table) -> None:
         writers: dict[str, Callable[[RunInfo, MlflowTarget, pa.Table], None]] = {
@@ -201,8 +216,11 @@ class MlflowDestination(Destination):
                 steps = part.column("step") if kind == "metrics" else None
                 first = None if steps is None else pc.min(steps).as_py()
                 route = routes.route(attempt, first, routes.current().last_step)
-                writer(run, self._target(run, route), part)
+                target = self._target(run, route)
                 last = None if steps is None else pc.max(steps).as_py()
+                if last is not None:
+                    target.may_hold(attempt, last)
+                writer(run, target, part)
                 if last is not None:
                     route.last_step = last if route.last_step is None else max(
                         route.last_step, last)

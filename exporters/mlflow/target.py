@@ -3,6 +3,7 @@ files, kept up to date by the writes that go through it."""
 
 from __future__ import annotations
 
+import json
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -18,6 +19,13 @@ from tracklake.exporters.mlflow.names import (
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
+
+
+#: What an MLflow run may hold, as JSON ``{"last_step": N, "attempts": [1, 2]}``, raised
+#: before metrics past it are written to it: MLflow keeps what a commit wrote even if the
+#: exporter dies before it saves that commit, and the last step and the attempts bound to
+#: the run decide whether a resumed attempt needs a run of its own.
+HELD_TAG = "tracklake.held"
 
 
 @dataclass
@@ -44,6 +52,29 @@ class MlflowTarget:
                             lambda t: json_size(t.key, t.value)):
             self.client.log_batch(self.run_id, tags=chunk, synchronous=True)
         self.tags.update((t.key, t.value) for t in entities)
+
+    def held(self) -> tuple[int | None, set[int]]:
+        """The last metric step this run may hold and the attempts whose metrics it may
+        hold, by its `HELD_TAG` ((None, set()) if it has none, or one not of this form)."""
+        try:
+            held = json.loads(self.tags.get(HELD_TAG, "{}"))
+            step, attempts = held.get("last_step"), held.get("attempts", [])
+        except (ValueError, AttributeError):
+            return None, set()
+        if not _is_int(step) or not isinstance(attempts, list) or \
+                not all(_is_int(a) for a in attempts):
+            return None, set()
+        return step, set(attempts)
+
+    def may_hold(self, attempt: int | None, step: int) -> None:
+        """Record, before metrics of `attempt` up to `step` are written, that this run may
+        hold them."""
+        held, attempts = self.held()
+        now = (step if held is None else max(held, step),
+               attempts | ({attempt} if attempt is not None else set()))
+        if now != (held, attempts):
+            self.log_tags({HELD_TAG: json.dumps({"last_step": now[0],
+                                                 "attempts": sorted(now[1])})})
 
     # -- artifact files ------------------------------------------------------------------
 
@@ -84,3 +115,7 @@ class MlflowTarget:
     def put_text(self, path: str, text: str) -> None:
         self.client.log_text(self.run_id, text, path)
         self.note_file(path)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

@@ -437,6 +437,7 @@ def test_every_kind_arrives_exactly_as_stored(dest: MlflowDestination, root: Pat
         "tracklake.attempts": "2", "tracklake.ranks": "0,1",
         "tracklake.tags": '["baseline", "team:nlp"]', "baseline": "", "team:nlp": "",
         "tracklake.param_changed.lr": "0.2", "tracklake.config_attempt": "2",
+        "tracklake.held": '{"last_step": 4, "attempts": [1, 2]}',
         f"tracklake.alert.0.1.{alerts[0]['seq']}": json.dumps({
             "level": "warning", "title": "Loss spike", "text": "loss went up", "step": 2,
             "time": alert_time}),

@@ -202,3 +202,45 @@ def test_mlflow_holds_each_step_once_per_run_with_the_later_attempt_in_its_own(
     child = by_tag[f"{key} (attempt 2)"]
     assert child.data.tags["mlflow.parentRunId"] == by_tag[key].info.run_id
     assert child.info.run_name == "r (attempt 2)" and child.info.status == "FINISHED"
+
+
+class _Killed(BaseException):
+    """An exporter killed between a destination's write and the save of its commit."""
+
+
+def test_mlflow_keeps_one_value_per_step_when_a_commit_was_lost_after_its_write(
+        root: Path, tmp_path: Path, mlflow_server: str, monkeypatch: pytest.MonkeyPatch
+        ) -> None:
+    """Attempt 1's steps 0-99 reach MLflow, and the exporter dies before it saves that
+    commit; attempt 2 then logs again from step 60. The export after it leaves attempt 1's
+    steps 60-99 out (the views hide them), but MLflow holds them already: attempt 2 must
+    go to a run of its own. Before, its steps 60-99 went into the first run beside them
+    (two values at each of those steps), as an exporter SIGKILLed under load left it in
+    tests/exporters/test_export_kill.py."""
+    from tracklake.exporters._loop import state as state_module
+
+    mlflow_destination = optional("tracklake.exporters.mlflow")
+    uri = mlflow_server
+    project = f"supersession-lost-{tmp_path.name}"[:60]
+    _attempt(root, range(100), offset=0.0, project=project)
+    real_save = state_module.ExportState.save
+
+    def die_before_saving(self: Any) -> None:
+        if self.records:
+            raise _Killed  # the commit that delivered attempt 1's steps is not saved
+        real_save(self)
+
+    monkeypatch.setattr(state_module.ExportState, "save", die_before_saving)
+    with pytest.raises(_Killed):
+        _export(mlflow_destination.MlflowDestination(tracking_uri=uri), root)
+    monkeypatch.setattr(state_module.ExportState, "save", real_save)
+    assert len(_mlflow_runs(uri, project)[f"{project}/r"]) == 100
+    _attempt(root, range(60, 150), offset=0.5, project=project)
+    _export(mlflow_destination.MlflowDestination(tracking_uri=uri), root)
+    runs = _mlflow_runs(uri, project)
+    for tag, points in runs.items():
+        assert len({s for s, _ in points}) == len(points), tag  # one value per step
+    key = f"{project}/r"
+    assert runs == {
+        key: [(s, float(s)) for s in range(100)],
+        f"{key} (attempt 2)": [(s, s + 0.5) for s in range(60, 150)]}
