@@ -93,8 +93,10 @@ def question_connection() -> duckdb.DuckDBPyConnection:
     """A new connection to this process's in-memory database, locked down once
     (`lock_down`): opening a database of its own costs a question 12 ms and closing it
     2.5 ms, a connection to this one 0.01 ms. What a question registers and its (TEMP)
-    views are its connection's own, gone when it closes; the memory limit holds for the
-    process's questions together. A forked child, or another limit, gets its own."""
+    views are its connection's own, gone when it closes (a question about one run may
+    leave its connection to the next about it: `kept_connections`); the memory limit
+    holds for the process's questions together. A forked child, or another limit, gets
+    its own."""
     import duckdb
 
     global _DATABASE
