@@ -200,15 +200,15 @@ class RunCatalog:
         if not t.num_rows or not self._trusted:
             return set()
         w = _watched_of(self.root, t)
-        chosen = _in_listed_projects(self.root, t, w).copy()
-        if not chosen.all():  # a planted catalog's rows: written anew without them
-            self._stale.update(np.flatnonzero(~chosen).tolist())
+        listed = _in_listed_projects(self.root, t, w)
+        if not listed.all():  # a planted catalog's rows: written anew without them
+            self._stale.update(np.flatnonzero(~listed).tolist())
         if run is not None:  # a question about one run: its rows by a kept index
-            mask = np.zeros(t.num_rows, dtype=bool)
-            mask[[i for i in _rows_by_run(w).get(run, ())
-                  if project is None or w.projects[i] == project]] = True
-            chosen &= mask
-        elif project is not None:
+            return self._settled_of(w, [
+                i for i in _rows_by_run(w).get(run, ())
+                if listed[i] and (project is None or w.projects[i] == project)])
+        chosen = listed.copy()
+        if project is not None:
             chosen &= numpy_of(pc.equal(t.column("project"), scalar_of(project, pa.string())))
         quiet, epochs = _quiet_rows(self.root, w)
         look = chosen if quiet is None else chosen & ~quiet
@@ -231,6 +231,30 @@ class RunCatalog:
         found = set()
         for i in np.flatnonzero(chosen).tolist():
             if changed[i]:
+                self._stale.add(i)
+            else:
+                self._valid.append(i)
+                found.add((w.projects[i], w.runs[i]))
+        return found
+
+    def _settled_of(self, w: _Watched, rows: list[int]) -> set[tuple[str, str]]:
+        """`settled` for a few `rows` (one run's), in what they cost, not what the
+        table holds: their paths only are looked at (by the watch, else `stat`)."""
+        quiet, epochs = _quiet_rows(self.root, w)
+        look = [i for i in rows if quiet is None or not quiet[i]]
+        looked = np.array([j for i in look for j in range(w.starts[i], w.starts[i + 1])],
+                          dtype=np.int64)
+        recorded, holds = w.recorded[looked], w.holds[looked]
+        # a path recorded absent is only as it was if the run holds nothing of its kind
+        same = (mtimes_of([w.paths[j] for j in looked.tolist()]) == recorded) & \
+            ~((recorded == ABSENT) & holds)
+        changed = set(w.owner[looked[~same]].tolist())
+        if quiet is not None and epochs is not None:
+            w.watch["quiet"].settle(
+                np.array([i for i in look if i not in changed], dtype=np.int64), epochs)
+        found = set()
+        for i in rows:
+            if i in changed:
                 self._stale.add(i)
             else:
                 self._valid.append(i)
@@ -325,10 +349,10 @@ class RunCatalog:
         run changed since, or is gone). True if the file holds them now (`vouched`)."""
         if not self.enabled:
             return False
-        keep = [i for i in range(self._table.num_rows) if i not in self._stale]
         if not self._fresh and not self._stale:
             self._saved = self._table
             return True
+        keep = [i for i in range(self._table.num_rows) if i not in self._stale]
         listed = _SCHEMA.remove(_SCHEMA.get_field_index("summaries"))
         fresh = rows_table(listed, [{
             "project": e.project, "run": e.run,
@@ -401,6 +425,7 @@ class _Watched:
     holds: np.ndarray  # whether that run has files of the path's kind (parts, attempts)
     projects: list[str]
     runs: list[str]
+    starts: list[int]  # where each row's paths begin, and (last) where they end
     derived: dict[Any, Any] = field(default_factory=dict)  # RunCatalog._derived's
     watch: dict[str, Any] = field(default_factory=dict)  # `_quiet_rows`'
 
@@ -427,7 +452,8 @@ def _watched_of(root: Path, t: pa.Table) -> _Watched:
     prefix = f"{os.path.abspath(root)}{os.sep}"
     made = _Watched([prefix + p for p in paths.to_pylist()],
                     numpy_of(watched.flatten().field("mtime_ns")), owner, holds,
-                    t.column("project").to_pylist(), t.column("run").to_pylist())
+                    t.column("project").to_pylist(), t.column("run").to_pylist(),
+                    (offsets - offsets[0]).tolist())
     with _read_before_lock:
         while len(_watched_before) >= _READ_BEFORE_ROOTS:
             _watched_before.pop(next(iter(_watched_before)))
