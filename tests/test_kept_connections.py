@@ -5,11 +5,11 @@ forked child."""
 
 from __future__ import annotations
 
-import multiprocessing
 import threading
 from pathlib import Path
 
 import pytest
+from _forked import in_forked_child
 from _settled import age
 
 import tracklake
@@ -133,18 +133,12 @@ def test_at_most_the_bound_of_connections_is_kept(store: Path, monkeypatch: pyte
     assert _kept() == [for_b]  # a's tables are past the bound: its connection not kept
 
 
-def _child_answer(root: str, out: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
-    out.put((len(kept_connections._kept), tracklake.query(SQL, root=root).to_pylist()))
+def _child_answer(root: str) -> tuple[int, list[dict[str, object]]]:
+    return len(kept_connections._kept), tracklake.query(SQL, root=root).to_pylist()
 
 
 def test_a_forked_child_asks_on_connections_of_its_own(store: Path) -> None:
     want = tracklake.query(SQL, root=store).to_pylist()
     assert len(_kept()) == 1
-    context = multiprocessing.get_context("fork")
-    out = context.Queue()
-    child = context.Process(target=_child_answer, args=(str(store), out))
-    child.start()
-    child.join(60)
-    assert child.exitcode == 0
-    assert out.get(timeout=5) == (0, want)
+    assert in_forked_child(_child_answer, str(store)) == (0, want)
     assert tracklake.query(SQL, root=store).to_pylist() == want  # the parent's still answers

@@ -5,12 +5,12 @@ own."""
 
 from __future__ import annotations
 
-import multiprocessing
 import threading
 from pathlib import Path
 
 import duckdb
 import pytest
+from _forked import in_forked_child
 
 import tracklake
 from tracklake._read.readonly import MEMORY_ENV, question_connection
@@ -83,20 +83,14 @@ def test_another_memory_limit_gets_a_database_of_its_own(
     con.close()
 
 
-def _child_total(root: str, out: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
-    out.put(_total(Path(root)))
+def _child_total(root: str) -> float:
+    return _total(Path(root))
 
 
 def test_a_forked_child_asks_on_a_database_of_its_own(root: Path) -> None:
     _store(root, 0.0)
     assert _total(root) == sum(range(20))  # the parent's database exists
-    context = multiprocessing.get_context("fork")
-    out = context.Queue()
-    child = context.Process(target=_child_total, args=(str(root), out))
-    child.start()
-    child.join(60)
-    assert child.exitcode == 0
-    assert out.get(timeout=5) == sum(range(20))
+    assert in_forked_child(_child_total, str(root)) == sum(range(20))
 
 
 def test_a_question_that_runs_out_of_memory_or_time_leaves_the_others_answering(
