@@ -98,6 +98,33 @@ def test_settled_runs_are_not_looked_at_again(root: Path,
     assert _answers(root) == _from_files(root)
 
 
+def test_a_runs_view_question_leaves_watched_runs_quiet(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a watch, a question on the runs view alone looks at the paths under runs/
+    only; with one, at every path of a run it finds changed, so that the run becomes
+    quiet again and the next question looks at nothing."""
+    _watched(root)
+    looked = _Looked(monkeypatch)
+    runs_sql = "SELECT run, status FROM runs ORDER BY run"
+    want = tracklake.query(runs_sql, root=root)
+    assert looked.paths == [] or all(p == [] for p in looked.paths)
+    metrics_dir = root / "metrics" / "project=p" / "run=r1"
+    moved = metrics_dir.stat().st_mtime_ns + 1_000_000_000
+    os.utime(metrics_dir, ns=(moved, moved))  # r1 changed, in its metrics only
+    deadline = time.monotonic() + 30
+    while True:  # the watch tells of it; r1 is then looked at whole
+        looked.paths.clear()
+        assert tracklake.query(runs_sql, root=root).equals(want)
+        seen = sorted({p for asked in looked.paths for p in asked})
+        if seen:
+            break
+        assert time.monotonic() < deadline, "the change was never told"
+        time.sleep(0.02)
+    assert seen == _run_paths(root, "r1")  # under metrics/ too, not only runs/
+    assert looked.during(root) == []  # quiet again
+    assert _answers(root) == _from_files(root)
+
+
 @pytest.mark.parametrize("change", ["part rewritten in place", "through a hard link",
                                     "mtime set", "attempt edited", "resumed", "removed"])
 def test_a_changed_run_alone_is_looked_at_and_answered_from_its_files(

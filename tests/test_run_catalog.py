@@ -576,3 +576,42 @@ def test_a_catalog_crafted_to_be_read_as_other_bytes_is_rebuilt(root: Path,
         assert proc.returncode == 0, proc.stderr
         assert [json.loads(line) for line in proc.stdout.splitlines()] == answer
     assert _catalogued(root) == ["r0", "r1", "r2"]
+
+
+def test_a_question_on_the_runs_view_alone_looks_only_at_the_runs_attempt_paths(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runs view reads the attempt files only: the catalog checks the paths under
+    runs/ for it (3 of a run's 7), and a run whose metrics changed since is still read
+    again by the next question on the metrics."""
+    monkeypatch.setenv("TRACKLAKE_WATCH_DIRS", "0")  # with a watch: tests/test_dir_watch.py
+    _store(root)
+    expected = _answers(root)
+    looked: list[str] = []
+    real = catalog.mtimes_of
+    monkeypatch.setattr(catalog, "mtimes_of", lambda paths: looked.extend(paths) or
+                        real(paths))
+    runs_sql = QUESTIONS[0]
+    assert tracklake.query(runs_sql, root=root).equals(expected[0])
+    assert looked and all(p.startswith(str(root / "runs") + os.sep) for p in looked), looked
+    one = "SELECT count(*) AS n FROM runs WHERE run = 'r1'"
+    looked.clear()
+    assert tracklake.query(one, root=root).to_pylist() == [{"n": 1}]
+    assert looked and all(f"{os.sep}run=r1" in p and p.startswith(str(root / "runs"))
+                          for p in looked), looked
+    # r1's metrics directory changes and its attempt files do not: the runs view alone
+    # takes r1 from the catalog still, and the next question on the metrics lists r1
+    metrics_dir = root / "metrics" / "project=p" / "run=r1"
+    moved = metrics_dir.stat().st_mtime_ns + 1_000_000_000
+    os.utime(metrics_dir, ns=(moved, moved))
+    monkeypatch.setattr(catalog, "mtimes_of", real)
+    from tracklake._read import listing
+
+    listed: list[str] = []
+    real_listdir = listing.listdir_at
+    monkeypatch.setattr(listing, "listdir_at",
+                        lambda r, rel: listed.append(rel) or real_listdir(r, rel))
+    assert tracklake.query(runs_sql, root=root).equals(expected[0])
+    assert not [d for d in listed if "run=" in d], listed
+    _assert_same(_answers(root), expected)
+    assert [d for d in listed if "run=r1" in d and d.startswith("metrics")], listed
+    assert not [d for d in listed if "run=r0" in d or "run=r2" in d], listed

@@ -192,10 +192,14 @@ class RunCatalog:
                 _read_before[self.path] = (key, table)
         return table
 
-    def settled(self, project: str | None, run: str | None) -> Set[tuple[str, str]]:
+    def settled(self, project: str | None, run: str | None, attempts_only: bool = False
+                ) -> Set[tuple[str, str]]:
         """(project, run) of the catalogued runs (of `project` / `run` if given) whose
         watched paths all still have the mtimes recorded: their entries are what
-        `parts`, `summaries` and `attempts` give."""
+        `parts`, `summaries` and `attempts` give. With `attempts_only` (a question on the
+        `runs` view alone), only the paths under ``runs/`` are looked at where no watch
+        tells which runs are quiet, and only what `attempts` gives is vouched for: the
+        caller reads no part of the catalog's."""
         t = self._table
         if not t.num_rows or not self._trusted:
             return set()
@@ -206,16 +210,23 @@ class RunCatalog:
         if run is not None:  # a question about one run: its rows by a kept index
             return self._settled_of(w, [
                 i for i in _rows_by_run(w).get(run, ())
-                if listed[i] and (project is None or w.projects[i] == project)])
+                if listed[i] and (project is None or w.projects[i] == project)],
+                attempts_only)
         chosen = listed.copy()
         if project is not None:
             chosen &= numpy_of(pc.equal(t.column("project"), scalar_of(project, pa.string())))
         quiet, epochs = _quiet_rows(self.root, w)
+        # with the watch in place every path is looked at, so that the rows found as
+        # recorded become quiet and the next question looks at none of them
+        attempts_only = attempts_only and quiet is None
         look = chosen if quiet is None else chosen & ~quiet
-        if look.all():
+        if look.all() and not attempts_only:
             paths, recorded, owner, holds = w.paths, w.recorded, w.owner, w.holds
         else:
-            looked = np.flatnonzero(look[w.owner])
+            picked = w.under_runs if look.all() else look[w.owner]
+            if attempts_only and not look.all():
+                picked &= w.under_runs
+            looked = np.flatnonzero(picked)
             paths = [w.paths[i] for i in looked.tolist()]
             recorded, owner, holds = w.recorded[looked], w.owner[looked], w.holds[looked]
         # a path recorded absent is only as it was if the run holds nothing of its kind
@@ -237,13 +248,15 @@ class RunCatalog:
                 found.add((w.projects[i], w.runs[i]))
         return found
 
-    def _settled_of(self, w: _Watched, rows: list[int]) -> set[tuple[str, str]]:
+    def _settled_of(self, w: _Watched, rows: list[int], attempts_only: bool
+                    ) -> set[tuple[str, str]]:
         """`settled` for a few `rows` (one run's), in what they cost, not what the
         table holds: their paths only are looked at (by the watch, else `stat`)."""
         quiet, epochs = _quiet_rows(self.root, w)
+        attempts_only = attempts_only and quiet is None  # as in `settled`
         look = [i for i in rows if quiet is None or not quiet[i]]
-        looked = np.array([j for i in look for j in range(w.starts[i], w.starts[i + 1])],
-                          dtype=np.int64)
+        looked = np.array([j for i in look for j in range(w.starts[i], w.starts[i + 1])
+                           if not attempts_only or w.under_runs[j]], dtype=np.int64)
         recorded, holds = w.recorded[looked], w.holds[looked]
         # a path recorded absent is only as it was if the run holds nothing of its kind
         same = (mtimes_of([w.paths[j] for j in looked.tolist()]) == recorded) & \
@@ -426,6 +439,7 @@ class _Watched:
     projects: list[str]
     runs: list[str]
     starts: list[int]  # where each row's paths begin, and (last) where they end
+    under_runs: np.ndarray  # whether each path is under runs/ (the attempts')
     derived: dict[Any, Any] = field(default_factory=dict)  # RunCatalog._derived's
     watch: dict[str, Any] = field(default_factory=dict)  # `_quiet_rows`'
 
@@ -453,7 +467,8 @@ def _watched_of(root: Path, t: pa.Table) -> _Watched:
     made = _Watched([prefix + p for p in paths.to_pylist()],
                     numpy_of(watched.flatten().field("mtime_ns")), owner, holds,
                     t.column("project").to_pylist(), t.column("run").to_pylist(),
-                    (offsets - offsets[0]).tolist())
+                    (offsets - offsets[0]).tolist(),
+                    numpy_of(pc.starts_with(paths, "runs/")))
     with _read_before_lock:
         while len(_watched_before) >= _READ_BEFORE_ROOTS:
             _watched_before.pop(next(iter(_watched_before)))

@@ -98,7 +98,9 @@ class Snapshot:
         # runs whose metric parts and attempt files are as the catalog has them are not
         # listed again (with parts to skip, a rare retry after damage, all are)
         catalog = RunCatalog(root, trust_catalog)
-        settled = frozenset(catalog.settled(scope.project, scope.run)) if \
+        # the runs view alone: the catalog vouches for the runs' attempts only
+        attempts_only = not scope.kinds
+        settled = frozenset(catalog.settled(scope.project, scope.run, attempts_only)) if \
             ("metrics" in scope.kinds or scope.attempts) and not skip else frozenset()
         streams = {**stream_dirs(root, scope.project, scope.run,
                                  tuple(k for k in KINDS if k in scope.kinds - {"metrics"})),
@@ -152,9 +154,10 @@ class Snapshot:
             else:
                 settled_left = len(settled)
             start_builder(root, settled_left)
-        catalog.check_reached(path for path, *_ in catalogued_parts)
-        self.parts["metrics"].extend(Part(first, last, segment, root / path)
-                                     for path, first, last, segment in catalogued_parts)
+        if not attempts_only:
+            catalog.check_reached(path for path, *_ in catalogued_parts)
+            self.parts["metrics"].extend(Part(first, last, segment, root / path)
+                                         for path, first, last, segment in catalogued_parts)
         #: every attempt of the runs in scope, as `run_attempts` rows (statuses as recorded)
         self.attempts = empty_table(ATTEMPTS_SCHEMA)
         if scope.attempts or "metrics" in scope.kinds:
