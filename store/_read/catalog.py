@@ -207,31 +207,25 @@ class RunCatalog:
         listed = _in_listed_projects(self.root, t, w)
         if not listed.all():  # a planted catalog's rows: written anew without them
             self._stale.update(np.flatnonzero(~listed).tolist())
-        if run is not None:  # a question about one run: its rows by a kept index
-            return self._settled_of(w, [
-                i for i in _rows_by_run(w).get(run, ())
-                if listed[i] and (project is None or w.projects[i] == project)],
-                attempts_only)
-        chosen = listed.copy()
-        if project is not None:
-            chosen &= numpy_of(pc.equal(t.column("project"), scalar_of(project, pa.string())))
         quiet, epochs = _quiet_rows(self.root, w)
         # with the watch in place every path is looked at, so that the rows found as
         # recorded become quiet and the next question looks at none of them
         attempts_only = attempts_only and quiet is None
+        if run is not None:  # a question about one run: its rows by a kept index
+            return self._settled_of(w, [
+                i for i in _rows_by_run(w).get(run, ())
+                if listed[i] and (project is None or w.projects[i] == project)],
+                quiet, epochs, attempts_only)
+        chosen = listed.copy()
+        if project is not None:
+            chosen &= numpy_of(pc.equal(t.column("project"), scalar_of(project, pa.string())))
         look = chosen if quiet is None else chosen & ~quiet
         if look.all() and not attempts_only:
-            paths, recorded, owner, holds = w.paths, w.recorded, w.owner, w.holds
+            looked = None
         else:
-            picked = w.under_runs if look.all() else look[w.owner]
-            if attempts_only and not look.all():
-                picked &= w.under_runs
-            looked = np.flatnonzero(picked)
-            paths = [w.paths[i] for i in looked.tolist()]
-            recorded, owner, holds = w.recorded[looked], w.owner[looked], w.holds[looked]
-        # a path recorded absent is only as it was if the run holds nothing of its kind
-        same = (mtimes_of(paths) == recorded) & ~((recorded == ABSENT) & holds)
-        changed = np.bincount(owner[~same], minlength=t.num_rows) > 0
+            picked = look[w.owner]
+            looked = np.flatnonzero(picked & w.under_runs if attempts_only else picked)
+        changed = np.bincount(_changed_owners(w, looked), minlength=t.num_rows) > 0
         if quiet is not None and epochs is not None:
             w.watch["quiet"].settle(np.flatnonzero(look & ~changed), epochs)
         if chosen.all() and not changed.any():  # every run as recorded: made once
@@ -239,32 +233,26 @@ class RunCatalog:
             if "every run" not in w.derived:
                 w.derived["every run"] = frozenset(zip(w.projects, w.runs, strict=True))
             return w.derived["every run"]  # type: ignore[no-any-return]
-        found = set()
-        for i in np.flatnonzero(chosen).tolist():
-            if changed[i]:
-                self._stale.add(i)
-            else:
-                self._valid.append(i)
-                found.add((w.projects[i], w.runs[i]))
-        return found
+        return self._vouch(w, np.flatnonzero(chosen).tolist(),
+                           set(np.flatnonzero(changed).tolist()))
 
-    def _settled_of(self, w: _Watched, rows: list[int], attempts_only: bool
-                    ) -> set[tuple[str, str]]:
+    def _settled_of(self, w: _Watched, rows: list[int], quiet: np.ndarray | None,
+                    epochs: np.ndarray | None, attempts_only: bool) -> set[tuple[str, str]]:
         """`settled` for a few `rows` (one run's), in what they cost, not what the
         table holds: their paths only are looked at (by the watch, else `stat`)."""
-        quiet, epochs = _quiet_rows(self.root, w)
-        attempts_only = attempts_only and quiet is None  # as in `settled`
         look = [i for i in rows if quiet is None or not quiet[i]]
         looked = np.array([j for i in look for j in range(w.starts[i], w.starts[i + 1])
                            if not attempts_only or w.under_runs[j]], dtype=np.int64)
-        recorded, holds = w.recorded[looked], w.holds[looked]
-        # a path recorded absent is only as it was if the run holds nothing of its kind
-        same = (mtimes_of([w.paths[j] for j in looked.tolist()]) == recorded) & \
-            ~((recorded == ABSENT) & holds)
-        changed = set(w.owner[looked[~same]].tolist())
+        changed = set(_changed_owners(w, looked).tolist())
         if quiet is not None and epochs is not None:
             w.watch["quiet"].settle(
                 np.array([i for i in look if i not in changed], dtype=np.int64), epochs)
+        return self._vouch(w, rows, changed)
+
+    def _vouch(self, w: _Watched, rows: list[int], changed: set[int]
+               ) -> set[tuple[str, str]]:
+        """(project, run) of `rows` not `changed`, which the catalog vouches for; the
+        changed ones are stale."""
         found = set()
         for i in rows:
             if i in changed:
@@ -474,6 +462,19 @@ def _watched_of(root: Path, t: pa.Table) -> _Watched:
             _watched_before.pop(next(iter(_watched_before)))
         _watched_before[id(t)] = (t, made)
     return made
+
+
+def _changed_owners(w: _Watched, looked: np.ndarray | None) -> np.ndarray:
+    """The row of each of `w`'s paths (those at `looked`, else all) whose mtime is not
+    the one recorded (a row once per such path)."""
+    if looked is None:
+        paths, recorded, owner, holds = w.paths, w.recorded, w.owner, w.holds
+    else:
+        paths = [w.paths[i] for i in looked.tolist()]
+        recorded, owner, holds = w.recorded[looked], w.owner[looked], w.holds[looked]
+    # a path recorded absent is only as it was if the run holds nothing of its kind
+    same = (mtimes_of(paths) == recorded) & ~((recorded == ABSENT) & holds)
+    return owner[~same]  # type: ignore[no-any-return]
 
 
 def _rows_by_run(w: _Watched) -> dict[str, list[int]]:
