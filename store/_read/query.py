@@ -42,7 +42,6 @@ from tracklake._read.readonly import (
     check_read_only,
     lock_down,
     memory_limit,
-    parsing,
     question_connection,
     statements_of,
 )
@@ -517,13 +516,12 @@ def first_rows_sql(sql: str, rows: int) -> str | None:
     import duckdb
 
     try:
-        with parsing() as parser:
-            statements = parser.extract_statements(sql)
+        statements = statements_of(sql)
     except duckdb.Error:
         return None
-    if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
+    if len(statements) != 1 or statements[0][0] != "SELECT":
         return None
-    return f"SELECT * FROM ({statements[0].query}) LIMIT {int(rows)}"
+    return f"SELECT * FROM ({statements[0][1]}) LIMIT {int(rows)}"
 
 
 _running: set[duckdb.DuckDBPyConnection] = set()  # connections executing a statement

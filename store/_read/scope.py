@@ -9,7 +9,7 @@ from typing import Any
 
 from tracklake._format import KINDS
 from tracklake._read.one_run import narrowed_to, table_names
-from tracklake._read.readonly import parsing
+from tracklake._read.readonly import parsing, statements_of
 
 #: Views over the attempt files only.
 _ATTEMPT_VIEWS = frozenset({"runs", "run_attempts"})
@@ -101,8 +101,8 @@ def _scope_of_sql(sql: str, params: Any) -> Scope:
     names: set[str] = set()
     try:
         with parsing() as parser:
-            for statement in parser.extract_statements(sql):
-                names |= {n.lower() for n in parser.get_table_names(statement.query)}
+            for _, text in statements_of(sql):
+                names |= {n.lower() for n in parser.get_table_names(text)}
     except duckdb.Error:
         # a statement with parameters, which get_table_names refuses, or one that fails
         # to bind here (the real run reports it)
