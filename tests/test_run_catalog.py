@@ -17,6 +17,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from _crafted import signed_catalog
+from _listings import record_listings
 from _settled import age
 
 import tracklake
@@ -604,12 +605,7 @@ def test_a_question_on_the_runs_view_alone_looks_only_at_the_runs_attempt_paths(
     moved = metrics_dir.stat().st_mtime_ns + 1_000_000_000
     os.utime(metrics_dir, ns=(moved, moved))
     monkeypatch.setattr(catalog, "mtimes_of", real)
-    from tracklake._read import listing
-
-    listed: list[str] = []
-    real_listdir = listing.listdir_at
-    monkeypatch.setattr(listing, "listdir_at",
-                        lambda r, rel: listed.append(rel) or real_listdir(r, rel))
+    listed = record_listings(monkeypatch)
     assert tracklake.query(runs_sql, root=root).equals(expected[0])
     assert not [d for d in listed if "run=" in d], listed
     _assert_same(_answers(root), expected)
