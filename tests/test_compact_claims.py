@@ -100,8 +100,10 @@ def _assert_recovers(root: Path, expected: object,
     assert not list(root.rglob("*.arrows")), "a consumed or sealed segment was left"
     assert not list(root.rglob(".compacting*"))
     assert contents(root) == expected
-    # a part being written when the kill came is left for a while (unpack writes parts
-    # without a claim, perhaps from another host), then removed
+    # a compacted part being written when the kill came is removed by the next holder of
+    # the claim; another part's is left for a while (unpack writes parts without a
+    # claim, perhaps from another host), then removed
+    assert not list(root.rglob(".part-new.parquet.*.tmp"))
     leftovers = list(root.rglob(".part-*.tmp"))
     for tmp in leftovers:
         os.utime(tmp, (0, 0))
@@ -195,6 +197,30 @@ def test_sigkill_while_a_part_of_many_row_groups_is_written_loses_nothing(
         killed += code == -signal.SIGKILL
         _assert_recovers(root, expected, _wide_contents)
     assert killed >= 3  # most trials were killed mid-way, not after it ended
+
+
+def test_the_next_compaction_removes_a_part_a_stopped_compaction_was_writing(
+        template: Path, tmp_path: Path) -> None:
+    """A compactor stopped (SIGKILL, or SIGTERM at the wrong moment) while it wrote a part
+    leaves it aside as `.part-new.parquet.RANDOM.PID.tmp`. Only the holder of the stream's
+    claim writes one, so the next holder removes it however recent; a part of another
+    name written aside (unpack's, made without a claim) stays while it is recent."""
+    root = _copy(template, tmp_path)
+    directory = next(root.glob("metrics/project=p/run=a/rank=0/attempt=*"))
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    pid = int(dead.stdout)
+    compacted = directory / f".part-new.parquet.a014f7523635.{pid}.tmp"
+    unpacked = directory / (f".part-{0:020d}-{9:020d}-{1:06d}.parquet.0123456789ab."
+                            f"{pid}.tmp")
+    for left in (compacted, unpacked):
+        left.write_bytes(b"PAR1 stopped half-way")
+    expected = _contents(root)
+    report = tracklake.compact(root=root)
+    assert report.skipped == [] and report.segments_removed
+    assert not compacted.exists()
+    assert unpacked.exists()
+    assert _contents(root) == expected
 
 
 def _claim_dir(template: Path, tmp_path: Path) -> tuple[Path, Path]:

@@ -264,6 +264,45 @@ def test_ctrl_c_or_sigterm_ends_the_command_cleanly(store: Path, stop: signal.Si
     Dashboard(store, port=port).close()
 
 
+#: `tracklake ui` on argv[1], sent SIGTERM by itself the moment a connection has been handed
+#: to the thread that answers it (the stop arriving exactly then, as it can under load).
+STOPPED_AT_HANDOVER = """
+import signal, sys, threading
+handing_over = threading.Thread.start
+def start(thread):
+    handing_over(thread)
+    if getattr(getattr(thread, "_target", None), "__name__", "") == "process_request_thread":
+        signal.raise_signal(signal.SIGTERM)
+threading.Thread.start = start
+from tracklake._cli.main import main
+main(["ui", "--root", sys.argv[1], "--port", "0"])
+"""
+
+
+def test_a_stop_as_a_connection_is_handed_over_still_ends_cleanly(store: Path) -> None:
+    """The signal is raised in the main thread: when that thread itself handed connections
+    over, a stop between the answering thread's start and the hand-over's end gave the
+    connection's slot back twice, `close()` no longer waited for that answer, and the
+    process was aborted (SIGABRT, "FATAL: exception not rethrown") as it exited with the
+    thread inside DuckDB. The request that arrived whole is answered; the command exits 0."""
+    process = subprocess.Popen([sys.executable, "-c", STOPPED_AT_HANDOVER, str(store)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        assert process.stdout is not None
+        url = [process.stdout.readline() for _ in range(2)][1].strip()
+        port = int(url.rsplit(":", 1)[1].strip("/"))
+        status, _, body = request(None, "GET", "/api/runs", port=port)  # type: ignore[arg-type]
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 0, err
+    assert "stopped" in out and "Traceback" not in err
+    assert status == 200 and [r["run"] for r in json.loads(body)["runs"]] == ["base"]
+
+
 def test_a_taken_port_or_a_url_root_is_an_error_at_once(store: Path) -> None:
     from click.testing import CliRunner
 

@@ -51,7 +51,7 @@ def ui(root: str | None, host: str, port: int) -> None:
     click.echo("Ctrl-C stops it.", nl=True)
     previous = _stop_on_sigterm()
     try:
-        dashboard.serve_forever()
+        dashboard.start().wait()
     except KeyboardInterrupt:
         interrupt_queries()
     finally:

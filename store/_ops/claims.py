@@ -202,6 +202,9 @@ CLAIM_NAMES = frozenset({COMPACTING, SHIPPING, RETAINING, REPAIRING, DERIVING})
 _CLAIM_TMP = re.compile(
     r"^\.(?:compacting|shipping|retaining|repairing)(?:-stale)?\.(.+?)(?:\.[0-9a-f]{12})?\.(\d+)\.tmp$")
 _SORT_TMP = re.compile(r"^\.sort\.(.+)\.(\d+)\.tmp$")
+#: A compactor's part being written (`sorted_part.write_sorted_part`): only the holder of
+#: a stream's claim writes one.
+_COMPACTED_TMP = re.compile(r"^\.part-new\.parquet\.[0-9a-f]{12}\.\d+\.tmp$")
 _PART_TMP = re.compile(r"^\.part-.*\.parquet\.(?:[0-9a-f]{12}\.)?(\d+)\.tmp$")
 
 
@@ -209,10 +212,11 @@ def remove_leftovers(directory: Path, now: float) -> None:
     """Delete, while holding `directory`'s claim, the temporaries of earlier holders
     (their ages by `now`, the time by the clock that stamps their mtimes: another host's
     temporary on a file server is as old as the server says):
-    sorted runs (only a claim's holder makes them, so any found belong to one that is
-    gone), a contender's claim aside older than a minute or whose process on this host
-    ended, and a part's older than CLAIM_STALE_SECONDS whose process is gone (unpack
-    writes parts without a claim, maybe from another host sharing the file system)."""
+    sorted runs and a compacted part being written (only a claim's holder makes them, so
+    any found belong to one that is gone, stopped however and whenever), a contender's
+    claim aside older than a minute or whose process on this host ended, and another
+    part's older than CLAIM_STALE_SECONDS whose process is gone (unpack writes parts
+    without a claim, maybe from another host sharing the file system)."""
     host = platform.node()
     for name in os.listdir(directory):
         path = directory / name
@@ -230,7 +234,9 @@ def remove_leftovers(directory: Path, now: float) -> None:
         if stat.S_ISDIR(st.st_mode):
             continue  # none of these is a directory when made here: not ours to remove
         age = now - st.st_mtime
-        if (m := _CLAIM_TMP.match(name)) is not None:
+        if _COMPACTED_TMP.match(name) is not None:
+            gone = True
+        elif (m := _CLAIM_TMP.match(name)) is not None:
             gone = age > 60 or (m.group(1) == host and not process_alive(int(m.group(2))))
         elif (m := _PART_TMP.match(name)) is not None:
             gone = age > CLAIM_STALE_SECONDS and not process_alive(int(m.group(1)))

@@ -526,15 +526,26 @@ class Dashboard:
         return base if self.token is None else f"{base}?token={self.token}"
 
     def serve_forever(self) -> None:
-        """Serve until `close()` (from another thread) or Ctrl-C (KeyboardInterrupt)."""
+        """Serve until `close()` (from another thread)."""
         self._server.serve_forever(poll_interval=0.2)
 
     def start(self) -> Dashboard:
-        """Serve from a background thread (tests, notebooks)."""
+        """Serve from a background thread (the command, tests, notebooks)."""
         self._thread = threading.Thread(target=self.serve_forever, daemon=True,
                                         name="tracklake-ui")
         self._thread.start()
         return self
+
+    def wait(self) -> None:
+        """Block until the server started by `start()` stops. Ctrl-C (a KeyboardInterrupt,
+        which Python raises in the main thread only) ends the wait, never the serving
+        thread halfway through handing a connection to the thread that answers it: that
+        left the connection's slot given back twice, so `close()` stopped waiting for an
+        answer in progress, and the process was aborted as it exited with that thread
+        still inside DuckDB."""
+        assert self._thread is not None, "start() the dashboard first"
+        while self._thread.is_alive():
+            self._thread.join(0.5)
 
     def close(self) -> None:
         """Stop listening, cut open connections and wait for the answers in progress, so
