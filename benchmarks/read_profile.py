@@ -169,15 +169,17 @@ def main() -> None:
     parser.add_argument("--question", choices=QUESTIONS[:3], default=QUESTIONS[0])
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--sql", help="Profile this statement instead of --question.")
     parser.add_argument("--cprofile", action="store_true")
     parser.add_argument("--top", type=int, default=40)
     args = parser.parse_args()
-    sql = sql_of(args.root, "tracklake", args.question, middle_run(args.root))
+    sql = args.sql or sql_of(args.root, "tracklake", args.question, middle_run(args.root))
     if args.cprofile:
         cprofile(args.root, sql, args.warmup, args.repeat, args.top)
         return
     spans = profile(args.root, sql, args.warmup, args.repeat)
-    print(f"{args.question} on {args.root}: median of {args.repeat} warm questions, ms")
+    print(f"{args.sql or args.question} on {args.root}: median of {args.repeat} warm "
+          "questions, ms")
     for name, depth in _ROWS:
         print(f"  {'  ' * depth}{name:<{22 - 2 * depth}} {spans[name]:8.2f}")
 

@@ -74,7 +74,7 @@ def _watched(root: Path, runs: int = 3) -> None:
     kept = catalog._read_before[root / CATALOG_FILE][1]
     state = catalog._watched_before[id(kept)][1].watch
     deadline = time.monotonic() + 30
-    while "quiet" not in state:
+    while "quiet" not in state or state["quiet"].ready < runs:
         assert time.monotonic() < deadline, "the watch was never in place"
         time.sleep(0.01)
     _answers(root)
@@ -252,6 +252,64 @@ def test_a_store_replaced_by_a_copy_at_its_path_is_watched_anew(
     looked = _Looked(monkeypatch)
     assert set(_run_paths(root, "r1")) <= set(looked.during(root))
     assert _answers(root) == _from_files(root)
+
+
+def test_rows_are_usable_as_their_watches_are_added_and_never_before(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The watches of a large catalog take a second to add, in the background, over
+    which questions go on: the rows whose paths are all watched can become quiet at
+    once; a row whose watches were not all in place when a look began never becomes
+    quiet from that look (a change made between the look and its watch is heard by
+    nobody), only from a later one."""
+    import threading
+
+    runs = [("p", f"r{i}") for i in range(4)]
+    paths, owner = [], []
+    for row, (_, run) in enumerate(runs):
+        for sub in ("a", "b"):
+            made = tmp_path / run / sub
+            made.mkdir(parents=True)
+            paths.append(str(made))
+            owner.append(row)
+    monkeypatch.setattr(dir_watch, "_READY_EVERY", 1)
+    watch = dir_watch.DirWatch()
+    at_r2, go_on = threading.Event(), threading.Event()
+    adding = watch._inotify.add_watch
+
+    def add_watch(path: str, mask: int) -> int:
+        if path == paths[4]:  # r2's first path: r0 and r1 are watched whole
+            at_r2.set()
+            assert go_on.wait(30)
+        return adding(path, mask)
+
+    monkeypatch.setattr(watch._inotify, "add_watch", add_watch)
+    published: list[dir_watch.QuietRows] = []
+    every = np.arange(len(runs))
+    adder = threading.Thread(target=watch.rows_for, args=(
+        paths, np.ones(len(paths), dtype=bool), np.array(owner), runs, list(runs),
+        [str(tmp_path)], published.append))
+    adder.start()
+    try:
+        assert at_r2.wait(30)
+        [quiet] = published
+        assert quiet.ready == 2
+        seen = quiet.look()
+        assert seen is not None
+        early_quiet, early = seen
+        assert not early_quiet.any() and early.tolist() == [0, 0, -1, -1]
+    finally:
+        go_on.set()
+        adder.join(30)
+    quiet.settle(every, early)  # every row's paths matched at that look
+    assert quiet.quiet.tolist() == [True, True, False, False]
+    seen = quiet.look()
+    assert seen is not None and seen[1].tolist() == [0, 0, 0, 0]
+    quiet.settle(every, seen[1])
+    assert quiet.quiet.all()
+    (tmp_path / "r1" / "a" / "new").write_bytes(b"")  # an event: r1 is no longer quiet
+    seen = quiet.look()
+    assert seen is not None and seen[0].tolist() == [True, False, True, True]
+    watch.close()
 
 
 def test_only_a_local_file_system_is_watched() -> None:

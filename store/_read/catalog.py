@@ -519,9 +519,10 @@ def _in_listed_projects(root: Path, t: pa.Table, w: _Watched) -> np.ndarray:
 def _quiet_rows(root: Path, w: _Watched) -> tuple[np.ndarray | None, np.ndarray | None]:
     """The rows of `w`'s table known unchanged since their last look, without a `stat`
     (`dir_watch`), and their epochs for `QuietRows.settle`; (None, None) until the
-    watches are in place. The second question on a store starts them, in the
-    background; a table read later (the catalog rewritten after a run changed) is
-    watched at once, keeping what was known of the runs it records as before."""
+    watches are being added. The second question on a store starts them, in the
+    background, the rows usable as their watches are in place; a table read later (the
+    catalog rewritten after a run changed) is watched at once, keeping what was known of
+    the runs it records as before."""
     state = w.watch
     rows = state.get("quiet")
     if rows is None and not state and dir_watch_wanted() and \

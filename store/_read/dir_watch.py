@@ -30,6 +30,7 @@ import re
 import threading
 import weakref
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -66,6 +67,9 @@ def max_watches() -> int:
     except (OSError, ValueError):
         return MAX_WATCHES
 
+
+#: Paths watched between two updates of `QuietRows.ready` (a lock each time).
+_READY_EVERY = 512
 
 #: Set to 0 to `stat` every catalogued run's paths at every question, as where no
 #: watch can be made.
@@ -126,14 +130,22 @@ class QuietRows:
         self.quiet = np.zeros(len(runs), dtype=bool)
         self.epoch = np.zeros(len(runs), dtype=np.int64)  # bumped by each event of the row
         self.watched = np.ones(len(runs), dtype=bool)  # every path of the row watched
+        #: rows before this one have had all their paths watched (or found unwatchable):
+        #: the watches are added in the background, row after row
+        self.ready = 0
 
     def look(self) -> tuple[np.ndarray, np.ndarray] | None:
         """(quiet, epochs) as of now (events so far taken in); None if this process may
-        not trust them (a forked child, or the watch closed)."""
+        not trust them (a forked child, or the watch closed). A row whose watches were
+        not all in place yet has the epoch -1, which no row reaches: a look that began
+        before its watches never makes it quiet (a change between that look and its
+        watch would go unheard)."""
         if not self.watch.drain():
             return None
         with self.watch.lock:
-            return self.quiet.copy(), self.epoch.copy()
+            epochs = self.epoch.copy()
+            epochs[self.ready:] = -1
+            return self.quiet.copy(), epochs
 
     def settle(self, matched: np.ndarray, epochs: np.ndarray) -> None:
         """Rows `matched` (indices) had every path as recorded at a look that started
@@ -182,20 +194,31 @@ class DirWatch:
 
     def rows_for(self, paths: list[str], is_dir: np.ndarray, owner: np.ndarray,
                  runs: list[tuple[str, str]], recorded: list[object],
-                 anchors: list[str]) -> QuietRows:
+                 anchors: list[str],
+                 published: Callable[[QuietRows], None] | None = None) -> QuietRows:
         """Watch `paths` (absolute; directories where `is_dir`; row `owner[i]`, run
         `runs[owner[i]]`, holds `paths[i]`) of a table recording `recorded[row]` of each
         row's paths, below the directories `anchors`, and the table's `QuietRows`. Rows
         with a path that could not be watched are never quiet; rows recorded as a run
-        was when found settled, and not changed since, are."""
+        was when found settled, and not changed since, are. `published` is given the
+        `QuietRows` before the first watch is added: with `owner` ascending, its rows
+        become usable one after the other (`QuietRows.ready`), not all at the end (70,000
+        paths take a second, over which a notebook asks several questions)."""
         quiet = QuietRows(self, paths, owner, runs, recorded)
         with self.lock:
             self._rows.add(quiet)
             for anchor in anchors:
                 if anchor not in self._anchors:  # taken before anything below is watched
                     self._anchors[anchor] = _identity(anchor)
+        if published is not None:
+            published(quiet)
+        in_order = bool(np.all(np.diff(owner) >= 0))
+        rows = owner.tolist()
         limit = max_watches()
-        for path, directory, row in zip(paths, is_dir.tolist(), owner.tolist(), strict=True):
+        for i, (path, directory, row) in enumerate(zip(paths, is_dir.tolist(), rows,
+                                                       strict=True)):
+            if in_order and i % _READY_EVERY == 0 and row > quiet.ready:
+                self._ready(quiet, row)  # every path of the rows before `row` is watched
             if path in self._wd_of:
                 continue
             if self._full or len(self._wd_of) >= limit:
@@ -215,11 +238,18 @@ class DirWatch:
                 self._wd_of[path] = wd
                 self._run_of[path] = runs[row]
         self.drain()
-        with self.lock:
-            for row, run in enumerate(runs):
-                if quiet.watched[row] and self.settled.get(run) == recorded[row]:
-                    quiet.quiet[row] = True
+        self._ready(quiet, len(runs))
         return quiet
+
+    def _ready(self, quiet: QuietRows, upto: int) -> None:
+        """Rows up to `upto` have all their paths watched: those recorded as their run was
+        when found settled, and not changed since, are quiet at once."""
+        with self.lock:
+            for row in range(quiet.ready, upto):
+                if quiet.watched[row] and self.settled.get(quiet.runs[row]) == \
+                        quiet.recorded[row]:
+                    quiet.quiet[row] = True
+            quiet.ready = max(quiet.ready, upto)
 
     def drain(self) -> bool:
         """Take in the events so far; False if this watch may not be used here."""
@@ -314,11 +344,12 @@ def start_watching(root: Path, what: Callable[[], tuple[list[str], np.ndarray, n
                    done: dict[str, object]) -> None:
     """In a background thread, watch the paths `what()` gives (`DirWatch.rows_for`'s
     arguments, made there too: 70,000 paths take a question 20 ms) and leave their
-    `QuietRows` in `done["quiet"]` (nothing where `watch_for` gives no watch)."""
+    `QuietRows` in `done["quiet"]` as soon as it is made, its rows usable as their
+    watches are in place (nothing where `watch_for` gives no watch)."""
     def run() -> None:
         watch = watch_for(root)
         if watch is not None:
-            done["quiet"] = watch.rows_for(*what())
+            watch.rows_for(*what(), published=partial(done.__setitem__, "quiet"))
 
     threading.Thread(target=run, name="tracklake-dir-watch", daemon=True).start()
 
