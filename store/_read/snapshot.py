@@ -130,31 +130,14 @@ class Snapshot:
                 if batches:
                     live[s.kind].append((pa.Table.from_batches(batches, SCHEMAS[s.kind]), s))
         self.live = {k: with_partitions(v, k) for k, v in live.items()}
-        catalogued = catalog.summaries(_SUMMARY_SCHEMA)
-        self.summaries = pa.concat_tables([catalogued, *summaries])
-        #: the runs whose metrics have more than one attempt (only those have cutoffs)
-        self.resumed = sorted({*_resumed(streams), *_resumed_in(catalogued)})
-        catalogued_parts = catalog.parts()
-        if not scope.metric_values:
-            # a question on the metric summaries alone reads the values of resumed runs
-            # only (their summaries are computed from what a later attempt did not log
-            # again): the other parts are not even given a path
-            prefixes = tuple(f"metrics/project={p}/run={r}/" for p, r in self.resumed)
-            catalogued_parts = [c for c in catalogued_parts if c[0].startswith(prefixes)]
-            dirs = {root / "metrics" / f"project={p}" / f"run={r}" for p, r in self.resumed}
-            self.parts["metrics"] = [p for p in self.parts["metrics"]
-                                     if p.path.parents[2] in dirs]
         #: copies of many small runs' catalogued parts, read in their place
         self.bundles: list[Bundle] = []
-        if scope.metric_values and scope.run is None and settled:
-            if bundle_paths(root):
-                self.bundles, covered = usable(root, catalog.files(), scope.project)
-                catalogued_parts = [c for c in catalogued_parts if c[0] not in covered]
-                settled_left = len(settled) - len(covered_runs(covered))
-            else:
-                settled_left = len(settled)
-            start_builder(root, settled_left)
-        if not attempts_only:
+        self.summaries = empty_table(_SUMMARY_SCHEMA)
+        #: the runs whose metrics have more than one attempt (only those have cutoffs)
+        self.resumed: list[tuple[str, str]] = []
+        if not attempts_only:  # else no view but the runs': nothing of the metrics is made
+            catalogued_parts = self._catalogued_metrics(root, catalog, scope, settled,
+                                                        streams, summaries)
             catalog.check_reached(path for path, *_ in catalogued_parts)
             self.parts["metrics"].extend(Part(first, last, segment, root / path)
                                          for path, first, last, segment in catalogued_parts)
@@ -177,6 +160,34 @@ class Snapshot:
         # the catalog first: what it holds, the decoded cache need not
         vouched = catalog.save()
         cache.save(complete=scope.everything, vouched=catalog.vouched if vouched else None)
+
+    def _catalogued_metrics(self, root: Path, catalog: RunCatalog, scope: Scope,
+                            settled: frozenset[tuple[str, str]],
+                            streams: dict[StreamId, str], summaries: list[pa.Table]
+                            ) -> list[tuple[str, int, int, int]]:
+        """Set the summaries, resumed runs and bundles; the catalogued parts to read."""
+        catalogued = catalog.summaries(_SUMMARY_SCHEMA)
+        self.summaries = pa.concat_tables([catalogued, *summaries])
+        self.resumed = sorted({*_resumed(streams), *_resumed_in(catalogued)})
+        catalogued_parts = catalog.parts()
+        if not scope.metric_values:
+            # a question on the metric summaries alone reads the values of resumed runs
+            # only (their summaries are computed from what a later attempt did not log
+            # again): the other parts are not even given a path
+            prefixes = tuple(f"metrics/project={p}/run={r}/" for p, r in self.resumed)
+            catalogued_parts = [c for c in catalogued_parts if c[0].startswith(prefixes)]
+            dirs = {root / "metrics" / f"project={p}" / f"run={r}" for p, r in self.resumed}
+            self.parts["metrics"] = [p for p in self.parts["metrics"]
+                                     if p.path.parents[2] in dirs]
+        if scope.metric_values and scope.run is None and settled:
+            if bundle_paths(root):
+                self.bundles, covered = usable(root, catalog.files(), scope.project)
+                catalogued_parts = [c for c in catalogued_parts if c[0] not in covered]
+                settled_left = len(settled) - len(covered_runs(covered))
+            else:
+                settled_left = len(settled)
+            start_builder(root, settled_left)
+        return catalogued_parts
 
     def _add_parts(self, root: Path, s: StreamId, directory: Path, skip: frozenset[Path],
                    problems: ReadProblems, cache: DecodedCache,
