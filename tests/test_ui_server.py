@@ -201,12 +201,15 @@ def test_methods_and_bodies_it_does_not_take(board: Dashboard) -> None:
     assert json.loads(request(board, "GET", "/api/generations?run=p/base")[2])["rows"] == []
 
 
-def _command_serving(store: Path) -> tuple[subprocess.Popen[str], int]:
-    """`tracklake ui --port 0` on `store` in a process of its own, and the port it took
-    (from the URL it printed)."""
+def _command_serving(store: Path, program: str | None = None
+                     ) -> tuple[subprocess.Popen[str], int]:
+    """`tracklake ui --port 0` on `store` in a process of its own (or the Python
+    `program`, given the store as its argument), and the port it took (from the URL it
+    printed)."""
+    argv = ["-m", "tracklake._cli", "ui", "--root", str(store), "--port", "0"] \
+        if program is None else ["-c", program, str(store)]
     process = subprocess.Popen(
-        [sys.executable, "-m", "tracklake._cli", "ui", "--root", str(store), "--port", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [sys.executable, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"})
     assert process.stdout is not None
     lines = [process.stdout.readline() for _ in range(2)]
@@ -215,6 +218,17 @@ def _command_serving(store: Path) -> tuple[subprocess.Popen[str], int]:
         process.kill()
         raise AssertionError(f"no URL printed: {lines} {process.communicate()}")
     return process, int(url.rsplit(":", 1)[1].strip("/"))
+
+
+def _killed_if_running(process: subprocess.Popen[str]) -> None:
+    if process.poll() is None:
+        process.kill()
+        process.wait()
+
+
+def _assert_ended_cleanly(process: subprocess.Popen[str], out: str, err: str) -> None:
+    assert process.returncode == 0, err
+    assert "stopped" in out and "Traceback" not in err
 
 
 def test_the_command_gives_freed_memory_back_and_a_library_caller_keeps_defaults(
@@ -255,11 +269,8 @@ def test_ctrl_c_or_sigterm_ends_the_command_cleanly(store: Path, stop: signal.Si
                 left = b""
             assert left == b""  # cut (closed or reset), not left hanging
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    assert process.returncode == 0, err
-    assert "stopped" in out and "Traceback" not in err
+        _killed_if_running(process)
+    _assert_ended_cleanly(process, out, err)
     # the port is free again: another server can take it
     Dashboard(store, port=port).close()
 
@@ -285,21 +296,13 @@ def test_a_stop_as_a_connection_is_handed_over_still_ends_cleanly(store: Path) -
     connection's slot back twice, `close()` no longer waited for that answer, and the
     process was aborted (SIGABRT, "FATAL: exception not rethrown") as it exited with the
     thread inside DuckDB. The request that arrived whole is answered; the command exits 0."""
-    process = subprocess.Popen([sys.executable, "-c", STOPPED_AT_HANDOVER, str(store)],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    process, port = _command_serving(store, STOPPED_AT_HANDOVER)
     try:
-        assert process.stdout is not None
-        url = [process.stdout.readline() for _ in range(2)][1].strip()
-        port = int(url.rsplit(":", 1)[1].strip("/"))
         status, _, body = request(None, "GET", "/api/runs", port=port)  # type: ignore[arg-type]
         out, err = process.communicate(timeout=60)
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    assert process.returncode == 0, err
-    assert "stopped" in out and "Traceback" not in err
+        _killed_if_running(process)
+    _assert_ended_cleanly(process, out, err)
     assert status == 200 and [r["run"] for r in json.loads(body)["runs"]] == ["base"]
 
 
