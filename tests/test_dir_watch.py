@@ -312,6 +312,58 @@ def test_rows_are_usable_as_their_watches_are_added_and_never_before(
     watch.close()
 
 
+def test_a_runs_view_question_looks_whole_at_the_runs_already_watched_only(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While the watches are being added, a question on the runs view alone looks at
+    every path of a run whose watches are in place (found as recorded, it becomes
+    quiet), and at the paths under runs/ only of the others, as with no watch: looking
+    at all of theirs made such questions at 10,000 runs twice as slow while the watch
+    was being built, for nothing (they cannot become quiet yet)."""
+    import threading
+
+    from inotify_simple import INotify
+
+    for i in range(3):
+        _write(root, f"r{i}", steps=5 + i)
+    tracklake.compact(root=root)
+    age(root)
+    _answers(root)
+    old = time.time() - 30
+    os.utime(root / CATALOG_FILE, (old, old))
+    kept_rows = catalog.RunCatalog(root)._table
+    order = kept_rows.column("run").to_pylist()
+    late = order[1]  # the rows before it get their watches; it and those after wait
+    monkeypatch.setattr(dir_watch, "_READY_EVERY", 1)
+    waiting, go_on = threading.Event(), threading.Event()
+    adding = INotify.add_watch
+
+    def add_watch(self: Any, path: str, mask: int) -> int:
+        if f"/run={late}" in path and not go_on.is_set():
+            waiting.set()
+            assert go_on.wait(30)
+        return adding(self, path, mask)
+
+    monkeypatch.setattr(INotify, "add_watch", add_watch)
+    try:
+        _answers(root)  # the second question: the watches are being added
+        assert waiting.wait(30)
+        looked = _Looked(monkeypatch)
+        runs_sql = QUESTIONS[0]
+        looked.paths.clear()
+        got = tracklake.query(runs_sql, root=root)
+        seen = sorted({p for asked in looked.paths for p in asked})
+        under_runs = [p for name in order[1:] for p in _run_paths(root, name)
+                      if "/runs/" in p]
+        assert seen == sorted([*_run_paths(root, order[0]), *under_runs])
+        looked.paths.clear()
+        tracklake.query(runs_sql, root=root)
+        seen = sorted({p for asked in looked.paths for p in asked})
+        assert seen == sorted(under_runs)  # the first run is quiet now
+    finally:
+        go_on.set()
+    assert got.to_pylist() == _from_files(root)[0]
+
+
 def test_only_a_local_file_system_is_watched() -> None:
     mountinfo = [
         "22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw",

@@ -197,9 +197,9 @@ class RunCatalog:
         """(project, run) of the catalogued runs (of `project` / `run` if given) whose
         watched paths all still have the mtimes recorded: their entries are what
         `parts`, `summaries` and `attempts` give. With `attempts_only` (a question on the
-        `runs` view alone), only the paths under ``runs/`` are looked at where no watch
-        tells which runs are quiet, and only what `attempts` gives is vouched for: the
-        caller reads no part of the catalog's."""
+        `runs` view alone), only the paths under ``runs/`` are looked at of the runs
+        whose paths are not all watched yet (`dir_watch`), and only what `attempts`
+        gives is vouched for: the caller reads no part of the catalog's."""
         t = self._table
         if not t.num_rows or not self._trusted:
             return set()
@@ -208,9 +208,10 @@ class RunCatalog:
         if not listed.all():  # a planted catalog's rows: written anew without them
             self._stale.update(np.flatnonzero(~listed).tolist())
         quiet, epochs = _quiet_rows(self.root, w)
-        # with the watch in place every path is looked at, so that the rows found as
-        # recorded become quiet and the next question looks at none of them
-        attempts_only = attempts_only and quiet is None
+        # a row whose watches are in place has every path looked at, so that found as
+        # recorded it becomes quiet and the next question looks at none of its paths;
+        # the other rows, with `attempts_only`, only their paths under runs/
+        whole = None if epochs is None or not attempts_only else epochs >= 0
         if run is not None:  # a question about one run: its rows by a kept index
             return self._settled_of(w, [
                 i for i in _rows_by_run(w).get(run, ())
@@ -224,7 +225,9 @@ class RunCatalog:
             looked = None
         else:
             picked = look[w.owner]
-            looked = np.flatnonzero(picked & w.under_runs if attempts_only else picked)
+            if attempts_only:
+                picked &= w.under_runs if whole is None else w.under_runs | whole[w.owner]
+            looked = np.flatnonzero(picked)
         changed = np.bincount(_changed_owners(w, looked), minlength=t.num_rows) > 0
         if quiet is not None and epochs is not None:
             w.watch["quiet"].settle(np.flatnonzero(look & ~changed), epochs)
@@ -242,7 +245,8 @@ class RunCatalog:
         table holds: their paths only are looked at (by the watch, else `stat`)."""
         look = [i for i in rows if quiet is None or not quiet[i]]
         looked = np.array([j for i in look for j in range(w.starts[i], w.starts[i + 1])
-                           if not attempts_only or w.under_runs[j]], dtype=np.int64)
+                           if not attempts_only or w.under_runs[j]
+                           or (epochs is not None and epochs[i] >= 0)], dtype=np.int64)
         changed = set(_changed_owners(w, looked).tolist())
         if quiet is not None and epochs is not None:
             w.watch["quiet"].settle(
