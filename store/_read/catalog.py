@@ -208,25 +208,27 @@ class RunCatalog:
         if not listed.all():  # a planted catalog's rows: written anew without them
             self._stale.update(np.flatnonzero(~listed).tolist())
         quiet, epochs = _quiet_rows(self.root, w)
-        # a row whose watches are in place has every path looked at, so that found as
-        # recorded it becomes quiet and the next question looks at none of its paths;
-        # the other rows, with `attempts_only`, only their paths under runs/
-        whole = None if epochs is None or not attempts_only else epochs >= 0
+        # the rows whose every path is looked at (None: every row): with `attempts_only`,
+        # those whose watches are in place, so that found as recorded they become quiet
+        # and the next question looks at none of their paths; the others, only at their
+        # paths under runs/
+        whole = None if not attempts_only else (
+            np.zeros(t.num_rows, dtype=bool) if epochs is None else epochs >= 0)
         if run is not None:  # a question about one run: its rows by a kept index
             return self._settled_of(w, [
                 i for i in _rows_by_run(w).get(run, ())
                 if listed[i] and (project is None or w.projects[i] == project)],
-                quiet, epochs, attempts_only)
+                quiet, epochs, whole)
         chosen = listed.copy()
         if project is not None:
             chosen &= numpy_of(pc.equal(t.column("project"), scalar_of(project, pa.string())))
         look = chosen if quiet is None else chosen & ~quiet
-        if look.all() and not attempts_only:
+        if look.all() and whole is None:
             looked = None
         else:
             picked = look[w.owner]
-            if attempts_only:
-                picked &= w.under_runs if whole is None else w.under_runs | whole[w.owner]
+            if whole is not None:
+                picked &= w.under_runs | whole[w.owner]
             looked = np.flatnonzero(picked)
         changed = np.bincount(_changed_owners(w, looked), minlength=t.num_rows) > 0
         if quiet is not None and epochs is not None:
@@ -240,13 +242,14 @@ class RunCatalog:
                            set(np.flatnonzero(changed).tolist()))
 
     def _settled_of(self, w: _Watched, rows: list[int], quiet: np.ndarray | None,
-                    epochs: np.ndarray | None, attempts_only: bool) -> set[tuple[str, str]]:
+                    epochs: np.ndarray | None, whole: np.ndarray | None
+                    ) -> set[tuple[str, str]]:
         """`settled` for a few `rows` (one run's), in what they cost, not what the
         table holds: their paths only are looked at (by the watch, else `stat`)."""
         look = [i for i in rows if quiet is None or not quiet[i]]
         looked = np.array([j for i in look for j in range(w.starts[i], w.starts[i + 1])
-                           if not attempts_only or w.under_runs[j]
-                           or (epochs is not None and epochs[i] >= 0)], dtype=np.int64)
+                           if whole is None or whole[i] or w.under_runs[j]],
+                          dtype=np.int64)
         changed = set(_changed_owners(w, looked).tolist())
         if quiet is not None and epochs is not None:
             w.watch["quiet"].settle(
