@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -254,6 +256,26 @@ def test_a_store_replaced_by_a_copy_at_its_path_is_watched_anew(
     assert _answers(root) == _from_files(root)
 
 
+def _adding_paused(monkeypatch: pytest.MonkeyPatch, at: Callable[[str], bool]
+                   ) -> tuple[threading.Event, threading.Event]:
+    """Have the watches be added one row at a time, and stop at the first path `at`
+    picks until the second event is set; the first is set when it stops there."""
+    from inotify_simple import INotify
+
+    monkeypatch.setattr(dir_watch, "_READY_EVERY", 1)
+    stopped, go_on = threading.Event(), threading.Event()
+    adding = INotify.add_watch
+
+    def add_watch(self: Any, path: str, mask: int) -> int:
+        if at(path) and not go_on.is_set():
+            stopped.set()
+            assert go_on.wait(30)
+        return adding(self, path, mask)
+
+    monkeypatch.setattr(INotify, "add_watch", add_watch)
+    return stopped, go_on
+
+
 def test_rows_are_usable_as_their_watches_are_added_and_never_before(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The watches of a large catalog take a second to add, in the background, over
@@ -261,8 +283,6 @@ def test_rows_are_usable_as_their_watches_are_added_and_never_before(
     once; a row whose watches were not all in place when a look began never becomes
     quiet from that look (a change made between the look and its watch is heard by
     nobody), only from a later one."""
-    import threading
-
     runs = [("p", f"r{i}") for i in range(4)]
     paths, owner = [], []
     for row, (_, run) in enumerate(runs):
@@ -271,18 +291,9 @@ def test_rows_are_usable_as_their_watches_are_added_and_never_before(
             made.mkdir(parents=True)
             paths.append(str(made))
             owner.append(row)
-    monkeypatch.setattr(dir_watch, "_READY_EVERY", 1)
+    # at r2's first path: r0 and r1 are watched whole
+    at_r2, go_on = _adding_paused(monkeypatch, lambda path: path == paths[4])
     watch = dir_watch.DirWatch()
-    at_r2, go_on = threading.Event(), threading.Event()
-    adding = watch._inotify.add_watch
-
-    def add_watch(path: str, mask: int) -> int:
-        if path == paths[4]:  # r2's first path: r0 and r1 are watched whole
-            at_r2.set()
-            assert go_on.wait(30)
-        return adding(path, mask)
-
-    monkeypatch.setattr(watch._inotify, "add_watch", add_watch)
     published: list[dir_watch.QuietRows] = []
     every = np.arange(len(runs))
     adder = threading.Thread(target=watch.rows_for, args=(
@@ -319,10 +330,6 @@ def test_a_runs_view_question_looks_whole_at_the_runs_already_watched_only(
     quiet), and at the paths under runs/ only of the others, as with no watch: looking
     at all of theirs made such questions at 10,000 runs twice as slow while the watch
     was being built, for nothing (they cannot become quiet yet)."""
-    import threading
-
-    from inotify_simple import INotify
-
     for i in range(3):
         _write(root, f"r{i}", steps=5 + i)
     tracklake.compact(root=root)
@@ -333,17 +340,7 @@ def test_a_runs_view_question_looks_whole_at_the_runs_already_watched_only(
     kept_rows = catalog.RunCatalog(root)._table
     order = kept_rows.column("run").to_pylist()
     late = order[1]  # the rows before it get their watches; it and those after wait
-    monkeypatch.setattr(dir_watch, "_READY_EVERY", 1)
-    waiting, go_on = threading.Event(), threading.Event()
-    adding = INotify.add_watch
-
-    def add_watch(self: Any, path: str, mask: int) -> int:
-        if f"/run={late}" in path and not go_on.is_set():
-            waiting.set()
-            assert go_on.wait(30)
-        return adding(self, path, mask)
-
-    monkeypatch.setattr(INotify, "add_watch", add_watch)
+    waiting, go_on = _adding_paused(monkeypatch, lambda path: f"/run={late}" in path)
     try:
         _answers(root)  # the second question: the watches are being added
         assert waiting.wait(30)
