@@ -1,0 +1,161 @@
+#!/usr/bin/env python
+"""Many tiny runs in one root: what listing and counting the runs cost as the count grows.
+
+A store of ``--runs`` runs, each one ``log`` of two float64 values at step 0, is built
+through tracklake's real write path (``init`` / ``log`` / ``finish``, fsync off, no
+identity capture, no system metrics, each finished run compacted by the compactor that
+``finish`` starts, as by default) by ``--jobs`` processes. A store is the smallest a run
+can be, so that its count, not its data, is what the questions pay for. A store built
+with the same count under ``--data-dir`` is reused, and grown to a larger ``--runs``
+(the runs already there are kept).
+
+Each question then runs in a fresh process, as a user at the shell waits for it, after
+one untimed run (the first after the writers builds the run catalog, printed apart):
+
+- ``tracklake sql "SELECT count(*) FROM runs"``   (how many runs)
+- ``tracklake runs``                              (the newest 50 runs)
+- one run's values (``sql ... WHERE run = 'run-0000000'``)
+- ``tracklake runs`` right after one run changed (its rank directory's mtime set anew:
+  the reader reads it from its files and writes the run catalog again)
+
+Printed: the wall seconds (median of ``--repeat``), the peak resident memory of the
+process (MiB), and per run the microseconds and bytes above what the same question costs
+on a store of 1 run (the imports and the connection, measured the same way), the slope
+to extrapolate from.
+
+    python benchmarks/tiny_runs.py --runs 100000 --data-dir /tmp/tiny-runs
+    python benchmarks/tiny_runs.py --root STORE     # only time an existing store
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+PROJECT = "many"
+#: Asked of every store: (name, arguments, whether a run changes before each asking).
+QUESTIONS = [
+    ("count(*) FROM runs", ["sql", "SELECT count(*) FROM runs", "--format", "csv"], False),
+    ("tracklake runs", ["runs"], False),
+    ("one run's values", ["sql", "SELECT step, key, value FROM metrics "
+                          "WHERE run = 'run-0000000'"], False),
+    ("runs, one changed", ["runs"], True),
+]
+
+
+def _write_runs(task: tuple[str, int, int]) -> int:
+    import tracklake
+
+    root, first, end = task
+    for i in range(first, end):
+        run = tracklake.init(project=PROJECT, run_id=f"run-{i:07d}", root=root,
+                             capture_identity=False, fsync=False, system_metrics=False)
+        run.log({"loss": 1.0 / (i + 1), "acc": (i % 100) / 100}, step=0)
+        report = run.finish()
+        if not report.complete:
+            raise RuntimeError(f"run-{i:07d}: finish() reported unwritten data: {report}")
+    return end - first
+
+
+def build(root: Path, runs: int, jobs: int) -> float:
+    """Grow the store at `root` to `runs` runs; the seconds it took."""
+    manifest = root.parent / "manifest.json"
+    have = json.loads(manifest.read_text())["runs"] if manifest.exists() else 0
+    if have >= runs:
+        print(f"reusing {root} ({have:,} runs)")
+        return 0.0
+    root.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    chunk = 1000
+    tasks = [(str(root), i, min(i + chunk, runs)) for i in range(have, runs, chunk)]
+    done = have
+    with mp.get_context("spawn").Pool(jobs) as pool:
+        for n in pool.imap_unordered(_write_runs, tasks):
+            done += n
+            if done % max(chunk, runs // 20) < chunk:
+                rate = (done - have) / (time.perf_counter() - started)
+                print(f"  {done:,}/{runs:,} runs, {rate:.0f} runs/s", flush=True)
+        # Ended, not terminated: a worker's last finished runs wait for a compactor its
+        # exit starts (`_write/compactor.py`), which SIGTERM would skip.
+        pool.close()
+        pool.join()
+    # Counted by who finished: a crash above leaves the manifest at what it was.
+    manifest.write_text(json.dumps({"runs": runs}))
+    return time.perf_counter() - started
+
+
+def _change_a_run(root: Path, i: int) -> None:
+    """Change run-0000000 as a new attempt file would (its rank directory's mtime, to one
+    long enough ago that the reader catalogues it again)."""
+    past = time.time() - 60 - i
+    os.utime(root / "runs" / f"project={PROJECT}" / "run=run-0000000" / "rank=0",
+             (past, past))
+
+
+def timed(root: Path, args: list[str], repeat: int, changed: bool
+          ) -> tuple[float, float, str]:
+    """Median wall seconds and peak resident MiB of `tracklake ARGS --root ROOT`, each in
+    a fresh process, after one untimed run (and, if `changed`, after one run of the store
+    changed); and the last output."""
+    argv = [sys.executable, "-m", "tracklake._cli.main", *args, "--root", str(root)]
+    walls, peaks, out = [], [], ""
+    for i in range(repeat + 1):
+        if changed:
+            _change_a_run(root, i)
+        # GNU time's -f keeps the child's own peak, not the largest of all children's.
+        started = time.perf_counter()
+        done = subprocess.run(["/usr/bin/time", "-f", "%M", *argv], capture_output=True,
+                              text=True, check=True)
+        wall = time.perf_counter() - started
+        if i:
+            walls.append(wall)
+            peaks.append(int(done.stderr.strip().splitlines()[-1]) / 1024)
+        out = done.stdout
+    return statistics.median(walls), statistics.median(peaks), out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=10000)
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--data-dir", type=Path, default=Path("/tmp/tracklake-tiny-runs"))
+    parser.add_argument("--root", type=Path, help="Only time this existing store as it is.")
+    args = parser.parse_args()
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
+    one = args.data_dir / "runs-1" / "store"
+    build(one, 1, 1)
+    if args.root is None:
+        root = args.data_dir / "grown" / "store"
+        seconds = build(root, args.runs, args.jobs)
+        if seconds:
+            print(f"built in {seconds:.0f} s ({args.runs / seconds:.0f} runs/s)")
+    else:
+        root = args.root
+    print(f"{root}: questions in fresh processes, median of {args.repeat}")
+    print(f"  {'question':<20} {'1 run s':>8} {'MiB':>6} {'store s':>8} {'MiB':>6} "
+          f"{'µs/run':>7} {'B/run':>7}")
+    count = None
+    for name, question, changed in QUESTIONS:
+        base_s, base_mib, _ = timed(one, question, args.repeat, changed)
+        wall, mib, out = timed(root, question, args.repeat, changed)
+        if count is None:
+            count = int(out.split()[-1])
+        runs = count
+        print(f"  {name:<20} {base_s:>8.3f} {base_mib:>6.0f} {wall:>8.3f} {mib:>6.0f} "
+              f"{(wall - base_s) / runs * 1e6:>7.1f} {(mib - base_mib) * 2**20 / runs:>7.0f}",
+              flush=True)
+    print(f"  runs counted: {count:,}")
+
+
+if __name__ == "__main__":
+    main()
