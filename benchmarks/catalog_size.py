@@ -1,11 +1,12 @@
 #!/usr/bin/env python
 """The run catalog's bytes per run and the cost of decoding it, plain and compressed.
 
-Reads a store's ``.cache/runs-v2.catalog`` (as any reader left it), writes its table
-again as an Arrow IPC stream without compression, with lz4 and with zstd, and prints for
-each the bytes per run and the best of ``--repeat`` decodes (``pa.ipc.open_stream(...)
-.read_all()``, what a new process pays once per catalog file). The columns' share of the
-plain table's bytes per run is printed too, as that is what a smaller format would cut.
+Reads a store's run catalog files, ``.cache/runs-v3/*.catalog`` (as any reader left
+them), writes their rows again as one Arrow IPC stream without compression, with lz4 and
+with zstd, and prints for each the bytes per run and the best of ``--repeat`` decodes
+(``pa.ipc.open_stream(...).read_all()``, what a new process pays once per catalog file).
+The columns' share of the plain table's bytes per run is printed too, as that is what a
+smaller format would cut.
 
 Usage (a store built by ``benchmarks/read_cost.py``, after one question)::
 
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from tracklake._read.catalog import CATALOG_FILE
+from tracklake._read.catalog_shards import CATALOG_DIR
 
 
 def encoded(table: pa.Table, compression: str | None) -> bytes:
@@ -45,10 +46,12 @@ def main() -> None:
     parser.add_argument("--root", type=Path, required=True)
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
-    _, _, body = (args.root / CATALOG_FILE).read_bytes().partition(b"\n")
-    table = pa.ipc.open_stream(body).read_all()
+    files = sorted((args.root / CATALOG_DIR).glob("*.catalog"))
+    table = pa.concat_tables(
+        pa.ipc.open_stream(path.read_bytes().partition(b"\n")[2]).read_all()
+        for path in files).combine_chunks()
     runs = table.num_rows
-    print(f"{runs} runs catalogued in {args.root / CATALOG_FILE}")
+    print(f"{runs} runs catalogued in {len(files)} files in {args.root / CATALOG_DIR}")
     print("column shares of the plain table, bytes a run: " + ", ".join(
         f"{name} {table.column(name).nbytes / runs:.0f}" for name in table.column_names))
     print(f"{'encoding':<10}{'bytes a run':>12}{'decode, ms':>12}")

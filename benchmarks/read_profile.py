@@ -67,12 +67,12 @@ def instrument() -> None:
     """Spans around the read path's phases (see the module docstring)."""
     import duckdb
 
-    from tracklake._read import catalog, decoded, query, snapshot
+    from tracklake._read import catalog, catalog_shards, decoded, query, snapshot
 
     _wrap(query, "_connect", "connect")
     _wrap(query, "Snapshot", "snapshot")
     _wrap(query, "_execute", "execute")
-    _wrap(catalog.RunCatalog, "_load", "catalog load")
+    _wrap(catalog_shards, "load", "catalog load")
     _wrap(catalog.RunCatalog, "settled", "catalog settled")
     for method in ("parts", "files", "summaries", "attempts"):
         _wrap(catalog.RunCatalog, method, "catalog rows")

@@ -1,12 +1,15 @@
 """Files crafted past every writer's checks: a pack holding one part of records as given
 (for the tests of records that break their kind's rules), where one flipped bit
-turns a segment's header big-endian, and a run catalog signed as a reader signs it."""
+turns a segment's header big-endian, and a run catalog signed as a reader signs it (and
+its files read and planted)."""
 
 from __future__ import annotations
 
 import datetime as _dt
 import hashlib
 import json
+import os
+import time
 import zlib
 from pathlib import Path
 
@@ -16,7 +19,14 @@ import pyarrow.parquet as pq
 from tracklake._format import FORMAT_VERSION, StreamId
 from tracklake._ops.pack.archive import write_archive
 from tracklake._ops.pack.manifest import PACK_FORMAT_VERSION, Covered, Manifest, StreamEntry
-from tracklake._read.catalog import CATALOG_VERSION
+from tracklake._read import catalog_shards
+from tracklake._read.catalog_shards import (
+    CATALOG_DIR,
+    CATALOG_VERSION,
+    catalog_file,
+    shard_file,
+    shard_of,
+)
 
 
 def crafted_pack(out: Path, work: Path, s: StreamId, table: pa.Table) -> None:
@@ -74,3 +84,48 @@ def signed_catalog(table: pa.Table) -> bytes:
     body = sink.getvalue().to_pybytes()
     return json.dumps({"version": CATALOG_VERSION, "crc32": zlib.crc32(body)}).encode() \
         + b"\n" + body
+
+
+def catalog_path(root: Path, run: str) -> Path:
+    """The run catalog's file that holds `run`."""
+    return root / catalog_file(run)
+
+
+def catalogued_table(root: Path) -> pa.Table:
+    """Every row the run catalog's files hold (each file's header checked), shard by
+    shard."""
+    tables = []
+    for path in sorted((root / CATALOG_DIR).glob("*.catalog")):
+        header, _, body = path.read_bytes().partition(b"\n")
+        assert json.loads(header) == {"version": CATALOG_VERSION, "crc32": zlib.crc32(body)}
+        tables.append(pa.ipc.open_stream(body).read_all())
+    return pa.concat_tables(tables) if tables else pa.table({"run": pa.array([], pa.string())})
+
+
+def plant_catalog(root: Path, table: pa.Table, null_run: str = "r0") -> None:
+    """Replace the run catalog's files by `table`, signed, each row in the file of its
+    run's shard (a row with no run in `null_run`'s): what a forger who knows the format
+    writes."""
+    for path in (root / CATALOG_DIR).glob("*.catalog"):
+        path.unlink()
+    shards = [shard_of(run if isinstance(run, str) else null_run)
+              for run in table.column("run").to_pylist()]
+    for shard in sorted(set(shards)):
+        rows = table.filter(pa.array([s == shard for s in shards]))
+        (root / shard_file(shard)).parent.mkdir(parents=True, exist_ok=True)
+        (root / shard_file(shard)).write_bytes(signed_catalog(rows))
+
+
+def age_catalog(root: Path) -> None:
+    """Make the run catalog's files older than a coarse mtime's tick, so that a reading
+    process keeps what it read of them."""
+    old = time.time() - 30
+    for path in (root / CATALOG_DIR).glob("*.catalog"):
+        os.utime(path, (old, old))
+
+
+def kept_catalog(root: Path) -> pa.Table:
+    """The whole run catalog of `root` this process keeps (AssertionError if none)."""
+    whole = catalog_shards._read_before[str(root)].whole
+    assert whole is not None, "no whole catalog kept"
+    return whole.table

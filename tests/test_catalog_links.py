@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from _crafted import signed_catalog
+from _crafted import catalogued_table, plant_catalog
 from _settled import age
 
 import tracklake
@@ -21,7 +21,7 @@ from tracklake._ops import bundle
 from tracklake._ops.bundle import build_bundles
 from tracklake._read import bundles
 from tracklake._read.bundles import bundle_paths, read_bundle
-from tracklake._read.catalog import CATALOG_FILE
+from tracklake._read.catalog_shards import CATALOG_DIR
 
 QUESTIONS = (
     "SELECT project, run, status FROM runs ORDER BY ALL",
@@ -40,19 +40,16 @@ def _store(root: Path, project: str, runs: int, scale: float, prefix: str = "r")
     tracklake.compact(root=root)
     age(root)
     tracklake.query(QUESTIONS[1], root=root)  # writes the catalog
-    assert (root / CATALOG_FILE).exists()
+    assert list((root / CATALOG_DIR).glob("*.catalog"))
 
 
 def _catalog(root: Path) -> pa.Table:
-    body = (root / CATALOG_FILE).read_bytes().partition(b"\n")[2]
-    return pa.ipc.open_stream(body).read_all()
+    return catalogued_table(root)
 
 
 def _put_catalog(root: Path, table: pa.Table) -> None:
-    """`table` signed as the store's catalog, under a new inode (as a reader writes it)."""
-    tmp = root / CATALOG_FILE.with_suffix(".planted")
-    tmp.write_bytes(signed_catalog(table))
-    os.replace(tmp, root / CATALOG_FILE)
+    """`table` signed as the store's catalog, in new files (as a reader writes them)."""
+    plant_catalog(root, table)
 
 
 def _answers(root: Path) -> list[list[dict[str, object]]]:
@@ -61,10 +58,13 @@ def _answers(root: Path) -> list[list[dict[str, object]]]:
 
 def _without_catalog(root: Path) -> list[list[dict[str, object]]]:
     """The answers of a reader with no catalog (it writes one: put the planted back)."""
-    planted = (root / CATALOG_FILE).read_bytes()
+    planted = {p.name: p.read_bytes() for p in (root / CATALOG_DIR).glob("*.catalog")}
     shutil.rmtree(root / ".cache")
     answers = _answers(root)
-    (root / CATALOG_FILE).write_bytes(planted)
+    for path in (root / CATALOG_DIR).glob("*.catalog"):
+        path.unlink()
+    for name, data in planted.items():
+        (root / CATALOG_DIR / name).write_bytes(data)
     return answers
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 import zlib
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 
 import tracklake
 from tracklake._read import decoded
+from tracklake._read.catalog_shards import CATALOG_DIR
 from tracklake._read.decoded import CACHE_FILE
 
 RUNS_SQL = "SELECT run, status, attempts, ranks FROM runs ORDER BY run"
@@ -153,7 +155,7 @@ def test_the_cache_holds_only_what_the_run_catalog_does_not(root: Path) -> None:
     again = [tracklake.query(sql, root=root) for sql in (RUNS_SQL, SUMMARY_SQL)]
     assert RunCatalog(root).settled(None, None) == {("p", f"r{i}") for i in range(3)}
     assert _entries(root) == {}
-    (root / ".cache" / "runs-v2.catalog").unlink()  # the decoded values come from the files
+    shutil.rmtree(root / CATALOG_DIR)  # the decoded values come from the files
     fresh = [tracklake.query(sql, root=root) for sql in (RUNS_SQL, SUMMARY_SQL)]
     for a, b, c in zip(first, again, fresh, strict=True):
         assert a.equals(b) and a.equals(c)
@@ -170,8 +172,6 @@ def test_a_planted_summary_entry_is_read_from_its_part_instead(root: Path,
     """A cache file whose checksum matches (a forger computes it) but whose summary
     entries do not convert: each such part's summary is read from the part itself, and
     the answers are those of the files."""
-    from tracklake._read.catalog import CATALOG_FILE
-
     _store(root)
     expected = tracklake.query(SUMMARY_SQL, root=root)
     files = _entries(root)
@@ -183,5 +183,5 @@ def test_a_planted_summary_entry_is_read_from_its_part_instead(root: Path,
     (root / CACHE_FILE).write_bytes(json.dumps({"version": decoded._VERSION,
                                                 "crc32": zlib.crc32(body)}).encode()
                                     + b"\n" + body)
-    (root / CATALOG_FILE).unlink(missing_ok=True)  # so that the cache is what answers
+    shutil.rmtree(root / CATALOG_DIR, ignore_errors=True)  # so that the cache answers
     assert tracklake.query(SUMMARY_SQL, root=root).equals(expected)

@@ -16,12 +16,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _crafted import age_catalog, kept_catalog
 from _settled import age
 from test_run_catalog import _write
 
 import tracklake
 from tracklake._read import catalog, dir_watch
-from tracklake._read.catalog import CATALOG_FILE
 
 pytestmark = pytest.mark.skipif(dir_watch.INotify is None, reason="no inotify here")
 
@@ -70,10 +70,9 @@ def _watched(root: Path, runs: int = 3) -> None:
     tracklake.compact(root=root)
     age(root)
     _answers(root)
-    old = time.time() - 30
-    os.utime(root / CATALOG_FILE, (old, old))  # kept by the process from now on
+    age_catalog(root)  # kept by the process from now on
     _answers(root)
-    kept = catalog._read_before[root / CATALOG_FILE][1]
+    kept = kept_catalog(root)
     state = catalog._watched_before[id(kept)][1].watch
     deadline = time.monotonic() + 30
     while "quiet" not in state or state["quiet"].ready < runs:
@@ -335,8 +334,7 @@ def test_a_runs_view_question_looks_whole_at_the_runs_already_watched_only(
     tracklake.compact(root=root)
     age(root)
     _answers(root)
-    old = time.time() - 30
-    os.utime(root / CATALOG_FILE, (old, old))
+    age_catalog(root)
     kept_rows = catalog.RunCatalog(root)._table
     order = kept_rows.column("run").to_pylist()
     late = order[1]  # the rows before it get their watches; it and those after wait
@@ -384,12 +382,11 @@ def test_off_by_the_environment(root: Path, monkeypatch: pytest.MonkeyPatch) -> 
         _write(root, f"r{i}")
     tracklake.compact(root=root)
     age(root)
-    old = time.time() - 30
     _answers(root)
-    os.utime(root / CATALOG_FILE, (old, old))
+    age_catalog(root)
     for _ in range(3):
         _answers(root)
-    kept = catalog._read_before[root / CATALOG_FILE][1]
+    kept = kept_catalog(root)
     time.sleep(0.2)
     assert "quiet" not in catalog._watched_before[id(kept)][1].watch
     looked = _Looked(monkeypatch)

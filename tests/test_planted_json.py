@@ -66,9 +66,9 @@ def test_a_question_passes_over_a_planted_nested_file(
         path.write_bytes(NESTED)
         os.utime(path, (0, 0))  # long ago: the next question reads it
     elif planted == "catalog header":
-        from tracklake._read.catalog import CATALOG_FILE
+        from tracklake._read.catalog_shards import catalog_file
 
-        (root / CATALOG_FILE).write_bytes(NESTED + b"\n")
+        (root / catalog_file("r0")).write_bytes(NESTED + b"\n")
     else:
         (root / CACHE_FILE).write_bytes(_signed(NESTED))
         with tracklake.init(project="p", run_id="live", root=root, compact=False,

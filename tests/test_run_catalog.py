@@ -16,14 +16,14 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from _crafted import signed_catalog
+from _crafted import age_catalog, catalog_path, catalogued_table, plant_catalog
 from _listings import record_listings
 from _settled import age
 
 import tracklake
 from tracklake._format.ipc_size import declares_other_than_little_endian
-from tracklake._read import catalog
-from tracklake._read.catalog import CATALOG_FILE, CATALOG_VERSION
+from tracklake._read import catalog, catalog_shards
+from tracklake._read.catalog_shards import CATALOG_DIR, CATALOG_VERSION
 from tracklake._read.snapshot import Snapshot
 
 QUESTIONS = (
@@ -55,10 +55,7 @@ def _answers(root: Path) -> list[pa.Table]:
 
 
 def _catalogued(root: Path) -> list[str]:
-    header, _, body = (root / CATALOG_FILE).read_bytes().partition(b"\n")
-    assert json.loads(header) == {"version": CATALOG_VERSION, "crc32": zlib.crc32(body)}
-    table = pa.ipc.open_stream(body).read_all()
-    return sorted(table.column("run").to_pylist())
+    return sorted(catalogued_table(root).column("run").to_pylist())
 
 
 def _from_files(root: Path) -> list[pa.Table]:
@@ -200,9 +197,9 @@ def test_a_damaged_or_forged_catalog_is_ignored_and_rebuilt(root: Path, damage: 
     r0's values were gone from the answers and a row of no run took their place."""
     _store(root)
     expected = _answers(root)
-    path = root / CATALOG_FILE
+    path = catalog_path(root, "r0")
     header, _, body = path.read_bytes().partition(b"\n")
-    table = pa.ipc.open_stream(body).read_all()
+    table = catalogued_table(root)
 
     watched = table.column("watched").to_pylist()
     forged = table.set_column(2, table.schema.field("watched"), pa.array(
@@ -240,29 +237,33 @@ def test_a_damaged_or_forged_catalog_is_ignored_and_rebuilt(root: Path, damage: 
                                 pa.array(values, table.schema.field(column).type))
 
     r0_dir = "metrics/project=p/run=r0/rank=0/attempt=1"
-    path.write_bytes({
-        "a null mtime": signed_catalog(nulled("watched", "mtime_ns")),
-        "a null list of parts": signed_catalog(nulled("parts")),
-        "a null run": signed_catalog(nulled("run")),
-        "a part outside": signed_catalog(moved("parts", str(outside / r2_part.name))),
-        "a part through ..": signed_catalog(moved("parts", f"{r0_dir}/../../../../../outside/"
-                                                   f"{r2_part.name}")),
-        "a watched path outside": signed_catalog(moved("watched", os.path.relpath(
-            outside / r2_part.name, root))),
-        "garbage": b"\x00not a catalog",
-        "truncated": header + b"\n" + body[: len(body) // 2],
-        "wrong crc": json.dumps({"version": CATALOG_VERSION, "crc32": 1}).encode() + b"\n"
-        + body,
-        "other version": header.replace(b'"version": %d' % CATALOG_VERSION, b'"version": 99')
-        + b"\n" + body,
-        "other schema": signed_catalog(pa.table({"run": ["r0"], "status": ["crashed"]})),
-        "forged mtimes": signed_catalog(forged),
-    }[damage])
+    planted = {
+        "a null mtime": lambda: nulled("watched", "mtime_ns"),
+        "a null list of parts": lambda: nulled("parts"),
+        "a null run": lambda: nulled("run"),
+        "a part outside": lambda: moved("parts", str(outside / r2_part.name)),
+        "a part through ..": lambda: moved("parts", f"{r0_dir}/../../../../../outside/"
+                                                    f"{r2_part.name}"),
+        "a watched path outside": lambda: moved("watched", os.path.relpath(
+            outside / r2_part.name, root)),
+        "other schema": lambda: pa.table({"run": ["r0"], "status": ["crashed"]}),
+        "forged mtimes": lambda: forged,
+    }
+    if damage in planted:
+        plant_catalog(root, planted[damage]())
+    else:  # r0's file damaged, the others as written
+        path.write_bytes({
+            "garbage": b"\x00not a catalog",
+            "truncated": header + b"\n" + body[: len(body) // 2],
+            "wrong crc": json.dumps({"version": CATALOG_VERSION, "crc32": 1}).encode()
+            + b"\n" + body,
+            "other version": header.replace(b'"version": %d' % CATALOG_VERSION,
+                                            b'"version": 99') + b"\n" + body,
+        }[damage])
     _assert_same(_answers(root), expected)
     assert _catalogued(root) == ["r0", "r1", "r2"]  # written again, whole
     _assert_same(_answers(root), expected)
-    rebuilt = pa.ipc.open_stream((root / CATALOG_FILE).read_bytes().partition(b"\n")[2]
-                                 ).read_all()
+    rebuilt = catalogued_table(root)
     for column in ("parts", "watched"):
         paths = rebuilt.column(column).combine_chunks().flatten().field("path").to_pylist()
         assert paths and all(p.startswith(("metrics/project=p/", "runs/project=p/"))
@@ -278,9 +279,9 @@ def test_a_store_the_reader_cannot_write_is_read_without_a_catalog(
     def refuse(root: Path, rel: str, data: bytes, **options: object) -> None:
         raise PermissionError(13, "Permission denied", str(root / rel))
 
-    monkeypatch.setattr(catalog, "write_state", refuse)  # a read-only mount
+    monkeypatch.setattr(catalog_shards, "write_state", refuse)  # a read-only mount
     _assert_same(_answers(root), expected)
-    assert not (root / CATALOG_FILE).exists()
+    assert not list((root / CATALOG_DIR).glob("*.catalog"))
 
 
 def _read_all(root: str) -> list[list[dict[str, object]]]:
@@ -362,11 +363,10 @@ def test_a_catalog_read_before_is_read_again_once_it_is_replaced(root: Path) -> 
     file once that is another file (a reader's rename), even with the same mtime."""
     _store(root)
     expected = _answers(root)
-    path = root / CATALOG_FILE
-    old = time.time() - 30
-    os.utime(path, (old, old))  # older than a coarse mtime's tick: it may be kept
+    path = catalog_path(root, "r1")
+    age_catalog(root)
     _assert_same(_answers(root), expected)
-    assert path in catalog._read_before
+    assert catalog_shards._read_before[str(root)].whole is not None
     stat = path.stat()
     replacement = path.with_name("replacement")
     replacement.write_bytes(b"\x00not a catalog")
@@ -384,12 +384,11 @@ def test_a_catalog_kept_in_memory_answers_as_the_files_after_a_change(
     same."""
     _store(root)
     _answers(root)
-    path = root / CATALOG_FILE
-    old = time.time() - 30
-    os.utime(path, (old, old))
+    age_catalog(root)
     before = _answers(root)
-    assert path in catalog._read_before
-    kept = catalog._read_before[path][1]
+    whole = catalog_shards._read_before[str(root)].whole
+    assert whole is not None
+    kept = whole.table
     assert catalog._watched_before[id(kept)][1].derived  # the derived rows were kept
     if change == "removed":
         for kind in ("metrics", "runs"):
@@ -465,7 +464,6 @@ def test_a_copy_of_the_catalog_left_by_a_killed_reader_is_removed_by_the_next(
     import subprocess
 
     from tracklake._format.files import scratch
-    from tracklake._read.catalog import CATALOG_FILE
 
     root = tmp_path / "store"
     with tracklake.init(project="p", run_id="r", root=root, capture_identity=False) as run:
@@ -475,19 +473,20 @@ def test_a_copy_of_the_catalog_left_by_a_killed_reader_is_removed_by_the_next(
     gone.wait()
 
     def temporary(pid: int) -> str:  # as `write_atomic` names it, in process `pid`
-        return scratch(root / CATALOG_FILE).name.replace(f".{os.getpid()}.tmp", f".{pid}.tmp")
+        return scratch(path).name.replace(f".{os.getpid()}.tmp", f".{pid}.tmp")
 
+    path = catalog_path(root, "r")
     stale, young, live = temporary(gone.pid), temporary(gone.pid), temporary(os.getpid())
-    cache = root / ".cache"
-    cache.mkdir(exist_ok=True)
-    (root / CATALOG_FILE).unlink(missing_ok=True)
+    cache = path.parent
+    cache.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)
     age(root)  # settled, so that the question saves a catalog
     now = time.time()
     for name, seconds in ((stale, 3600), (young, 0), (live, 3600)):
         (cache / name).write_bytes(b"x" * 1000)
         os.utime(cache / name, (now - seconds, now - seconds))
     tracklake.query("SELECT count(*) FROM metrics", root=root)
-    assert (root / CATALOG_FILE).exists()
+    assert path.exists()
     assert sorted(p.name for p in cache.iterdir() if p.name.endswith(".tmp")) == sorted(
         [young, live])
 
@@ -509,7 +508,7 @@ def test_a_catalog_that_decompresses_past_the_limit_is_not_decoded(
     del big
     body = sink.getvalue().to_pybytes()
     assert len(body) < 1 << 20
-    (root / CATALOG_FILE).write_bytes(json.dumps(
+    catalog_path(root, "r0").write_bytes(json.dumps(
         {"version": CATALOG_VERSION, "crc32": zlib.crc32(body)}).encode() + b"\n" + body)
     monkeypatch.setenv("TRACKLAKE_PART_READ_LIMIT", "64MiB")
     proc, peak = peak_rss_kib(["sql", "--root", str(root), "--format", "json", QUESTIONS[2]])
@@ -563,11 +562,14 @@ def test_a_catalog_crafted_to_be_read_as_other_bytes_is_rebuilt(root: Path,
 
     _store(root)
     expected = [t.to_pylist() for t in _answers(root)]
-    _, _, body = (root / CATALOG_FILE).read_bytes().partition(b"\n")
-    table = pa.ipc.open_stream(body).read_all()
-    body = _with_offsets_out_of_the_data(table) if craft == "offsets out of the data" \
+    path = catalog_path(root, "r0")
+    _, _, body = path.read_bytes().partition(b"\n")
+    table = pa.ipc.open_stream(body).read_all()  # r0's row: twice, for offsets that end
+    # where the data does, as pyarrow's stream reader checks
+    body = _with_offsets_out_of_the_data(pa.concat_tables([table, table])) \
+        if craft == "offsets out of the data" \
         else _declaring_big_endian(body)
-    (root / CATALOG_FILE).write_bytes(json.dumps(
+    path.write_bytes(json.dumps(
         {"version": CATALOG_VERSION, "crc32": zlib.crc32(body)}).encode() + b"\n" + body)
     for question, answer in zip(QUESTIONS, expected, strict=True):
         proc = subprocess.run(

@@ -17,6 +17,7 @@ import tracklake
 from tracklake._cli.main import main
 from tracklake._ops.fsck import fsck
 from tracklake._ops.pack.pack import pack
+from tracklake._read.catalog_shards import catalog_file
 from tracklake._read.location import regular_blob
 
 
@@ -251,7 +252,8 @@ def test_the_shipper_never_writes_through_a_stream_directory_planted_as_a_link(
                            root=root).to_pylist() == [{"n": 20}]
 
 
-@pytest.mark.parametrize("name", ["runs-v2.catalog", "decoded-v1.json", "heartbeats/h.json"])
+@pytest.mark.parametrize("name", [catalog_file("r").relative_to(".cache").as_posix(),
+                                  "decoded-v1.json", "heartbeats/h.json"])
 def test_a_fifo_named_as_a_cache_file_hangs_nothing(tmp_path: Path, name: str) -> None:
     """The files readers keep in ROOT/.cache (the run catalog, decoded values, the
     heartbeats a host watched) planted as FIFOs: each question ends and answers from the
@@ -300,7 +302,8 @@ def test_a_cache_directory_planted_as_a_link_is_neither_read_nor_written(
     _store(root, "p", ("r", "s"))
     shutil.rmtree(root / ".cache", ignore_errors=True)
     (outside / "bundles").mkdir(parents=True)
-    (outside / "runs-v2.catalog").write_bytes(b"crafted")
+    (outside / catalog_file("r").relative_to(".cache")).parent.mkdir(parents=True)
+    (outside / catalog_file("r").relative_to(".cache")).write_bytes(b"crafted")
     (root / ".cache").symlink_to(outside)
     before = _files(outside)
     assert tracklake.query("SELECT count(*) AS n FROM metrics", root=root).to_pylist() == [

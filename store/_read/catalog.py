@@ -2,14 +2,15 @@
 per directory and file and one Arrow file, instead of a listing per directory and JSON
 decoded per file.
 
-``ROOT/.cache/runs-v2.catalog`` holds one row per run whose files were all settled when it
-was written: the directories its metric parts and attempt files live in and those files,
-each with its modification time; its compacted metric parts with their summaries;
-and its attempt records. An entry is used only while every one of those paths still has
-that mtime: every change tracklake makes to a run's files adds, removes or renames a name
-in one of those directories (parts, merged parts and attempt files are written to a
-temporary name and renamed into place; compaction, retention and fsck unlink or rename),
-which changes the directory's mtime; a file edited in place changes its own.
+The catalog holds one row per run whose files were all settled when it was written, in
+files of a share of the runs each (`catalog_shards`): the directories its metric parts
+and attempt files live in and those files, each with its modification time; its
+compacted metric parts with their summaries; and its attempt records. An entry is used
+only while every one of those paths still has that mtime: every change tracklake makes
+to a run's files adds, removes or renames a name in one of those directories (parts,
+merged parts and attempt files are written to a temporary name and renamed into place;
+compaction, retention and fsck unlink or rename), which changes the directory's mtime; a
+file edited in place changes its own.
 Live segments are appended in place, which changes no directory, so a run with a live
 segment (or a damaged file, or an attempt file claimed but not written) is never
 catalogued; nor is a run with a path changed less than `RACY_SECONDS` before the reader
@@ -17,23 +18,18 @@ began (coarse mtimes, and NFS clients whose clocks differ from the server's).
 
 Like `decoded`, the catalog is never the only copy of anything: delete it at any time and
 the next reader rebuilds it from the files. Training ranks never read or write it;
-readers (and the deriver a finished run's compactor starts, `_ops/derive.py`) replace it
-whole (`write_atomic`), so concurrent readers see one version or the other and need no
-lock; a file with another version, a wrong checksum or an unexpected
-schema is ignored and rebuilt, as is one that says it decodes to more than a part may or
-holds a path outside the store (`catalog_checks`: it may have been planted). A store
-the reader cannot write is read without it. A
-process keeps the table of a catalog file it read while the file stays the same (device,
-inode, size, mtime, and older than `RACY_SECONDS`), so a warm question does not decode it.
+readers (and the deriver a finished run's compactor starts, `_ops/derive.py`) replace
+each of its files whole (`write_atomic`), so concurrent readers see one version or the
+other and need no lock; a file not to be trusted is ignored and rebuilt
+(`catalog_shards`, `catalog_checks`: it may have been planted). A store the reader
+cannot write is read without it.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import threading
-import zlib
 from collections.abc import Container, Iterable, Set
 from dataclasses import dataclass, field
 from functools import partial
@@ -44,7 +40,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tracklake._format import bounded_json
 from tracklake._format.columns import (
     combined,
     fixed,
@@ -54,15 +49,12 @@ from tracklake._format.columns import (
     strings,
     table_of,
 )
-from tracklake._format.files import open_state, write_state
-from tracklake._format.ipc_size import declares_other_than_little_endian
-from tracklake._format.part_bounds import part_read_limit
+from tracklake._format.files import no_link_on_the_way
 from tracklake._format.part_summary import SUMMARY_SCHEMA
 from tracklake._format.schema import empty_table
-from tracklake._format.store_clock import store_now_ns
 from tracklake._format.switches import switched_on
+from tracklake._read import catalog_shards
 from tracklake._read.attempt_rows import ATTEMPTS_SCHEMA
-from tracklake._read.catalog_checks import decodes_within, holds_no_nulls, paths_inside
 from tracklake._read.decoded import RACY_SECONDS
 from tracklake._read.dir_watch import dir_watch_wanted, start_watching, watching
 from tracklake._read.location import is_url, regular_file_at, subdirs_at
@@ -79,18 +71,6 @@ def mtimes_trusted() -> bool:
     return switched_on(TRUST_MTIMES_ENV)
 
 
-#: Not `.arrows`: globs for live segments must never find it.
-CATALOG_FILE = Path(".cache") / "runs-v2.catalog"
-#: lz4: a third of the bytes (2.2 KB -> 0.7 KB a run of 16 keys), which every new process
-#: reads from disk or NFS, for 0.4 ms more to decode 1,000 runs (zstd: 0.5 KB, 1.9 ms;
-#: benchmarks/catalog_size.py).
-_COMPRESSED = pa.ipc.IpcWriteOptions(compression="lz4")
-#: A larger catalog file (planted, or not ours) is ignored and written anew.
-MAX_CATALOG_BYTES = 4 << 30
-CATALOG_VERSION = 2
-#: Catalogs of earlier versions, removed when this one is written.
-_EARLIER = (Path(".cache") / "runs-v1.catalog",)
-
 SUMMARY_FIELDS = pa.struct(
     [("rank", pa.int32()), ("attempt", pa.int32()), *SUMMARY_SCHEMA])
 _PART = pa.struct([("path", pa.string()), ("first_seq", pa.int64()),
@@ -100,15 +80,6 @@ _SCHEMA = pa.schema([("project", pa.string()), ("run", pa.string()),
                      ("watched", pa.list_(_DIR)), ("parts", pa.list_(_PART)),
                      ("attempts", pa.list_(pa.struct(list(ATTEMPTS_SCHEMA)))),
                      ("summaries", pa.list_(SUMMARY_FIELDS))])
-
-
-#: Catalog files this process read whole and checked, by path: (device, inode, size,
-#: mtime) and their table. Readers replace a catalog by a rename (a new inode); the
-#: table is a catalog's like any other, its entries checked against the runs' mtimes.
-_read_before: dict[Path, tuple[tuple[int, int, int, int], pa.Table]] = {}
-_read_before_lock = threading.Lock()
-#: Stores whose catalog is kept so (a 10,000-run catalog is ≈ 20 MB).
-_READ_BEFORE_ROOTS = 2
 
 
 @dataclass
@@ -134,63 +105,27 @@ def mtime_ns(root: Path, rel: str) -> int:
 class RunCatalog:
     """The catalogued runs of a store; a no-op for a store in an object store."""
 
-    def __init__(self, root: Path, trusted: bool = True) -> None:
+    def __init__(self, root: Path, trusted: bool = True, run: str | None = None) -> None:
         """`trusted=False`: no entry is used, and the catalog is written anew from what
         this reader finds (after a catalogued file turned out to be missing, or where
-        `mtimes_trusted()` says the file system's mtimes cannot be trusted)."""
+        `mtimes_trusted()` says the file system's mtimes cannot be trusted). `run`: a
+        question about that run alone, which needs only the file that holds it."""
         trusted = trusted and mtimes_trusted()
         self.root = root
         self.enabled = not is_url(root)
-        self.path = root / CATALOG_FILE
-        self._table = self._load() if self.enabled else empty_table(_SCHEMA)
+        self._loaded = catalog_shards.load(root, _SCHEMA, run) if self.enabled else \
+            catalog_shards.Loaded(empty_table(_SCHEMA), np.zeros(0, np.int16), frozenset())
+        self._table = self._loaded.table
         self._valid: list[int] = []
         self._rows: pa.Table | None = None
-        self._stale: set[int] = set() if trusted else set(range(self._table.num_rows))
+        # untrusted: every row of the files the question reads is written anew (of the
+        # one that holds `run`, for a question about it, even if every file was read)
+        self._stale: set[int] = set() if trusted else set(np.flatnonzero(
+            self._loaded.shards == catalog_shards.shard_of(run) if run is not None
+            else np.ones(self._table.num_rows, dtype=bool)).tolist())
         self._trusted = trusted
         self._fresh: list[RunEntry] = []
         self._saved: pa.Table | None = None  # what `save` left on disk
-
-    def _load(self) -> pa.Table:
-        """The catalog file's table: a header line (version, CRC-32 of the rest), then an
-        Arrow IPC stream; empty if missing, of another version, damaged or of another
-        schema (entries are used without checking the files again, so a damaged catalog
-        must not pass for a whole one). A file this process already read whole, still
-        the same file (device, inode, size, mtime) and older than `RACY_SECONDS`, is not
-        read again (`_read_before`)."""
-        try:
-            with open_state(self.root, CATALOG_FILE.as_posix()) as f:
-                st = os.fstat(f.fileno())
-                key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-                with _read_before_lock:
-                    known = _read_before.get(self.path)
-                if known is not None and known[0] == key:
-                    return known[1]
-                if st.st_size > MAX_CATALOG_BYTES:
-                    return empty_table(_SCHEMA)  # not ours, or past what a reader holds
-                header, _, body = f.read(MAX_CATALOG_BYTES + 1).partition(b"\n")
-            meta = bounded_json.loads(header[:4096])
-            if not isinstance(meta, dict) or meta.get("version") != CATALOG_VERSION or \
-                    meta.get("crc32") != zlib.crc32(body):
-                return empty_table(_SCHEMA)
-            if not decodes_within(body, part_read_limit()) or \
-                    declares_other_than_little_endian(memoryview(body)):
-                # crafted to decompress past what a part may, or to be read byte-swapped
-                return empty_table(_SCHEMA)
-            table = pa.ipc.open_stream(body).read_all()
-            table.validate(full=True)  # a crafted catalog's checksum is right too
-        except (OSError, ValueError, pa.ArrowException):
-            return empty_table(_SCHEMA)  # none yet, unreadable or damaged: rebuilt
-        if not table.schema.equals(_SCHEMA) or not paths_inside(table) or \
-                not holds_no_nulls(table):
-            return empty_table(_SCHEMA)  # not ours, a path out of the store, a null: rebuilt
-        if st.st_mtime_ns < store_now_ns(self.root) - int(RACY_SECONDS * 1e9):
-            # older than a coarse mtime's tick: a change in place would show in the mtime
-            with _read_before_lock:
-                _read_before.pop(self.path, None)
-                while len(_read_before) >= _READ_BEFORE_ROOTS:
-                    _read_before.pop(next(iter(_read_before)))
-                _read_before[self.path] = (key, table)
-        return table
 
     def settled(self, project: str | None, run: str | None, attempts_only: bool = False
                 ) -> Set[tuple[str, str]]:
@@ -352,15 +287,17 @@ class RunCatalog:
             self._fresh.append(entry)
 
     def save(self) -> bool:
-        """Write the catalog if it changed: the entries still valid, the fresh ones, and
-        those of the runs `settled` did not look at; the entries it found stale go (the
-        run changed since, or is gone). True if the file holds them now (`vouched`)."""
+        """Write the catalog's files that change: the entries still valid, the fresh ones,
+        and those of the runs `settled` did not look at; the entries it found stale go
+        (the run changed since, or is gone). True if the files hold them now
+        (`vouched`)."""
         if not self.enabled:
             return False
         if not self._fresh and not self._stale:
             self._saved = self._table
             return True
-        keep = [i for i in range(self._table.num_rows) if i not in self._stale]
+        keep = np.ones(self._table.num_rows, dtype=bool)
+        keep[list(self._stale)] = False
         listed = _SCHEMA.remove(_SCHEMA.get_field_index("summaries"))
         fresh = rows_table(listed, [{
             "project": e.project, "run": e.run,
@@ -368,21 +305,17 @@ class RunCatalog:
             "parts": [dict(zip(_PART.names, p, strict=True)) for p in e.parts],
             "attempts": e.attempts} for e in self._fresh]).append_column(
                 _SCHEMA.field("summaries"), _summaries_column(self._fresh))
-        table = pa.concat_tables([self._table.take(fixed(keep, pa.int64())), fresh])
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, _SCHEMA, options=_COMPRESSED) as writer:
-            writer.write_table(table)
-        body = sink.getvalue().to_pybytes()
-        header = json.dumps({"version": CATALOG_VERSION, "crc32": zlib.crc32(body)}).encode()
         try:
-            write_state(self.root, CATALOG_FILE.as_posix(), header + b"\n" + body,
-                        tidy=True)
-            for earlier in _EARLIER:
-                (self.root / earlier).unlink(missing_ok=True)
+            self._saved = catalog_shards.save(self.root, self._loaded, keep, fresh,
+                                              self._remove_earlier)
         except OSError:
             return False  # a store this reader may not write: the catalog only saves time
-        self._saved = table
         return True
+
+    def _remove_earlier(self) -> None:
+        for earlier in catalog_shards.EARLIER:
+            if no_link_on_the_way(self.root, earlier.as_posix()):
+                (self.root / earlier).unlink(missing_ok=True)
 
     def vouched(self) -> Container[str]:
         """The paths (relative to the root) of the runs the catalog `save` left on disk
@@ -441,12 +374,15 @@ class _Watched:
 
 #: `_Watched` of the tables last validated, by `id` (the table kept, so the id stays its).
 _watched_before: dict[int, tuple[pa.Table, _Watched]] = {}
+_watched_lock = threading.Lock()
+#: Tables whose `_Watched` is kept (the whole catalog of a store or two, a shard).
+_WATCHED_TABLES = 2
 
 
 def _watched_of(root: Path, t: pa.Table) -> _Watched:
-    """`t`'s `_Watched`, made once while the process keeps `t` (`_read_before`): a
+    """`t`'s `_Watched`, made once while the process keeps `t` (`catalog_shards`): a
     10,000-run catalog's 70,000 paths are not built again for each question."""
-    with _read_before_lock:
+    with _watched_lock:
         known = _watched_before.get(id(t))
     if known is not None and known[0] is t:
         return known[1]
@@ -464,8 +400,8 @@ def _watched_of(root: Path, t: pa.Table) -> _Watched:
                     t.column("project").to_pylist(), t.column("run").to_pylist(),
                     (offsets - offsets[0]).tolist(),
                     numpy_of(pc.starts_with(paths, "runs/")))
-    with _read_before_lock:
-        while len(_watched_before) >= _READ_BEFORE_ROOTS:
+    with _watched_lock:
+        while len(_watched_before) >= _WATCHED_TABLES:
             _watched_before.pop(next(iter(_watched_before)))
         _watched_before[id(t)] = (t, made)
     return made

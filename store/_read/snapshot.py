@@ -97,7 +97,7 @@ class Snapshot:
         summaries: list[pa.Table] = []
         # runs whose metric parts and attempt files are as the catalog has them are not
         # listed again (with parts to skip, a rare retry after damage, all are)
-        catalog = RunCatalog(root, trust_catalog)
+        catalog = RunCatalog(root, trust_catalog, scope.run)
         # the runs view alone: the catalog vouches for the runs' attempts only
         attempts_only = not scope.kinds
         settled = frozenset(catalog.settled(scope.project, scope.run, attempts_only)) if \

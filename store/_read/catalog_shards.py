@@ -1,0 +1,251 @@
+"""The run catalog's files: the runs split into `SHARDS` files by a hash of their name,
+so that a change to a few runs rewrites the files that hold them, not every run's, and a
+question about one run reads the file that holds it.
+
+``ROOT/.cache/runs-v3/XX.catalog`` (XX: the shard, two hex digits) holds the runs whose
+name hashes to XX (`shard_of`); a shard with no run has no file. Each file is a header
+line (version, CRC-32 of the rest), then an Arrow IPC stream of the catalog's schema.
+A file of another version, with a wrong checksum or another schema, one that says it
+decodes to more than the catalog may in all, that holds a path outside the store or a
+run of another shard (planted: it would answer that run twice) is ignored, and its runs
+are read from their files and written anew. A process keeps the tables of the files it
+read while each stays the same file (device, inode, size, mtime) and is older than
+`RACY_SECONDS`, and the catalog made of all of them, so that a warm question neither
+reads nor joins them again.
+
+At 1,000,000 runs a shard holds about 16,000: a reader that finds a few runs changed
+rewrites a few megabytes, where one file rewrote the whole catalog (6.7 MB at 10,000
+runs of 16 keys, 670 MB at a million).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from tracklake._format import bounded_json
+from tracklake._format.files import no_link_on_the_way, open_regular, write_state
+from tracklake._format.ipc_size import declares_other_than_little_endian
+from tracklake._format.part_bounds import part_read_limit
+from tracklake._format.schema import empty_table
+from tracklake._format.store_clock import store_now_ns
+from tracklake._read.catalog_checks import decodes_within, holds_no_nulls, paths_inside
+from tracklake._read.decoded import RACY_SECONDS
+
+#: Files the catalog is split into. A power of two, fixed: a run's file follows from its
+#: name alone, whatever else the store holds.
+SHARDS = 64
+CATALOG_DIR = Path(".cache") / "runs-v3"
+CATALOG_VERSION = 3
+#: A catalog file larger than this (planted, or not ours) is ignored and written anew;
+#: the files of one catalog decode to `part_read_limit()` bytes in all, at most.
+MAX_CATALOG_BYTES = 4 << 30
+#: Catalogs of earlier versions, removed when this one is written.
+EARLIER = (Path(".cache") / "runs-v1.catalog", Path(".cache") / "runs-v2.catalog")
+#: lz4: a third of the bytes (2.2 KB -> 0.7 KB a run of 16 keys), which every new process
+#: reads from disk or NFS, for 0.4 ms more to decode 1,000 runs (zstd: 0.5 KB, 1.9 ms;
+#: benchmarks/catalog_size.py).
+_COMPRESSED = pa.ipc.IpcWriteOptions(compression="lz4")
+
+Key = tuple[int, int, int, int]  # device, inode, size, mtime of a shard's file
+_ABSENT: Key = (-1, -1, -1, -1)
+_UNREADABLE: Key = (-2, -2, -2, -2)
+
+
+def shard_of(run: str) -> int:
+    """The shard that holds `run` (its name's CRC-32, modulo `SHARDS`)."""
+    return zlib.crc32(run.encode("utf-8", "surrogatepass")) % SHARDS
+
+
+def shard_file(shard: int) -> Path:
+    """The file of `shard`, relative to the store root."""
+    return CATALOG_DIR / f"{shard:02x}.catalog"
+
+
+def catalog_file(run: str) -> Path:
+    """The file that holds `run`'s entry, relative to the store root."""
+    return shard_file(shard_of(run))
+
+
+@dataclass
+class Loaded:
+    """The catalog rows read for a question: `table`, and the shard of each row."""
+
+    table: pa.Table
+    shards: np.ndarray
+    #: the shards whose files were read (every shard, or the one a question needs)
+    read: frozenset[int]
+
+
+@dataclass
+class _Kept:
+    """What a process keeps of a store's catalog files (`_read_before`)."""
+
+    keys: dict[int, Key] = field(default_factory=dict)
+    tables: dict[int, pa.Table] = field(default_factory=dict)
+    whole: Loaded | None = None
+
+
+#: The catalog files this process read whole and checked, by store root.
+_read_before: dict[str, _Kept] = {}
+_read_before_lock = threading.Lock()
+#: Stores whose catalog is kept so (a 10,000-run catalog is ≈ 20 MB).
+_READ_BEFORE_ROOTS = 2
+
+
+def load(root: Path, schema: pa.Schema, run: str | None = None) -> Loaded:
+    """The catalog rows of `root`: of every shard, or of `run`'s shard if given (every
+    shard's still, if this process keeps them and that shard's file is the same); empty
+    where there is no catalog, or one not to be trusted."""
+    try:
+        if not no_link_on_the_way(root, CATALOG_DIR.as_posix()):
+            return _empty(schema)  # a link on the way could lead out of the store
+    except OSError:
+        return _empty(schema)  # .cache not a directory, or not to be looked into
+    kept = _kept(root)
+    shards = range(SHARDS) if run is None else [shard_of(run)]
+    budget = [part_read_limit()]
+    found = {shard: _read_shard(root, shard, schema, kept, budget) for shard in shards}
+    if run is not None:
+        (shard, (key, table)), = found.items()
+        if kept.whole is not None and kept.keys.get(shard) == key:
+            return kept.whole  # its rows of this shard are the file's
+        rows = table if table is not None else empty_table(schema)
+        if kept.keys.get(shard) != key:
+            _keep(root, kept, {shard: (key, rows)}, None)
+        return Loaded(rows, np.full(rows.num_rows, shard, dtype=np.int16), frozenset(found))
+    if kept.whole is not None and all(kept.keys.get(s) == k for s, (k, _) in found.items()):
+        return kept.whole
+    tables = [t if t is not None else empty_table(schema) for _, t in found.values()]
+    table = pa.concat_tables(tables).combine_chunks()
+    lengths = [t.num_rows for t in tables]
+    whole = Loaded(table, np.repeat(np.arange(SHARDS, dtype=np.int16), lengths),
+                   frozenset(found))
+    starts = np.cumsum([0, *lengths]).tolist()
+    _keep(root, kept, {s: (k, table.slice(starts[s], lengths[s]))
+                       for s, (k, _) in found.items()}, whole)
+    return whole
+
+
+def _empty(schema: pa.Schema) -> Loaded:
+    return Loaded(empty_table(schema), np.zeros(0, dtype=np.int16), frozenset())
+
+
+def _kept(root: Path) -> _Kept:
+    with _read_before_lock:
+        return _read_before.get(str(root)) or _Kept()
+
+
+def _keep(root: Path, kept: _Kept, found: dict[int, tuple[Key, pa.Table]],
+          whole: Loaded | None) -> None:
+    """Keep what `kept` held with the shards `found` instead (those old enough that a
+    change in place would show in their mtime), and `whole` (the catalog of every
+    shard, or None: the whole one kept stays while its shards' files are the same).
+    Replaced, never changed: questions in other threads read what they took."""
+    old = store_now_ns(root) - int(RACY_SECONDS * 1e9)
+    new = _Kept(dict(kept.keys), dict(kept.tables), kept.whole)
+    for shard, (key, table) in found.items():
+        if new.keys.get(shard) != key:
+            new.whole = None
+        if key == _ABSENT or (key != _UNREADABLE and key[3] < old):
+            new.keys[shard], new.tables[shard] = key, table
+        else:
+            new.keys.pop(shard, None)
+            new.tables.pop(shard, None)
+    if whole is not None and len(new.keys) == SHARDS:
+        new.whole = whole
+    with _read_before_lock:
+        _read_before.pop(str(root), None)
+        while len(_read_before) >= _READ_BEFORE_ROOTS:
+            _read_before.pop(next(iter(_read_before)))
+        _read_before[str(root)] = new
+
+
+def _read_shard(root: Path, shard: int, schema: pa.Schema, kept: _Kept, budget: list[int]
+                ) -> tuple[Key, pa.Table | None]:
+    """The key of `shard`'s file (`_ABSENT` if there is none) and its table: the one kept
+    if the file is the same, else read and checked (None if it is not to be trusted).
+    `budget`: the bytes the catalog's files may still decode to, lowered by this one's."""
+    try:
+        with open_regular(root / shard_file(shard)) as f:
+            st = os.fstat(f.fileno())
+            key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+            if kept.keys.get(shard) == key:
+                return key, kept.tables[shard]
+            if st.st_size > MAX_CATALOG_BYTES:
+                return key, None  # not ours, or past what a reader holds
+            header, _, body = f.read(MAX_CATALOG_BYTES + 1).partition(b"\n")
+    except FileNotFoundError:
+        return _ABSENT, None
+    except OSError:
+        return _UNREADABLE, None  # unreadable, a link or not a file: rebuilt
+    return key, _checked(body, header, shard, schema, budget)
+
+
+def _checked(body: bytes, header: bytes, shard: int, schema: pa.Schema, budget: list[int]
+             ) -> pa.Table | None:
+    """The table of a shard file's `body`, None if it is not one this version wrote for
+    `shard` (entries are used without checking the files again, so a damaged catalog must
+    not pass for a whole one, nor a crafted one whose checksum is right too)."""
+    try:
+        meta = bounded_json.loads(header[:4096])
+        if not isinstance(meta, dict) or meta.get("version") != CATALOG_VERSION or \
+                meta.get("crc32") != zlib.crc32(body):
+            return None
+        if not decodes_within(body, budget[0]) or \
+                declares_other_than_little_endian(memoryview(body)):
+            # crafted to decompress past what a catalog may, or to be read byte-swapped
+            return None
+        table = pa.ipc.open_stream(body).read_all()
+        table.validate(full=True)
+    except (ValueError, pa.ArrowException):
+        return None
+    if not table.schema.equals(schema) or not paths_inside(table) or \
+            not holds_no_nulls(table) or \
+            any(shard_of(run) != shard for run in table.column("run").to_pylist()):
+        return None  # not ours, a path out of the store, a null, another shard's run
+    budget[0] -= table.nbytes
+    return table
+
+
+def save(root: Path, loaded: Loaded, keep: np.ndarray, fresh: pa.Table,
+         remove: Callable[[], None]) -> pa.Table:
+    """Write the shards of `loaded` that change: those with a row not in `keep` (a mask of
+    its rows) and those `fresh` (rows of the catalog's schema) adds to; a shard left with
+    no row loses its file. `remove()` is called once a file is written (the catalogs of
+    earlier versions go then). The catalog's rows as the files now hold them, for the
+    shards read (OSError if a file cannot be written: those before it are written)."""
+    fresh_shards = np.array([shard_of(r) for r in fresh.column("run").to_pylist()],
+                            dtype=np.int16)
+    changed = set(np.unique(loaded.shards[~keep]).tolist()) | set(fresh_shards.tolist())
+    for shard in sorted(changed & loaded.read):
+        rows = pa.concat_tables([
+            loaded.table.filter(pa.array(keep & (loaded.shards == shard))),
+            fresh.filter(pa.array(fresh_shards == shard))])
+        rel = shard_file(shard).as_posix()
+        if rows.num_rows:
+            write_state(root, rel, _encoded(rows), tidy=True)
+        elif no_link_on_the_way(root, rel):
+            (root / rel).unlink(missing_ok=True)
+        remove()
+    # a run of a shard not read (never so: a question about one run reads its shard)
+    # is not saved: writing its shard would drop the runs the file holds
+    return pa.concat_tables([loaded.table.filter(pa.array(keep)), fresh.filter(
+        pa.array(np.isin(fresh_shards, list(loaded.read))))])
+
+
+def _encoded(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema, options=_COMPRESSED) as writer:
+        writer.write_table(table)
+    body: bytes = sink.getvalue().to_pybytes()
+    header = json.dumps({"version": CATALOG_VERSION, "crc32": zlib.crc32(body)}).encode()
+    return header + b"\n" + body
