@@ -19,10 +19,11 @@ nothing a forger cannot recompute.
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tracklake._format.columns import combined
+from tracklake._format.columns import combined, numpy_of
 from tracklake._format.ipc_size import decoded_size, message_size
 
 _EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
@@ -50,11 +51,23 @@ def decodes_within(body: bytes, limit: int) -> bool:
     return True
 
 
-def paths_inside(table: pa.Table) -> bool:
-    """Whether every part and watched path of the catalog `table` lies inside the store
-    where its kind does (see the module's docstring)."""
-    for column, prefixes, ending in _SHAPES:
-        paths = combined(table.column(column)).flatten().field("path")
+def untrusted_rows(table: pa.Table) -> np.ndarray:
+    """Per row of the catalog `table`: whether a part or watched path of it lies outside
+    the store or where its kind does not, or it holds a null where a reader never writes
+    one (see the module's docstring). One pass over the rows of every file at once."""
+    bad = np.zeros(table.num_rows, dtype=bool)
+    for name, fields in _NEVER_NULL:
+        column = combined(table.column(name))
+        if column.null_count:
+            bad |= numpy_of(column.is_null())
+        if fields:
+            items, parents = pc.list_flatten(column), pc.list_parent_indices(column)
+            for f in fields:
+                if items.field(f).null_count:
+                    bad[numpy_of(parents)[numpy_of(items.field(f).is_null())]] = True
+    for name, prefixes, ending in _SHAPES:
+        column = combined(table.column(name))
+        paths = pc.list_flatten(column).field("path")
         if not len(paths):
             continue
         inside = pc.starts_with(paths, prefixes[0])
@@ -63,25 +76,12 @@ def paths_inside(table: pa.Table) -> bool:
         if ending:
             inside = pc.and_(inside, pc.ends_with(paths, ending))
         inside = pc.and_(inside, pc.invert(pc.match_substring(paths, "/.")))
-        if paths.null_count or not pc.all(inside).as_py():
-            return False
-    return True
+        outside = ~numpy_of(inside, null=False)  # a null path: a null, counted above
+        bad[numpy_of(pc.list_parent_indices(column))[outside]] = True
+    return bad
 
 
 #: Columns (and the fields of their items) a reader never writes a null in.
 _NEVER_NULL = (("project", ()), ("run", ()), ("watched", ("path", "mtime_ns")),
                ("parts", ("path", "first_seq", "last_seq", "last_segment")),
                ("attempts", ()), ("summaries", ()))
-
-
-def holds_no_nulls(table: pa.Table) -> bool:
-    """Whether the catalog `table` has no null where a reader never writes one."""
-    for name, fields in _NEVER_NULL:
-        column = combined(table.column(name))
-        if column.null_count:
-            return False
-        if fields:
-            items = column.flatten()
-            if any(items.field(f).null_count for f in fields):
-                return False
-    return True

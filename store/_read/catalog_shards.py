@@ -30,14 +30,16 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from tracklake._format import bounded_json
+from tracklake._format.columns import numpy_of, scalar_of
 from tracklake._format.files import no_link_on_the_way, open_regular, write_state
 from tracklake._format.ipc_size import declares_other_than_little_endian
 from tracklake._format.part_bounds import part_read_limit
 from tracklake._format.schema import empty_table
 from tracklake._format.store_clock import store_now_ns
-from tracklake._read.catalog_checks import decodes_within, holds_no_nulls, paths_inside
+from tracklake._read.catalog_checks import decodes_within, untrusted_rows
 from tracklake._read.decoded import RACY_SECONDS
 
 #: Files the catalog is split into. A power of two, fixed: a run's file follows from its
@@ -54,6 +56,8 @@ EARLIER = (Path(".cache") / "runs-v1.catalog", Path(".cache") / "runs-v2.catalog
 #: reads from disk or NFS, for 0.4 ms more to decode 1,000 runs (zstd: 0.5 KB, 1.9 ms;
 #: benchmarks/catalog_size.py).
 _COMPRESSED = pa.ipc.IpcWriteOptions(compression="lz4")
+
+_ONE_THREAD = pa.ipc.IpcReadOptions(use_threads=False)
 
 Key = tuple[int, int, int, int]  # device, inode, size, mtime of a shard's file
 _ABSENT: Key = (-1, -1, -1, -1)
@@ -118,6 +122,9 @@ def load(root: Path, schema: pa.Schema, run: str | None = None) -> Loaded:
         (shard, (key, table)), = found.items()
         if kept.whole is not None and kept.keys.get(shard) == key:
             return kept.whole  # its rows of this shard are the file's
+        if table is not None and kept.keys.get(shard) != key and \
+                not _trusted_rows(table, np.full(table.num_rows, shard, np.int16)).all():
+            table = None  # read now, checked now: not to be trusted
         rows = table if table is not None else empty_table(schema)
         if kept.keys.get(shard) != key:
             _keep(root, kept, {shard: (key, rows)}, None)
@@ -127,12 +134,54 @@ def load(root: Path, schema: pa.Schema, run: str | None = None) -> Loaded:
     tables = [t if t is not None else empty_table(schema) for _, t in found.values()]
     table = pa.concat_tables(tables).combine_chunks()
     lengths = [t.num_rows for t in tables]
-    whole = Loaded(table, np.repeat(np.arange(SHARDS, dtype=np.int16), lengths),
-                   frozenset(found))
+    shards_of_rows = np.repeat(np.arange(SHARDS, dtype=np.int16), lengths)
+    trusted = _trusted_rows(table, shards_of_rows)
+    if not trusted.all():  # a file not to be trusted: none of its rows are used
+        table, shards_of_rows = table.filter(pa.array(trusted)), shards_of_rows[trusted]
+        lengths = np.bincount(shards_of_rows, minlength=SHARDS).tolist()
+    whole = Loaded(table, shards_of_rows, frozenset(found))
     starts = np.cumsum([0, *lengths]).tolist()
     _keep(root, kept, {s: (k, table.slice(starts[s], lengths[s]))
                        for s, (k, _) in found.items()}, whole)
     return whole
+
+
+def _trusted_rows(table: pa.Table, shards: np.ndarray) -> np.ndarray:
+    """The rows of `table` (read from the files `shards` says) that are in a file none of
+    whose rows is to be distrusted: one with a path out of the store or a null
+    (`untrusted_rows`), or one that answers a run twice (`_twice`)."""
+    bad = untrusted_rows(table) | _twice(table, shards)
+    if not bad.any():
+        return np.ones(table.num_rows, dtype=bool)
+    return ~np.isin(shards, np.unique(shards[bad]))
+
+
+def _twice(table: pa.Table, shards: np.ndarray) -> np.ndarray:
+    """The rows of a run that `table` holds more than once: in a file that is not its
+    shard's (planted, or the run's entry would be found twice), and where it is still
+    twice after those, every one of them. Only the runs held twice are hashed."""
+    if table.num_rows < 2:
+        return np.zeros(table.num_rows, dtype=bool)
+    # (a Python value given to a compute function is converted by pyarrow, which imports
+    # pandas to see whether it is one of its objects: 0.3 s)
+    names = pc.binary_join_element_wise(table.column("project"), table.column("run"),
+                                        scalar_of("\0", pa.string()))
+    names = pc.fill_null(names, scalar_of("", pa.string()))  # a null: distrusted already
+    counts = pc.value_counts(names)
+    twice = counts.field("values").filter(
+        pc.greater(counts.field("counts"), scalar_of(1, pa.int64())))
+    if not len(twice):
+        return np.zeros(table.num_rows, dtype=bool)
+    rows = np.flatnonzero(numpy_of(pc.is_in(names, value_set=twice)))
+    runs = table.column("run").take(pa.array(rows)).to_pylist()
+    bad = np.zeros(table.num_rows, dtype=bool)
+    elsewhere = [i for i, run in zip(rows.tolist(), runs, strict=True)
+                 if run is None or shard_of(run) != shards[i]]
+    bad[elsewhere] = True
+    left = [i for i in rows.tolist() if not bad[i]]
+    seen = names.take(pa.array(np.array(left, dtype=np.int64))).to_pylist()
+    bad[[i for i, n in zip(left, seen, strict=True) if seen.count(n) > 1]] = True
+    return bad
 
 
 def _empty(schema: pa.Schema) -> Loaded:
@@ -187,14 +236,14 @@ def _read_shard(root: Path, shard: int, schema: pa.Schema, kept: _Kept, budget: 
         return _ABSENT, None
     except OSError:
         return _UNREADABLE, None  # unreadable, a link or not a file: rebuilt
-    return key, _checked(body, header, shard, schema, budget)
+    return key, _checked(body, header, schema, budget)
 
 
-def _checked(body: bytes, header: bytes, shard: int, schema: pa.Schema, budget: list[int]
+def _checked(body: bytes, header: bytes, schema: pa.Schema, budget: list[int]
              ) -> pa.Table | None:
-    """The table of a shard file's `body`, None if it is not one this version wrote for
-    `shard` (entries are used without checking the files again, so a damaged catalog must
-    not pass for a whole one, nor a crafted one whose checksum is right too)."""
+    """The table of a shard file's `body`, None if it is not one this version wrote
+    (entries are used without checking the files again, so a damaged catalog must not
+    pass for a whole one, nor a crafted one whose checksum is right too)."""
     try:
         meta = bounded_json.loads(header[:4096])
         if not isinstance(meta, dict) or meta.get("version") != CATALOG_VERSION or \
@@ -204,14 +253,13 @@ def _checked(body: bytes, header: bytes, shard: int, schema: pa.Schema, budget: 
                 declares_other_than_little_endian(memoryview(body)):
             # crafted to decompress past what a catalog may, or to be read byte-swapped
             return None
-        table = pa.ipc.open_stream(body).read_all()
+        # one thread: a shard's few batches decoded by the pool cost more than they gain
+        table = pa.ipc.open_stream(body, options=_ONE_THREAD).read_all()
         table.validate(full=True)
     except (ValueError, pa.ArrowException):
         return None
-    if not table.schema.equals(schema) or not paths_inside(table) or \
-            not holds_no_nulls(table) or \
-            any(shard_of(run) != shard for run in table.column("run").to_pylist()):
-        return None  # not ours, a path out of the store, a null, another shard's run
+    if not table.schema.equals(schema):
+        return None  # not ours (its rows are checked with the others': `_trusted_rows`)
     budget[0] -= table.nbytes
     return table
 
