@@ -57,10 +57,11 @@ def untrusted_rows(table: pa.Table) -> np.ndarray:
     one (see the module's docstring). One pass over the rows of every file at once."""
     bad = np.zeros(table.num_rows, dtype=bool)
     for name, fields in _NEVER_NULL:
-        column = combined(table.column(name))
-        if column.null_count:
-            bad |= numpy_of(column.is_null())
-        if fields:
+        chunks = table.column(name)
+        if chunks.null_count:
+            bad |= numpy_of(chunks.is_null())
+        if fields:  # joined only where its items are looked at (the lists of paths)
+            column = combined(chunks)
             items, parents = pc.list_flatten(column), pc.list_parent_indices(column)
             for f in fields:
                 if items.field(f).null_count:
