@@ -125,7 +125,7 @@ class RunCatalog:
             else np.ones(self._table.num_rows, dtype=bool)).tolist())
         self._trusted = trusted
         self._fresh: list[RunEntry] = []
-        self._saved: pa.Table | None = None  # what `save` left on disk
+        self._saved: pa.Table | None = None  # the runs `save` left on disk (their names)
 
     def settled(self, project: str | None, run: str | None, attempts_only: bool = False
                 ) -> Set[tuple[str, str]]:

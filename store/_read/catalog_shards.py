@@ -275,14 +275,17 @@ def save(root: Path, loaded: Loaded, keep: np.ndarray, fresh: pa.Table,
     """Write the shards of `loaded` that change: those with a row not in `keep` (a mask of
     its rows) and those `fresh` (rows of the catalog's schema) adds to; a shard left with
     no row loses its file. `remove()` is called once a file is written (the catalogs of
-    earlier versions go then). The catalog's rows as the files now hold them, for the
-    shards read (OSError if a file cannot be written: those before it are written)."""
+    earlier versions go then). The runs (project, run) the files now hold, of the shards
+    read (OSError if a file cannot be written: those before it are written)."""
     fresh_shards = np.array([shard_of(r) for r in fresh.column("run").to_pylist()],
                             dtype=np.int16)
     changed = set(np.unique(loaded.shards[~keep]).tolist()) | set(fresh_shards.tolist())
     for shard in sorted(changed & loaded.read):
+        # a shard's rows are together, in shard order: filtered in its slice alone (the
+        # whole table filtered took 120 ms at 38,778 runs, for one run changed)
+        start, end = np.searchsorted(loaded.shards, [shard, shard + 1]).tolist()
         rows = pa.concat_tables([
-            loaded.table.filter(pa.array(keep & (loaded.shards == shard))),
+            loaded.table.slice(start, end - start).filter(pa.array(keep[start:end])),
             fresh.filter(pa.array(fresh_shards == shard))])
         rel = shard_file(shard).as_posix()
         if rows.num_rows:
@@ -292,8 +295,9 @@ def save(root: Path, loaded: Loaded, keep: np.ndarray, fresh: pa.Table,
         remove()
     # a run of a shard not read (never so: a question about one run reads its shard)
     # is not saved: writing its shard would drop the runs the file holds
-    return pa.concat_tables([loaded.table.filter(pa.array(keep)), fresh.filter(
-        pa.array(np.isin(fresh_shards, list(loaded.read))))])
+    names = ["project", "run"]
+    return pa.concat_tables([loaded.table.select(names).filter(pa.array(keep)), fresh.select(
+        names).filter(pa.array(np.isin(fresh_shards, list(loaded.read))))])
 
 
 def _encoded(table: pa.Table) -> bytes:
