@@ -224,3 +224,19 @@ def test_a_question_about_one_run_that_trusts_no_entry_rewrites_only_its_file(
         {n: v for n, v in before.items() if n != own}
     monkeypatch.delenv("TRACKLAKE_TRUST_MTIMES")
     assert _answers(root) == expected
+
+
+def test_a_directory_planted_at_one_files_name_leaves_the_others_written(
+        root: Path) -> None:
+    """The catalog written anew with a directory where r0's file goes: the answers are the
+    files', r0's entry cannot be saved, every other run's file is (the first that failed
+    stopped the writing of those after it)."""
+    _store(root)
+    expected = _from_files(root)
+    shutil.rmtree(root / CATALOG_DIR)
+    catalog_path(root, "r0").mkdir(parents=True)
+    catalog_shards._read_before.clear()
+    assert _answers(root) == expected
+    assert catalog_path(root, "r0").is_dir()
+    assert sorted(catalogued_table(root).column("run").to_pylist()) == RUNS[1:]
+    assert _answers(root) == expected

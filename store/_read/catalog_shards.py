@@ -280,6 +280,7 @@ def save(root: Path, loaded: Loaded, keep: np.ndarray, fresh: pa.Table,
     fresh_shards = np.array([shard_of(r) for r in fresh.column("run").to_pylist()],
                             dtype=np.int16)
     changed = set(np.unique(loaded.shards[~keep]).tolist()) | set(fresh_shards.tolist())
+    failed: OSError | None = None
     for shard in sorted(changed & loaded.read):
         # a shard's rows are together, in shard order: filtered in its slice alone (the
         # whole table filtered took 120 ms at 38,778 runs, for one run changed)
@@ -288,11 +289,16 @@ def save(root: Path, loaded: Loaded, keep: np.ndarray, fresh: pa.Table,
             loaded.table.slice(start, end - start).filter(pa.array(keep[start:end])),
             fresh.filter(pa.array(fresh_shards == shard))])
         rel = shard_file(shard).as_posix()
-        if rows.num_rows:
-            write_state(root, rel, _encoded(rows), tidy=True)
-        elif no_link_on_the_way(root, rel):
-            (root / rel).unlink(missing_ok=True)
-        remove()
+        try:
+            if rows.num_rows:
+                write_state(root, rel, _encoded(rows), tidy=True)
+            elif no_link_on_the_way(root, rel):
+                (root / rel).unlink(missing_ok=True)
+            remove()
+        except OSError as exc:  # a directory planted at its name, say: the others still
+            failed = failed or exc
+    if failed is not None:
+        raise failed
     # a run of a shard not read (never so: a question about one run reads its shard)
     # is not saved: writing its shard would drop the runs the file holds
     names = ["project", "run"]
