@@ -96,6 +96,7 @@ class _Kept:
 
     keys: dict[int, Key] = field(default_factory=dict)
     tables: dict[int, pa.Table] = field(default_factory=dict)
+    sizes: dict[int, int] = field(default_factory=dict)  # the tables' bytes
     whole: Loaded | None = None
 
 
@@ -203,15 +204,17 @@ def _keep(root: Path, kept: _Kept, found: dict[int, tuple[Key, pa.Table]],
     shard, or None: the whole one kept stays while its shards' files are the same).
     Replaced, never changed: questions in other threads read what they took."""
     old = store_now_ns(root) - int(RACY_SECONDS * 1e9)
-    new = _Kept(dict(kept.keys), dict(kept.tables), kept.whole)
+    new = _Kept(dict(kept.keys), dict(kept.tables), dict(kept.sizes), kept.whole)
     for shard, (key, table) in found.items():
         if new.keys.get(shard) != key:
             new.whole = None
         if key == _ABSENT or (key != _UNREADABLE and key[3] < old):
             new.keys[shard], new.tables[shard] = key, table
+            new.sizes[shard] = table.nbytes
         else:
             new.keys.pop(shard, None)
             new.tables.pop(shard, None)
+            new.sizes.pop(shard, None)
     if whole is not None and len(new.keys) == SHARDS:
         new.whole = whole
     with _read_before_lock:
@@ -231,6 +234,7 @@ def _read_shard(root: Path, shard: int, schema: pa.Schema, kept: _Kept, budget: 
             st = os.fstat(f.fileno())
             key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
             if kept.keys.get(shard) == key:
+                budget[0] -= kept.sizes[shard]  # counted with the files read now
                 return key, kept.tables[shard]
             if st.st_size > MAX_CATALOG_BYTES:
                 return key, None  # not ours, or past what a reader holds
