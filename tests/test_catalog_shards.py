@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from _crafted import age_catalog, catalog_path, catalogued_table, plant_catalog, signed_catalog
@@ -239,4 +240,20 @@ def test_a_directory_planted_at_one_files_name_leaves_the_others_written(
     assert _answers(root) == expected
     assert catalog_path(root, "r0").is_dir()
     assert sorted(catalogued_table(root).column("run").to_pylist()) == RUNS[1:]
+    assert _answers(root) == expected
+
+
+def test_a_file_repeating_one_run_a_hundred_thousand_times_is_refused_at_once(
+        root: Path) -> None:
+    """r0's entry 100,000 times in its own file: refused in one pass over the repeated
+    runs (counting each against the others took time quadratic in them: a hang)."""
+    _store(root)
+    expected = _from_files(root)
+    table = catalogued_table(root)
+    r0 = table.filter(pa.array([r == "r0" for r in table.column("run").to_pylist()]))
+    catalog_path(root, "r0").write_bytes(signed_catalog(r0.take(pa.array(
+        np.zeros(100_000, dtype=np.int64)))))
+    catalog_shards._read_before.clear()
+    loaded = catalog_shards.load(root, _SCHEMA)
+    assert sorted(loaded.table.column("run").to_pylist()) == RUNS[1:]
     assert _answers(root) == expected

@@ -24,6 +24,7 @@ import json
 import os
 import threading
 import zlib
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -184,7 +185,8 @@ def _twice(table: pa.Table, shards: np.ndarray) -> np.ndarray:
     bad[elsewhere] = True
     left = [i for i in rows.tolist() if not bad[i]]
     seen = names.take(pa.array(np.array(left, dtype=np.int64))).to_pylist()
-    bad[[i for i, n in zip(left, seen, strict=True) if seen.count(n) > 1]] = True
+    held = Counter(seen)  # (counted once each: a planted file may repeat a run 10^6 times)
+    bad[[i for i, n in zip(left, seen, strict=True) if held[n] > 1]] = True
     return bad
 
 
