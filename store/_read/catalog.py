@@ -114,7 +114,7 @@ class RunCatalog:
         self.root = root
         self.enabled = not is_url(root)
         self._loaded = catalog_shards.load(root, _SCHEMA, run) if self.enabled else \
-            catalog_shards.Loaded(empty_table(_SCHEMA), np.zeros(0, np.int16), frozenset())
+            catalog_shards.empty(_SCHEMA)
         self._table = self._loaded.table
         self._valid: list[int] = []
         self._rows: pa.Table | None = None

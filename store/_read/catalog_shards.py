@@ -114,9 +114,9 @@ def load(root: Path, schema: pa.Schema, run: str | None = None) -> Loaded:
     where there is no catalog, or one not to be trusted."""
     try:
         if not no_link_on_the_way(root, CATALOG_DIR.as_posix()):
-            return _empty(schema)  # a link on the way could lead out of the store
+            return empty(schema)  # a link on the way could lead out of the store
     except OSError:
-        return _empty(schema)  # .cache not a directory, or not to be looked into
+        return empty(schema)  # .cache not a directory, or not to be looked into
     kept = _kept(root)
     shards = range(SHARDS) if run is None else [shard_of(run)]
     budget = [part_read_limit()]
@@ -190,7 +190,8 @@ def _twice(table: pa.Table, shards: np.ndarray) -> np.ndarray:
     return bad
 
 
-def _empty(schema: pa.Schema) -> Loaded:
+def empty(schema: pa.Schema) -> Loaded:
+    """No catalog rows (none read, or none to be trusted)."""
     return Loaded(empty_table(schema), np.zeros(0, dtype=np.int16), frozenset())
 
 
