@@ -18,8 +18,11 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from tracklake._cli.cells import cell, duration
+from tracklake._format.bounded import bounded
+from tracklake._read.location import existing_root
 from tracklake._read.query import query, with_connection
 from tracklake._read.reader import ReadProblems
+from tracklake._read.run_index import newest_runs
 from tracklake._read.scope import scope_of_views
 
 if TYPE_CHECKING:
@@ -45,9 +48,19 @@ def print_runs(root: Path, project: str | None, metrics: tuple[str, ...],
     table's default, every run for `tsv`/`json`; 0: every run)."""
     if limit is None:
         limit = DEFAULT_LIMIT if fmt == "table" else 0
-    total, runs, chosen, last = with_connection(
-        root, problems, lambda con: _runs_rows(con, project, metrics, limit),
-        scope_of_views({"runs", "metric_summaries"}))
+    scope = scope_of_views({"runs", "metric_summaries"})
+    found = bounded(lambda: newest_runs(existing_root(root), project, limit), root) \
+        if limit else None
+    if found is not None:
+        # the newest runs alone are read: a store of a million runs costs what they do
+        # (and the count the run catalog's files, a few bytes a run: `run_index`)
+        _, runs, chosen, last = with_connection(
+            root, problems, lambda con: _runs_rows(con, project, metrics, 0),
+            scope.for_runs(frozenset(found.newest)))
+        total = found.total
+    else:
+        total, runs, chosen, last = with_connection(
+            root, problems, lambda con: _runs_rows(con, project, metrics, limit), scope)
     if fmt == "json":
         _print_json(runs, chosen, last)
     elif fmt == "tsv":

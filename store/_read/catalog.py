@@ -105,16 +105,23 @@ def mtime_ns(root: Path, rel: str) -> int:
 class RunCatalog:
     """The catalogued runs of a store; a no-op for a store in an object store."""
 
-    def __init__(self, root: Path, trusted: bool = True, run: str | None = None) -> None:
+    def __init__(self, root: Path, trusted: bool = True, run: str | None = None,
+                 runs: frozenset[tuple[str, str]] | None = None) -> None:
         """`trusted=False`: no entry is used, and the catalog is written anew from what
         this reader finds (after a catalogued file turned out to be missing, or where
         `mtimes_trusted()` says the file system's mtimes cannot be trusted). `run`: a
-        question about that run alone, which needs only the file that holds it."""
+        question about that run alone, which needs only the file that holds it. `runs`:
+        a question about those (project, run) alone, which holds only their rows (and
+        writes no file: `catalog_shards.load_runs`)."""
         trusted = trusted and mtimes_trusted()
         self.root = root
         self.enabled = not is_url(root)
-        self._loaded = catalog_shards.load(root, _SCHEMA, run) if self.enabled else \
-            catalog_shards.empty(_SCHEMA)
+        if not self.enabled:
+            self._loaded = catalog_shards.empty(_SCHEMA)
+        elif runs is not None:
+            self._loaded = catalog_shards.load_runs(root, _SCHEMA, runs)
+        else:
+            self._loaded = catalog_shards.load(root, _SCHEMA, run)
         self._table = self._loaded.table
         self._valid: list[int] = []
         self._rows: pa.Table | None = None

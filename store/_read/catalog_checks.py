@@ -54,9 +54,13 @@ def decodes_within(body: bytes, limit: int) -> bool:
 def untrusted_rows(table: pa.Table) -> np.ndarray:
     """Per row of the catalog `table`: whether a part or watched path of it lies outside
     the store or where its kind does not, or it holds a null where a reader never writes
-    one (see the module's docstring). One pass over the rows of every file at once."""
+    one (see the module's docstring). One pass over the rows of every file at once; a
+    table of some of the catalog's columns (read for the runs view alone) is checked in
+    those."""
     bad = np.zeros(table.num_rows, dtype=bool)
     for name, fields in _NEVER_NULL:
+        if name not in table.column_names:
+            continue
         chunks = table.column(name)
         if chunks.null_count:
             bad |= numpy_of(chunks.is_null())
@@ -67,6 +71,8 @@ def untrusted_rows(table: pa.Table) -> np.ndarray:
                 if items.field(f).null_count:
                     bad[numpy_of(parents)[numpy_of(items.field(f).is_null())]] = True
     for name, prefixes, ending in _SHAPES:
+        if name not in table.column_names:
+            continue
         column = combined(table.column(name))
         paths = pc.list_flatten(column).field("path")
         if not len(paths):

@@ -25,7 +25,7 @@ import os
 import threading
 import zlib
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tracklake._format import bounded_json
-from tracklake._format.columns import numpy_of, scalar_of
+from tracklake._format.columns import numpy_of, scalar_of, strings
 from tracklake._format.files import no_link_on_the_way, open_regular, write_state
 from tracklake._format.ipc_size import declares_other_than_little_endian
 from tracklake._format.part_bounds import part_read_limit
@@ -58,7 +58,9 @@ EARLIER = (Path(".cache") / "runs-v1.catalog", Path(".cache") / "runs-v2.catalog
 #: benchmarks/catalog_size.py).
 _COMPRESSED = pa.ipc.IpcWriteOptions(compression="lz4")
 
-_ONE_THREAD = pa.ipc.IpcReadOptions(use_threads=False)
+#: Files at least this large are decoded by pyarrow's thread pool: a small file's few
+#: buffers decoded by the pool cost more than they gain (64 files of 10,000 runs: 37 ms
+#: against 11-16 ms on one thread).
 _POOLED_BYTES = 1 << 20
 
 Key = tuple[int, int, int, int]  # device, inode, size, mtime of a shard's file
@@ -167,11 +169,7 @@ def _twice(table: pa.Table, shards: np.ndarray) -> np.ndarray:
     twice after those, every one of them. Only the runs held twice are hashed."""
     if table.num_rows < 2:
         return np.zeros(table.num_rows, dtype=bool)
-    # (a Python value given to a compute function is converted by pyarrow, which imports
-    # pandas to see whether it is one of its objects: 0.3 s)
-    names = pc.binary_join_element_wise(table.column("project"), table.column("run"),
-                                        scalar_of("\0", pa.string()))
-    names = pc.fill_null(names, scalar_of("", pa.string()))  # a null: distrusted already
+    names = _names(table)
     counts = pc.value_counts(names)
     twice = counts.field("values").filter(
         pc.greater(counts.field("counts"), scalar_of(1, pa.int64())))
@@ -188,6 +186,69 @@ def _twice(table: pa.Table, shards: np.ndarray) -> np.ndarray:
     held = Counter(seen)  # (counted once each: a planted file may repeat a run 10^6 times)
     bad[[i for i, n in zip(left, seen, strict=True) if held[n] > 1]] = True
     return bad
+
+
+def each_shard(root: Path, schema: pa.Schema, fields: list[str]) -> Iterator[pa.Table]:
+    """The rows of each shard's file in turn, checked as `load` checks them, only the
+    columns `fields` decoded, none kept: a pass over every run that holds one file's rows
+    at a time (`run_index`). A file not to be trusted gives no rows; no catalog, none."""
+    try:
+        if not no_link_on_the_way(root, CATALOG_DIR.as_posix()):
+            return
+    except OSError:
+        return
+    indices = [schema.get_field_index(name) for name in fields]
+    for shard in range(SHARDS):
+        # each file within the decode limit: only one file's rows are held at a time
+        _, table = _read_shard(root, shard, schema, _Kept(), [part_read_limit()], indices)
+        if table is not None and table.num_rows and _file_trusted(table, shard):
+            yield table
+
+
+def load_runs(root: Path, schema: pa.Schema, runs: frozenset[tuple[str, str]]) -> Loaded:
+    """The catalog rows of `runs` (project, run) alone: cut from their shards' files,
+    each checked whole as `load` checks it, or from those this process keeps; what is
+    read is not kept. `read` is empty, so that a save writes no file (written from these
+    rows, it would drop the other runs of its shard)."""
+    try:
+        if not no_link_on_the_way(root, CATALOG_DIR.as_posix()):
+            return empty(schema)
+    except OSError:
+        return empty(schema)
+    kept = _kept(root)
+    budget = [part_read_limit()]
+    wanted = strings([f"{p}\0{r}" for p, r in sorted(runs)])
+    tables: list[pa.Table] = []
+    of_shard: list[np.ndarray] = []
+    for shard in sorted({shard_of(r) for _, r in runs}):
+        key, table = _read_shard(root, shard, schema, kept, budget)
+        if table is None or not table.num_rows:
+            continue
+        if kept.keys.get(shard) != key and not _file_trusted(table, shard):
+            continue  # read now, checked now: not to be trusted
+        mask = pc.is_in(_names(table), value_set=wanted)
+        tables.append(table.filter(mask))
+        of_shard.append(np.full(tables[-1].num_rows, shard, np.int16))
+    if not tables:
+        return empty(schema)
+    return Loaded(pa.concat_tables(tables), np.concatenate(of_shard), frozenset())
+
+
+def _file_trusted(table: pa.Table, shard: int) -> bool:
+    """Whether the rows of `shard`'s file are to be trusted when the file is read alone:
+    as `load` checks them, and every run of that shard (a run held by this file and its
+    own, `_twice` does not see in one file: it would be answered twice)."""
+    return bool(_trusted_rows(table, np.full(table.num_rows, shard, np.int16)).all()) and \
+        all(shard_of(run) == shard for run in table.column("run").to_pylist())
+
+
+def _names(table: pa.Table) -> pa.ChunkedArray:
+    """Each row's project and run as one string (a null one as empty: distrusted)."""
+    # (a Python value given to a compute function is converted by pyarrow, which imports
+    # pandas to see whether it is one of its objects: 0.3 s)
+    names = pc.binary_join_element_wise(table.column("project"), table.column("run"),
+                                        scalar_of("\0", pa.string()))
+    return pc.fill_null(names, scalar_of("", pa.string()))
 
 
 def empty(schema: pa.Schema) -> Loaded:
@@ -227,11 +288,12 @@ def _keep(root: Path, kept: _Kept, found: dict[int, tuple[Key, pa.Table]],
         _read_before[str(root)] = new
 
 
-def _read_shard(root: Path, shard: int, schema: pa.Schema, kept: _Kept, budget: list[int]
-                ) -> tuple[Key, pa.Table | None]:
+def _read_shard(root: Path, shard: int, schema: pa.Schema, kept: _Kept, budget: list[int],
+                fields: list[int] | None = None) -> tuple[Key, pa.Table | None]:
     """The key of `shard`'s file (`_ABSENT` if there is none) and its table: the one kept
     if the file is the same, else read and checked (None if it is not to be trusted).
-    `budget`: the bytes the catalog's files may still decode to, lowered by this one's."""
+    `budget`: the bytes the catalog's files may still decode to, lowered by this one's.
+    `fields`: only the columns at these indices of `schema` are decoded."""
     try:
         with open_regular(root / shard_file(shard)) as f:
             st = os.fstat(f.fileno())
@@ -247,11 +309,11 @@ def _read_shard(root: Path, shard: int, schema: pa.Schema, kept: _Kept, budget: 
         return _ABSENT, None
     except OSError:
         return _UNREADABLE, None  # unreadable, a link or not a file: rebuilt
-    return key, _checked(body, header, schema, budget)
+    return key, _checked(body, header, schema, budget, fields)
 
 
-def _checked(body: bytes, header: bytes, schema: pa.Schema, budget: list[int]
-             ) -> pa.Table | None:
+def _checked(body: bytes, header: bytes, schema: pa.Schema, budget: list[int],
+             fields: list[int] | None = None) -> pa.Table | None:
     """The table of a shard file's `body`, None if it is not one this version wrote
     (entries are used without checking the files again, so a damaged catalog must not
     pass for a whole one, nor a crafted one whose checksum is right too)."""
@@ -264,13 +326,14 @@ def _checked(body: bytes, header: bytes, schema: pa.Schema, budget: list[int]
                 declares_other_than_little_endian(memoryview(body)):
             # crafted to decompress past what a catalog may, or to be read byte-swapped
             return None
-        # the thread pool for a large file only: a small file's few buffers decoded by
-        # the pool cost more than they gain (64 files of 10,000 runs: 37 ms -> 11-16 ms)
-        table = pa.ipc.open_stream(
-            body, options=_ONE_THREAD if len(body) < _POOLED_BYTES else None).read_all()
+        options = pa.ipc.IpcReadOptions(use_threads=len(body) >= _POOLED_BYTES,
+                                        included_fields=fields)
+        table = pa.ipc.open_stream(body, options=options).read_all()
         table.validate(full=True)
     except (ValueError, pa.ArrowException):
         return None
+    if fields is not None:
+        schema = pa.schema([schema.field(i) for i in fields])
     if not table.schema.equals(schema):
         return None  # not ours (its rows are checked with the others': `_trusted_rows`)
     budget[0] -= table.nbytes

@@ -84,15 +84,27 @@ def refuse_unknown_kinds(root: Path, what: str) -> None:
 
 
 def rank_dirs(root: Path, base: str, project: str | None, run: str | None,
-              skip_runs: frozenset[tuple[str, str]] = frozenset()
+              skip_runs: frozenset[tuple[str, str]] = frozenset(),
+              runs: frozenset[tuple[str, str]] | None = None
               ) -> Iterator[tuple[str, str, int, str]]:
     """(project, run, rank, relative path) of each `project=/run=/rank=` directory under
     directory `base` of `root`, but of no run in `skip_runs` (their directories are not
-    listed)."""
+    listed); with `runs`, of those (project, run) alone, whose directories are looked up
+    by name (a project of a million runs is not listed)."""
+    if runs is not None:
+        for p, r in sorted(runs):
+            if project not in (None, p) or run not in (None, r) or (p, r) in skip_runs:
+                continue
+            for _, pdir in _subdirs(root, base, "project", p):
+                for _, rdir in _subdirs(root, pdir, "run", r):
+                    for rank, rankdir in _subdirs(root, rdir, "rank", None):
+                        if rank.isdigit():
+                            yield p, r, int(rank), rankdir
+        return
     for p, pdir in _subdirs(root, base, "project", project):
-        runs = _subdirs(root, pdir, "run", run) if run is not None or not skip_runs else \
+        left = _subdirs(root, pdir, "run", run) if run is not None or not skip_runs else \
             _runs_left(root, pdir, p, skip_runs)
-        for r, rdir in runs:
+        for r, rdir in left:
             if (p, r) in skip_runs:
                 continue
             for rank, rankdir in _subdirs(root, rdir, "rank", None):
@@ -131,20 +143,22 @@ def _runs_left(root: Path, pdir: str, project: str,
 
 
 def list_streams(root: Path, project: str | None = None, run: str | None = None,
-                 kinds: tuple[str, ...] = KINDS) -> list[StreamId]:
-    """Every stream in the store (optionally of one project / run)."""
-    return list(stream_dirs(root, project, run, kinds))
+                 kinds: tuple[str, ...] = KINDS,
+                 runs: frozenset[tuple[str, str]] | None = None) -> list[StreamId]:
+    """Every stream in the store (optionally of one project / run, or of `runs`)."""
+    return list(stream_dirs(root, project, run, kinds, runs=runs))
 
 
 def stream_dirs(root: Path, project: str | None = None, run: str | None = None,
                 kinds: tuple[str, ...] = KINDS,
-                skip_runs: frozenset[tuple[str, str]] = frozenset()) -> dict[StreamId, str]:
-    """Every stream in the store (optionally of one project / run; none of `skip_runs`),
-    sorted, with its directory relative to `root` as walked (so that nobody joins it
-    again)."""
+                skip_runs: frozenset[tuple[str, str]] = frozenset(),
+                runs: frozenset[tuple[str, str]] | None = None) -> dict[StreamId, str]:
+    """Every stream in the store (optionally of one project / run, or of `runs`; none of
+    `skip_runs`), sorted, with its directory relative to `root` as walked (so that nobody
+    joins it again)."""
     found: list[tuple[StreamId, str]] = []
     for kind in kinds:
-        for p, r, rank, rankdir in rank_dirs(root, kind, project, run, skip_runs):
+        for p, r, rank, rankdir in rank_dirs(root, kind, project, run, skip_runs, runs):
             for attempt, directory in _subdirs(root, rankdir, "attempt", None):
                 if attempt.isdigit():
                     found.append((StreamId(p, r, rank, int(attempt), kind), directory))

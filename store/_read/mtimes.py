@@ -18,8 +18,9 @@ import pyarrow as pa
 
 #: The mtime given for a path that does not exist.
 ABSENT = -1
-#: Fewer paths than this are stat'ed in a plain loop (a thread costs ≈ 0.1 ms).
-_BATCH = 2048
+#: Fewer paths than this are stat'ed in a plain loop (a thread costs ≈ 0.1 ms, 512
+#: stats ≈ 0.9 ms).
+_BATCH = 512
 
 
 def mtimes_of(paths: list[str]) -> np.ndarray:

@@ -212,7 +212,8 @@ def _keep_key(root_path: Path, snap: Snapshot, scope: Scope, wholes: dict[str, p
     if scope.attempts or not snap.kinds or any(k not in wholes for k in snap.kinds) or \
             _summaries_needed(snap, scope):
         return None
-    return (str(root_path), scope.project, scope.run, snap.kinds, memory_limit())
+    return (str(root_path), scope.project, scope.run, scope.runs, snap.kinds,
+            memory_limit())
 
 
 def _summaries_needed(snap: Snapshot, scope: Scope) -> bool:

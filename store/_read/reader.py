@@ -181,12 +181,13 @@ def list_runs(root: str | os.PathLike[str] | None = None, project: str | None = 
 
 def runs_from(root: Path, project: str | None, run: str | None,
               read: Callable[[Path], dict[str, Any] | None],
-              skip_runs: frozenset[tuple[str, str]] = frozenset()) -> list[RunRecord]:
+              skip_runs: frozenset[tuple[str, str]] = frozenset(),
+              runs: frozenset[tuple[str, str]] | None = None) -> list[RunRecord]:
     """`list_runs`, reading each attempt file with `read` (`read_attempt`, or a cache),
-    but no file of the runs in `skip_runs`."""
+    but no file of the runs in `skip_runs` (and, given `runs`, of those runs alone)."""
     by_run: dict[tuple[str, str], list[dict[str, Any]]] = {}
     files = [f"{rankdir}/{name}"
-             for _, _, _, rankdir in rank_dirs(root, "runs", project, run, skip_runs)
+             for _, _, _, rankdir in rank_dirs(root, "runs", project, run, skip_runs, runs)
              for name in names_in(root, rankdir)
              if name.startswith("attempt=") and name.endswith(".json")]
     for rel in sorted(files):

@@ -28,7 +28,8 @@ class Scope:
     parts' dataset holds only those of resumed runs (whose summaries are computed from
     their visible values): the `metrics` views are there for `metric_summaries` and are
     not whole. Without `summaries`, a question that names no summary view, those views
-    are not made (unless a resumed run's cutoffs need them)."""
+    are not made (unless a resumed run's cutoffs need them). With `runs`, only those
+    (project, run) are read (the runs a listing shows, `run_index`)."""
 
     kinds: frozenset[str] = frozenset(KINDS)
     attempts: bool = True
@@ -36,15 +37,20 @@ class Scope:
     run: str | None = None
     metric_values: bool = True
     summaries: bool = True
+    runs: frozenset[tuple[str, str]] | None = None
 
     @property
     def everything(self) -> bool:
         return self.kinds == frozenset(KINDS) and self.attempts and self.project is None \
-            and self.run is None
+            and self.run is None and self.runs is None
 
     def for_run(self, project: str | None, run: str | None) -> Scope:
         return Scope(self.kinds, self.attempts, project, run, self.metric_values,
                      self.summaries)
+
+    def for_runs(self, runs: frozenset[tuple[str, str]]) -> Scope:
+        return Scope(self.kinds, self.attempts, metric_values=self.metric_values,
+                     summaries=self.summaries, runs=runs)
 
 
 EVERYTHING = Scope()

@@ -97,21 +97,24 @@ class Snapshot:
         summaries: list[pa.Table] = []
         # runs whose metric parts and attempt files are as the catalog has them are not
         # listed again (with parts to skip, a rare retry after damage, all are)
-        catalog = RunCatalog(root, trust_catalog, scope.run)
+        catalog = RunCatalog(root, trust_catalog, scope.run, scope.runs)
         # the runs view alone: the catalog vouches for the runs' attempts only
         attempts_only = not scope.kinds
         settled = frozenset(catalog.settled(scope.project, scope.run, attempts_only)) if \
             ("metrics" in scope.kinds or scope.attempts) and not skip else frozenset()
         streams = {**stream_dirs(root, scope.project, scope.run,
-                                 tuple(k for k in KINDS if k in scope.kinds - {"metrics"})),
+                                 tuple(k for k in KINDS if k in scope.kinds - {"metrics"}),
+                                 runs=scope.runs),
                    **stream_dirs(root, scope.project, scope.run,
-                                 ("metrics",) if "metrics" in scope.kinds else (), settled)}
+                                 ("metrics",) if "metrics" in scope.kinds else (), settled,
+                                 scope.runs)}
         if scope.kinds & STEP_KINDS and "metrics" not in scope.kinds and _resumed(
-                list_streams(root, scope.project, scope.run, ("metrics",))):
+                list_streams(root, scope.project, scope.run, ("metrics",), scope.runs)):
             # a resumed run: the steps its later attempts logged again hide the earlier
             # attempts' (docs/format.md), and those cutoffs come from the metrics
             streams = stream_dirs(root, scope.project, scope.run,
-                                  tuple(k for k in KINDS if k in scope.kinds | {"metrics"}))
+                                  tuple(k for k in KINDS if k in scope.kinds | {"metrics"}),
+                                  runs=scope.runs)
         #: the kinds read, in KINDS order (those of `scope`, and metrics for cutoffs)
         self.kinds = tuple(k for k in KINDS if k in {s.kind for s in streams} | scope.kinds)
         cache = DecodedCache(root)
@@ -148,7 +151,7 @@ class Snapshot:
             # those runs can be catalogued
             runs = runs_from(root, scope.project, scope.run,
                              lambda path: fresh.attempt(path, cache.get(path, read_attempt)),
-                             settled)
+                             settled, scope.runs)
             for entry in fresh.entries(root, "metrics" in scope.kinds):
                 catalog.keep(entry, since)
             if scope.attempts:
@@ -179,7 +182,7 @@ class Snapshot:
             dirs = {root / "metrics" / f"project={p}" / f"run={r}" for p, r in self.resumed}
             self.parts["metrics"] = [p for p in self.parts["metrics"]
                                      if p.path.parents[2] in dirs]
-        if scope.metric_values and scope.run is None and settled:
+        if scope.metric_values and scope.run is None and scope.runs is None and settled:
             if bundle_paths(root):
                 self.bundles, covered = usable(root, catalog.files(), scope.project)
                 catalogued_parts = [c for c in catalogued_parts if c[0] not in covered]

@@ -1,0 +1,189 @@
+"""`tracklake runs` on a store of many catalogued runs: the count and the newest runs come
+from the run catalog's files read one at a time (`run_index`), and only the runs shown
+are read; what it prints is what reading every run prints."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from _crafted import age_catalog, catalog_path, catalogued_table, plant_catalog, signed_catalog
+from _listings import record_listings
+from _settled import age
+from click.testing import CliRunner
+
+import tracklake
+from tracklake._cli.main import main
+from tracklake._read import catalog_shards, run_index
+from tracklake._read.run_index import newest_runs
+
+PROJECTS = {"p": 10, "q": 4}
+
+
+def _run(root: Path, project: str, run_id: str, value: float) -> None:
+    with tracklake.init(project=project, run_id=run_id, root=root, capture_identity=False,
+                        system_metrics=False) as run:
+        run.log({"critic/score/mean": value, "loss": -value}, step=int(value))
+
+
+@pytest.fixture
+def store(root: Path) -> Path:
+    """Runs of two projects, started one after the other, compacted, settled and
+    catalogued."""
+    for i in range(max(PROJECTS.values())):
+        for project, count in PROJECTS.items():
+            if i < count:
+                _run(root, project, f"{project}{i:02d}", float(i))
+    tracklake.compact(root=root)
+    age(root)
+    tracklake.query("SELECT count(*) FROM metric_summaries", root=root)  # catalogues
+    age_catalog(root)
+    catalog_shards._read_before.clear()
+    return root
+
+
+def _by_sql(root: Path, project: str | None, limit: int) -> tuple[int, list[tuple[str, str]]]:
+    where = f"WHERE project = '{project}'" if project else ""
+    total = tracklake.query(f"SELECT count(*) AS n FROM runs {where}", root=root)
+    newest = tracklake.query(f"""SELECT project, run FROM runs {where}
+        ORDER BY started_at DESC, project DESC, run DESC LIMIT {limit}""", root=root)
+    return (total.column("n")[0].as_py(),
+            [(r["project"], r["run"]) for r in newest.to_pylist()])
+
+
+def _cli_json(root: Path, *args: str) -> list[dict[str, object]]:
+    result = CliRunner().invoke(main, ["runs", "--root", str(root), "--format", "json",
+                                       *args], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return [json.loads(line) for line in result.output.splitlines()]
+
+
+def _changed(root: Path) -> None:
+    """A new run (not settled: read from its files), a resumed run (its entry stale) and
+    a deleted one (its entry names paths that are gone)."""
+    _run(root, "p", "fresh", 20.0)
+    _run(root, "p", "p03", 21.0)  # resumed: attempt 2, its first start stays the old one
+    for kind in ("metrics", "runs"):
+        shutil.rmtree(root / kind / "project=p" / "run=p05")
+
+
+@pytest.mark.parametrize("changed", [False, True], ids=["settled", "changed"])
+@pytest.mark.parametrize("project", [None, "p", "q"])
+def test_the_count_and_the_newest_runs_are_the_runs_views(
+        store: Path, changed: bool, project: str | None) -> None:
+    if changed:
+        _changed(store)
+    for limit in (1, 3):
+        found = newest_runs(store, project, limit)
+        assert found is not None
+        assert (found.total, found.newest) == _by_sql(store, project, limit)
+
+
+@pytest.mark.parametrize("changed", [False, True], ids=["settled", "changed"])
+def test_the_listing_prints_what_reading_every_run_prints(
+        store: Path, changed: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    if changed:
+        _changed(store)
+    for args in (("--limit", "3"), ("--project", "q", "--limit", "2"),
+                 ("--metric", "loss", "--limit", "4")):
+        shown = _cli_json(store, *args)
+        with monkeypatch.context() as m:
+            m.setattr(run_index, "FRESH_AT_MOST", -1)  # every run read
+            every = _cli_json(store, *args)
+        assert shown == every and shown
+    result = CliRunner().invoke(main, ["runs", "--root", str(store), "--limit", "3"])
+    total = sum(PROJECTS.values())  # changed: one run more, one less
+    assert f"({total - 3} older runs not shown" in result.output
+
+
+def test_only_the_runs_shown_are_read_and_the_others_by_their_paths_under_runs(
+        store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tracklake._read import catalog, decoded
+
+    def whole(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the whole catalog was loaded")
+    monkeypatch.setattr(catalog_shards, "load", whole)
+    stated: list[str] = []
+    for module in (catalog, run_index):
+        def spy(paths: list[str], real: object = module.mtimes_of) -> object:
+            stated.extend(paths)
+            return real(paths)  # type: ignore[operator]
+        monkeypatch.setattr(module, "mtimes_of", spy)
+    decoded_paths: list[str] = []
+    real_get = decoded.DecodedCache.get
+
+    def get(self: decoded.DecodedCache, path: Path, decode: object) -> object:
+        decoded_paths.append(str(path))
+        return real_get(self, path, decode)  # type: ignore[arg-type]
+    monkeypatch.setattr(decoded.DecodedCache, "get", get)
+    listed = record_listings(monkeypatch)
+    shown = _cli_json(store, "--limit", "2")
+    assert [r["run"] for r in shown] == ["p08", "p09"]
+    # every run's paths under runs/ (to count them), the metrics of the shown alone
+    metrics_runs = {p.split("/run=")[1].split("/")[0] for p in stated if "/metrics/" in p}
+    assert metrics_runs == {"p08", "p09"}
+    assert {p.split("/run=")[1].split("/")[0] for p in stated if "/runs/" in p} == \
+        {f"{project}{i:02d}" for project, count in PROJECTS.items() for i in range(count)}
+    runs_listed = {part for rel in listed for part in rel.split("/") if part.startswith("run=")}
+    assert runs_listed <= {"run=p08", "run=p09"}, runs_listed
+    assert not decoded_paths  # every run vouched for by the catalog
+
+
+def test_a_store_the_catalog_does_not_cover_is_read_whole(
+        store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert newest_runs(store, None, sum(PROJECTS.values())) is None  # nothing left out
+    monkeypatch.setattr(run_index, "FRESH_AT_MOST", 1)
+    _run(store, "p", "new1", 30.0)
+    _run(store, "p", "new2", 31.0)
+    assert newest_runs(store, None, 2) is None  # two runs to read from their files
+    shutil.rmtree(store / ".cache")
+    assert newest_runs(store, None, 2) is None
+    monkeypatch.setenv("TRACKLAKE_TRUST_MTIMES", "0")
+    assert newest_runs(store, None, 2) is None
+
+
+def test_a_catalog_file_holding_another_files_run_is_not_used(store: Path) -> None:
+    """A forged entry of the newest run, its start said to be the earliest of all (a run
+    starts when its first attempt did), planted in the file of another shard: that file
+    is not trusted (its runs are read from their files), and the newest run stays the
+    newest."""
+    table = catalogued_table(store)
+    runs = table.column("run").to_pylist()
+    forged = table.filter(pa.array([r == "p09" for r in runs]))
+    attempts = forged.column("attempts").to_pylist()
+    attempts[0][0]["started_at"] = "1970-01-01T00:00:00+00:00"
+    forged = forged.set_column(forged.schema.get_field_index("attempts"), "attempts",
+                               pa.array(attempts, forged.schema.field("attempts").type))
+    other = next(r for r in runs
+                 if catalog_shards.shard_of(r) != catalog_shards.shard_of("p09"))
+    plant_catalog(store, table)
+    path = catalog_path(store, other)
+    rows = pa.ipc.open_stream(path.read_bytes().partition(b"\n")[2]).read_all()
+    path.write_bytes(signed_catalog(pa.concat_tables([rows, forged])))
+    age_catalog(store)
+    found = newest_runs(store, None, 3)
+    assert found is not None and (found.total, found.newest) == _by_sql(store, None, 3)
+    assert found.newest[0] == ("p", "p09") and found.total == sum(PROJECTS.values())
+
+
+def test_a_shown_runs_entry_planted_in_another_shown_runs_file_is_not_used(
+        store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The newest run's entry, its status forged, planted in the file of the run shown
+    beside it: the runs shown are as their files say."""
+    assert catalog_shards.shard_of("p08") != catalog_shards.shard_of("p09")
+    table = catalogued_table(store)
+    forged = table.filter(pa.array([r == "p09" for r in table.column("run").to_pylist()]))
+    attempts = forged.column("attempts").to_pylist()
+    attempts[0][0]["status"] = "crashed"
+    forged = forged.set_column(forged.schema.get_field_index("attempts"), "attempts",
+                               pa.array(attempts, forged.schema.field("attempts").type))
+    path = catalog_path(store, "p08")
+    rows = pa.ipc.open_stream(path.read_bytes().partition(b"\n")[2]).read_all()
+    path.write_bytes(signed_catalog(pa.concat_tables([rows, forged])))
+    age_catalog(store)
+    shown = _cli_json(store, "--limit", "2")
+    assert [(r["run"], r["status"]) for r in shown] == [("p08", "finished"),
+                                                        ("p09", "finished")]
