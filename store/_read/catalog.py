@@ -111,17 +111,14 @@ class RunCatalog:
         this reader finds (after a catalogued file turned out to be missing, or where
         `mtimes_trusted()` says the file system's mtimes cannot be trusted). `run`: a
         question about that run alone, which needs only the file that holds it. `runs`:
-        a question about those (project, run) alone, which holds only their rows (and
-        writes no file: `catalog_shards.load_runs`)."""
+        a question about those (project, run) alone (the few a listing shows), which
+        reads them from their files and writes no catalog file: their entries are spread
+        over up to every file, which at a million runs hold 16,000 runs each."""
         trusted = trusted and mtimes_trusted()
         self.root = root
         self.enabled = not is_url(root)
-        if not self.enabled:
-            self._loaded = catalog_shards.empty(_SCHEMA)
-        elif runs is not None:
-            self._loaded = catalog_shards.load_runs(root, _SCHEMA, runs)
-        else:
-            self._loaded = catalog_shards.load(root, _SCHEMA, run)
+        self._loaded = catalog_shards.load(root, _SCHEMA, run) \
+            if self.enabled and runs is None else catalog_shards.empty(_SCHEMA)
         self._table = self._loaded.table
         self._valid: list[int] = []
         self._rows: pa.Table | None = None

@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tracklake._format import bounded_json
-from tracklake._format.columns import numpy_of, scalar_of, strings
+from tracklake._format.columns import booleans, fixed, numpy_of, scalar_of
 from tracklake._format.files import no_link_on_the_way, open_regular, write_state
 from tracklake._format.ipc_size import declares_other_than_little_endian
 from tracklake._format.part_bounds import part_read_limit
@@ -144,7 +144,7 @@ def load(root: Path, schema: pa.Schema, run: str | None = None) -> Loaded:
     shards_of_rows = np.repeat(np.arange(SHARDS, dtype=np.int16), lengths)
     trusted = _trusted_rows(table, shards_of_rows)
     if not trusted.all():  # a file not to be trusted: none of its rows are used
-        table, shards_of_rows = table.filter(pa.array(trusted)), shards_of_rows[trusted]
+        table, shards_of_rows = table.filter(booleans(trusted)), shards_of_rows[trusted]
         lengths = np.bincount(shards_of_rows, minlength=SHARDS).tolist()
     whole = Loaded(table, shards_of_rows, frozenset(found))
     starts = np.cumsum([0, *lengths]).tolist()
@@ -176,13 +176,13 @@ def _twice(table: pa.Table, shards: np.ndarray) -> np.ndarray:
     if not len(twice):
         return np.zeros(table.num_rows, dtype=bool)
     rows = np.flatnonzero(numpy_of(pc.is_in(names, value_set=twice)))
-    runs = table.column("run").take(pa.array(rows)).to_pylist()
+    runs = table.column("run").take(fixed(rows, pa.int64())).to_pylist()
     bad = np.zeros(table.num_rows, dtype=bool)
     elsewhere = [i for i, run in zip(rows.tolist(), runs, strict=True)
                  if run is None or shard_of(run) != shards[i]]
     bad[elsewhere] = True
     left = [i for i in rows.tolist() if not bad[i]]
-    seen = names.take(pa.array(np.array(left, dtype=np.int64))).to_pylist()
+    seen = names.take(fixed(np.array(left, dtype=np.int64), pa.int64())).to_pylist()
     held = Counter(seen)  # (counted once each: a planted file may repeat a run 10^6 times)
     bad[[i for i, n in zip(left, seen, strict=True) if held[n] > 1]] = True
     return bad
@@ -205,39 +205,10 @@ def each_shard(root: Path, schema: pa.Schema, fields: list[str]) -> Iterator[pa.
             yield table
 
 
-def load_runs(root: Path, schema: pa.Schema, runs: frozenset[tuple[str, str]]) -> Loaded:
-    """The catalog rows of `runs` (project, run) alone: cut from their shards' files,
-    each checked whole as `load` checks it, or from those this process keeps; what is
-    read is not kept. `read` is empty, so that a save writes no file (written from these
-    rows, it would drop the other runs of its shard)."""
-    try:
-        if not no_link_on_the_way(root, CATALOG_DIR.as_posix()):
-            return empty(schema)
-    except OSError:
-        return empty(schema)
-    kept = _kept(root)
-    budget = [part_read_limit()]
-    wanted = strings([f"{p}\0{r}" for p, r in sorted(runs)])
-    tables: list[pa.Table] = []
-    of_shard: list[np.ndarray] = []
-    for shard in sorted({shard_of(r) for _, r in runs}):
-        key, table = _read_shard(root, shard, schema, kept, budget)
-        if table is None or not table.num_rows:
-            continue
-        if kept.keys.get(shard) != key and not _file_trusted(table, shard):
-            continue  # read now, checked now: not to be trusted
-        mask = pc.is_in(_names(table), value_set=wanted)
-        tables.append(table.filter(mask))
-        of_shard.append(np.full(tables[-1].num_rows, shard, np.int16))
-    if not tables:
-        return empty(schema)
-    return Loaded(pa.concat_tables(tables), np.concatenate(of_shard), frozenset())
-
-
 def _file_trusted(table: pa.Table, shard: int) -> bool:
     """Whether the rows of `shard`'s file are to be trusted when the file is read alone:
     as `load` checks them, and every run of that shard (a run held by this file and its
-    own, `_twice` does not see in one file: it would be answered twice)."""
+    own, which `_twice` does not see in one file, would be counted twice)."""
     return bool(_trusted_rows(table, np.full(table.num_rows, shard, np.int16)).all()) and \
         all(shard_of(run) == shard for run in table.column("run").to_pylist())
 
@@ -347,6 +318,8 @@ def save(root: Path, loaded: Loaded, keep: np.ndarray, fresh: pa.Table,
     no row loses its file. `remove()` is called once a file is written (the catalogs of
     earlier versions go then). The runs (project, run) the files now hold, of the shards
     read (OSError if a file cannot be written: those before it are written)."""
+    # (NumPy arrays given to pyarrow as `booleans`/`fixed`: `pa.array` asks pandas
+    # whether it was given one of its objects, which imports it, 0.2 s)
     fresh_shards = np.array([shard_of(r) for r in fresh.column("run").to_pylist()],
                             dtype=np.int16)
     changed = set(np.unique(loaded.shards[~keep]).tolist()) | set(fresh_shards.tolist())
@@ -356,8 +329,8 @@ def save(root: Path, loaded: Loaded, keep: np.ndarray, fresh: pa.Table,
         # whole table filtered took 120 ms at 38,778 runs, for one run changed)
         start, end = np.searchsorted(loaded.shards, [shard, shard + 1]).tolist()
         rows = pa.concat_tables([
-            loaded.table.slice(start, end - start).filter(pa.array(keep[start:end])),
-            fresh.filter(pa.array(fresh_shards == shard))])
+            loaded.table.slice(start, end - start).filter(booleans(keep[start:end])),
+            fresh.filter(booleans(fresh_shards == shard))])
         rel = shard_file(shard).as_posix()
         try:
             if rows.num_rows:
@@ -372,8 +345,8 @@ def save(root: Path, loaded: Loaded, keep: np.ndarray, fresh: pa.Table,
     # a run of a shard not read (never so: a question about one run reads its shard)
     # is not saved: writing its shard would drop the runs the file holds
     names = ["project", "run"]
-    return pa.concat_tables([loaded.table.select(names).filter(pa.array(keep)), fresh.select(
-        names).filter(pa.array(np.isin(fresh_shards, list(loaded.read))))])
+    return pa.concat_tables([loaded.table.select(names).filter(booleans(keep)), fresh.select(
+        names).filter(booleans(np.isin(fresh_shards, list(loaded.read))))])
 
 
 def _encoded(table: pa.Table) -> bytes:

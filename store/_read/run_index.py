@@ -140,7 +140,7 @@ def _fresh(root: Path, projects: set[str], vouched: dict[str, list[pa.Array]]
         names = [n[len("run="):] for n in names_in(root, f"runs/project={project}")
                  if n.startswith("run=")]
         known = pa.concat_arrays(vouched[project]) if project in vouched else \
-            pa.array([], pa.string())
+            strings([])
         left = ~numpy_of(pc.is_in(strings(names), value_set=known), null=False)
         fresh.extend((project, names[i]) for i in np.flatnonzero(left).tolist())
         if len(fresh) > FRESH_AT_MOST:
