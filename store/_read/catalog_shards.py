@@ -11,7 +11,8 @@ run of another shard (planted: it would answer that run twice) is ignored, and i
 are read from their files and written anew. A process keeps the tables of the files it
 read while each stays the same file (device, inode, size, mtime) and is older than
 `RACY_SECONDS`, and the catalog made of all of them, so that a warm question neither
-reads nor joins them again.
+reads nor joins them again. A pass over every run that needs a few columns of each
+(`run_index`) reads the files one at a time instead (`each_shard`), keeping none.
 
 At 1,000,000 runs a shard holds about 16,000: a reader that finds a few runs changed
 rewrites a few megabytes, where one file rewrote the whole catalog (6.7 MB at 10,000
