@@ -191,3 +191,26 @@ def test_a_shown_runs_entry_planted_in_another_shown_runs_file_is_not_used(
     shown = _cli_json(store, "--limit", "2")
     assert [(r["run"], r["status"]) for r in shown] == [("p08", "finished"),
                                                         ("p09", "finished")]
+
+
+def test_a_linked_project_and_a_fifo_for_a_catalog_file_are_passed_over(
+        store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A project directory that is a link to another store's runs, and a FIFO where a
+    catalog file goes: neither is followed nor opened (the count is of this store's own
+    runs, the answer comes back), and what is printed is what reading every run prints."""
+    import os
+
+    other = tmp_path / "other"
+    _run(other, "evil", "e0", 99.0)
+    for kind in ("runs", "metrics"):
+        os.symlink(other / kind / "project=evil", store / kind / "project=evil")
+    fifo = store / catalog_shards.shard_file(catalog_shards.shard_of("p08"))
+    fifo.unlink()
+    os.mkfifo(fifo)
+    found = newest_runs(store, None, 3)
+    assert found is not None and found.total == sum(PROJECTS.values())
+    assert (found.total, found.newest) == _by_sql(store, None, 3)
+    shown = _cli_json(store, "--limit", "3")
+    monkeypatch.setattr(run_index, "FRESH_AT_MOST", -1)
+    assert shown == _cli_json(store, "--limit", "3")
+    assert [r["run"] for r in shown] == ["p07", "p08", "p09"]
