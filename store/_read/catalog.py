@@ -103,7 +103,8 @@ def mtime_ns(root: Path, rel: str) -> int:
 
 
 class RunCatalog:
-    """The catalogued runs of a store; a no-op for a store in an object store."""
+    """The catalogued runs of a store; a no-op for a store in an object store, and for a
+    question about a set of runs (`runs`)."""
 
     def __init__(self, root: Path, trusted: bool = True, run: str | None = None,
                  runs: frozenset[tuple[str, str]] | None = None) -> None:
@@ -116,9 +117,9 @@ class RunCatalog:
         over up to every file, which at a million runs hold 16,000 runs each."""
         trusted = trusted and mtimes_trusted()
         self.root = root
-        self.enabled = not is_url(root)
-        self._loaded = catalog_shards.load(root, _SCHEMA, run) \
-            if self.enabled and runs is None else catalog_shards.empty(_SCHEMA)
+        self.enabled = not is_url(root) and runs is None
+        self._loaded = catalog_shards.load(root, _SCHEMA, run) if self.enabled else \
+            catalog_shards.empty(_SCHEMA)
         self._table = self._loaded.table
         self._valid: list[int] = []
         self._rows: pa.Table | None = None

@@ -44,6 +44,7 @@ from tracklake._read.listing import names_in
 from tracklake._read.location import is_url, subdirs_at
 from tracklake._read.mtimes import ABSENT, mtimes_of
 from tracklake._read.reader import runs_from
+from tracklake._read.readonly import question_connection
 
 #: Runs read from their attempt files at most; a store with more that its catalog does
 #: not vouch for is read whole (`None`), which catalogs those that settled.
@@ -151,9 +152,7 @@ def _fresh(root: Path, projects: set[str], vouched: dict[str, list[pa.Array]]
 def _counted(starts: pa.Table, project: str | None, limit: int) -> NewestRuns:
     """The runs of `starts` (one row per attempt) counted and ordered as the runs view
     does, by DuckDB itself: the first start of each, cast to a timestamp as there."""
-    import duckdb
-
-    con = duckdb.connect(":memory:")
+    con = question_connection()  # a cursor on the process's database, not one more
     try:
         con.register("_starts", starts)
         where = "WHERE project = $project" if project is not None else ""

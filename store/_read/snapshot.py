@@ -152,7 +152,8 @@ class Snapshot:
             runs = runs_from(root, scope.project, scope.run,
                              lambda path: fresh.attempt(path, cache.get(path, read_attempt)),
                              settled, scope.runs)
-            for entry in fresh.entries(root, "metrics" in scope.kinds):
+            # (their paths' mtimes taken only for a catalog that keeps entries)
+            for entry in fresh.entries(root, "metrics" in scope.kinds and catalog.enabled):
                 catalog.keep(entry, since)
             if scope.attempts:
                 listed = [attempt_row(a) for run in runs for a in run.attempts]
