@@ -18,6 +18,9 @@ one untimed run (the first after the writers builds the run catalog, printed apa
 - ``tracklake runs`` right after one run changed (its rank directory's mtime set anew:
   the reader reads it from its files and writes the run catalog again)
 
+and, in one process, ``SELECT count(*) FROM runs`` asked ``--warm`` times (no directory
+watch, as on NFS; the median of all but the first, in milliseconds).
+
 Printed: the wall seconds (median of ``--repeat``), the peak resident memory of the
 process (MiB), and per run the microseconds and bytes above what the same question costs
 on a store of 1 run (the imports and the connection, measured the same way), the slope
@@ -121,6 +124,26 @@ def timed(root: Path, args: list[str], repeat: int, changed: bool
     return statistics.median(walls), statistics.median(peaks), out
 
 
+_WARM = """
+import statistics, sys, time, tracklake
+took = []
+for _ in range(int(sys.argv[2])):
+    started = time.perf_counter()
+    tracklake.query("SELECT count(*) FROM runs", root=sys.argv[1])
+    took.append(time.perf_counter() - started)
+print(statistics.median(took[1:]) * 1e3)
+"""
+
+
+def warm(root: Path, times: int) -> float:
+    """Median milliseconds of the runs view's count asked `times` in one process (the
+    first left out), with no directory watch."""
+    done = subprocess.run([sys.executable, "-c", _WARM, str(root), str(times)],
+                          capture_output=True, text=True, check=True,
+                          env={**os.environ, "TRACKLAKE_WATCH_DIRS": "0"})
+    return float(done.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -129,6 +152,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--data-dir", type=Path, default=Path("/tmp/tracklake-tiny-runs"))
     parser.add_argument("--root", type=Path, help="Only time this existing store as it is.")
+    parser.add_argument("--warm", type=int, default=20,
+                        help="Times the runs view's count is asked in one process.")
     args = parser.parse_args()
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
@@ -155,6 +180,10 @@ def main() -> None:
               f"{(wall - base_s) / runs * 1e6:>7.1f} {(mib - base_mib) * 2**20 / runs:>7.0f}",
               flush=True)
     print(f"  runs counted: {count:,}")
+    if args.warm > 1:
+        print(f"  count(*) FROM runs, one process, median of {args.warm - 1} after the "
+              f"first: 1 run {warm(one, args.warm):.1f} ms, the store "
+              f"{warm(root, args.warm):.1f} ms")
 
 
 if __name__ == "__main__":

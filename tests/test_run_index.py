@@ -12,37 +12,27 @@ import pyarrow as pa
 import pytest
 from _crafted import age_catalog, catalog_path, catalogued_table, plant_catalog, signed_catalog
 from _listings import record_listings
-from _settled import age
+from _many_runs import PROJECTS, catalogued_store
+from _many_runs import changed as _changed
+from _many_runs import run as _run
 from click.testing import CliRunner
 
 import tracklake
 from tracklake._cli.main import main
-from tracklake._read import catalog_shards, run_index
+from tracklake._read import catalog_shards, run_index, snapshot
 from tracklake._read.run_index import newest_runs
 
-PROJECTS = {"p": 10, "q": 4}
 
-
-def _run(root: Path, project: str, run_id: str, value: float) -> None:
-    with tracklake.init(project=project, run_id=run_id, root=root, capture_identity=False,
-                        system_metrics=False) as run:
-        run.log({"critic/score/mean": value, "loss": -value}, step=int(value))
+@pytest.fixture(autouse=True)
+def _runs_view_from_the_whole_catalog(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SQL these answers are checked against reads the catalog whole, as it did
+    before `run_index` (tests/test_runs_view_streamed.py checks the other way)."""
+    monkeypatch.setattr(snapshot, "runs_view_streamed", lambda root: False)
 
 
 @pytest.fixture
 def store(root: Path) -> Path:
-    """Runs of two projects, started one after the other, compacted, settled and
-    catalogued."""
-    for i in range(max(PROJECTS.values())):
-        for project, count in PROJECTS.items():
-            if i < count:
-                _run(root, project, f"{project}{i:02d}", float(i))
-    tracklake.compact(root=root)
-    age(root)
-    tracklake.query("SELECT count(*) FROM metric_summaries", root=root)  # catalogues
-    age_catalog(root)
-    catalog_shards._read_before.clear()
-    return root
+    return catalogued_store(root)
 
 
 def _by_sql(root: Path, project: str | None, limit: int) -> tuple[int, list[tuple[str, str]]]:
@@ -59,15 +49,6 @@ def _cli_json(root: Path, *args: str) -> list[dict[str, object]]:
                                        *args], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     return [json.loads(line) for line in result.output.splitlines()]
-
-
-def _changed(root: Path) -> None:
-    """A new run (not settled: read from its files), a resumed run (its entry stale) and
-    a deleted one (its entry names paths that are gone)."""
-    _run(root, "p", "fresh", 20.0)
-    _run(root, "p", "p03", 21.0)  # resumed: attempt 2, its first start stays the old one
-    for kind in ("metrics", "runs"):
-        shutil.rmtree(root / kind / "project=p" / "run=p05")
 
 
 @pytest.mark.parametrize("changed", [False, True], ids=["settled", "changed"])

@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from tracklake._format.attempt import effective_status
-from tracklake._format.columns import scalar_of, strings
+from tracklake._format.columns import booleans, combined, numpy_of, scalar_of, strings
 
 ATTEMPTS_SCHEMA = pa.schema(
     [("project", pa.string()), ("run", pa.string()), ("name", pa.string()),
@@ -45,11 +46,21 @@ def attempt_row(record: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+#: Columns `attempts_view` adds for the runs view, which `run_attempts` leaves out.
+LATEST, FIRST_OF_RANK = "_latest", "_first_of_rank"
+
+
 def attempts_view(rows: pa.Table, now: float) -> pa.Table:
     """`rows` (every attempt of each run they hold, statuses as recorded) in the view's
-    order, each status as `effective_status` gives it at `now`: only "running" ones can
-    differ, and only those are looked at one by one."""
+    order, each status as `effective_status` gives it at `now` (only "running" ones can
+    differ, and only those are looked at one by one), with `LATEST` (the attempt is its
+    rank's latest in its run) and `FIRST_OF_RANK` (the first row of its run's rank): the
+    runs view groups by run alone then, where a window over every attempt and a count of
+    distinct ranks made DuckDB hold 1.1 KB a run (43 MB at 38,778 runs)."""
     rows = rows.sort_by(_ORDER)
+    latest, first = _latest_and_first(rows)
+    rows = rows.append_column(LATEST, booleans(latest)).append_column(
+        FIRST_OF_RANK, booleans(first))
     status = rows.column("status")
     running = pc.equal(status, scalar_of("running", pa.string()))
     if not pc.any(running).as_py():
@@ -63,3 +74,31 @@ def attempts_view(rows: pa.Table, now: float) -> pa.Table:
         shown[i] = effective_status(record, now=now)
     return rows.set_column(rows.schema.get_field_index("status"), "status",
                            strings(shown))
+
+
+def _latest_and_first(rows: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """For `rows` in `_ORDER`: whether each is of its (project, run, rank)'s highest
+    attempt (one of no attempt number never is), and whether it is the first row of its
+    (project, run, rank) (one of no rank never is: SQL's count of distinct ranks leaves
+    nulls out)."""
+    n = rows.num_rows
+    if not n:
+        return np.zeros(0, dtype=bool), np.zeros(0, dtype=bool)
+    new_run = np.zeros(n, dtype=bool)  # where a run's rows begin
+    new_run[0] = True
+    for name in ("project", "run"):
+        names = combined(rows.column(name))
+        new_run[1:] |= numpy_of(pc.not_equal(names.slice(1), names.slice(0, n - 1)),
+                                null=True)
+    rank = numpy_of(rows.column("rank"), null=0).astype(np.int64)
+    no_rank = numpy_of(pc.is_null(rows.column("rank")))
+    # a rank's key within its run: its number shifted to 0..2^32-1, no rank above those
+    key = (np.cumsum(new_run) - 1) * (1 << 33) + np.where(no_rank, 1 << 32, rank + (1 << 31))
+    _, first_rows, group = np.unique(key, return_index=True, return_inverse=True)
+    attempt = numpy_of(rows.column("attempt"), null=0).astype(np.int64)
+    has_attempt = ~numpy_of(pc.is_null(rows.column("attempt")))
+    highest = np.full(len(first_rows), np.iinfo(np.int64).min)
+    np.maximum.at(highest, group[has_attempt], attempt[has_attempt])
+    first = np.zeros(n, dtype=bool)
+    first[first_rows] = True
+    return has_attempt & (attempt == highest[group]), first & ~no_rank

@@ -15,6 +15,8 @@ nothing a forger cannot recompute.
 - No null where a reader never writes one: a run's name, project, lists, watched paths
   and mtimes, and parts. The reader counts on each (a null mtime or list stopped every
   question with an error; a null run answered its rows twice).
+- Each of a run's attempts names that run: an attempt of another run would be that run's
+  twice, and counted twice where the runs are counted file by file (`run_index`).
 """
 
 from __future__ import annotations
@@ -85,6 +87,22 @@ def untrusted_rows(table: pa.Table) -> np.ndarray:
         inside = pc.and_(inside, pc.invert(pc.match_substring(paths, "/.")))
         outside = ~numpy_of(inside, null=False)  # a null path: a null, counted above
         bad[numpy_of(pc.list_parent_indices(column))[outside]] = True
+    if {"project", "run", "attempts"} <= set(table.column_names):
+        bad |= _attempts_of_other_runs(table)
+    return bad
+
+
+def _attempts_of_other_runs(table: pa.Table) -> np.ndarray:
+    """Per row: whether one of its attempts names another project or run than the row."""
+    bad = np.zeros(table.num_rows, dtype=bool)
+    column = combined(table.column("attempts"))
+    items = pc.list_flatten(column)
+    if not len(items):
+        return bad
+    parents = pc.list_parent_indices(column)
+    for name in ("project", "run"):
+        same = pc.equal(items.field(name), combined(table.column(name)).take(parents))
+        bad[numpy_of(parents)[~numpy_of(same, null=False)]] = True
     return bad
 
 

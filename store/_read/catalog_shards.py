@@ -228,6 +228,11 @@ def empty(schema: pa.Schema) -> Loaded:
     return Loaded(empty_table(schema), np.zeros(0, dtype=np.int16), frozenset())
 
 
+def keeps_whole(root: Path) -> bool:
+    """Whether this process keeps `root`'s whole catalog (as `load` last read it)."""
+    return _kept(root).whole is not None
+
+
 def _kept(root: Path) -> _Kept:
     with _read_before_lock:
         return _read_before.get(str(root)) or _Kept()

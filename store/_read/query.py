@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     import duckdb
 from tracklake._format import KINDS, PARTITION_SCHEMA, SCHEMAS
 from tracklake._read import kept_connections
-from tracklake._read.attempt_rows import attempts_view
+from tracklake._read.attempt_rows import FIRST_OF_RANK, LATEST, attempts_view
 from tracklake._read.location import existing_root, is_url, read_root
 from tracklake._read.reader import (
     Part,
@@ -66,15 +66,15 @@ CREATE TEMP VIEW runs AS
 WITH a AS (
   SELECT *, CAST(started_at AS TIMESTAMPTZ) AS started,
          CAST(coalesce(finished_at, heartbeat_at) AS TIMESTAMPTZ) AS ended,
-         attempt = max(attempt) OVER (PARTITION BY project, run, rank) AS latest
-  FROM run_attempts)
+         _latest AS latest
+  FROM _attempts)
 SELECT project, run, any_value(name) FILTER (WHERE latest) AS name,
        CASE WHEN bool_or(status = 'running' AND latest) THEN 'running'
             WHEN bool_or(status = 'crashed' AND latest) THEN 'crashed'
             WHEN bool_or(status = 'failed' AND latest) THEN 'failed'
             WHEN bool_or(status = 'killed' AND latest) THEN 'killed'
             ELSE 'finished' END AS status,
-       max(attempt) AS attempts, count(DISTINCT rank) AS ranks,
+       max(attempt) AS attempts, count(*) FILTER (WHERE _first_of_rank) AS ranks,
        max(world_size) FILTER (WHERE latest) AS world_size, min(started) AS started_at,
        max(ended) AS ended_at, max(ended) - min(started) AS duration,
        any_value(tags) FILTER (WHERE latest) AS tags,
@@ -268,7 +268,8 @@ def _make_views(con: duckdb.DuckDBPyConnection, root_path: Path, snap: Snapshot,
     if scope.attempts:
         now = _dt.datetime.now(_dt.timezone.utc).timestamp()
         con.register("_attempts", attempts_view(snap.attempts, now))
-        con.execute("CREATE TEMP VIEW run_attempts AS SELECT * FROM _attempts")
+        con.execute("CREATE TEMP VIEW run_attempts AS SELECT * EXCLUDE "
+                    f"({LATEST}, {FIRST_OF_RANK}) FROM _attempts")
         con.execute(_RUNS_VIEW)
     if own:
         lock_down(con)

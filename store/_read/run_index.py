@@ -1,14 +1,16 @@
-"""How many runs a store holds and which are the newest, holding a few bytes a run rather
-than every run's catalog entry: what `tracklake runs` needs before it reads the runs it
-shows (`Scope.runs`).
+"""What the runs view needs of every run, holding a few bytes a run rather than every
+run's catalog entry: how many runs a store holds and which are the newest (what
+`tracklake runs` needs before it reads the runs it shows, `Scope.runs`), and the
+attempts of every run (a process's first question on the runs view alone).
 
 The run catalog's files are read one at a time, only the columns the runs view needs
 (each run's attempts and watched paths); an entry counts while its paths under ``runs/``
 have the mtimes recorded (what the runs view alone checks, `RunCatalog.settled`), in a
 project a listing finds; the runs the catalog does not vouch for are read from their
-attempt files. Of each attempt only its project, run and start are kept, and DuckDB
-counts the runs and orders them by their first start as the `runs` view does, so the
-count and the runs shown are those of ``SELECT ... FROM runs ORDER BY started_at DESC``.
+attempt files. For the newest runs, only each attempt's project, run and start are
+kept, and DuckDB counts the runs and orders them by their first start as the `runs`
+view does, so the count and the runs shown are those of ``SELECT ... FROM runs ORDER BY
+started_at DESC``.
 
 Where the catalog vouches for no more runs than are shown, or leaves more than
 `FRESH_AT_MOST` to read (a store whose catalog is not written yet, many runs live at
@@ -19,6 +21,8 @@ caller reads every run, which catalogs the settled ones for the next question.
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,11 +41,13 @@ from tracklake._format.columns import (
     scalar_of,
     strings,
 )
+from tracklake._format.schema import empty_table
 from tracklake._read import catalog_shards
+from tracklake._read.attempt_rows import ATTEMPTS_SCHEMA, attempt_row
 from tracklake._read.catalog import _SCHEMA, mtimes_trusted
 from tracklake._read.decoded import DecodedCache
 from tracklake._read.listing import names_in
-from tracklake._read.location import is_url, subdirs_at
+from tracklake._read.location import count_names_at, is_url, subdirs_at
 from tracklake._read.mtimes import ABSENT, mtimes_of
 from tracklake._read.reader import runs_from
 from tracklake._read.readonly import question_connection
@@ -51,6 +57,11 @@ from tracklake._read.readonly import question_connection
 FRESH_AT_MOST = 256
 #: The catalog's columns read: a run's attempts, and the paths that vouch for them.
 _COLUMNS = ["project", "run", "watched", "attempts"]
+#: Stores whose runs view this process answered by `runs_view_attempts` once.
+_streamed: set[str] = set()
+_streamed_lock = threading.Lock()
+#: Attempts' starts held before the newest are picked from them (`_Newest`).
+_PICK_AT = 1 << 16
 _STARTS = pa.schema([("project", pa.string()), ("run", pa.string()),
                      ("started_at", pa.string())])
 
@@ -70,10 +81,58 @@ def newest_runs(root: Path, project: str | None, limit: int) -> NewestRuns | Non
     the catalog cannot answer for all but a few runs (see the module)."""
     if is_url(root) or not mtimes_trusted():
         return None
+    projects = _projects(root, project)
+    newest = _Newest(project, limit)
+    vouched = _catalogued(root, projects, lambda rows: newest.add(rows.select(_STARTS.names)))
+    if sum(len(a) for runs in vouched.values() for a in runs) <= limit:
+        return None  # nothing to leave out: every run is read (and the settled catalogued)
+    fresh = _fresh(root, projects, vouched, FRESH_AT_MOST)
+    if fresh is None:
+        return None
+    newest.add(_read_attempts(root, fresh).select(_STARTS.names))
+    return newest.counted()
+
+
+def runs_view_attempts(root: Path, project: str | None) -> pa.Table | None:
+    """Every attempt of `root`'s runs (of `project`), as `run_attempts` rows with their
+    statuses as recorded: those the catalog vouches for from its files read one at a
+    time (a question on the runs view holds its rows, not every run's catalog entry),
+    the others read from their attempt files, as many as they are (a question on the
+    runs view alone never catalogs them). None where the catalog cannot be used."""
+    if is_url(root) or not mtimes_trusted():
+        return None
+    projects = _projects(root, project)
+    tables: list[pa.Table] = []
+    vouched = _catalogued(root, projects, tables.append)
+    fresh = _fresh(root, projects, vouched, None)
+    assert fresh is not None  # (no bound given)
+    return pa.concat_tables([*tables, _read_attempts(root, fresh)])
+
+
+def runs_view_streamed(root: Path) -> bool:
+    """Whether a question on the runs view alone is answered by `runs_view_attempts`:
+    the first of a process on `root` that keeps no catalog of it (a command that asks
+    once holds a few hundred bytes a run instead of every run's entry); the next loads
+    the catalog whole and keeps it, as a process asking again wants (`catalog_shards`)."""
+    key = str(root)
+    with _streamed_lock:
+        if key in _streamed or catalog_shards.keeps_whole(root):
+            return False
+        _streamed.add(key)
+        return True
+
+
+def _projects(root: Path, project: str | None) -> set[str]:
+    """The projects a question reaches: with a real directory under ``runs/``."""
     projects = _listed(root, "runs")
-    if project is not None:
-        projects &= {project}
-    starts: list[pa.Table] = []
+    return projects & {project} if project is not None else projects
+
+
+def _catalogued(root: Path, projects: set[str], each: Callable[[pa.Table], None]
+                ) -> dict[str, list[pa.Array]]:
+    """The names, by project, of the runs of `projects` the catalog vouches for, its
+    files read one at a time; `each` is given each file's attempts of them
+    (`ATTEMPTS_SCHEMA` rows: a run's are all in its file)."""
     vouched: dict[str, list[pa.Array]] = {}
     for table in catalog_shards.each_shard(root, _SCHEMA, _COLUMNS):
         good = _vouched(root, table, projects)
@@ -85,20 +144,23 @@ def newest_runs(root: Path, project: str | None, limit: int) -> NewestRuns | Non
                 pc.equal(combined(rows.column("project")), scalar_of(name, pa.string()))))
         flat = combined(rows.column("attempts")).flatten()
         if len(flat):
-            starts.append(pa.Table.from_struct_array(flat).select(_STARTS.names))
-    if sum(len(a) for runs in vouched.values() for a in runs) <= limit:
-        return None  # nothing to leave out: every run is read (and the settled catalogued)
-    fresh = _fresh(root, projects, vouched)
-    if fresh is None:
-        return None
+            each(pa.Table.from_struct_array(flat))
+    return vouched
+
+
+def _read_attempts(root: Path, runs: frozenset[tuple[str, str]]) -> pa.Table:
+    """The attempts of `runs`, read from their files (through the decoded cache)."""
+    if not runs:
+        return empty_table(ATTEMPTS_SCHEMA)
     cache = DecodedCache(root)
-    read_runs = runs_from(root, None, None, lambda path: cache.get(path, read_attempt),
-                          runs=fresh) if fresh else []
+    read = runs_from(root, None, None, lambda path: cache.get(path, read_attempt),
+                     runs=runs)
     cache.save(complete=False)
-    starts.append(rows_table(_STARTS, [
-        {"project": a["project"], "run": a["run"], "started_at": a.get("started_at")}
-        for r in read_runs for a in r.attempts]))
-    return _counted(pa.concat_tables(starts), project, limit)
+    # (each of its own run: a record from a planted decoded cache naming another run
+    # would have that run counted twice)
+    listed = [attempt_row(a) for r in read for a in r.attempts
+              if (a["project"], a["run"]) in runs]
+    return rows_table(ATTEMPTS_SCHEMA, listed) if listed else empty_table(ATTEMPTS_SCHEMA)
 
 
 def _listed(root: Path, kind: str) -> set[str]:
@@ -130,39 +192,80 @@ def _vouched(root: Path, table: pa.Table, projects: set[str]) -> np.ndarray:
     return good
 
 
-def _fresh(root: Path, projects: set[str], vouched: dict[str, list[pa.Array]]
-           ) -> frozenset[tuple[str, str]] | None:
+def _fresh(root: Path, projects: set[str], vouched: dict[str, list[pa.Array]],
+           at_most: int | None) -> frozenset[tuple[str, str]] | None:
     """(project, run) of the names under ``runs/`` the catalog does not vouch for; None
-    if there are more than `FRESH_AT_MOST`."""
+    if there are more than `at_most`. A project with as many names as the catalog vouches
+    for has none (a run vouched for has its directory there, so the names are those
+    runs'), and its names are counted, not held."""
     fresh: list[tuple[str, str]] = []
     for project in sorted(projects):
-        # names alone (a run's directory is looked up when it is read: a link or a file
-        # by a run's name is passed over there), which lists a million in C
-        names = [n[len("run="):] for n in names_in(root, f"runs/project={project}")
-                 if n.startswith("run=")]
+        rel = f"runs/project={project}"
         known = pa.concat_arrays(vouched[project]) if project in vouched else \
             strings([])
+        try:
+            if count_names_at(root, rel, "run=") == len(known):
+                continue
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # gone since it was listed
+        # names alone (a run's directory is looked up when it is read: a link or a file
+        # by a run's name is passed over there), which lists a million in C
+        names = [n[len("run="):] for n in names_in(root, rel) if n.startswith("run=")]
         left = ~numpy_of(pc.is_in(strings(names), value_set=known), null=False)
         fresh.extend((project, names[i]) for i in np.flatnonzero(left).tolist())
-        if len(fresh) > FRESH_AT_MOST:
+        if at_most is not None and len(fresh) > at_most:
             return None
     return frozenset(fresh)
 
 
-def _counted(starts: pa.Table, project: str | None, limit: int) -> NewestRuns:
-    """The runs of `starts` (one row per attempt) counted and ordered as the runs view
-    does, by DuckDB itself: the first start of each, cast to a timestamp as there."""
-    con = question_connection()  # a cursor on the process's database, not one more
-    try:
-        con.register("_starts", starts)
-        where = "WHERE project = $project" if project is not None else ""
-        params: dict[str, Any] = {"project": project} if project is not None else {}
-        con.execute(f"""CREATE TEMP TABLE _runs AS
-            SELECT project, run, min(CAST(started_at AS TIMESTAMPTZ)) AS started_at
-            FROM _starts {where} GROUP BY project, run""", params)
-        total = con.execute("SELECT count(*) FROM _runs").fetchone()
-        newest = con.execute(f"""SELECT project, run FROM _runs
-            ORDER BY started_at DESC, project DESC, run DESC LIMIT {int(limit)}""").fetchall()
-    finally:
-        con.close()
-    return NewestRuns(int(total[0]) if total else 0, [(p, r) for p, r in newest])
+class _Newest:
+    """The runs of attempts' starts given a catalog file's at a time (every attempt of a
+    run comes at once), counted and ordered as the runs view does, by DuckDB itself (the
+    first start of each, cast to a timestamp as there), holding the newest `limit` and
+    what came since they were picked: at most `_PICK_AT` rows more than `limit`, however
+    many runs the store holds."""
+
+    def __init__(self, project: str | None, limit: int) -> None:
+        self.project, self.limit = project, limit
+        self.total = 0
+        self.kept = empty_table(_STARTS)  # the newest so far, each run's first start
+        self.since: list[pa.Table] = []  # attempts given since, of runs not counted yet
+        self.rows = 0
+
+    def add(self, starts: pa.Table) -> None:
+        if starts.num_rows:
+            self.since.append(starts)
+            self.rows += starts.num_rows
+            if self.rows >= _PICK_AT:
+                self._pick()
+
+    def counted(self) -> NewestRuns:
+        self._pick()
+        return NewestRuns(self.total, [(p, r) for p, r in zip(
+            self.kept.column("project").to_pylist(), self.kept.column("run").to_pylist(),
+            strict=True)])
+
+    def _pick(self) -> None:
+        con = question_connection()  # a cursor on the process's database, not one more
+        try:
+            con.register("_since", pa.concat_tables(self.since) if self.since
+                         else empty_table(_STARTS))
+            con.register("_kept", self.kept)
+            where = "WHERE project = $project" if self.project is not None else ""
+            params: dict[str, Any] = {"project": self.project} \
+                if self.project is not None else {}
+            con.execute(f"""CREATE TEMP TABLE _runs AS
+                SELECT project, run, min(CAST(started_at AS TIMESTAMPTZ)) AS first,
+                       arg_min(started_at, CAST(started_at AS TIMESTAMPTZ)) AS started_at
+                FROM _since {where} GROUP BY project, run""", params)
+            [(found,)] = con.execute("SELECT count(*) FROM _runs").fetchall()
+            self.total += int(found)
+            self.kept = con.sql(f"""SELECT project, run, started_at FROM (
+                    SELECT project, run, first, started_at FROM _runs UNION ALL
+                    SELECT project, run, CAST(started_at AS TIMESTAMPTZ), started_at
+                    FROM _kept)
+                ORDER BY first DESC, project DESC, run DESC LIMIT {int(self.limit)}
+                """).to_arrow_table().cast(_STARTS)
+        finally:
+            con.close()
+        self.since, self.rows = [], 0

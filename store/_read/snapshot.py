@@ -42,6 +42,7 @@ from tracklake._read.reader import (
     read_stream,
     runs_from,
 )
+from tracklake._read.run_index import runs_view_attempts, runs_view_streamed
 from tracklake._read.scope import EVERYTHING, Scope
 
 #: Listings of a stream whose parts change under the reader before giving up.
@@ -93,6 +94,23 @@ class Snapshot:
         problems = ReadProblems() if problems is None else problems
         since = store_now_ns(root)
         self.parts: dict[str, list[Part]] = {k: [] for k in KINDS}
+        #: copies of many small runs' catalogued parts, read in their place
+        self.bundles: list[Bundle] = []
+        self.summaries = empty_table(_SUMMARY_SCHEMA)
+        #: the runs whose metrics have more than one attempt (only those have cutoffs)
+        self.resumed: list[tuple[str, str]] = []
+        #: every attempt of the runs in scope, as `run_attempts` rows (statuses as recorded)
+        self.attempts = empty_table(ATTEMPTS_SCHEMA)
+        if not scope.kinds and scope.attempts and scope.run is None and scope.runs is None \
+                and trust_catalog and not skip and runs_view_streamed(root):
+            # the runs view alone, a process's first question on it: the catalog's files
+            # read one at a time, not kept
+            streamed = runs_view_attempts(root, scope.project)
+            if streamed is not None:
+                self.kinds: tuple[str, ...] = ()
+                self.live = {k: _empty(k) for k in KINDS}
+                self.attempts = streamed
+                return
         live: dict[str, list[tuple[pa.Table, StreamId]]] = {k: [] for k in KINDS}
         summaries: list[pa.Table] = []
         # runs whose metric parts and attempt files are as the catalog has them are not
@@ -133,19 +151,12 @@ class Snapshot:
                 if batches:
                     live[s.kind].append((pa.Table.from_batches(batches, SCHEMAS[s.kind]), s))
         self.live = {k: with_partitions(v, k) for k, v in live.items()}
-        #: copies of many small runs' catalogued parts, read in their place
-        self.bundles: list[Bundle] = []
-        self.summaries = empty_table(_SUMMARY_SCHEMA)
-        #: the runs whose metrics have more than one attempt (only those have cutoffs)
-        self.resumed: list[tuple[str, str]] = []
         if not attempts_only:  # else no view but the runs': nothing of the metrics is made
             catalogued_parts = self._catalogued_metrics(root, catalog, scope, settled,
                                                         streams, summaries)
             catalog.check_reached(path for path, *_ in catalogued_parts)
             self.parts["metrics"].extend(Part(first, last, segment, root / path)
                                          for path, first, last, segment in catalogued_parts)
-        #: every attempt of the runs in scope, as `run_attempts` rows (statuses as recorded)
-        self.attempts = empty_table(ATTEMPTS_SCHEMA)
         if scope.attempts or "metrics" in scope.kinds:
             # the attempt files of the runs not catalogued: for the runs view, and so that
             # those runs can be catalogued
