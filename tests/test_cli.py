@@ -68,6 +68,51 @@ def test_sql_prints_results_in_each_format(store: Path, fmt: str) -> None:
         assert "run-a" in out and "40" in out and "60" in out
 
 
+def test_sql_writes_lists_structs_maps_and_intervals_as_text_in_csv_and_json(
+        store: Path) -> None:
+    """`SELECT * FROM runs` has a list (tags) and an interval (duration), which pyarrow's
+    CSV writer refuses: they are written as JSON and as DuckDB's text of an interval."""
+    import csv
+    import io
+
+    tracklake.init(project="p", run_id="tagged", root=store, tags=["a", "b,c"],
+                   capture_identity=False).finish()
+    sql = ("SELECT run, tags, duration, {'x': 1, 'y': [2, NULL]} AS s, map(['k'], [1.5::DOUBLE]) "
+           "AS m, INTERVAL 1 DAY + to_microseconds(1500000) AS i, NULL::INTEGER[] AS n "
+           "FROM runs ORDER BY run")
+    code, out = invoke("sql", sql, "--root", str(store), "--format", "csv")
+    assert code == 0, out
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert [r["run"] for r in rows] == ["run-a", "run-b", "tagged"]
+    assert json.loads(rows[2]["tags"]) == ["a", "b,c"]
+    assert json.loads(rows[0]["s"]) == {"x": 1, "y": [2, None]}
+    assert json.loads(rows[0]["m"]) == [["k", 1.5]]
+    assert rows[0]["i"] == "1 day 00:00:01.5" and rows[0]["n"] == ""
+    assert all(r["duration"].count(":") == 2 for r in rows), rows  # 00:00:00.123456
+    code, out = invoke("sql", sql, "--root", str(store), "--format", "json")
+    assert code == 0, out
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert lines[0]["i"] == "1 day 00:00:01.5" and lines[2]["tags"] == ["a", "b,c"]
+    assert [r["duration"] for r in lines] == [r["duration"] for r in rows]
+
+
+def test_an_interval_is_written_as_duckdb_writes_it() -> None:
+    import duckdb
+
+    from tracklake._cli.cells import interval_text
+
+    sql = ("SELECT INTERVAL 1 YEAR + INTERVAL 14 MONTH + INTERVAL 3 DAY + "
+           "to_microseconds(3661500000) AS a, -to_microseconds(1250000) AS b, "
+           "to_microseconds(0) AS c, INTERVAL 1 DAY AS d, -INTERVAL 14 MONTH AS e, "
+           "-INTERVAL 1 DAY + to_microseconds(5) AS f, to_microseconds(360000000000) AS g, "
+           "-INTERVAL 12 MONTH AS h, INTERVAL 1 MONTH - to_microseconds(1) AS i")
+    con = duckdb.connect()
+    relation = con.sql(sql)
+    texts = con.sql(f"SELECT COLUMNS(*)::VARCHAR FROM ({sql})").fetchall()[0]
+    values = relation.to_arrow_table().to_pylist()[0].values()
+    assert tuple(interval_text(v) for v in values) == texts
+
+
 def test_sql_writes_parquet_outside_the_store(store: Path, tmp_path: Path) -> None:
     out_file = tmp_path / "out.parquet"
     code, _ = invoke("sql", "SELECT * FROM metrics", "--root", str(store), "--format",

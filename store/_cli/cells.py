@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pyarrow as pa
+
 
 def cell(value: Any) -> str:
     """A value as a table cell: nothing for None, floats to 4 significant digits."""
@@ -12,6 +14,8 @@ def cell(value: Any) -> str:
         return ""
     if isinstance(value, float):
         return f"{value:.4g}"
+    if isinstance(value, pa.MonthDayNano):
+        return interval_text(value)
     return str(value)
 
 
@@ -21,3 +25,23 @@ def duration(seconds: float | None) -> str:
         return ""
     s = round(seconds)
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
+
+
+def interval_text(value: pa.MonthDayNano) -> str:
+    """As DuckDB casts an interval to text: ``2 years 2 months 3 days 01:01:01.5``."""
+    years, months = divmod(value.months, 12) if value.months >= 0 else \
+        (-(-value.months // 12), -(-value.months % 12))
+    words = [f"{n} {unit}{'s' if abs(n) != 1 else ''}"
+             for n, unit in ((years, "year"), (months, "month"), (value.days, "day")) if n]
+    micros = value.nanoseconds // 1000 if value.nanoseconds >= 0 else \
+        -(-value.nanoseconds // 1000)
+    if micros or not words:
+        sign = "-" if micros < 0 else ""
+        seconds, fraction = divmod(abs(micros), 1_000_000)
+        minutes, seconds = divmod(seconds, 60)
+        hours, minutes = divmod(minutes, 60)
+        clock = f"{sign}{hours:02d}:{minutes:02d}:{seconds:02d}"
+        if fraction:
+            clock += f".{fraction:06d}".rstrip("0")
+        words.append(clock)
+    return " ".join(words)

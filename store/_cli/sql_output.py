@@ -13,10 +13,14 @@ import json
 import os
 import stat
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
 import pyarrow as pa
+
+from tracklake._cli.cells import interval_text
+from tracklake._format.columns import strings
 
 
 class AnswerWriter:
@@ -57,9 +61,14 @@ class AnswerWriter:
     def write(self, batch: pa.RecordBatch) -> None:
         sink = self._sink()
         if self.fmt == "json":
-            text = "".join(json.dumps(row, default=str) + "\n" for row in batch.to_pylist())
+            rows = _as_text(batch, pa.types.is_interval).to_pylist()
+            text = "".join(json.dumps(row, default=str) + "\n" for row in rows)
             sink.write(text.encode())
         else:
+            if self.fmt == "csv":
+                # (cells CSV has none for, which pyarrow's CSV writer refuses)
+                batch = _as_text(batch, lambda t: pa.types.is_nested(t) or
+                                 pa.types.is_interval(t))
             if self._writer is None:
                 self._writer = self._open_writer(sink, batch.schema)
             self._writer.write_batch(batch)
@@ -116,3 +125,16 @@ class AnswerWriter:
         finally:
             if f is not None and f is not sys.stdout.buffer:
                 f.close()
+
+
+def _as_text(batch: pa.RecordBatch, which: Callable[[pa.DataType], bool]
+             ) -> pa.RecordBatch:
+    """`batch` with the columns of the types `which` picks as text: a list, struct or map
+    (a run's tags) as the JSON of its values, an interval (a run's duration) as DuckDB
+    writes it."""
+    for i, field in enumerate(batch.schema):
+        if which(field.type):
+            texts = [None if v is None else interval_text(v) if isinstance(v, pa.MonthDayNano)
+                     else json.dumps(v, default=str) for v in batch.column(i).to_pylist()]
+            batch = batch.set_column(i, field.name, strings(texts))
+    return batch
