@@ -7,8 +7,9 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
-from _crafted import age_catalog
+from _crafted import age_catalog, catalog_path, catalogued_table, signed_catalog
 from _settled import age
 
 import tracklake
@@ -59,3 +60,18 @@ def changed(root: Path) -> None:
     run(root, "p", "p03", 21.0)  # resumed: attempt 2, its first start stays the old one
     for kind in ("metrics", "runs"):
         shutil.rmtree(root / kind / "project=p" / "run=p05")
+
+
+def plant_forged_status(root: Path, run: str, beside: str, status: str) -> None:
+    """`run`'s catalog entry with its first attempt's status set to `status`, planted in
+    the catalog file of `beside` (another file's run), signed as a reader would."""
+    table = catalogued_table(root)
+    forged = table.filter(pa.array([r == run for r in table.column("run").to_pylist()]))
+    attempts = forged.column("attempts").to_pylist()
+    attempts[0][0]["status"] = status
+    forged = forged.set_column(forged.schema.get_field_index("attempts"), "attempts",
+                               pa.array(attempts, forged.schema.field("attempts").type))
+    path = catalog_path(root, beside)
+    rows = pa.ipc.open_stream(path.read_bytes().partition(b"\n")[2]).read_all()
+    path.write_bytes(signed_catalog(pa.concat_tables([rows, forged])))
+    age_catalog(root)

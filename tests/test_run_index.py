@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 from _crafted import age_catalog, catalog_path, catalogued_table, plant_catalog, signed_catalog
 from _listings import record_listings
-from _many_runs import PROJECTS, catalogued_store
+from _many_runs import PROJECTS, catalogued_store, plant_forged_status
 from _many_runs import changed as _changed
 from _many_runs import run as _run
 from click.testing import CliRunner
@@ -159,16 +159,7 @@ def test_a_shown_runs_entry_planted_in_another_shown_runs_file_is_not_used(
     """The newest run's entry, its status forged, planted in the file of the run shown
     beside it: the runs shown are as their files say."""
     assert catalog_shards.shard_of("p08") != catalog_shards.shard_of("p09")
-    table = catalogued_table(store)
-    forged = table.filter(pa.array([r == "p09" for r in table.column("run").to_pylist()]))
-    attempts = forged.column("attempts").to_pylist()
-    attempts[0][0]["status"] = "crashed"
-    forged = forged.set_column(forged.schema.get_field_index("attempts"), "attempts",
-                               pa.array(attempts, forged.schema.field("attempts").type))
-    path = catalog_path(store, "p08")
-    rows = pa.ipc.open_stream(path.read_bytes().partition(b"\n")[2]).read_all()
-    path.write_bytes(signed_catalog(pa.concat_tables([rows, forged])))
-    age_catalog(store)
+    plant_forged_status(store, "p09", beside="p08", status="crashed")
     shown = _cli_json(store, "--limit", "2")
     assert [(r["run"], r["status"]) for r in shown] == [("p08", "finished"),
                                                         ("p09", "finished")]

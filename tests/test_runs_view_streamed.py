@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from _crafted import age_catalog, catalog_path, catalogued_table, signed_catalog
-from _many_runs import PROJECTS, by_sql, catalogued_store
+from _many_runs import PROJECTS, by_sql, catalogued_store, plant_forged_status
 from _many_runs import changed as _changed
 from click.testing import CliRunner
 
@@ -131,16 +131,7 @@ def test_an_entry_planted_in_another_runs_file_is_not_used(
         store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """p09's entry with its status forged as crashed, planted in p08's file: that file is
     not trusted, both runs are read from their files."""
-    table = catalogued_table(store)
-    forged = table.filter(pa.array([r == "p09" for r in table.column("run").to_pylist()]))
-    attempts = forged.column("attempts").to_pylist()
-    attempts[0][0]["status"] = "crashed"
-    forged = forged.set_column(forged.schema.get_field_index("attempts"), "attempts",
-                               pa.array(attempts, forged.schema.field("attempts").type))
-    path = catalog_path(store, "p08")
-    rows = pa.ipc.open_stream(path.read_bytes().partition(b"\n")[2]).read_all()
-    path.write_bytes(signed_catalog(pa.concat_tables([rows, forged])))
-    age_catalog(store)
+    plant_forged_status(store, "p09", beside="p08", status="crashed")
     sql = "SELECT run, status FROM runs ORDER BY run"
     streamed = _streamed(store, sql, monkeypatch).to_pylist()
     assert {r["status"] for r in streamed} == {"finished"}
