@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import click
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
@@ -111,6 +112,27 @@ def test_an_interval_is_written_as_duckdb_writes_it() -> None:
     texts = con.sql(f"SELECT COLUMNS(*)::VARCHAR FROM ({sql})").fetchall()[0]
     values = relation.to_arrow_table().to_pylist()[0].values()
     assert tuple(interval_text(v) for v in values) == texts
+
+
+def test_sql_writes_an_interval_to_parquet_as_a_duration(store: Path, tmp_path: Path) -> None:
+    """`SELECT * FROM runs --format parquet` (its duration an interval, which Parquet has
+    no type for) writes the duration in microseconds; an interval of months, which has
+    no fixed length, is an error naming the column, and no file is left."""
+    out_file = tmp_path / "runs.parquet"
+    code, out = invoke("sql", "SELECT * FROM runs ORDER BY run", "--root", str(store),
+                       "--format", "parquet", "-o", str(out_file))
+    assert code == 0, out
+    table = pq.read_table(out_file)
+    assert table.schema.field("duration").type == pa.duration("us")
+    expected = tracklake.query("SELECT epoch_us(duration) AS us FROM runs ORDER BY run",
+                               root=store).column("us").to_pylist()
+    assert table.column("duration").cast(pa.int64()).to_pylist() == expected
+    assert all(us > 0 for us in expected) and table.column("tags").to_pylist() == [[], []]
+    months = tmp_path / "months.parquet"
+    code, out = invoke("sql", "SELECT INTERVAL 2 MONTH AS span", "--root", str(store),
+                       "--format", "parquet", "-o", str(months))
+    assert code == 1 and "'span'" in out and "2 months" in out, out
+    assert not list(tmp_path.glob("*months*"))
 
 
 def test_sql_writes_parquet_outside_the_store(store: Path, tmp_path: Path) -> None:

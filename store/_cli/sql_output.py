@@ -17,10 +17,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+import click
 import pyarrow as pa
 
 from tracklake._cli.cells import interval_text
-from tracklake._format.columns import strings
+from tracklake._format.columns import nullable, strings
 
 
 class AnswerWriter:
@@ -69,6 +70,8 @@ class AnswerWriter:
                 # (cells CSV has none for, which pyarrow's CSV writer refuses)
                 batch = _as_text(batch, lambda t: pa.types.is_nested(t) or
                                  pa.types.is_interval(t))
+            else:  # (Parquet has no type for an interval of months, days and nanoseconds)
+                batch = _intervals_as_durations(batch)
             if self._writer is None:
                 self._writer = self._open_writer(sink, batch.schema)
             self._writer.write_batch(batch)
@@ -137,4 +140,24 @@ def _as_text(batch: pa.RecordBatch, which: Callable[[pa.DataType], bool]
             texts = [None if v is None else interval_text(v) if isinstance(v, pa.MonthDayNano)
                      else json.dumps(v, default=str) for v in batch.column(i).to_pylist()]
             batch = batch.set_column(i, field.name, strings(texts))
+    return batch
+
+
+def _intervals_as_durations(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """`batch` with each interval column (a run's duration) as a duration in
+    microseconds, which Parquet stores (as int64, read back as a duration by pyarrow);
+    a value of months, which has no fixed length, is a clear error naming its column."""
+    for i, field in enumerate(batch.schema):
+        if not pa.types.is_interval(field.type):
+            continue
+        micros: list[int | None] = []
+        for v in batch.column(i).to_pylist():
+            if v is not None and v.months:
+                raise click.ClickException(
+                    f"column {field.name!r} holds an interval of months ({interval_text(v)}),"
+                    " which Parquet cannot store: select it as epoch(...) or "
+                    "CAST(... AS VARCHAR), or write --format csv or json")
+            micros.append(None if v is None else v.days * 86_400_000_000 +
+                          v.nanoseconds // 1000)
+        batch = batch.set_column(i, field.name, nullable(micros, pa.duration("us")))
     return batch
