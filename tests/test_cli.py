@@ -132,6 +132,11 @@ def test_sql_writes_an_interval_to_parquet_as_a_duration(store: Path, tmp_path: 
     code, out = invoke("sql", "SELECT INTERVAL 2 MONTH AS span", "--root", str(store),
                        "--format", "parquet", "-o", str(months))
     assert code == 1 and "'span'" in out and "2 months" in out, out
+    for sql, column in (("SELECT 1 AS a, union_value(k := 1) AS u", "'u'"),
+                        ("SELECT [INTERVAL 1 DAY] AS spans", "'spans'")):
+        code, out = invoke("sql", sql, "--root", str(store), "--format", "parquet",
+                           "-o", str(months))
+        assert code == 1 and f"column {column} cannot be written as Parquet" in out, out
     assert not list(tmp_path.glob("*months*"))
 
 

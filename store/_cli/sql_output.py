@@ -87,7 +87,13 @@ class AnswerWriter:
             return pacsv.CSVWriter(sink, schema)
         import pyarrow.parquet as pq
 
-        return pq.ParquetWriter(sink, schema, compression="zstd")
+        try:
+            return pq.ParquetWriter(sink, schema, compression="zstd")
+        except pa.ArrowNotImplementedError as exc:  # a union, an interval in a list
+            names = ", ".join(repr(f.name) for f in schema if not _parquet_can_hold(f))
+            raise click.ClickException(
+                f"column {names or '?'} cannot be written as Parquet ({exc}): select it "
+                "as CAST(... AS VARCHAR), or write --format csv or json") from exc
 
     def restart(self) -> bool:
         """Start the output over (the query is asked again); False for stdout once
@@ -161,3 +167,13 @@ def _intervals_as_durations(batch: pa.RecordBatch) -> pa.RecordBatch:
                           v.nanoseconds // 1000)
         batch = batch.set_column(i, field.name, nullable(micros, pa.duration("us")))
     return batch
+
+
+def _parquet_can_hold(field: pa.Field) -> bool:
+    import pyarrow.parquet as pq
+
+    try:
+        pq.ParquetWriter(pa.BufferOutputStream(), pa.schema([field])).close()
+    except pa.ArrowNotImplementedError:
+        return False
+    return True
