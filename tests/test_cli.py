@@ -447,3 +447,15 @@ def test_show_lists_at_most_max_keys_and_the_keys_a_glob_picks(root: Path) -> No
     assert "4 of 12 keys shown (4 match layer1/*)" in " ".join(out.split())
     code, out = invoke("show", "wide", *width, "--max-keys", "0")
     assert len(listed(out)) == 12 and "keys shown" not in out
+
+
+@pytest.mark.parametrize(("command", "option", "what"), [
+    (["runs"], "--project", "project"), (["compact"], "--project", "project"),
+    (["compact"], "--run", "run"), (["pack", "-o", "x.tar"], "--project", "project")])
+def test_an_empty_id_is_refused_not_read_as_every_one(
+        store: Path, tmp_path: Path, command: list[str], option: str, what: str) -> None:
+    """`--project "$P"` with P unset selects no project, not every one."""
+    before = sorted(p.name for p in store.rglob("*"))
+    code, out = invoke(*command, "--root", str(store), option, "")
+    assert code == 2 and f"an empty {what} id names no {what}" in out, out
+    assert sorted(p.name for p in store.rglob("*")) == before

@@ -25,6 +25,10 @@ def _stored(what: str) -> Any:
     def callback(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
         if value is None:
             return None
+        if "" in (value if isinstance(value, tuple) else (value,)):
+            # (`--project "$P"` with P unset would select every run)
+            raise click.BadParameter(f"an empty {what} id names no {what}; leave the "
+                                     "option out to take every one")
         if isinstance(value, tuple):
             return tuple(stored_id(v, what) for v in value)
         return stored_id(value, what)
