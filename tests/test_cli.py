@@ -79,8 +79,8 @@ def test_sql_writes_lists_structs_maps_and_intervals_as_text_in_csv_and_json(
     tracklake.init(project="p", run_id="tagged", root=store, tags=["a", "b,c"],
                    capture_identity=False).finish()
     sql = ("SELECT run, tags, duration, {'x': 1, 'y': [2, NULL]} AS s, map(['k'], [1.5::DOUBLE]) "
-           "AS m, INTERVAL 1 DAY + to_microseconds(1500000) AS i, NULL::INTEGER[] AS n "
-           "FROM runs ORDER BY run")
+           "AS m, INTERVAL 1 DAY + to_microseconds(1500000) AS i, NULL::INTEGER[] AS n, "
+           "[INTERVAL 2 DAY, NULL] AS li FROM runs ORDER BY run")
     code, out = invoke("sql", sql, "--root", str(store), "--format", "csv")
     assert code == 0, out
     rows = list(csv.DictReader(io.StringIO(out)))
@@ -89,11 +89,15 @@ def test_sql_writes_lists_structs_maps_and_intervals_as_text_in_csv_and_json(
     assert json.loads(rows[0]["s"]) == {"x": 1, "y": [2, None]}
     assert json.loads(rows[0]["m"]) == [["k", 1.5]]
     assert rows[0]["i"] == "1 day 00:00:01.5" and rows[0]["n"] == ""
+    assert json.loads(rows[0]["li"]) == ["2 days", None]
     assert all(r["duration"].count(":") == 2 for r in rows), rows  # 00:00:00.123456
     code, out = invoke("sql", sql, "--root", str(store), "--format", "json")
     assert code == 0, out
     lines = [json.loads(line) for line in out.splitlines()]
     assert lines[0]["i"] == "1 day 00:00:01.5" and lines[2]["tags"] == ["a", "b,c"]
+    assert lines[0]["li"] == ["2 days", None] and lines[0]["s"] == {"x": 1, "y": [2, None]}
+    code, out = invoke("sql", sql, "--root", str(store))
+    assert code == 0 and "['2 days', None]" in out and "MonthDayNano" not in out, out
     assert [r["duration"] for r in lines] == [r["duration"] for r in rows]
 
 

@@ -16,7 +16,22 @@ def cell(value: Any) -> str:
         return f"{value:.4g}"
     if isinstance(value, pa.MonthDayNano):
         return interval_text(value)
+    if isinstance(value, (list, dict)):
+        return str(plain(value))
     return str(value)
+
+
+def plain(value: Any) -> Any:
+    """`value` (as `to_pylist` gives it) with each interval in it as its text, lists,
+    dicts and a map's pairs walked (an interval is a tuple, which JSON writes as a list
+    of its three numbers)."""
+    if isinstance(value, pa.MonthDayNano):
+        return interval_text(value)
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return value
 
 
 def duration(seconds: float | None) -> str:

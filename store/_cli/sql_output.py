@@ -20,7 +20,7 @@ from typing import IO, Any
 import click
 import pyarrow as pa
 
-from tracklake._cli.cells import interval_text
+from tracklake._cli.cells import interval_text, plain
 from tracklake._format.columns import nullable, strings
 
 
@@ -62,7 +62,10 @@ class AnswerWriter:
     def write(self, batch: pa.RecordBatch) -> None:
         sink = self._sink()
         if self.fmt == "json":
-            rows = _as_text(batch, pa.types.is_interval).to_pylist()
+            rows = batch.to_pylist()
+            walked = [f.name for f in batch.schema if _holds_interval(f.type)]
+            for row in rows:  # (an interval is a tuple, written as a list of numbers)
+                row.update((name, plain(row[name])) for name in walked)
             text = "".join(json.dumps(row, default=str) + "\n" for row in rows)
             sink.write(text.encode())
         else:
@@ -144,7 +147,8 @@ def _as_text(batch: pa.RecordBatch, which: Callable[[pa.DataType], bool]
     for i, field in enumerate(batch.schema):
         if which(field.type):
             texts = [None if v is None else interval_text(v) if isinstance(v, pa.MonthDayNano)
-                     else json.dumps(v, default=str) for v in batch.column(i).to_pylist()]
+                     else json.dumps(plain(v), default=str)
+                     for v in batch.column(i).to_pylist()]
             batch = batch.set_column(i, field.name, strings(texts))
     return batch
 
@@ -177,3 +181,17 @@ def _parquet_can_hold(field: pa.Field) -> bool:
     except pa.ArrowNotImplementedError:
         return False
     return True
+
+
+def _holds_interval(type_: pa.DataType) -> bool:
+    """Whether values of `type_` are or hold intervals."""
+    if pa.types.is_interval(type_):
+        return True
+    if pa.types.is_struct(type_):
+        return any(_holds_interval(f.type) for f in type_)
+    if pa.types.is_map(type_):
+        return _holds_interval(type_.key_type) or _holds_interval(type_.item_type)
+    if pa.types.is_list(type_) or pa.types.is_large_list(type_) or \
+            pa.types.is_fixed_size_list(type_):
+        return _holds_interval(type_.value_type)
+    return False
