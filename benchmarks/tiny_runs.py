@@ -33,7 +33,6 @@ to extrapolate from.
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
 import os
 import statistics
@@ -53,44 +52,54 @@ QUESTIONS = [
 ]
 
 
-def _write_runs(task: tuple[str, int, int]) -> int:
+def _write_runs(task: tuple[str, list[int]]) -> int:
     import tracklake
 
-    root, first, end = task
-    for i in range(first, end):
+    root, ids = task
+    for i in ids:
         run = tracklake.init(project=PROJECT, run_id=f"run-{i:07d}", root=root,
                              capture_identity=False, fsync=False, system_metrics=False)
         run.log({"loss": 1.0 / (i + 1), "acc": (i % 100) / 100}, step=0)
         report = run.finish()
         if not report.complete:
             raise RuntimeError(f"run-{i:07d}: finish() reported unwritten data: {report}")
-    return end - first
+    return len(ids)
+
+
+def _written(root: Path) -> set[int]:
+    """The numbers of the runs the store holds already (a build stopped part way leaves
+    its runs behind, out of order: those are kept, never written again as a resumed
+    attempt)."""
+    try:
+        names = os.listdir(root / "runs" / f"project={PROJECT}")
+    except FileNotFoundError:
+        return set()
+    return {int(n[len("run=run-"):]) for n in names if n.startswith("run=run-")}
 
 
 def build(root: Path, runs: int, jobs: int) -> float:
-    """Grow the store at `root` to `runs` runs; the seconds it took."""
-    manifest = root.parent / "manifest.json"
-    have = json.loads(manifest.read_text())["runs"] if manifest.exists() else 0
-    if have >= runs:
-        print(f"reusing {root} ({have:,} runs)")
+    """Grow the store at `root` to `runs` runs (writing those not there yet); the
+    seconds it took."""
+    have = _written(root)
+    missing = [i for i in range(runs) if i not in have]
+    if not missing:
+        print(f"reusing {root} ({len(have):,} runs)")
         return 0.0
     root.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     chunk = 1000
-    tasks = [(str(root), i, min(i + chunk, runs)) for i in range(have, runs, chunk)]
-    done = have
+    tasks = [(str(root), missing[i:i + chunk]) for i in range(0, len(missing), chunk)]
+    done = 0
     with mp.get_context("spawn").Pool(jobs) as pool:
         for n in pool.imap_unordered(_write_runs, tasks):
             done += n
             if done % max(chunk, runs // 20) < chunk:
-                rate = (done - have) / (time.perf_counter() - started)
-                print(f"  {done:,}/{runs:,} runs, {rate:.0f} runs/s", flush=True)
+                rate = done / (time.perf_counter() - started)
+                print(f"  {len(have) + done:,}/{runs:,} runs, {rate:.0f} runs/s", flush=True)
         # Ended, not terminated: a worker's last finished runs wait for a compactor its
         # exit starts (`_write/compactor.py`), which SIGTERM would skip.
         pool.close()
         pool.join()
-    # Counted by who finished: a crash above leaves the manifest at what it was.
-    manifest.write_text(json.dumps({"runs": runs}))
     return time.perf_counter() - started
 
 
