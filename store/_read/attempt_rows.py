@@ -5,6 +5,7 @@ columns), with the status shown computed when the view is built."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -12,7 +13,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tracklake._format.attempt import effective_status
-from tracklake._format.columns import booleans, combined, numpy_of, scalar_of, strings
+from tracklake._format.columns import (
+    booleans,
+    combined,
+    numpy_of,
+    rows_table,
+    scalar_of,
+    strings,
+)
+from tracklake._format.schema import empty_table
 
 ATTEMPTS_SCHEMA = pa.schema(
     [("project", pa.string()), ("run", pa.string()), ("name", pa.string()),
@@ -44,6 +53,12 @@ def attempt_row(record: dict[str, Any]) -> dict[str, Any]:
         "config": json.dumps(record.get("config") or {}),
         "identity": json.dumps(ident),
     }
+
+
+def attempts_table(records: Iterable[dict[str, Any]]) -> pa.Table:
+    """Attempt records as `ATTEMPTS_SCHEMA` rows (statuses as recorded)."""
+    rows = [attempt_row(r) for r in records]
+    return rows_table(ATTEMPTS_SCHEMA, rows) if rows else empty_table(ATTEMPTS_SCHEMA)
 
 
 #: Columns `attempts_view` adds for the runs view, which `run_attempts` leaves out.

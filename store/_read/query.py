@@ -61,12 +61,12 @@ def _sql_str(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
-_RUNS_VIEW = """
+_RUNS_VIEW = f"""
 CREATE TEMP VIEW runs AS
 WITH a AS (
   SELECT *, CAST(started_at AS TIMESTAMPTZ) AS started,
          CAST(coalesce(finished_at, heartbeat_at) AS TIMESTAMPTZ) AS ended,
-         _latest AS latest
+         {LATEST} AS latest
   FROM _attempts)
 SELECT project, run, any_value(name) FILTER (WHERE latest) AS name,
        CASE WHEN bool_or(status = 'running' AND latest) THEN 'running'
@@ -74,7 +74,7 @@ SELECT project, run, any_value(name) FILTER (WHERE latest) AS name,
             WHEN bool_or(status = 'failed' AND latest) THEN 'failed'
             WHEN bool_or(status = 'killed' AND latest) THEN 'killed'
             ELSE 'finished' END AS status,
-       max(attempt) AS attempts, count(*) FILTER (WHERE _first_of_rank) AS ranks,
+       max(attempt) AS attempts, count(*) FILTER (WHERE {FIRST_OF_RANK}) AS ranks,
        max(world_size) FILTER (WHERE latest) AS world_size, min(started) AS started_at,
        max(ended) AS ended_at, max(ended) - min(started) AS duration,
        any_value(tags) FILTER (WHERE latest) AS tags,

@@ -37,13 +37,12 @@ from tracklake._format.columns import (
     combined,
     fixed,
     numpy_of,
-    rows_table,
     scalar_of,
     strings,
 )
 from tracklake._format.schema import empty_table
 from tracklake._read import catalog_shards
-from tracklake._read.attempt_rows import ATTEMPTS_SCHEMA, attempt_row
+from tracklake._read.attempt_rows import ATTEMPTS_SCHEMA, attempts_table
 from tracklake._read.catalog import _SCHEMA, mtimes_trusted
 from tracklake._read.decoded import DecodedCache
 from tracklake._read.listing import names_in
@@ -158,9 +157,8 @@ def _read_attempts(root: Path, runs: frozenset[tuple[str, str]]) -> pa.Table:
     cache.save(complete=False)
     # (each of its own run: a record from a planted decoded cache naming another run
     # would have that run counted twice)
-    listed = [attempt_row(a) for r in read for a in r.attempts
-              if (a["project"], a["run"]) in runs]
-    return rows_table(ATTEMPTS_SCHEMA, listed) if listed else empty_table(ATTEMPTS_SCHEMA)
+    return attempts_table(a for r in read for a in r.attempts
+                          if (a["project"], a["run"]) in runs)
 
 
 def _listed(root: Path, kind: str) -> set[str]:

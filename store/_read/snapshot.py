@@ -14,11 +14,11 @@ import pyarrow as pa
 from tracklake._errors import FormatError, NewerFormatError, StoreError
 from tracklake._format import KINDS, PARTITION_SCHEMA, SCHEMAS, StreamId
 from tracklake._format.attempt import read_attempt
-from tracklake._format.columns import column, fixed, rows_table, strings
+from tracklake._format.columns import column, fixed, strings
 from tracklake._format.part import open_part, part_summary_columns
 from tracklake._format.schema import empty_table, with_partition_columns
 from tracklake._format.store_clock import store_now_ns
-from tracklake._read.attempt_rows import ATTEMPTS_SCHEMA, attempt_row
+from tracklake._read.attempt_rows import ATTEMPTS_SCHEMA, attempts_table
 from tracklake._read.bundles import (
     Bundle,
     bundle_paths,
@@ -167,11 +167,9 @@ class Snapshot:
             for entry in fresh.entries(root, "metrics" in scope.kinds and catalog.enabled):
                 catalog.keep(entry, since)
             if scope.attempts:
-                listed = [attempt_row(a) for run in runs for a in run.attempts]
                 self.attempts = pa.concat_tables([
                     catalog.attempts(),
-                    rows_table(ATTEMPTS_SCHEMA, listed) if listed else
-                    empty_table(ATTEMPTS_SCHEMA)])
+                    attempts_table(a for run in runs for a in run.attempts)])
         # the catalog first: what it holds, the decoded cache need not
         vouched = catalog.save()
         cache.save(complete=scope.everything, vouched=catalog.vouched if vouched else None)
