@@ -52,17 +52,21 @@ QUESTIONS = [
 ]
 
 
-def _write_runs(task: tuple[str, list[int]]) -> int:
+def _write_runs(task: tuple[str, list[int], bool]) -> int:
     import tracklake
 
-    root, ids = task
+    root, ids, by_chunk = task
     for i in ids:
         run = tracklake.init(project=PROJECT, run_id=f"run-{i:07d}", root=root,
-                             capture_identity=False, fsync=False, system_metrics=False)
+                             capture_identity=False, fsync=False, system_metrics=False,
+                             compact=not by_chunk)
         run.log({"loss": 1.0 / (i + 1), "acc": (i % 100) / 100}, step=0)
         report = run.finish()
         if not report.complete:
             raise RuntimeError(f"run-{i:07d}: finish() reported unwritten data: {report}")
+    if by_chunk:  # each run of the chunk, as `tracklake compact --run` would
+        for i in ids:
+            tracklake.compact(root=root, project=PROJECT, run=f"run-{i:07d}")
     return len(ids)
 
 
@@ -77,9 +81,11 @@ def _written(root: Path) -> set[int]:
     return {int(n[len("run=run-"):]) for n in names if n.startswith("run=run-")}
 
 
-def build(root: Path, runs: int, jobs: int) -> float:
+def build(root: Path, runs: int, jobs: int, by_chunk: bool = False) -> float:
     """Grow the store at `root` to `runs` runs (writing those not there yet); the
-    seconds it took."""
+    seconds it took. `by_chunk`: each writing process compacts its last 1,000 runs
+    itself instead of a compactor process started at each run's end (the same parts,
+    written 5 to 10 times faster: what makes a store of 10⁵ or 10⁶ runs buildable)."""
     have = _written(root)
     missing = [i for i in range(runs) if i not in have]
     if not missing:
@@ -88,7 +94,8 @@ def build(root: Path, runs: int, jobs: int) -> float:
     root.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     chunk = 1000
-    tasks = [(str(root), missing[i:i + chunk]) for i in range(0, len(missing), chunk)]
+    tasks = [(str(root), missing[i:i + chunk], by_chunk)
+             for i in range(0, len(missing), chunk)]
     done = 0
     with mp.get_context("spawn").Pool(jobs) as pool:
         for n in pool.imap_unordered(_write_runs, tasks):
@@ -161,6 +168,10 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--data-dir", type=Path, default=Path("/tmp/tracklake-tiny-runs"))
     parser.add_argument("--root", type=Path, help="Only time this existing store as it is.")
+    parser.add_argument("--compact-by-chunk", action="store_true",
+                        help="Writers compact their runs 1,000 at a time, no compactor "
+                             "process a run (to build 10^5 runs and more).")
+    parser.add_argument("--build-only", action="store_true")
     parser.add_argument("--warm", type=int, default=20,
                         help="Times the runs view's count is asked in one process.")
     args = parser.parse_args()
@@ -170,9 +181,11 @@ def main() -> None:
     build(one, 1, 1)
     if args.root is None:
         root = args.data_dir / "grown" / "store"
-        seconds = build(root, args.runs, args.jobs)
+        seconds = build(root, args.runs, args.jobs, args.compact_by_chunk)
         if seconds:
             print(f"built in {seconds:.0f} s ({args.runs / seconds:.0f} runs/s)")
+        if args.build_only:
+            return
     else:
         root = args.root
     print(f"{root}: questions in fresh processes, median of {args.repeat}")
