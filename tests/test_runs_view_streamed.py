@@ -22,7 +22,7 @@ from click.testing import CliRunner
 
 import tracklake
 from tracklake._cli.main import main
-from tracklake._read import catalog_shards, run_index, snapshot
+from tracklake._read import catalog_shards, run_index, runs_rows, snapshot
 from tracklake._read.attempt_rows import _ORDER, _latest_and_first
 
 
@@ -78,15 +78,35 @@ def _more_shapes(root: Path) -> None:
         raise RuntimeError("boom")
 
 
+@pytest.mark.parametrize("group_at", [1, runs_rows.GROUP_AT], ids=["by-file", "at-once"])
 @pytest.mark.parametrize("changed", [False, True], ids=["settled", "changed"])
 def test_the_first_questions_answers_are_those_of_the_whole_catalog(
-        store: Path, changed: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+        store: Path, changed: bool, group_at: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Asked of the runs view alone, its rows are grouped a few catalog files at a time
+    (by-file: each file's runs apart, then the runs the catalog lacks), no attempt kept;
+    with `run_attempts`, the attempts are held: both answer as the whole catalog does."""
     if changed:  # new, resumed, deleted, failed and restarted runs the catalog lacks
         _changed(store)
         _more_shapes(store)
+    monkeypatch.setattr(runs_rows, "GROUP_AT", group_at)
+    grouped: list[int] = []
+    real = runs_rows._grouped
+
+    def counted(con: object, attempts: pa.Table, now: float) -> pa.Table:
+        grouped.append(attempts.num_rows)
+        return real(con, attempts, now)  # type: ignore[arg-type]
+    monkeypatch.setattr(runs_rows, "_grouped", counted)
     for sql in QUESTIONS:
+        grouped.clear()
         streamed = _streamed(store, sql, monkeypatch)
         assert streamed.num_rows and streamed.equals(_whole(store, sql, monkeypatch)), sql
+        if "run_attempts" in sql:
+            assert not grouped  # the attempts held, as `run_attempts` shows them
+        elif sql == QUESTIONS[0]:  # every attempt grouped once, a few files at a time
+            attempts = _whole(store, "SELECT count(*) AS n FROM run_attempts",
+                              monkeypatch).column("n")[0].as_py()
+            assert sum(grouped) == attempts
+            assert len(grouped) > 2 if group_at == 1 else len(grouped) == 1
     if changed:
         [job] = [r for r in _streamed(store, QUESTIONS[0], monkeypatch).to_pylist()
                  if r["run"] == "job"]

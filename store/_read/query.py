@@ -46,6 +46,7 @@ from tracklake._read.readonly import (
     statements_of,
 )
 from tracklake._read.run_table import run_table
+from tracklake._read.runs_rows import RUNS_SELECT
 from tracklake._read.scope import EVERYTHING, Scope, scope_of_sql
 from tracklake._read.snapshot import (
     STEP_KINDS,
@@ -59,30 +60,6 @@ T = TypeVar("T")
 
 def _sql_str(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
-
-
-_RUNS_VIEW = f"""
-CREATE TEMP VIEW runs AS
-WITH a AS (
-  SELECT *, CAST(started_at AS TIMESTAMPTZ) AS started,
-         CAST(coalesce(finished_at, heartbeat_at) AS TIMESTAMPTZ) AS ended,
-         {LATEST} AS latest
-  FROM _attempts)
-SELECT project, run, any_value(name) FILTER (WHERE latest) AS name,
-       CASE WHEN bool_or(status = 'running' AND latest) THEN 'running'
-            WHEN bool_or(status = 'crashed' AND latest) THEN 'crashed'
-            WHEN bool_or(status = 'failed' AND latest) THEN 'failed'
-            WHEN bool_or(status = 'killed' AND latest) THEN 'killed'
-            ELSE 'finished' END AS status,
-       max(attempt) AS attempts, count(*) FILTER (WHERE {FIRST_OF_RANK}) AS ranks,
-       max(world_size) FILTER (WHERE latest) AS world_size, min(started) AS started_at,
-       max(ended) AS ended_at, max(ended) - min(started) AS duration,
-       any_value(tags) FILTER (WHERE latest) AS tags,
-       any_value(host) FILTER (WHERE latest) AS host,
-       any_value(git_commit) FILTER (WHERE latest) AS git_commit
-FROM a
-GROUP BY project, run
-"""
 
 
 #: A run's config is, per rank, its latest attempt's (docs/format.md): the attempt's last
@@ -265,12 +242,15 @@ def _make_views(con: duckdb.DuckDBPyConnection, root_path: Path, snap: Snapshot,
         _summary_views(con, snap, summaries)
     else:
         _step_views(con, snap.kinds, "")
-    if scope.attempts:
+    if scope.attempts and snap.runs is not None:  # the runs view alone, its rows made
+        con.register("_runs", snap.runs)
+        con.execute("CREATE TEMP VIEW runs AS SELECT * FROM _runs")
+    elif scope.attempts:
         now = _dt.datetime.now(_dt.timezone.utc).timestamp()
         con.register("_attempts", attempts_view(snap.attempts, now))
         con.execute("CREATE TEMP VIEW run_attempts AS SELECT * EXCLUDE "
                     f"({LATEST}, {FIRST_OF_RANK}) FROM _attempts")
-        con.execute(_RUNS_VIEW)
+        con.execute(f"CREATE TEMP VIEW runs AS {RUNS_SELECT}")
     if own:
         lock_down(con)
 

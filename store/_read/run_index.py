@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,7 +82,9 @@ def newest_runs(root: Path, project: str | None, limit: int) -> NewestRuns | Non
         return None
     projects = _projects(root, project)
     newest = _Newest(project, limit)
-    vouched = _catalogued(root, projects, lambda rows: newest.add(rows.select(_STARTS.names)))
+    vouched: dict[str, list[pa.Array]] = {}
+    for rows in _catalogued(root, projects, vouched):
+        newest.add(rows.select(_STARTS.names))
     if sum(len(a) for runs in vouched.values() for a in runs) <= limit:
         return None  # nothing to leave out: every run is read (and the settled catalogued)
     fresh = _fresh(root, projects, vouched, FRESH_AT_MOST)
@@ -92,20 +94,24 @@ def newest_runs(root: Path, project: str | None, limit: int) -> NewestRuns | Non
     return newest.counted()
 
 
-def runs_view_attempts(root: Path, project: str | None) -> pa.Table | None:
+def runs_view_attempts(root: Path, project: str | None) -> Iterator[pa.Table] | None:
     """Every attempt of `root`'s runs (of `project`), as `run_attempts` rows with their
-    statuses as recorded: those the catalog vouches for from its files read one at a
-    time (a question on the runs view holds its rows, not every run's catalog entry),
-    the others read from their attempt files, as many as they are (a question on the
-    runs view alone never catalogs them). None where the catalog cannot be used."""
+    statuses as recorded, a group of runs at a time (every attempt of a run in one): those
+    the catalog vouches for from its files read one at a time (a question on the runs
+    view holds its rows, not every run's catalog entry), then the others, read from
+    their attempt files, as many as they are (a question on the runs view alone never
+    catalogs them). None where the catalog cannot be used."""
     if is_url(root) or not mtimes_trusted():
         return None
-    projects = _projects(root, project)
-    tables: list[pa.Table] = []
-    vouched = _catalogued(root, projects, tables.append)
+    return _each_group(root, _projects(root, project))
+
+
+def _each_group(root: Path, projects: set[str]) -> Iterator[pa.Table]:
+    vouched: dict[str, list[pa.Array]] = {}
+    yield from _catalogued(root, projects, vouched)
     fresh = _fresh(root, projects, vouched, None)
     assert fresh is not None  # (no bound given)
-    return pa.concat_tables([*tables, _read_attempts(root, fresh)])
+    yield _read_attempts(root, fresh)
 
 
 def runs_view_streamed(root: Path) -> bool:
@@ -127,12 +133,11 @@ def _projects(root: Path, project: str | None) -> set[str]:
     return projects & {project} if project is not None else projects
 
 
-def _catalogued(root: Path, projects: set[str], each: Callable[[pa.Table], None]
-                ) -> dict[str, list[pa.Array]]:
-    """The names, by project, of the runs of `projects` the catalog vouches for, its
-    files read one at a time; `each` is given each file's attempts of them
-    (`ATTEMPTS_SCHEMA` rows: a run's are all in its file)."""
-    vouched: dict[str, list[pa.Array]] = {}
+def _catalogued(root: Path, projects: set[str], vouched: dict[str, list[pa.Array]]
+                ) -> Iterator[pa.Table]:
+    """Each catalog file's attempts (`ATTEMPTS_SCHEMA` rows: a run's are all in its file)
+    of the runs of `projects` the catalog vouches for, its files read one at a time;
+    their names, by project, added to `vouched` as they come."""
     for table in catalog_shards.each_shard(root, _SCHEMA, _COLUMNS):
         good = _vouched(root, table, projects)
         if not good.any():
@@ -143,8 +148,7 @@ def _catalogued(root: Path, projects: set[str], each: Callable[[pa.Table], None]
                 pc.equal(combined(rows.column("project")), scalar_of(name, pa.string()))))
         flat = combined(rows.column("attempts")).flatten()
         if len(flat):
-            each(pa.Table.from_struct_array(flat))
-    return vouched
+            yield pa.Table.from_struct_array(flat)
 
 
 def _read_attempts(root: Path, runs: frozenset[tuple[str, str]]) -> pa.Table:

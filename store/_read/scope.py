@@ -29,7 +29,9 @@ class Scope:
     their visible values): the `metrics` views are there for `metric_summaries` and are
     not whole. Without `summaries`, a question that names no summary view, those views
     are not made (unless a resumed run's cutoffs need them). With `runs`, only those
-    (project, run) are read (the runs a listing shows, `run_index`)."""
+    (project, run) are read (the runs a listing shows, `run_index`). Without
+    `attempt_rows`, a question that names the runs view and not `run_attempts`, the
+    runs view may hold its rows alone (`runs_rows`)."""
 
     kinds: frozenset[str] = frozenset(KINDS)
     attempts: bool = True
@@ -38,6 +40,7 @@ class Scope:
     metric_values: bool = True
     summaries: bool = True
     runs: frozenset[tuple[str, str]] | None = None
+    attempt_rows: bool = True
 
     @property
     def everything(self) -> bool:
@@ -46,11 +49,11 @@ class Scope:
 
     def for_run(self, project: str | None, run: str | None) -> Scope:
         return Scope(self.kinds, self.attempts, project, run, self.metric_values,
-                     self.summaries)
+                     self.summaries, attempt_rows=self.attempt_rows)
 
     def for_runs(self, runs: frozenset[tuple[str, str]]) -> Scope:
         return Scope(self.kinds, self.attempts, metric_values=self.metric_values,
-                     summaries=self.summaries, runs=runs)
+                     summaries=self.summaries, runs=runs, attempt_rows=self.attempt_rows)
 
 
 EVERYTHING = Scope()
@@ -65,7 +68,8 @@ def scope_of_views(names: set[str]) -> Scope:
         kinds.add("metrics")
     return Scope(frozenset(kinds), bool(names & _ATTEMPT_VIEWS),
                  metric_values=bool(names & {"metrics", "metrics_all"}),
-                 summaries=bool(names & _SUMMARY_VIEWS))
+                 summaries=bool(names & _SUMMARY_VIEWS),
+                 attempt_rows="run_attempts" in names)
 
 
 def view_names() -> set[str]:

@@ -3,6 +3,7 @@ footers checked), the live tail as tables, metric summaries and the runs' attemp
 
 from __future__ import annotations
 
+import datetime as _dt
 import functools
 from collections.abc import Iterable
 from pathlib import Path
@@ -43,6 +44,7 @@ from tracklake._read.reader import (
     runs_from,
 )
 from tracklake._read.run_index import runs_view_attempts, runs_view_streamed
+from tracklake._read.runs_rows import runs_rows
 from tracklake._read.scope import EVERYTHING, Scope
 
 #: Listings of a stream whose parts change under the reader before giving up.
@@ -101,6 +103,8 @@ class Snapshot:
         self.resumed: list[tuple[str, str]] = []
         #: every attempt of the runs in scope, as `run_attempts` rows (statuses as recorded)
         self.attempts = empty_table(ATTEMPTS_SCHEMA)
+        #: the runs view's rows, where made without `attempts` (`runs_rows`)
+        self.runs: pa.Table | None = None
         if not scope.kinds and scope.attempts and scope.run is None and scope.runs is None \
                 and trust_catalog and not skip and runs_view_streamed(root):
             # the runs view alone, a process's first question on it: the catalog's files
@@ -109,7 +113,11 @@ class Snapshot:
             if streamed is not None:
                 self.kinds: tuple[str, ...] = ()
                 self.live = {k: _empty(k) for k in KINDS}
-                self.attempts = streamed
+                if scope.attempt_rows:
+                    self.attempts = pa.concat_tables([self.attempts, *streamed])
+                else:  # a row a run, grouped a catalog file at a time
+                    self.runs = runs_rows(streamed, _dt.datetime.now(
+                        _dt.timezone.utc).timestamp())
                 return
         live: dict[str, list[tuple[pa.Table, StreamId]]] = {k: [] for k in KINDS}
         summaries: list[pa.Table] = []
