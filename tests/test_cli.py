@@ -455,11 +455,19 @@ def test_show_lists_at_most_max_keys_and_the_keys_a_glob_picks(root: Path) -> No
 
 @pytest.mark.parametrize(("command", "option", "what"), [
     (["runs"], "--project", "project"), (["compact"], "--project", "project"),
-    (["compact"], "--run", "run"), (["pack", "-o", "x.tar"], "--project", "project")])
+    (["compact"], "--run", "run"), (["pack", "-o", "x.tar"], "--project", "project"),
+    (["show", "run-a"], "--project", "project"), (["pin", "run-a"], "--project", "project"),
+    (["unpin", "run-a"], "--project", "project"),
+    (["watch", "run-a", "--once"], "--project", "project"),
+    (["plot", "run-a", "--key", "loss"], "--project", "project"),
+    (["report", "run-a", "-o", "r.html"], "--project", "project"),
+    (["backup", "BACKUP"], "--project", "project"), (["backup", "BACKUP"], "--run", "run")])
 def test_an_empty_id_is_refused_not_read_as_every_one(
         store: Path, tmp_path: Path, command: list[str], option: str, what: str) -> None:
-    """`--project "$P"` with P unset selects no project, not every one."""
+    """`--project "$P"` with P unset selects no project, not every one (nor, where a
+    command finds a run by its id alone, whichever project holds it)."""
     before = sorted(p.name for p in store.rglob("*"))
+    command = [str(tmp_path / "backup") if a == "BACKUP" else a for a in command]
     code, out = invoke(*command, "--root", str(store), option, "")
     assert code == 2 and f"an empty {what} id names no {what}" in out, out
     assert sorted(p.name for p in store.rglob("*")) == before

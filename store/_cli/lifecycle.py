@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from tracklake._cli.names import given_projects, given_runs
 from tracklake._cli.progress import OperationProgress, quiet_option
 from tracklake._errors import TracklakeError
 from tracklake._format.naming import DEFAULT_ROOT, resolve_root
@@ -141,7 +142,8 @@ def _print_plan(plan: Any, applying: bool) -> None:
 @click.command()
 @click.argument("run")
 @_root_option
-@click.option("--project", help="Project of the run, if its id exists in several.")
+@click.option("--project", callback=given_projects,
+              help="Project of the run, if its id exists in several.")
 @click.option("--reason", default="", help="Why the run is kept (shown in plans).")
 def pin(run: str, root: Path | None, project: str | None, reason: str) -> None:
     """Pin a run: retention never deletes, drops or thins it."""
@@ -160,7 +162,8 @@ def pin(run: str, root: Path | None, project: str | None, reason: str) -> None:
 @click.command()
 @click.argument("run")
 @_root_option
-@click.option("--project", help="Project of the run, if its id exists in several.")
+@click.option("--project", callback=given_projects,
+              help="Project of the run, if its id exists in several.")
 def unpin(run: str, root: Path | None, project: str | None) -> None:
     """Remove a run's pin (a `keep` tag given at init still pins it)."""
     from tracklake._ops.retention import unpin as do_unpin
@@ -210,9 +213,9 @@ def fsck(root: Path | None, repair: bool, quiet: bool) -> None:
 
 
 _select_options = [
-    click.option("--project", "projects", multiple=True,
+    click.option("--project", "projects", multiple=True, callback=given_projects,
                  help="Only the runs of this project (repeatable)."),
-    click.option("--run", "runs", multiple=True, metavar="RUN",
+    click.option("--run", "runs", multiple=True, metavar="RUN", callback=given_runs,
                  help="Only this run, RUN or PROJECT/RUN (repeatable)."),
 ]
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from tracklake._cli.names import stored_projects, stored_runs
+from tracklake._cli.names import given_projects, stored_projects, stored_runs
 from tracklake._cli.progress import quiet_option
 from tracklake._errors import QueryError, TracklakeError
 from tracklake._format.naming import resolve_root
@@ -239,7 +239,8 @@ def runs(root: Path | None, project: str | None, metrics: tuple[str, ...],
 @main.command()
 @click.argument("run")
 @root_option
-@click.option("--project", help="Project of the run, if its id exists in several.")
+@click.option("--project", callback=given_projects,
+              help="Project of the run, if its id exists in several.")
 @click.option("--key", "keys", multiple=True, metavar="GLOB",
               help="Only the metric keys matching this glob (repeatable).")
 @click.option("--max-keys", type=click.IntRange(min=0), default=200, show_default=True,
@@ -432,7 +433,7 @@ def compact(root: Path | None, project: str | None, run: str | None, dry_run: bo
 @main.command()
 @click.argument("run")
 @root_option
-@click.option("--project")
+@click.option("--project", callback=given_projects)
 @click.option("--keys", default="*", show_default=True,
               help="Glob of the metric and text keys to print.")
 @click.option("--rank", default=0, show_default=True, type=int)

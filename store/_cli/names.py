@@ -21,7 +21,7 @@ def stored_id(name: str, what: str) -> str:
         return name
 
 
-def _stored(what: str) -> Any:
+def _stored(what: str, convert: bool = True) -> Any:
     def callback(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
         if value is None:
             return None
@@ -29,6 +29,8 @@ def _stored(what: str) -> Any:
             # (`--project "$P"` with P unset would select every run)
             raise click.BadParameter(f"an empty {what} id names no {what}; leave the "
                                      "option out to take every one")
+        if not convert:
+            return value
         if isinstance(value, tuple):
             return tuple(stored_id(v, what) for v in value)
         return stored_id(value, what)
@@ -39,3 +41,7 @@ def _stored(what: str) -> Any:
 #: Click callbacks for options that take run / project ids.
 stored_runs = _stored("run")
 stored_projects = _stored("project")
+#: For options whose command finds the run by either name itself (`find_run`): an empty
+#: id refused, the others passed as typed.
+given_runs = _stored("run", convert=False)
+given_projects = _stored("project", convert=False)

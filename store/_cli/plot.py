@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from tracklake._cli.names import given_projects
 from tracklake._errors import TracklakeError
 from tracklake._read.query import with_connection
 from tracklake._read.reader import ReadProblems, RunRecord, find_run
@@ -102,7 +103,8 @@ def chart_options(func: click.decorators.FC) -> click.decorators.FC:
 @click.argument("runs", nargs=-1, required=True)
 @click.option("--root", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Store directory (default: $TRACKLAKE_ROOT, else ./tracklake-store).")
-@click.option("--project", help="Project of the runs, if an id exists in several.")
+@click.option("--project", callback=given_projects,
+              help="Project of the runs, if an id exists in several.")
 @click.option("--key", "keys", multiple=True, required=True,
               help="Metric key or glob, one chart each; repeatable.")
 @chart_options

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from tracklake._cli.names import given_projects
 from tracklake._errors import TracklakeError
 from tracklake._read.reader import ReadProblems, find_run
 from tracklake._report.series import CurveQuery, XAxis
@@ -16,7 +17,8 @@ from tracklake._report.series import CurveQuery, XAxis
 @click.argument("runs", nargs=-1, required=True)
 @click.option("--root", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Store directory (default: $TRACKLAKE_ROOT, else ./tracklake-store).")
-@click.option("--project", help="Project of the runs, if an id exists in several.")
+@click.option("--project", callback=given_projects,
+              help="Project of the runs, if an id exists in several.")
 @click.option("-o", "--output", required=True, type=click.Path(path_type=Path),
               help="The HTML file to write (with --format md: a folder for report.md and "
                    "its charts).")
