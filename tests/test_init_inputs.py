@@ -88,6 +88,27 @@ def test_run_ids_that_collapse_onto_another_runs_directory_are_refused(
     assert answer.to_pylist() == [{"run": "a_b", "attempt": 1, "value": 1.0}]
 
 
+def test_a_project_whose_first_runs_recorded_no_name_is_checked_by_the_next(
+        root: Path) -> None:
+    """The project's name is read from the first run that recorded one: runs written
+    before names were recorded (their attempt files without `project_given`) are passed
+    over, wherever the directory lists them."""
+    import json
+
+    for run_id in ("a", "b", "c"):
+        with tracklake.init(project="p", run_id=run_id, root=root, compact=False) as run:
+            run.log({"loss": 1.0}, step=0)
+    for run_id in ("a", "b"):  # as written before names were recorded
+        [path] = (root / "runs" / "project=p" / f"run={run_id}").glob("rank=0/attempt=*.json")
+        record = json.loads(path.read_text())
+        del record["project_given"]
+        path.write_text(json.dumps(record))
+    with pytest.raises(tracklake.InvalidNameError, match=r"stored as 'p'.*project 'p'"):
+        tracklake.init(project="p!", run_id="d", root=root, compact=False)
+    assert sorted(p.name for p in (root / "runs" / "project=p").iterdir()) == [
+        "run=a", "run=b", "run=c"]
+
+
 def test_names_that_collapse_onto_another_projects_directory_are_refused(root: Path) -> None:
     """`pé ü`, `p!`, `ü p` and `p` are all stored as project `p`: the first to write it
     keeps it, the others are refused by name, so no run's attempts mix across projects."""

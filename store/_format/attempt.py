@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import errno
+import itertools
 import json
 import os
 import sys
@@ -57,17 +58,29 @@ def attempt_numbers(rank_dir: Path) -> list[int]:
     return [int(n) for n in numbers if n.isdigit()]
 
 
+#: Runs of a project looked at for the name it was given (the first that recorded one).
+_NAMED_AMONG = 8
+
+
 def check_project_name(root: Path, project: str, given: str) -> None:
     """Refuse `given`, a project name stored as `project`, if that directory already holds
     a project given under another name (``pé ü``, ``p!`` and ``p`` are all stored as
-    ``p``): their runs would mix. Attempts written before names were recorded tell
-    nothing and are not held against it."""
+    ``p``): their runs would mix. The name is the one recorded by the first run the
+    directory lists (of its first `_NAMED_AMONG`) that recorded one; not every run is
+    listed (sorting them all made each `init` cost 1 µs a run of the project: 40 ms at
+    42,000 runs). Attempts written before names were recorded tell nothing and are not
+    held against it."""
     base = root / "runs" / f"project={project}"
+    known = None
     try:
-        runs = sorted(n for n in os.listdir(base) if n.startswith("run="))
+        with os.scandir(base) as entries:
+            runs = (e.name for e in entries if e.name.startswith("run="))
+            for name in itertools.islice(runs, _NAMED_AMONG):
+                known = _given_before(base / name, "project_given")
+                if known is not None:
+                    break
     except (FileNotFoundError, NotADirectoryError):
         return
-    known = _given_before(base / runs[0], "project_given") if runs else None
     if known is not None and known != given:
         raise InvalidNameError(
             f"project name {given!r} is stored as {project!r}, which already holds "
