@@ -207,10 +207,11 @@ def test_the_newest_picked_file_by_file_are_the_runs_views(
     if changed:
         _changed(store)
     listed: list[str] = []
-    real = run_index.names_in
-    monkeypatch.setattr(run_index, "names_in", lambda root, rel: listed.append(rel) or
-                        real(root, rel))
+    real = run_index.names_at_by
+    monkeypatch.setattr(run_index, "names_at_by", lambda root, rel, prefix, size:
+                        listed.append(rel) or real(root, rel, prefix, size))
     monkeypatch.setattr(run_index, "_PICK_AT", 1)
+    monkeypatch.setattr(run_index, "_LISTED_AT", 2)  # a project's names a few at a time
     for project in (None, "p", "q"):
         for limit in (1, 3, 100):
             found = newest_runs(store, project, limit)

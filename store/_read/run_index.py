@@ -45,8 +45,7 @@ from tracklake._read import catalog_shards
 from tracklake._read.attempt_rows import ATTEMPTS_SCHEMA, attempts_table
 from tracklake._read.catalog import _SCHEMA, mtimes_trusted
 from tracklake._read.decoded import DecodedCache
-from tracklake._read.listing import names_in
-from tracklake._read.location import count_names_at, is_url, subdirs_at
+from tracklake._read.location import count_names_at, is_url, names_at_by, subdirs_at
 from tracklake._read.mtimes import ABSENT, mtimes_of
 from tracklake._read.reader import runs_from
 from tracklake._read.readonly import question_connection
@@ -61,6 +60,8 @@ _streamed: set[str] = set()
 _streamed_lock = threading.Lock()
 #: Attempts' starts held before the newest are picked from them (`_Newest`).
 _PICK_AT = 1 << 16
+#: Names of a project's runs held at once while those the catalog lacks are looked for.
+_LISTED_AT = 1 << 16
 _STARTS = pa.schema([("project", pa.string()), ("run", pa.string()),
                      ("started_at", pa.string())])
 
@@ -199,7 +200,10 @@ def _fresh(root: Path, projects: set[str], vouched: dict[str, list[pa.Array]],
     """(project, run) of the names under ``runs/`` the catalog does not vouch for; None
     if there are more than `at_most`. A project with as many names as the catalog vouches
     for has none (a run vouched for has its directory there, so the names are those
-    runs'), and its names are counted, not held."""
+    runs'), and its names are counted, not held; else they are held as Arrow strings,
+    listed `_LISTED_AT` at a time (15 bytes a run, not 70 as Python strings), and
+    looked up among the vouched all at once (pyarrow hashes the vouched names at each
+    lookup: 0.34 s for a million)."""
     fresh: list[tuple[str, str]] = []
     for project in sorted(projects):
         rel = f"runs/project={project}"
@@ -208,13 +212,13 @@ def _fresh(root: Path, projects: set[str], vouched: dict[str, list[pa.Array]],
         try:
             if count_names_at(root, rel, "run=") == len(known):
                 continue
+            listed = pa.concat_arrays([strings(names) for names in names_at_by(
+                root, rel, "run=", _LISTED_AT)] or [strings([])])
         except (FileNotFoundError, NotADirectoryError):
             continue  # gone since it was listed
-        # names alone (a run's directory is looked up when it is read: a link or a file
-        # by a run's name is passed over there), which lists a million in C
-        names = [n[len("run="):] for n in names_in(root, rel) if n.startswith("run=")]
-        left = ~numpy_of(pc.is_in(strings(names), value_set=known), null=False)
-        fresh.extend((project, names[i]) for i in np.flatnonzero(left).tolist())
+        names = pc.utf8_slice_codeunits(listed, len("run="))
+        left = np.flatnonzero(~numpy_of(pc.is_in(names, value_set=known), null=False))
+        fresh.extend((project, name) for name in names.take(fixed(left, pa.int64())).to_pylist())
         if at_most is not None and len(fresh) > at_most:
             return None
     return frozenset(fresh)
