@@ -65,8 +65,11 @@ def _write_runs(task: tuple[str, list[int], bool]) -> int:
         if not report.complete:
             raise RuntimeError(f"run-{i:07d}: finish() reported unwritten data: {report}")
     if by_chunk:  # each run of the chunk, as `tracklake compact --run` would
+        from tracklake._ops.derive import start
+
         for i in ids:
             tracklake.compact(root=root, project=PROJECT, run=f"run-{i:07d}")
+        start(Path(root))  # the catalog and bundles derived, as after a compactor's run
     return len(ids)
 
 
@@ -84,8 +87,9 @@ def _written(root: Path) -> set[int]:
 def build(root: Path, runs: int, jobs: int, by_chunk: bool = False) -> float:
     """Grow the store at `root` to `runs` runs (writing those not there yet); the
     seconds it took. `by_chunk`: each writing process compacts its last 1,000 runs
-    itself instead of a compactor process started at each run's end (the same parts,
-    written 5 to 10 times faster: what makes a store of 10⁵ or 10⁶ runs buildable)."""
+    itself instead of a compactor process started at each run's end, then starts the
+    deriver as that compactor would (the same parts, catalog and bundles, written 5 to
+    10 times faster: what makes a store of 10⁵ or 10⁶ runs buildable)."""
     have = _written(root)
     missing = [i for i in range(runs) if i not in have]
     if not missing:
