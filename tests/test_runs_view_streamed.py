@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import random
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import duckdb
@@ -259,3 +260,20 @@ def test_latest_and_first_of_rank_are_sqls_window_and_distinct_ranks(seed: int) 
                        first.tolist(), strict=True):
         counted[(p, r)] += f
     assert [counted[run] for run in runs] == sql_ranks
+
+
+def test_runs_rows_made_by_threads_at_once_are_each_their_own(store: Path) -> None:
+    """Threads grouping attempts at once, each on its cursor of the process's database
+    (as questions from a dashboard's threads do), each get the rows of their own
+    attempts, as grouped one after the other."""
+    groups = list(run_index.runs_view_attempts(store, None) or [])
+    every = pa.concat_tables(groups)
+    by_project = [every.filter(pa.array([p == name for p in every.column("project")
+                                         .to_pylist()])) for name in PROJECTS]
+    now = 1e9
+    expected = [runs_rows.runs_rows([group], now).sort_by("run") for group in by_project]
+    with ThreadPoolExecutor(8) as pool:
+        found = list(pool.map(lambda i: runs_rows.runs_rows(
+            [by_project[i % 2]], now).sort_by("run"), range(64)))
+    assert all(f.equals(expected[i % 2]) for i, f in enumerate(found))
+    assert [e.num_rows for e in expected] == list(PROJECTS.values())
