@@ -471,3 +471,17 @@ def test_an_empty_id_is_refused_not_read_as_every_one(
     code, out = invoke(*command, "--root", str(store), option, "")
     assert code == 2 and f"an empty {what} id names no {what}" in out, out
     assert sorted(p.name for p in store.rglob("*")) == before
+
+
+def test_max_rows_0_shows_every_row_and_a_negative_one_is_refused(store: Path) -> None:
+    """`--max-rows 0` shows every row (as `show --max-keys 0` lists every key), where it
+    printed an empty table and "(more rows…)"; -1 is a usage error."""
+    code, out = invoke("sql", "SELECT * FROM range(150)", "--root", str(store),
+                       "--max-rows", "0")
+    assert code == 0 and "more rows" not in out
+    shown = [line.strip("│ ") for line in out.splitlines() if line.startswith("│")]
+    assert [int(x) for x in shown] == list(range(150))
+    code, out = invoke("sql", "SELECT * FROM range(150)", "--root", str(store))
+    assert "(more rows; raise --max-rows" in out
+    code, out = invoke("sql", "SELECT 1", "--root", str(store), "--max-rows", "-1")
+    assert code == 2 and "-1 is not in the range" in out

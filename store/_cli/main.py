@@ -286,7 +286,8 @@ def _quiet_stdout() -> None:
               default="table", show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the result to this file (required for parquet).")
-@click.option("--max-rows", default=100, show_default=True, help="Rows shown as a table.")
+@click.option("--max-rows", type=click.IntRange(min=0), default=100, show_default=True,
+              help="Rows shown as a table (0: every row).")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
               help="Stop the query if it runs longer than this.")
 @click.option("--param", "params", multiple=True, metavar="NAME=VALUE",
@@ -322,7 +323,7 @@ def sql(statement: str, root: Path | None, fmt: str, output: Path | None, max_ro
     check_output_outside(output, store)
     # a table shows the first rows only: ask for no more than that (plus one, to tell);
     # other formats are written batch by batch as the query makes them
-    shown = first_rows_sql(statement, max_rows + 1) if fmt == "table" else None
+    shown = first_rows_sql(statement, max_rows + 1) if fmt == "table" and max_rows else None
     answer = None
     previous = signal.signal(signal.SIGINT, on_sigint)
     try:
@@ -365,7 +366,7 @@ def sql(statement: str, root: Path | None, fmt: str, output: Path | None, max_ro
             click.echo(f"wrote {answer.rows} rows to {output}")
         return
     try:
-        write_table(table, output, max_rows, counted=shown is None)
+        write_table(table, output, max_rows or table.num_rows, counted=shown is None)
     except OSError as exc:
         raise CliError(f"cannot write {output}: {exc.strerror or exc}") from exc
 
