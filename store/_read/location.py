@@ -193,8 +193,7 @@ def subdirs_at(root: Path, rel: str) -> list[str]:
     names = _kept_listings.get(path, identity) if trusted else None
     if names is None:
         with os.scandir(path) as entries:  # (a name that is no text is none of ours)
-            names = [e.name for e in entries if _named(e.name, "")
-                     and e.is_dir(follow_symlinks=False)]
+            names = _texts([e.name for e in entries if e.is_dir(follow_symlinks=False)])
         if trusted:
             _kept_listings.keep(root, path, st, identity, names,
                                 sum(map(len, names)) + 64 * len(names))
@@ -245,39 +244,43 @@ def regular_files_in(directory: Path) -> tuple[list[str], list[str]]:
 
 def count_names_at(root: Path, rel: str, prefix: str) -> int:
     """How many names in directory `rel` of `root` (local) start with `prefix` and are
-    text (`_named`), none of them held (a project of a million runs lists 70 MB of
-    names): FileNotFoundError if there is no such directory."""
+    text (`_texts`), a batch of them held at a time (a project of a million runs lists
+    70 MB of names): FileNotFoundError if there is no such directory."""
+    return sum(len(names) for names in names_at_by(root, rel, prefix, _COUNTED_AT))
+
+
+#: Names held at once while they are counted.
+_COUNTED_AT = 1 << 16
+
+
+def names_at_by(root: Path, rel: str, prefix: str, size: int) -> Iterator[list[str]]:
+    """The names in directory `rel` of `root` (local) that start with `prefix` and are
+    text (`_texts`), in lists of at most `size` (a million runs' names held at once are
+    70 MB): FileNotFoundError if there is no such directory. A name is listed, not
+    looked up (a link or a file of a run's name is passed over where the run is read)."""
     path = os.path.join(root, rel)
     touch(path)
     with os.scandir(path) as entries:
-        return sum(1 for entry in entries if _named(entry.name, prefix))
+        names = (entry.name for entry in entries)
+        while batch := list(itertools.islice(names, size)):
+            yield _texts([name for name in batch if name.startswith(prefix)])
 
 
-def _named(name: str, prefix: str) -> bool:
-    """Whether `name` starts with `prefix` and is text: a name that is not UTF-8 (read
-    with its bytes escaped) is no name tracklake gives, and Arrow refuses it."""
-    if not name.startswith(prefix):
-        return False
-    if name.isascii():
-        return True
+def _texts(names: list[str]) -> list[str]:
+    """`names` but those that are not text: a name that is not UTF-8 (read with its
+    bytes escaped) is no name tracklake gives, and Arrow refuses it. All ASCII, as
+    tracklake's names are, is one check of them all."""
+    if "".join(names).isascii():
+        return names
+    return [name for name in names if name.isascii() or _encodes(name)]
+
+
+def _encodes(name: str) -> bool:
     try:
         name.encode()
     except UnicodeEncodeError:
         return False
     return True
-
-
-def names_at_by(root: Path, rel: str, prefix: str, size: int) -> Iterator[list[str]]:
-    """The names in directory `rel` of `root` (local) that start with `prefix` and are
-    text (`_named`), `size` at a time (a million runs' names held at once are 70 MB):
-    FileNotFoundError if there is no such directory. A name is listed, not looked up (a
-    link or a file of a run's name is passed over where the run is read)."""
-    path = os.path.join(root, rel)
-    touch(path)
-    with os.scandir(path) as entries:
-        names = (entry.name for entry in entries if _named(entry.name, prefix))
-        while batch := list(itertools.islice(names, size)):
-            yield batch
 
 
 def listdir_at(root: Path, rel: str) -> list[str]:
@@ -287,4 +290,4 @@ def listdir_at(root: Path, rel: str) -> list[str]:
         return (root / rel).listdir()
     path = os.path.join(root, rel)
     touch(path)
-    return [name for name in os.listdir(path) if _named(name, "")]
+    return _texts(os.listdir(path))
