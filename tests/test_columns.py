@@ -16,6 +16,7 @@ from tracklake._format.columns import (
     column,
     combined,
     empty_batch,
+    gathered,
     numpy_of,
     rows_table,
     scalar_of,
@@ -132,3 +133,12 @@ print("pandas" in sys.modules)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert out.strip() == "False"
+
+
+def test_gathered_lists_hold_at_least_the_rows_asked_but_the_last() -> None:
+    tables = [pa.table({"x": list(range(n))}) for n in (3, 0, 5, 1, 1, 7, 2)]
+    lists = list(gathered(tables, 6))
+    assert [[t.num_rows for t in group] for group in lists] == [[3, 0, 5], [1, 1, 7], [2]]
+    assert [t for group in lists for t in group] == tables  # each once, in order
+    assert list(gathered([], 6)) == []
+    assert [len(g) for g in gathered(tables, 1)] == [1, 2, 1, 1, 1, 1]

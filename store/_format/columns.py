@@ -16,8 +16,8 @@ structs of them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -204,3 +204,21 @@ def _bits(buffer: pa.Buffer | None, start: int, n: int) -> np.ndarray:
         return np.zeros(0, np.bool_)
     return np.unpackbits(np.frombuffer(buffer, np.uint8), bitorder="little")[
         start:start + n].astype(np.bool_)
+
+
+Rows = TypeVar("Rows", pa.Table, pa.RecordBatch)
+
+
+def gathered(items: Iterable[Rows], rows: int) -> Iterator[list[Rows]]:
+    """`items` (tables or batches) in lists of at least `rows` rows each, as they come,
+    the last one of fewer (none if there are no items)."""
+    pending: list[Rows] = []
+    held = 0
+    for item in items:
+        pending.append(item)
+        held += item.num_rows
+        if held >= rows:
+            yield pending
+            pending, held = [], 0
+    if pending:
+        yield pending

@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 
 from tracklake._errors import FormatError
 from tracklake._format import FORMAT_VERSION, SCHEMAS, StreamId, fsync_dir, part_name
+from tracklake._format.columns import gathered
 from tracklake._format.files import scratch
 from tracklake._format.part import (
     open_part,
@@ -78,16 +79,8 @@ def _sorted_metric_chunks(sources: Iterable[pa.RecordBatch], sorter: MetricSorte
 
 def _seq_chunks(kind: str, sources: Iterable[pa.RecordBatch]) -> Iterator[pa.Table]:
     """`sources` (already in seq order) gathered into chunks of about CHUNK_ROWS rows."""
-    pending: list[pa.RecordBatch] = []
-    rows = 0
-    for batch in sources:
-        pending.append(batch)
-        rows += batch.num_rows
-        if rows >= CHUNK_ROWS:
-            yield pa.Table.from_batches(pending, SCHEMAS[kind])
-            pending, rows = [], 0
-    if pending:
-        yield pa.Table.from_batches(pending, SCHEMAS[kind])
+    for batches in gathered(sources, CHUNK_ROWS):
+        yield pa.Table.from_batches(batches, SCHEMAS[kind])
 
 
 def part_batches(path: Path) -> Iterator[pa.RecordBatch]:

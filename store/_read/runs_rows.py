@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from tracklake._format.columns import gathered
 from tracklake._format.schema import empty_table
 from tracklake._read.attempt_rows import ATTEMPTS_SCHEMA, FIRST_OF_RANK, LATEST, attempts_view
 from tracklake._read.readonly import question_connection
@@ -52,19 +53,10 @@ def runs_rows(groups: Iterable[pa.Table], now: float) -> pa.Table:
     once `GROUP_AT` attempts wait, so at most that many more are held than runs."""
     con = question_connection()  # a cursor on the process's database, not one more
     try:
-        rows: list[pa.Table] = []
-        waiting: list[pa.Table] = []
-        held = 0
-        for group in groups:
-            waiting.append(group)
-            held += group.num_rows
-            if held >= GROUP_AT:
-                rows.append(_grouped(con, pa.concat_tables(waiting), now))
-                waiting, held = [], 0
-        if held or not rows:
-            rows.append(_grouped(con, pa.concat_tables(waiting) if waiting
-                                 else empty_table(ATTEMPTS_SCHEMA), now))
-        return pa.concat_tables(rows)
+        rows = [_grouped(con, pa.concat_tables(waiting), now)
+                for waiting in gathered(groups, GROUP_AT)]
+        return pa.concat_tables(rows) if rows else \
+            _grouped(con, empty_table(ATTEMPTS_SCHEMA), now)
     finally:
         con.close()
 
