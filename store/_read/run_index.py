@@ -36,6 +36,7 @@ from tracklake._format.columns import (
     booleans,
     combined,
     fixed,
+    gathered,
     numpy_of,
     scalar_of,
     strings,
@@ -58,7 +59,7 @@ _COLUMNS = ["project", "run", "watched", "attempts"]
 #: Stores whose runs view this process answered by `runs_view_attempts` once.
 _streamed: set[str] = set()
 _streamed_lock = threading.Lock()
-#: Attempts' starts held before the newest are picked from them (`_Newest`).
+#: Attempts' starts held before the newest are picked from them (`_Newest.pick`).
 _PICK_AT = 1 << 16
 #: Names of a project's runs held at once while those the catalog lacks are looked for.
 _LISTED_AT = 1 << 16
@@ -84,14 +85,15 @@ def newest_runs(root: Path, project: str | None, limit: int) -> NewestRuns | Non
     projects = _projects(root, project)
     newest = _Newest(project, limit)
     vouched: dict[str, list[pa.Array]] = {}
-    for rows in _catalogued(root, projects, vouched):
-        newest.add(rows.select(_STARTS.names))
+    starts = (rows.select(_STARTS.names) for rows in _catalogued(root, projects, vouched))
+    for group in gathered(starts, _PICK_AT):
+        newest.pick(group)
     if sum(len(a) for runs in vouched.values() for a in runs) <= limit:
         return None  # nothing to leave out: every run is read (and the settled catalogued)
     fresh = _fresh(root, projects, vouched, FRESH_AT_MOST)
     if fresh is None:
         return None
-    newest.add(_read_attempts(root, fresh).select(_STARTS.names))
+    newest.pick([_read_attempts(root, fresh).select(_STARTS.names)])
     return newest.counted()
 
 
@@ -225,37 +227,28 @@ def _fresh(root: Path, projects: set[str], vouched: dict[str, list[pa.Array]],
 
 
 class _Newest:
-    """The runs of attempts' starts given a catalog file's at a time (every attempt of a
-    run comes at once), counted and ordered as the runs view does, by DuckDB itself (the
-    first start of each, cast to a timestamp as there), holding the newest `limit` and
-    what came since they were picked: at most `_PICK_AT` rows more than `limit`, however
-    many runs the store holds."""
+    """The runs of attempts' starts given a few catalog files' at a time (every attempt
+    of a run comes at once), counted and ordered as the runs view does, by DuckDB itself
+    (the first start of each, cast to a timestamp as there), holding the newest `limit`
+    of those picked so far: with `_PICK_AT` attempts given at a time, at most that many
+    rows more than `limit`, however many runs the store holds."""
 
     def __init__(self, project: str | None, limit: int) -> None:
         self.project, self.limit = project, limit
         self.total = 0
         self.kept = empty_table(_STARTS)  # the newest so far, each run's first start
-        self.since: list[pa.Table] = []  # attempts given since, of runs not counted yet
-        self.rows = 0
-
-    def add(self, starts: pa.Table) -> None:
-        if starts.num_rows:
-            self.since.append(starts)
-            self.rows += starts.num_rows
-            if self.rows >= _PICK_AT:
-                self._pick()
 
     def counted(self) -> NewestRuns:
-        self._pick()
         return NewestRuns(self.total, [(p, r) for p, r in zip(
             self.kept.column("project").to_pylist(), self.kept.column("run").to_pylist(),
             strict=True)])
 
-    def _pick(self) -> None:
+    def pick(self, since: list[pa.Table]) -> None:
+        """Counts the runs of `since` (attempts of runs not given before) and keeps the
+        newest `limit` of them and of those kept."""
         con = question_connection()  # a cursor on the process's database, not one more
         try:
-            con.register("_since", pa.concat_tables(self.since) if self.since
-                         else empty_table(_STARTS))
+            con.register("_since", pa.concat_tables([empty_table(_STARTS), *since]))
             con.register("_kept", self.kept)
             where = "WHERE project = $project" if self.project is not None else ""
             params: dict[str, Any] = {"project": self.project} \
@@ -274,4 +267,3 @@ class _Newest:
                 """).to_arrow_table().cast(_STARTS)
         finally:
             con.close()
-        self.since, self.rows = [], 0
