@@ -123,6 +123,17 @@ def bundle_paths(root: Path) -> list[Path]:
             if n.startswith("bundle-") and n.endswith(".parquet")]
 
 
+def bundles_found(root: Path) -> list[Bundle]:
+    """The store's bundles that read as bundles (`known_bundle`), in name order."""
+    found: list[Bundle] = []
+    for path in bundle_paths(root):
+        try:
+            found.append(known_bundle(path))
+        except (FormatError, OSError):
+            continue  # damaged, or removed since the listing: the next builder replaces it
+    return found
+
+
 #: `usable`'s last answer, with what it was made of: the catalog's paths (the very
 #: dict, which a process keeps while the catalog stays settled), the project and the
 #: bundles (the very objects `known_bundle` keeps). 10,000 runs: 5 ms a question.
@@ -135,12 +146,7 @@ def usable(root: Path, files: dict[str, int], project: str | None
     """The bundles (of `project`, if given) whose sources all have, in `files` (the run
     catalog's settled paths and their mtimes), the mtime they had when bundled, no two
     holding the same part; and the parts they hold. Callers change neither."""
-    found: list[Bundle] = []
-    for path in bundle_paths(root):
-        try:
-            found.append(known_bundle(path))
-        except (FormatError, OSError):
-            continue  # damaged, or removed since the listing: the next builder replaces it
+    found = bundles_found(root)
     for before in _usable_before:
         if before[0] is files and before[1] == project and len(before[2]) == len(found) \
                 and all(a is b for a, b in zip(before[2], found, strict=True)):

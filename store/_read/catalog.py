@@ -107,19 +107,26 @@ class RunCatalog:
     question about a set of runs (`runs`)."""
 
     def __init__(self, root: Path, trusted: bool = True, run: str | None = None,
-                 runs: frozenset[tuple[str, str]] | None = None) -> None:
+                 runs: frozenset[tuple[str, str]] | None = None,
+                 shard: int | None = None) -> None:
         """`trusted=False`: no entry is used, and the catalog is written anew from what
         this reader finds (after a catalogued file turned out to be missing, or where
         `mtimes_trusted()` says the file system's mtimes cannot be trusted). `run`: a
         question about that run alone, which needs only the file that holds it. `runs`:
         a question about those (project, run) alone (the few a listing shows), which
         reads them from their files and writes no catalog file: their entries are spread
-        over up to every file, which at a million runs hold 16,000 runs each."""
+        over up to every file, which at a million runs hold 16,000 runs each. `shard`:
+        the runs of that catalog file alone (`runs` then names those the store holds),
+        read without keeping it and written back (`_ops/catalog_pass.py`)."""
         trusted = trusted and mtimes_trusted()
         self.root = root
-        self.enabled = not is_url(root) and runs is None
-        self._loaded = catalog_shards.load(root, _SCHEMA, run) if self.enabled else \
-            catalog_shards.empty(_SCHEMA)
+        self.enabled = not is_url(root) and (runs is None or shard is not None)
+        if not self.enabled:
+            self._loaded = catalog_shards.empty(_SCHEMA)
+        elif shard is not None:
+            self._loaded = catalog_shards.alone(root, _SCHEMA, shard)
+        else:
+            self._loaded = catalog_shards.load(root, _SCHEMA, run)
         self._table = self._loaded.table
         self._valid: list[int] = []
         self._rows: pa.Table | None = None
@@ -131,6 +138,7 @@ class RunCatalog:
         self._trusted = trusted
         self._fresh: list[RunEntry] = []
         self._saved: pa.Table | None = None  # the runs `save` left on disk (their names)
+        self._written: pa.Table | None = None  # the fresh entries `save` wrote
 
     def settled(self, project: str | None, run: str | None, attempts_only: bool = False
                 ) -> Set[tuple[str, str]]:
@@ -311,11 +319,20 @@ class RunCatalog:
             "attempts": e.attempts} for e in self._fresh]).append_column(
                 _SCHEMA.field("summaries"), _summaries_column(self._fresh))
         try:
-            self._saved = catalog_shards.save(self.root, self._loaded, keep, fresh,
-                                              self._remove_earlier)
+            self._saved, self._written = catalog_shards.save(
+                self.root, self._loaded, keep, fresh, self._remove_earlier)
         except OSError:
             return False  # a store this reader may not write: the catalog only saves time
         return True
+
+    def settled_table(self) -> pa.Table:
+        """The entries of the runs the catalog vouches for once `save` wrote it: those
+        `settled` found as recorded and the fresh ones written, in the catalog's columns
+        (only the found ones if the files could not be written)."""
+        found = self._settled_rows().select(_SCHEMA.names)
+        if self._written is None:
+            return found
+        return pa.concat_tables([found, self._written.select(_SCHEMA.names)])
 
     def _remove_earlier(self) -> None:
         for earlier in catalog_shards.EARLIER:

@@ -200,10 +200,31 @@ def each_shard(root: Path, schema: pa.Schema, fields: list[str]) -> Iterator[pa.
         return
     indices = [schema.get_field_index(name) for name in fields]
     for shard in range(SHARDS):
-        # each file within the decode limit: only one file's rows are held at a time
-        _, table = _read_shard(root, shard, schema, _Kept(), [part_read_limit()], indices)
-        if table is not None and table.num_rows and _file_trusted(table, shard):
+        table = _shard_alone(root, shard, schema, indices)
+        if table is not None and table.num_rows:
             yield table
+
+
+def alone(root: Path, schema: pa.Schema, shard: int) -> Loaded:
+    """The rows of `shard`'s file, checked as `each_shard` checks them and not kept by
+    the process (a pass over every shard in turn holds one file's rows at a time); none
+    where there is no such file, or one not to be trusted."""
+    try:
+        if not no_link_on_the_way(root, CATALOG_DIR.as_posix()):
+            return empty(schema)
+    except OSError:
+        return empty(schema)
+    table = _shard_alone(root, shard, schema)
+    rows = table if table is not None else empty_table(schema)
+    return Loaded(rows, np.full(rows.num_rows, shard, dtype=np.int16), frozenset({shard}))
+
+
+def _shard_alone(root: Path, shard: int, schema: pa.Schema,
+                 fields: list[int] | None = None) -> pa.Table | None:
+    """`shard`'s table read on its own, within the decode limit, None if not to be
+    trusted (`_file_trusted`)."""
+    _, table = _read_shard(root, shard, schema, _Kept(), [part_read_limit()], fields)
+    return table if table is not None and _file_trusted(table, shard) else None
 
 
 def _file_trusted(table: pa.Table, shard: int) -> bool:
@@ -318,12 +339,13 @@ def _checked(body: bytes, header: bytes, schema: pa.Schema, budget: list[int],
 
 
 def save(root: Path, loaded: Loaded, keep: np.ndarray, fresh: pa.Table,
-         remove: Callable[[], None]) -> pa.Table:
+         remove: Callable[[], None]) -> tuple[pa.Table, pa.Table]:
     """Write the shards of `loaded` that change: those with a row not in `keep` (a mask of
     its rows) and those `fresh` (rows of the catalog's schema) adds to; a shard left with
     no row loses its file. `remove()` is called once a file is written (the catalogs of
     earlier versions go then). The runs (project, run) the files now hold, of the shards
-    read (OSError if a file cannot be written: those before it are written)."""
+    read, and the rows of `fresh` written (OSError if a file cannot be written: those
+    before it are written)."""
     # (NumPy arrays given to pyarrow as `booleans`/`fixed`: `pa.array` asks pandas
     # whether it was given one of its objects, which imports it, 0.2 s)
     fresh_shards = np.array([shard_of(r) for r in fresh.column("run").to_pylist()],
@@ -351,8 +373,9 @@ def save(root: Path, loaded: Loaded, keep: np.ndarray, fresh: pa.Table,
     # a run of a shard not read (never so: a question about one run reads its shard)
     # is not saved: writing its shard would drop the runs the file holds
     names = ["project", "run"]
-    return pa.concat_tables([loaded.table.select(names).filter(booleans(keep)), fresh.select(
-        names).filter(booleans(np.isin(fresh_shards, list(loaded.read))))])
+    written = fresh.filter(booleans(np.isin(fresh_shards, list(loaded.read))))
+    return pa.concat_tables([loaded.table.select(names).filter(booleans(keep)),
+                             written.select(names)]), written
 
 
 def _encoded(table: pa.Table) -> bytes:

@@ -47,11 +47,13 @@ _VERSION = 2
 
 class DecodedCache:
     """Decoded values of a store's files, valid while their size and mtime are unchanged;
-    a no-op for a store in an object store (read-only, and no cheap `stat`)."""
+    a no-op for a store in an object store (read-only, and no cheap `stat`), and where
+    not `kept` (a pass that reads each run once, a catalog file at a time: loading and
+    writing the whole cache for each file would cost more than it saves)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, kept: bool = True) -> None:
         self.root = root
-        self.enabled = not is_url(root)
+        self.enabled = kept and not is_url(root)
         self.path = root / CACHE_FILE
         self._prefix = f"{root}{os.sep}"
         # read on first use: when the run catalog answers for every run, never

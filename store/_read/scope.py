@@ -31,7 +31,9 @@ class Scope:
     are not made (unless a resumed run's cutoffs need them). With `runs`, only those
     (project, run) are read (the runs a listing shows, `run_index`). Without
     `attempt_rows`, a question that names the runs view and not `run_attempts`, the
-    runs view may hold its rows alone (`runs_rows`)."""
+    runs view may hold its rows alone (`runs_rows`). With `shard` (and `runs`, those
+    of the store whose names hash to it), the runs of that catalog file alone, whose
+    file is brought up to date (`_ops/catalog_pass.py`)."""
 
     kinds: frozenset[str] = frozenset(KINDS)
     attempts: bool = True
@@ -41,6 +43,7 @@ class Scope:
     summaries: bool = True
     runs: frozenset[tuple[str, str]] | None = None
     attempt_rows: bool = True
+    shard: int | None = None
 
     @property
     def everything(self) -> bool:

@@ -105,6 +105,8 @@ class Snapshot:
         self.attempts = empty_table(ATTEMPTS_SCHEMA)
         #: the runs view's rows, where made without `attempts` (`runs_rows`)
         self.runs: pa.Table | None = None
+        #: the run catalog as this snapshot left it (None: not looked at)
+        self.catalog: RunCatalog | None = None
         if not scope.kinds and scope.attempts and scope.run is None and scope.runs is None \
                 and trust_catalog and not skip and runs_view_streamed(root):
             # the runs view alone, a process's first question on it: the catalog's files
@@ -123,7 +125,8 @@ class Snapshot:
         summaries: list[pa.Table] = []
         # runs whose metric parts and attempt files are as the catalog has them are not
         # listed again (with parts to skip, a rare retry after damage, all are)
-        catalog = RunCatalog(root, trust_catalog, scope.run, scope.runs)
+        catalog = self.catalog = RunCatalog(root, trust_catalog, scope.run, scope.runs,
+                                            scope.shard)
         # the runs view alone: the catalog vouches for the runs' attempts only
         attempts_only = not scope.kinds
         settled = frozenset(catalog.settled(scope.project, scope.run, attempts_only)) if \
@@ -143,7 +146,7 @@ class Snapshot:
                                   runs=scope.runs)
         #: the kinds read, in KINDS order (those of `scope`, and metrics for cutoffs)
         self.kinds = tuple(k for k in KINDS if k in {s.kind for s in streams} | scope.kinds)
-        cache = DecodedCache(root)
+        cache = DecodedCache(root, kept=scope.shard is None)
         fresh = _FreshRuns()
         for s, directory in streams.items():
             before = (len(summaries), len(problems.damaged))
