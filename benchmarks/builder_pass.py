@@ -15,7 +15,7 @@ one's), as the deriver does: printed are its wall seconds, its peak resident mem
   written with bundles off, whose every run the pass catalogs and bundles.
 
     python benchmarks/builder_pass.py --root /tmp/tiny-1m/grown/store --repeat 2
-    python benchmarks/builder_pass.py --root STORE --cold /tmp/cold-copy
+    python benchmarks/builder_pass.py --root STORE --cold /tmp/cold-copy --cold-runs 50000
 """
 
 from __future__ import annotations
@@ -49,12 +49,25 @@ def one_pass(root: Path) -> dict[str, float]:
     return json.loads(out.stdout.splitlines()[-1])  # type: ignore[no-any-return]
 
 
-def cold_copy(root: Path, to: Path) -> None:
-    """`root` at `to` without `.cache`: its files hard-linked, every time kept (a
-    directory made now would be too fresh to catalog)."""
+def cold_copy(root: Path, to: Path, runs: int | None = None) -> None:
+    """`root` at `to` without `.cache` (with `runs`, only the first that many runs of
+    each project, by name): its files hard-linked, every time kept (a directory made now
+    would be too fresh to catalog)."""
     shutil.rmtree(to, ignore_errors=True)
-    shutil.copytree(root, to, copy_function=os.link,
-                    ignore=shutil.ignore_patterns(".cache"))
+    if runs is None:
+        shutil.copytree(root, to, copy_function=os.link,
+                        ignore=shutil.ignore_patterns(".cache"))
+        return
+    for kind in ("runs", "metrics"):
+        for project in sorted(os.listdir(root / kind)):
+            names = sorted(n for n in os.listdir(root / kind / project)
+                           if n.startswith("run="))[:runs]
+            for name in names:
+                shutil.copytree(root / kind / project / name, to / kind / project / name,
+                                copy_function=os.link)
+            shutil.copystat(root / kind / project, to / kind / project)
+        shutil.copystat(root / kind, to / kind)
+    shutil.copystat(root, to)
 
 
 def count_runs(root: Path) -> int:
@@ -74,15 +87,18 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--cold", type=Path, help="Also pass over a copy made here "
                         "without catalog or bundles (removed after).")
+    parser.add_argument("--cold-runs", type=int, help="Only this many runs of each "
+                        "project in the copy.")
     args = parser.parse_args()
     runs = count_runs(args.root)
     print(f"{args.root}: {runs:,} runs")
     if args.cold is not None:
         began = time.perf_counter()
-        cold_copy(args.root, args.cold)
-        print(f"(copy made in {time.perf_counter() - began:.1f} s)")
-        print(_line("cold: no catalog, no bundle", runs, one_pass(args.cold)))
-        print(_line("the next pass: nothing new", runs, one_pass(args.cold)))
+        cold_copy(args.root, args.cold, args.cold_runs)
+        copied = count_runs(args.cold)
+        print(f"(copy of {copied:,} runs made in {time.perf_counter() - began:.1f} s)")
+        print(_line("cold: no catalog, no bundle", copied, one_pass(args.cold)))
+        print(_line("the next pass: nothing new", copied, one_pass(args.cold)))
         shutil.rmtree(args.cold, ignore_errors=True)
     for i in range(args.repeat):
         print(_line(f"warm pass {i + 1}", runs, one_pass(args.root)))

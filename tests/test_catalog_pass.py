@@ -198,3 +198,17 @@ def test_a_file_whose_runs_are_all_gone_is_removed(tmp_path: Path, few: None) ->
     left = settled_runs(root, lambda: None)
     assert sorted(zip(left.column("project").to_pylist(), left.column("run").to_pylist(),
                       strict=True)) == sorted(set(RUNS) - set(gone))
+
+
+def test_a_bundle_holds_at_most_its_count_of_parts(tmp_path: Path, few: None,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A builder reads each part of a bundle as a table of its own (about 12 KB held
+    each): a bundle of 50,000 tiny runs held 0.6 GB."""
+    monkeypatch.setattr(bundle, "BUNDLE_MAX_PARTS", 4)
+    root = tmp_path / "store"
+    _store(root)
+    report = build_bundles(root)
+    sources = [len(bundles.read_bundle(path).sources) for path in report.written]
+    assert sources and max(sources) <= 4 and sum(sources) == len(RUNS)  # a part a run
+    assert report.runs == len(RUNS)
+    assert _answers(root) == _from_files(root, tmp_path)

@@ -8,10 +8,11 @@ claim broken as a compactor's is), brings the run catalog up to date a file at a
 (`catalog_pass`: what it holds of the store is a few columns a run), deletes the
 bundles the catalog no longer vouches for, and bundles the settled runs of at most
 `RUN_MAX_VALUES` values that no bundle holds, per project, at most `BUNDLE_MAX_VALUES`
-values per bundle (the builder sorts one bundle in memory) and only groups of at least
-`BUNDLE_MIN_RUNS` runs (fewer would save little for the bytes a bundle adds). Killed at
-any point, it leaves at most a temporary file, which the next builder removes. A group
-whose parts change or go while it is copied (retention, a resumed run) is not kept.
+values and `BUNDLE_MAX_PARTS` parts per bundle (the builder sorts one bundle in memory)
+and only groups of at least `BUNDLE_MIN_RUNS` runs (fewer would save little for the
+bytes a bundle adds). Killed at any point, it leaves at most a temporary file, which the
+next builder removes. A group whose parts change or go while it is copied (retention, a
+resumed run) is not kept.
 `TRACKLAKE_BUNDLES=0` (`false`, `no`, `off`) builds none; retention deletes the bundles
 that hold a run it drops or thins (`forget_run`).
 """
@@ -70,6 +71,9 @@ from tracklake._read.snapshot import with_partitions
 RUN_MAX_VALUES = 1 << 16
 #: A bundle holds at most this many values (sorted in memory: ≈ 50 bytes each).
 BUNDLE_MAX_VALUES = 4_000_000
+#: ... and at most this many parts, each read as a table of its own (about 12 KB each
+#: held: a bundle of 50,000 tiny runs held 0.6 GB, one of a million would have 12 GB).
+BUNDLE_MAX_PARTS = 8192
 #: A group of fewer runs is not bundled (yet).
 BUNDLE_MIN_RUNS = 32
 #: The project a bundle names when it holds the runs of several projects: those too few
@@ -232,10 +236,10 @@ def _candidates(settled: pa.Table, covered: pa.Array
 def _groups(runs: list[tuple[str, str, list[str], int]]
             ) -> list[tuple[str, list[_Candidate]]]:
     """Per project, the runs (`_candidates`) in groups of at most `BUNDLE_MAX_VALUES`
-    values and at least `BUNDLE_MIN_RUNS` runs; then the runs left over (a project of
-    too few runs, the last runs of a larger one), pooled across projects in groups made
-    alike, named `POOLED`: a store of many small projects would otherwise have no bundle
-    at all."""
+    values and `BUNDLE_MAX_PARTS` parts and at least `BUNDLE_MIN_RUNS` runs; then the
+    runs left over (a project of too few runs, the last runs of a larger one), pooled
+    across projects in groups made alike, named `POOLED`: a store of many small projects
+    would otherwise have no bundle at all."""
     by_project: dict[str, list[_Candidate]] = {}
     for project, run, parts, values in sorted(runs):
         by_project.setdefault(project, []).append((run, parts, values))
@@ -251,17 +255,20 @@ def _groups(runs: list[tuple[str, str, list[str], int]]
 
 def _grouped(candidates: list[_Candidate]
              ) -> tuple[list[list[_Candidate]], list[_Candidate]]:
-    """`candidates` in groups of at most `BUNDLE_MAX_VALUES` values, in order, and the
-    last group instead if it is of fewer than `BUNDLE_MIN_RUNS` runs."""
+    """`candidates` in groups of at most `BUNDLE_MAX_VALUES` values and
+    `BUNDLE_MAX_PARTS` parts, in order, and the last group instead if it is of fewer
+    than `BUNDLE_MIN_RUNS` runs."""
     groups: list[list[_Candidate]] = []
     group: list[_Candidate] = []
-    total = 0
+    total = parts = 0
     for candidate in candidates:
-        if group and total + candidate[2] > BUNDLE_MAX_VALUES:
+        if group and (total + candidate[2] > BUNDLE_MAX_VALUES
+                      or parts + len(candidate[1]) > BUNDLE_MAX_PARTS):
             groups.append(group)
-            group, total = [], 0
+            group, total, parts = [], 0, 0
         group.append(candidate)
         total += candidate[2]
+        parts += len(candidate[1])
     if len(group) >= BUNDLE_MIN_RUNS:
         return [*groups, group], []
     return groups, group
