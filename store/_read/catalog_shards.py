@@ -115,11 +115,8 @@ def load(root: Path, schema: pa.Schema, run: str | None = None) -> Loaded:
     """The catalog rows of `root`: of every shard, or of `run`'s shard if given (every
     shard's still, if this process keeps them and that shard's file is the same); empty
     where there is no catalog, or one not to be trusted."""
-    try:
-        if not no_link_on_the_way(root, CATALOG_DIR.as_posix()):
-            return empty(schema)  # a link on the way could lead out of the store
-    except OSError:
-        return empty(schema)  # .cache not a directory, or not to be looked into
+    if not _reachable(root):
+        return empty(schema)
     kept = _kept(root)
     shards = range(SHARDS) if run is None else [shard_of(run)]
     budget = [part_read_limit()]
@@ -193,10 +190,7 @@ def each_shard(root: Path, schema: pa.Schema, fields: list[str]) -> Iterator[pa.
     """The rows of each shard's file in turn, checked as `load` checks them, only the
     columns `fields` decoded, none kept: a pass over every run that holds one file's rows
     at a time (`run_index`). A file not to be trusted gives no rows; no catalog, none."""
-    try:
-        if not no_link_on_the_way(root, CATALOG_DIR.as_posix()):
-            return
-    except OSError:
+    if not _reachable(root):
         return
     indices = [schema.get_field_index(name) for name in fields]
     for shard in range(SHARDS):
@@ -209,14 +203,20 @@ def alone(root: Path, schema: pa.Schema, shard: int) -> Loaded:
     """The rows of `shard`'s file, checked as `each_shard` checks them and not kept by
     the process (a pass over every shard in turn holds one file's rows at a time); none
     where there is no such file, or one not to be trusted."""
-    try:
-        if not no_link_on_the_way(root, CATALOG_DIR.as_posix()):
-            return empty(schema)
-    except OSError:
+    if not _reachable(root):
         return empty(schema)
     table = _shard_alone(root, shard, schema)
     rows = table if table is not None else empty_table(schema)
     return Loaded(rows, np.full(rows.num_rows, shard, dtype=np.int16), frozenset({shard}))
+
+
+def _reachable(root: Path) -> bool:
+    """Whether the catalog's directory may be read: no link on the way (one could lead
+    out of the store), and `.cache` a directory that can be looked into."""
+    try:
+        return no_link_on_the_way(root, CATALOG_DIR.as_posix())
+    except OSError:
+        return False
 
 
 def _shard_alone(root: Path, shard: int, schema: pa.Schema,
