@@ -137,7 +137,7 @@ def test_a_pass_rewrites_only_the_file_of_a_run_that_changed(
 def test_settled_runs_give_each_runs_parts_their_mtimes_and_values(tmp_path: Path) -> None:
     root = tmp_path / "store"
     _store(root)
-    rows = settled_runs(root, lambda: None).to_pylist()
+    rows = settled_runs(root, lambda: None)[0].to_pylist()
     assert sorted((r["project"], r["run"]) for r in rows) == sorted(RUNS)
     for row in rows:
         i = RUNS.index((row["project"], row["run"]))
@@ -160,7 +160,7 @@ def test_a_planted_file_holding_another_files_run_is_written_anew(tmp_path: Path
     target.write_bytes(signed_catalog(pa.concat_tables(
         [_file_table(target), _file_table(catalog_path(root, victim))])))
     age(root)
-    rows = settled_runs(root, lambda: None)
+    rows = settled_runs(root, lambda: None)[0]
     counts = Counter(zip(rows.column("project").to_pylist(), rows.column("run").to_pylist(),
                          strict=True))
     assert sorted(counts) == sorted(RUNS) and set(counts.values()) == {1}
@@ -177,7 +177,7 @@ def test_an_empty_store_and_a_store_of_no_runs_pass(tmp_path: Path, few: None) -
     root.mkdir()
     report = build_bundles(root)
     assert report.runs == 0 and not report.written
-    assert settled_runs(root, lambda: None).num_rows == 0
+    assert settled_runs(root, lambda: None)[0].num_rows == 0
     (root / "runs" / "project=p").mkdir(parents=True)
     (root / "metrics").mkdir()
     assert build_bundles(root).runs == 0
@@ -195,7 +195,7 @@ def test_a_file_whose_runs_are_all_gone_is_removed(tmp_path: Path, few: None) ->
             shutil.rmtree(root / kind / f"project={project}" / f"run={run}")
     build_bundles(root)
     assert not path.exists()
-    left = settled_runs(root, lambda: None)
+    left = settled_runs(root, lambda: None)[0]
     assert sorted(zip(left.column("project").to_pylist(), left.column("run").to_pylist(),
                       strict=True)) == sorted(set(RUNS) - set(gone))
 

@@ -15,9 +15,11 @@ from _listings import record_listings
 from _many_runs import PROJECTS, catalogued_store, plant_forged_status
 from _many_runs import changed as _changed
 from _many_runs import run as _run
+from _settled import age
 from click.testing import CliRunner
 
 import tracklake
+from tracklake._cli import run_list
 from tracklake._cli.main import main
 from tracklake._read import catalog_shards, run_index, snapshot
 from tracklake._read.run_index import newest_runs
@@ -72,7 +74,7 @@ def test_the_listing_prints_what_reading_every_run_prints(
                  ("--metric", "loss", "--limit", "4")):
         shown = _cli_json(store, *args)
         with monkeypatch.context() as m:
-            m.setattr(run_index, "FRESH_AT_MOST", -1)  # every run read
+            m.setattr(run_list, "newest_runs", lambda *args: None)  # every run read
             every = _cli_json(store, *args)
         assert shown == every and shown
     result = CliRunner().invoke(main, ["runs", "--root", str(store), "--limit", "3"])
@@ -117,17 +119,76 @@ def test_only_the_runs_shown_are_read_the_others_counted_by_their_paths_under_ru
     assert runs_listed <= {"run=p08", "run=p09"}, runs_listed
 
 
-def test_a_store_the_catalog_does_not_cover_is_read_whole(
+def test_runs_the_catalog_does_not_vouch_for_are_read_from_their_attempt_files_alone(
         store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """However many runs the catalog does not vouch for (here every run: no catalog at
+    all), the count and the newest come from their attempt files, a few runs at a time,
+    each file read once and no metric file opened; nothing is catalogued in the process
+    (a builder is asked to do it), and past `FRESH_AT_MOST` runs the decoded cache is
+    neither read nor written."""
+    from tracklake._read import decoded
+
     assert newest_runs(store, None, sum(PROJECTS.values())) is None  # nothing left out
-    monkeypatch.setattr(run_index, "FRESH_AT_MOST", 1)
     _run(store, "p", "new1", 30.0)
     _run(store, "p", "new2", 31.0)
-    assert newest_runs(store, None, 2) is None  # two runs to read from their files
     shutil.rmtree(store / ".cache")
-    assert newest_runs(store, None, 2) is None
+    monkeypatch.setattr(run_index, "FRESH_AT_MOST", 3)
+    monkeypatch.setattr(run_index, "_READ_AT", 4)  # 16 runs: 4 groups
+    asked: list[int] = []
+    monkeypatch.setattr(run_index, "start_builder",
+                        lambda root, uncatalogued_runs: asked.append(uncatalogued_runs))
+    opened: list[str] = []
+    real_get = decoded.DecodedCache.get
+
+    def get(self: decoded.DecodedCache, path: Path, decode: object) -> object:
+        assert not self.enabled  # more than FRESH_AT_MOST: no cache
+        opened.append(str(path.relative_to(store)))
+        return real_get(self, path, decode)  # type: ignore[arg-type]
+    monkeypatch.setattr(decoded.DecodedCache, "get", get)
+    found = newest_runs(store, None, 2)
+    total = sum(PROJECTS.values()) + 2
+    assert found is not None and found.total == total
+    assert found.newest == [("p", "new2"), ("p", "new1")]
+    assert len(opened) == len(set(opened)) == total  # one attempt file a run
+    assert all(p.startswith("runs/") and "/attempt=" in p for p in opened)
+    assert asked == [total]
+    assert not (store / ".cache").exists()  # neither catalog nor cache written
+    monkeypatch.setattr(decoded.DecodedCache, "get", real_get)
+    assert (found.total, found.newest) == _by_sql(store, None, 2)
     monkeypatch.setenv("TRACKLAKE_TRUST_MTIMES", "0")
     assert newest_runs(store, None, 2) is None
+
+
+@pytest.mark.parametrize("bundles", ["on", "off"])
+def test_the_builder_a_listing_starts_catalogs_the_runs_it_read_from_their_files(
+        store: Path, bundles: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs the catalog lacks, past `BUILD_MIN_RUNS`: `tracklake runs` starts a builder
+    in the background, which catalogs them (bundles off too: then it bundles nothing),
+    so that the next listing reads none of them from their files; and marks what it
+    left uncatalogued, so that the next listing starts none for the same runs."""
+    from tracklake._read import bundles as bundles_module
+
+    monkeypatch.setenv("TRACKLAKE_BUNDLES", bundles)
+    shutil.rmtree(store / ".cache")
+    age(store)
+    monkeypatch.setattr(bundles_module, "BUILD_MIN_RUNS", 4)
+    shown = _cli_json(store, "--limit", "2")
+    builder = bundles_module._builders.pop(str(store))
+    assert builder.wait(timeout=120) == 0
+    vouched = {r for r in catalogued_table(store).column("run").to_pylist()}
+    assert vouched == {f"{p}{i:02d}" for p, count in PROJECTS.items() for i in range(count)}
+    assert not list((store / ".cache" / "bundles").glob("bundle-*"))  # too few to bundle
+    marker = json.loads((store / ".cache" / "bundles" / ".checked").read_bytes())
+    assert marker["uncatalogued"] == 0
+    assert _cli_json(store, "--limit", "2") == shown
+    assert str(store) not in bundles_module._builders  # within BUILD_EVERY_SECONDS
+    monkeypatch.setattr(bundles_module, "BUILD_EVERY_SECONDS", -60.0)
+    assert not bundles_module.start_builder(store, uncatalogued_runs=4 - 1)
+    marker["uncatalogued"] = 10  # as many left as a listing finds: none started
+    (store / ".cache" / "bundles" / ".checked").write_text(json.dumps(marker))
+    assert not bundles_module.start_builder(store, uncatalogued_runs=10 + 4 - 1)
+    assert bundles_module.start_builder(store, uncatalogued_runs=10 + 4)
+    assert bundles_module._builders.pop(str(store)).wait(timeout=120) == 0
 
 
 def test_a_catalog_file_holding_another_files_run_is_not_used(store: Path) -> None:
@@ -183,6 +244,6 @@ def test_a_linked_project_and_a_fifo_for_a_catalog_file_are_passed_over(
     assert found is not None and found.total == sum(PROJECTS.values())
     assert (found.total, found.newest) == _by_sql(store, None, 3)
     shown = _cli_json(store, "--limit", "3")
-    monkeypatch.setattr(run_index, "FRESH_AT_MOST", -1)
+    monkeypatch.setattr(run_list, "newest_runs", lambda *args: None)  # every run read
     assert shown == _cli_json(store, "--limit", "3")
     assert [r["run"] for r in shown] == ["p07", "p08", "p09"]

@@ -13,7 +13,8 @@ and only groups of at least `BUNDLE_MIN_RUNS` runs (fewer would save little for 
 bytes a bundle adds). Killed at any point, it leaves at most a temporary file, which the
 next builder removes. A group whose parts change or go while it is copied (retention, a
 resumed run) is not kept.
-`TRACKLAKE_BUNDLES=0` (`false`, `no`, `off`) builds none; retention deletes the bundles
+`TRACKLAKE_BUNDLES=0` (`false`, `no`, `off`) builds none (the builder a reader starts then
+only brings the run catalog up to date); retention deletes the bundles
 that hold a run it drops or thins (`forget_run`).
 """
 
@@ -29,6 +30,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -98,14 +100,17 @@ class BundleReport:
     refused: str | None = None  # why the bundle directory was not used (a link there)
 
 
-def build_bundles(root: Path, touch: Callable[[], None] | None = None) -> BundleReport:
-    """Bundle the store's small settled runs that no bundle holds (see the module).
-    Its claim, and whatever `touch` refreshes, are touched as each step ends: another host
-    takes a claim it watched stand still for `CLAIM_STALE_SECONDS` for a dead holder's,
-    and a build of many runs can last longer."""
+def build_bundles(root: Path, touch: Callable[[], None] | None = None,
+                  catalog_if_off: bool = False) -> BundleReport:
+    """Bundle the store's small settled runs that no bundle holds (see the module); with
+    bundles off, nothing, or (`catalog_if_off`: a builder a reader started for runs not
+    catalogued) bring the run catalog up to date alone. Its claim, and whatever `touch`
+    refreshes, are touched as each step ends: another host takes a claim it watched
+    stand still for `CLAIM_STALE_SECONDS` for a dead holder's, and a build of many runs
+    can last longer."""
     report = BundleReport()
-    if not enabled():
-        report.disabled = True
+    report.disabled = not enabled()
+    if report.disabled and not catalog_if_off:
         return report
     directory = root / BUNDLE_DIR
     try:
@@ -126,7 +131,10 @@ def build_bundles(root: Path, touch: Callable[[], None] | None = None) -> Bundle
                 touch()
 
         started = time.time()
-        settled = settled_runs(root, progress)
+        settled, named = settled_runs(root, progress)
+        if report.disabled:
+            _checked(root, started, left_out=0, uncatalogued=named - settled.num_rows)
+            return report
         kept, covered = _usable(bundles_found(root), settled)
         for path in set(bundle_paths(root)) - {b.path for b in kept}:
             try:
@@ -154,12 +162,17 @@ def build_bundles(root: Path, touch: Callable[[], None] | None = None) -> Bundle
             report.bytes += written.stat().st_size
             report.runs += len(group)
             report.values += sum(values for *_, values in group)
-        # what a reader compares its count of settled runs not in a bundle with
-        left_out = settled.num_rows - _runs_of_parts(covered) - report.runs
-        write_atomic(directory / CHECKED, json.dumps({
-            "left_out": left_out, "started": started, "ended": time.time()}).encode(),
-                     root=root)
+        _checked(root, started, left_out=settled.num_rows - _runs_of_parts(covered)
+                 - report.runs, uncatalogued=named - settled.num_rows)
     return report
+
+
+def _checked(root: Path, started: float, left_out: int, uncatalogued: int) -> None:
+    """Mark a builder's pass done: what a reader compares its counts of settled runs not
+    in a bundle (`left_out`) and of runs not catalogued (`uncatalogued`) with."""
+    write_atomic(root / BUNDLE_DIR / CHECKED, json.dumps({
+        "left_out": left_out, "uncatalogued": uncatalogued, "started": started,
+        "ended": time.time()}).encode(), root=root)
 
 
 def last_build(root: Path) -> tuple[float, float]:
@@ -395,7 +408,8 @@ def background_main(argv: list[str], module: str, work: Callable[[Path], object]
 
 def main(argv: list[str]) -> int:
     """Entry point: ROOT (`background_main`)."""
-    return background_main(argv, "tracklake._ops.bundle", build_bundles,
+    return background_main(argv, "tracklake._ops.bundle",
+                           partial(build_bundles, catalog_if_off=True),
                            "bundling small runs")
 
 

@@ -38,12 +38,13 @@ _LISTED_AT = 1 << 16
 _RUN_DIRS = ("runs", "metrics")
 
 
-def settled_runs(root: Path, progress: Callable[[], None]) -> pa.Table:
+def settled_runs(root: Path, progress: Callable[[], None]) -> tuple[pa.Table, int]:
     """Catalog the store's settled runs not catalogued yet, a catalog file at a time
     (dropping the entries of runs changed or gone); `SETTLED` rows of every run the
-    catalog then vouches for. `progress()` is called after each file."""
+    catalog then vouches for, and how many runs the store's directories name.
+    `progress()` is called after each file."""
     if is_url(root):
-        return empty_table(SETTLED)
+        return empty_table(SETTLED), 0
     projects, runs = _store_runs(root)
     shards = np.fromiter(map(shard_of, runs.to_pylist()), dtype=np.int16, count=len(runs))
     found = []
@@ -58,7 +59,7 @@ def settled_runs(root: Path, progress: Callable[[], None]) -> pa.Table:
         if snapshot.catalog is not None:
             found.append(_settled_columns(snapshot.catalog.settled_table()))
         progress()
-    return pa.concat_tables(found) if found else empty_table(SETTLED)
+    return pa.concat_tables(found) if found else empty_table(SETTLED), len(runs)
 
 
 def _store_runs(root: Path) -> tuple[pa.Array, pa.Array]:

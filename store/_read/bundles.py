@@ -15,9 +15,11 @@ Like the catalog, bundles are never the only copy of anything: delete them at an
 Training ranks never touch them; they are built by `tracklake compact` over a whole store,
 by the deriver a finished run's compactor starts (`store/_ops/derive.py`), and by a
 low-priority process a reader starts when it finds many settled runs not yet bundled
-(`store/_ops/bundle.py`), one builder at a time (a claim on the directory);
-`TRACKLAKE_BUNDLES=0` turns building off. Retention deletes the bundles holding a run it
-drops or thins. A bundle found damaged is deleted and the question asked again without it.
+(`store/_ops/bundle.py`) or many runs the run catalog does not vouch for yet, one
+builder at a time (a claim on the directory); `TRACKLAKE_BUNDLES=0` turns building off
+(a builder a reader starts then brings the run catalog up to date alone). Retention
+deletes the bundles holding a run it drops or thins. A bundle found damaged is deleted
+and the question asked again without it.
 """
 
 from __future__ import annotations
@@ -50,13 +52,15 @@ BUNDLE_KEY = "tracklake.bundle"
 #: A bundle's sort order: a question for one key reads that key's row groups only.
 BUNDLE_ORDER = ("key", "project", "run", "rank", "attempt", "step", "seq")
 #: A reader starts a builder when at least this many settled runs are not bundled beyond
-#: those the last builder left out (too large, or too few in their project)...
+#: those the last builder left out (too large, or too few in their project), or this
+#: many runs are not catalogued beyond those it left out (not settled)...
 BUILD_MIN_RUNS = 64
 #: ... and no builder looked at the store in the last this many seconds (the builder
 #: writes `CHECKED` when it is done, whether it bundled anything or not, with the number
-#: of settled runs it left out). Short: runs a builder found too fresh to bundle (a sweep
-#: that just ended) are bundled by the next, and until then every question over them
-#: opens each of their parts (1,000 runs: about 1 s a dashboard chart, against 0.05 s).
+#: of settled runs it left out and of runs it did not catalog). Short: runs a builder
+#: found too fresh to bundle (a sweep that just ended) are bundled by the next, and
+#: until then every question over them opens each of their parts (1,000 runs: about 1 s
+#: a dashboard chart, against 0.05 s).
 BUILD_EVERY_SECONDS = 30.0
 CHECKED = ".checked"
 #: The module run as the builder.
@@ -181,25 +185,30 @@ def enabled() -> bool:
 _builders: dict[str, Any] = {}
 
 
-def _left_out(root: Path) -> int:
-    """How many settled runs the last builder left out of every bundle (0 if unknown)."""
+def _left_out(root: Path, field: str = "left_out") -> int:
+    """How many settled runs the last builder left out of every bundle (0 if unknown);
+    with `field` "uncatalogued", how many runs it left out of the run catalog (runs not
+    settled)."""
     try:
         value = bounded_json.loads(read_state(root, f"{BUNDLE_DIR.as_posix()}/{CHECKED}", 4096)
-                           )["left_out"]
+                           )[field]
     except (OSError, ValueError, TypeError, KeyError):
         return 0
     return value if isinstance(value, int) and value >= 0 else 0
 
 
-def start_builder(root: Path, unbundled_runs: int) -> bool:
+def start_builder(root: Path, unbundled_runs: int = 0, uncatalogued_runs: int = 0) -> bool:
     """Start a detached, low-priority builder for the store at `root` if `unbundled_runs`
-    settled runs are at least `BUILD_MIN_RUNS`, none of this process's builders for it is
-    still running, and no builder finished looking less than `BUILD_EVERY_SECONDS` ago.
-    Never waits for it; False if none was started."""
+    settled runs (bundles on), or `uncatalogued_runs` runs the run catalog does not vouch
+    for, are at least `BUILD_MIN_RUNS` more than the last builder left out (of the
+    bundles; of the catalog), none of this process's builders for it is still running,
+    and no builder finished looking less than `BUILD_EVERY_SECONDS` ago. Never waits for
+    it; False if none was started."""
     key = str(root)
-    if not enabled() or unbundled_runs < BUILD_MIN_RUNS or not sys.executable or \
+    unbundled_runs = unbundled_runs if enabled() else 0
+    if max(unbundled_runs, uncatalogued_runs) < BUILD_MIN_RUNS or not sys.executable or \
             not os.access(root, os.W_OK):
-        return False  # off, too few to pay, no Python to start, or a store it cannot write
+        return False  # too few to pay, no Python to start, or a store it cannot write
     running = _builders.get(key)
     if running is not None and running.poll() is None:
         return False
@@ -210,8 +219,9 @@ def start_builder(root: Path, unbundled_runs: int) -> bool:
     except OSError:
         return False
     # by the store's clock: on a host behind the file server, `checked` is always ahead
-    if store_now_ns(root) / 1e9 - checked < BUILD_EVERY_SECONDS or \
-            unbundled_runs - _left_out(root) < BUILD_MIN_RUNS:
+    if store_now_ns(root) / 1e9 - checked < BUILD_EVERY_SECONDS or (
+            unbundled_runs - _left_out(root) < BUILD_MIN_RUNS and
+            uncatalogued_runs - _left_out(root, "uncatalogued") < BUILD_MIN_RUNS):
         return False
     try:
         _builders[key] = subprocess.Popen(
