@@ -76,6 +76,8 @@ def _export_under_fire(root: Path, tmp_path: Path, dest_args: list[str], *,
             str(root), "--run", "live", "--batch-rows", "500"]
     command = [*once, "--follow", "--poll-interval", "0.2"]
     rng = random.Random(20261130)
+    # a killed exporter leaves its temporary directories: in the test's, not /tmp
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
     killed = 0
     try:
         deadline = time.monotonic() + 30
@@ -83,7 +85,7 @@ def _export_under_fire(root: Path, tmp_path: Path, dest_args: list[str], *,
             time.sleep(0.05)
         while killed < kills:
             exporter = subprocess.Popen(command, stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.DEVNULL)
+                                        stderr=subprocess.DEVNULL, env=env)
             time.sleep(rng.uniform(*window))
             if exporter.poll() is None:
                 os.kill(exporter.pid, signal.SIGKILL)
@@ -94,7 +96,7 @@ def _export_under_fire(root: Path, tmp_path: Path, dest_args: list[str], *,
         for w in writers:
             w.wait(timeout=120)
     assert all(w.returncode == 0 for w in writers)
-    final = subprocess.run(once, capture_output=True, text=True, timeout=300)
+    final = subprocess.run(once, capture_output=True, text=True, timeout=300, env=env)
     assert final.returncode == 0, final.stderr
     return killed
 

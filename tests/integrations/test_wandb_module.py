@@ -545,8 +545,12 @@ def test_save_stores_files_and_again_at_finish_when_they_changed(root: Path,
 
 
 def test_files_written_to_run_dir_are_stored_at_finish_and_dir_is_not_the_store(
-        root: Path) -> None:
+        root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the run's dir is kept
     run = wandb.init(project="p", root=root)
+    assert Path(run.dir).parent == tmp_path
     assert not Path(run.dir).resolve().is_relative_to(root.resolve())
     (Path(run.dir) / "sub").mkdir()
     (Path(run.dir) / "sub" / "model.txt").write_text("weights")
