@@ -7,8 +7,11 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN = $(VENV)/bin
 DEMO_ROOT ?= tracklake-demo
-#: pytest workers: tests run side by side, except those of one xdist_group (tests/conftest.py)
-WORKERS ?= 2
+#: pytest workers: tests run side by side, except those of one xdist_group (tests/conftest.py).
+#: One more than the 2 cores CI has: many tests wait on processes they start (writers,
+#: servers, kills), and the whole CI took 22:45 with 3 against 23:55 with 2 (the main
+#: suite 13:52 against 15:11); the suite passes beside two CPU-burning loops with 2
+WORKERS ?= 3
 
 #: The other Pythons that pyproject.toml claims. `make test-pythons` gives each one that is
 #: installed here (python3.X on PATH, else pyenv's) a .venv-3.X with every extra that
