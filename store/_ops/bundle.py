@@ -38,12 +38,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tracklake._errors import FormatError
-from tracklake._format import FORMAT_VERSION, SCHEMAS, bounded_json
+from tracklake._format import FORMAT_VERSION, SCHEMAS
 from tracklake._format.columns import booleans, combined, numpy_of, strings
 from tracklake._format.files import (
     NotRegularFileError,
     fsync_dir,
-    read_state,
     scratch,
     store_dir,
     write_atomic,
@@ -62,6 +61,7 @@ from tracklake._read.bundles import (
     bundle_paths,
     bundle_schema,
     bundles_found,
+    checked_marker,
     enabled,
     read_bundle,
 )
@@ -178,11 +178,8 @@ def _checked(root: Path, started: float, left_out: int, uncatalogued: int) -> No
 def last_build(root: Path) -> tuple[float, float]:
     """(began, ended) of the last builder to finish, as epoch seconds; (0, 0) if none did
     (or its marker is not ours to read)."""
-    try:
-        marker = bounded_json.loads(read_state(root, f"{BUNDLE_DIR.as_posix()}/{CHECKED}", 4096))
-        began, ended = marker.get("started", 0.0), marker.get("ended", 0.0)
-    except (OSError, ValueError, AttributeError):
-        return 0.0, 0.0
+    marker = checked_marker(root)
+    began, ended = marker.get("started", 0.0), marker.get("ended", 0.0)
     if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
                for v in (began, ended)):
         return 0.0, 0.0

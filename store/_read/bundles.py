@@ -185,16 +185,26 @@ def enabled() -> bool:
 _builders: dict[str, Any] = {}
 
 
-def _left_out(root: Path, field: str = "left_out") -> int:
-    """How many settled runs the last builder left out of every bundle (0 if unknown);
-    with `field` "uncatalogued", how many runs it left out of the run catalog (runs not
-    settled)."""
+def checked_marker(root: Path) -> dict[str, Any]:
+    """The last builder's `CHECKED` marker as it wrote it; {} if there is none, or none
+    ours to read (a link, a FIFO, damaged, not an object)."""
     try:
-        value = bounded_json.loads(read_state(root, f"{BUNDLE_DIR.as_posix()}/{CHECKED}", 4096)
-                           )[field]
-    except (OSError, ValueError, TypeError, KeyError):
-        return 0
+        marker = bounded_json.loads(read_state(root, f"{BUNDLE_DIR.as_posix()}/{CHECKED}",
+                                               4096))
+    except (OSError, ValueError):
+        return {}
+    return marker if isinstance(marker, dict) else {}
+
+
+def _count(marker: dict[str, Any], field: str) -> int:
+    """A count the marker holds (0 if it holds none that is a count)."""
+    value = marker.get(field)
     return value if isinstance(value, int) and value >= 0 else 0
+
+
+def _left_out(root: Path) -> int:
+    """How many settled runs the last builder left out of every bundle (0 if unknown)."""
+    return _count(checked_marker(root), "left_out")
 
 
 def start_builder(root: Path, unbundled_runs: int = 0, uncatalogued_runs: int = 0) -> bool:
@@ -219,9 +229,11 @@ def start_builder(root: Path, unbundled_runs: int = 0, uncatalogued_runs: int = 
     except OSError:
         return False
     # by the store's clock: on a host behind the file server, `checked` is always ahead
-    if store_now_ns(root) / 1e9 - checked < BUILD_EVERY_SECONDS or (
-            unbundled_runs - _left_out(root) < BUILD_MIN_RUNS and
-            uncatalogued_runs - _left_out(root, "uncatalogued") < BUILD_MIN_RUNS):
+    if store_now_ns(root) / 1e9 - checked < BUILD_EVERY_SECONDS:
+        return False
+    marker = checked_marker(root)
+    if unbundled_runs - _count(marker, "left_out") < BUILD_MIN_RUNS and \
+            uncatalogued_runs - _count(marker, "uncatalogued") < BUILD_MIN_RUNS:
         return False
     try:
         _builders[key] = subprocess.Popen(
