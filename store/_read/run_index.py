@@ -162,7 +162,7 @@ def _catalogued(root: Path, projects: set[str], vouched: dict[str, list[pa.Array
 
 
 def _fresh_attempts(root: Path, fresh: list[tuple[str, str]]) -> Iterator[pa.Table]:
-    """The attempts of the runs `fresh` (sorted), read from their files `_READ_AT` runs
+    """The attempts of the runs `fresh`, read from their files `_READ_AT` runs
     at a time (every attempt of a run in one table), through the decoded cache if they
     are at most `FRESH_AT_MOST`; with more than `BUILD_MIN_RUNS`, a builder is started to
     catalog them."""
@@ -210,10 +210,10 @@ def _vouched(root: Path, table: pa.Table, projects: set[str]) -> np.ndarray:
 
 def _fresh(root: Path, projects: set[str], vouched: dict[str, list[pa.Array]]
            ) -> list[tuple[str, str]]:
-    """(project, run) of the names under ``runs/`` the catalog does not vouch for, in
-    order. A project with as many names as the catalog vouches
-    for has none (a run vouched for has its directory there, so the names are those
-    runs'), and its names are counted, not held; else they are held as Arrow strings,
+    """(project, run) of the names under ``runs/`` the catalog does not vouch for. A
+    project with as many names as the catalog vouches for has none (a run vouched for
+    has its directory there, so the names are those runs'), and its names are counted,
+    not held; else they are held as Arrow strings,
     listed `_LISTED_AT` at a time (15 bytes a run, not 70 as Python strings), and
     looked up among the vouched all at once (pyarrow hashes the vouched names at each
     lookup: 0.34 s for a million)."""
@@ -231,8 +231,7 @@ def _fresh(root: Path, projects: set[str], vouched: dict[str, list[pa.Array]]
             continue  # gone since it was listed
         names = pc.utf8_slice_codeunits(listed, len("run="))
         left = np.flatnonzero(~numpy_of(pc.is_in(names, value_set=known), null=False))
-        fresh.extend((project, name) for name in sorted(
-            names.take(fixed(left, pa.int64())).to_pylist()))
+        fresh.extend((project, name) for name in names.take(fixed(left, pa.int64())).to_pylist())
     return fresh
 
 
