@@ -90,6 +90,8 @@ def test_the_first_questions_answers_are_those_of_the_whole_catalog(
         _changed(store)
         _more_shapes(store)
     monkeypatch.setattr(runs_rows, "GROUP_AT", group_at)
+    # (the catalog's files are vouched for a few together: by-file, each alone)
+    monkeypatch.setattr(run_index, "_VOUCHED_AT", group_at)
     grouped: list[int] = []
     real = runs_rows._grouped
 
