@@ -104,6 +104,49 @@ def test_a_bundled_store_answers_as_its_parts(tmp_path: Path, few: None) -> None
     assert answer.column("project").to_pylist() == ["b"]
 
 
+def _pages(path: Path, column: str) -> list[int]:
+    """How many pages each row group's chunk of `column` holds, by walking their headers
+    from where plain pyarrow's metadata says the chunk starts."""
+    from tracklake._format.page_headers import page_header
+
+    meta, data = pq.ParquetFile(path).metadata, path.read_bytes()
+    counts = []
+    for g in range(meta.num_row_groups):
+        chunk = meta.row_group(g).column(meta.schema.names.index(column))
+        start = chunk.dictionary_page_offset or chunk.data_page_offset
+        pos, end, pages = start, start + chunk.total_compressed_size, 0
+        while pos < end:
+            _, compressed, length = page_header(memoryview(data)[pos:end])
+            pos, pages = pos + length + compressed, pages + 1
+        counts.append(pages)
+    return counts
+
+
+def test_a_bundle_holds_a_row_group_in_as_few_pages_as_their_size_allows(
+        tmp_path: Path, few: None) -> None:
+    """A bundle is scanned whole, and its pages' headers are walked by each process that
+    opens it: pages cut every 20,000 rows (pyarrow's default) made 2,032 headers of a
+    4 M-row bundle, 448 without."""
+    from tracklake._format.part import _few_pages
+
+    root = tmp_path / "store"
+    for i in range(3):  # 3 runs x 7,000 steps of one key: one row group of 21,000 rows
+        with tracklake.init(project="a", run_id=f"r{i}", root=root, compact=False,
+                            capture_identity=False, system_metrics=False) as run:
+            for step in range(7000):
+                run.log({"loss": step + i}, step=step)
+    tracklake.compact(root=root)
+    age(root)
+    expected = _unbundled(root, tmp_path)
+    report = tracklake.compact(root=root).bundles
+    assert report is not None and len(report.written) == 1
+    [path] = bundle_paths(root)
+    assert pq.ParquetFile(path).metadata.num_rows == 21_000
+    pages = _pages(path, "step")  # 21,000 int64 deltas: far under the page size
+    assert pages == ([1] if _few_pages(pq) else [2])
+    assert _answers(root) == expected
+
+
 def test_projects_of_too_few_runs_are_bundled_together(tmp_path: Path, few: None) -> None:
     """Bundles were made per project: a store of many small projects (a sweep in a
     project each) had none, and every question read every run's parts."""

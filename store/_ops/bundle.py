@@ -336,7 +336,8 @@ def _write_bundle(root: Path, project: str, sources: list[tuple[str, int]]) -> P
     final = directory / f"bundle-{digest}.parquet"
     tmp = scratch(final, ".part-")
     try:
-        write_part_stream(tmp, table.schema, [table], "metrics", order=BUNDLE_ORDER)
+        write_part_stream(tmp, table.schema, [table], "metrics", order=BUNDLE_ORDER,
+                          few_pages=True)
         os.replace(tmp, final)
     finally:
         with contextlib.suppress(FileNotFoundError):
