@@ -148,7 +148,7 @@ _usable_before: list[tuple[dict[str, int], str | None, list[Bundle],
 def usable(root: Path, files: dict[str, int], project: str | None
            ) -> tuple[list[Bundle], frozenset[str]]:
     """The bundles (of `project`, if given) whose sources all have, in `files` (the run
-    catalog's settled paths and their mtimes), the mtime they had when bundled, no two
+    catalog's settled parts and their mtimes), the mtime they had when bundled, no two
     holding the same part; and the parts they hold. Callers change neither."""
     found = bundles_found(root)
     for before in _usable_before:

@@ -274,10 +274,10 @@ class RunCatalog:
                     "is read without the catalog")
             known.add(rel)
 
-    def files(self) -> dict[str, int]:
-        """Path → mtime of what the settled runs' entries watch (their directories and
-        their part and attempt files), as checked by `settled`."""
-        return self._derived("files", _files_of)  # type: ignore[no-any-return]
+    def part_mtimes(self) -> dict[str, int]:
+        """Path → mtime of the settled runs' metric part files, as checked by `settled`:
+        what a bundle's sources are compared with (`bundles.usable`)."""
+        return self._derived("part mtimes", _part_mtimes_of)  # type: ignore[no-any-return]
 
     def runs(self) -> list[tuple[str, str, list[str], int]]:
         """(project, run, paths of its metric parts, values in them) per settled run."""
@@ -533,9 +533,13 @@ def _parts_of(rows: pa.Table) -> list[tuple[str, int, int, int]]:
     return list(zip(*(parts.field(n).to_pylist() for n in _PART.names), strict=True))
 
 
-def _files_of(rows: pa.Table) -> dict[str, int]:
+def _part_mtimes_of(rows: pa.Table) -> dict[str, int]:
+    # (the parts alone: a dict of every watched path, 7 a run, took 51 ms at 10,000 runs)
     watched = combined(rows.column("watched")).flatten()
-    return dict(zip(watched.field("path").to_pylist(), watched.field("mtime_ns").to_pylist(),
+    paths = watched.field("path")
+    parts = watched.filter(pc.and_(pc.starts_with(paths, "metrics/"),
+                                   pc.ends_with(paths, ".parquet")))
+    return dict(zip(parts.field("path").to_pylist(), parts.field("mtime_ns").to_pylist(),
                     strict=True))
 
 

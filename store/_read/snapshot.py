@@ -205,7 +205,7 @@ class Snapshot:
                                      if p.path.parents[2] in dirs]
         if scope.metric_values and scope.run is None and scope.runs is None and settled:
             if bundle_paths(root):
-                self.bundles, covered = usable(root, catalog.files(), scope.project)
+                self.bundles, covered = usable(root, catalog.part_mtimes(), scope.project)
                 catalogued_parts = [c for c in catalogued_parts if c[0] not in covered]
                 settled_left = len(settled) - len(covered_runs(covered))
             else:
