@@ -1,11 +1,12 @@
 """`tracklake runs` on a store of many catalogued runs: the count and the newest runs come
-from the run catalog's files read one at a time (`run_index`), and only the runs shown
+from the run catalog's files read a few at a time (`run_index`), and only the runs shown
 are read; what it prints is what reading every run prints."""
 
 from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -191,28 +192,48 @@ def test_the_builder_a_listing_starts_catalogs_the_runs_it_read_from_their_files
     assert bundles_module._builders.pop(str(store)).wait(timeout=120) == 0
 
 
-def test_a_catalog_file_holding_another_files_run_is_not_used(store: Path) -> None:
+@pytest.mark.parametrize("planted", ["another file's run", "a null run"])
+def test_a_catalog_file_not_to_be_trusted_is_not_used_and_those_beside_it_are(
+        store: Path, planted: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A forged entry of the newest run, its start said to be the earliest of all (a run
-    starts when its first attempt did), planted in the file of another shard: that file
-    is not trusted (its runs are read from their files), and the newest run stays the
-    newest."""
+    starts when its first attempt did), planted in the file of another shard; or the
+    newest run's entry with its name null: that file is not trusted (its runs are read
+    from their files), the files checked with it are (their runs are not read), and the
+    newest run stays the newest."""
     table = catalogued_table(store)
     runs = table.column("run").to_pylist()
-    forged = table.filter(pa.array([r == "p09" for r in runs]))
-    attempts = forged.column("attempts").to_pylist()
-    attempts[0][0]["started_at"] = "1970-01-01T00:00:00+00:00"
-    forged = forged.set_column(forged.schema.get_field_index("attempts"), "attempts",
-                               pa.array(attempts, forged.schema.field("attempts").type))
-    other = next(r for r in runs
-                 if catalog_shards.shard_of(r) != catalog_shards.shard_of("p09"))
-    plant_catalog(store, table)
-    path = catalog_path(store, other)
-    rows = pa.ipc.open_stream(path.read_bytes().partition(b"\n")[2]).read_all()
-    path.write_bytes(signed_catalog(pa.concat_tables([rows, forged])))
+    if planted == "a null run":
+        plant_catalog(store, table.set_column(
+            table.schema.get_field_index("run"), "run",
+            pa.array([None if r == "p09" else r for r in runs], pa.string())),
+            null_run="p09")
+        distrusted = "p09"
+    else:
+        forged = table.filter(pa.array([r == "p09" for r in runs]))
+        attempts = forged.column("attempts").to_pylist()
+        attempts[0][0]["started_at"] = "1970-01-01T00:00:00+00:00"
+        forged = forged.set_column(forged.schema.get_field_index("attempts"), "attempts",
+                                   pa.array(attempts, forged.schema.field("attempts").type))
+        distrusted = next(r for r in runs
+                          if catalog_shards.shard_of(r) != catalog_shards.shard_of("p09"))
+        plant_catalog(store, table)
+        path = catalog_path(store, distrusted)
+        rows = pa.ipc.open_stream(path.read_bytes().partition(b"\n")[2]).read_all()
+        path.write_bytes(signed_catalog(pa.concat_tables([rows, forged])))
     age_catalog(store)
+    read: list[tuple[str, str]] = []
+    real = run_index._fresh_attempts
+
+    def noted(root: Path, fresh: list[tuple[str, str]]) -> Iterator[pa.Table]:
+        read.extend(fresh)  # the runs read from their attempt files
+        return real(root, fresh)
+    monkeypatch.setattr(run_index, "_fresh_attempts", noted)
     found = newest_runs(store, None, 3)
     assert found is not None and (found.total, found.newest) == _by_sql(store, None, 3)
     assert found.newest[0] == ("p", "p09") and found.total == sum(PROJECTS.values())
+    in_that_file = [r for r in runs if catalog_shards.shard_of(r) == catalog_shards.shard_of(
+        distrusted)]
+    assert sorted(r for _, r in read) == sorted(in_that_file) and len(read) < len(runs)
 
 
 def test_a_shown_runs_entry_planted_in_another_shown_runs_file_is_not_used(

@@ -3,7 +3,7 @@ run's catalog entry: how many runs a store holds and which are the newest (what
 `tracklake runs` needs before it reads the runs it shows, `Scope.runs`), and the
 attempts of every run (a process's first question on the runs view alone).
 
-The run catalog's files are read one at a time, only the columns the runs view needs
+The run catalog's files are read a few at a time, only the columns the runs view needs
 (each run's attempts and watched paths); an entry counts while its paths under ``runs/``
 have the mtimes recorded (what the runs view alone checks, `RunCatalog.settled`), in a
 project a listing finds; the runs the catalog does not vouch for are read from their
@@ -61,9 +61,10 @@ from tracklake._read.readonly import question_connection
 FRESH_AT_MOST = 256
 #: Runs read from their attempt files at a time.
 _READ_AT = 4096
-#: Catalogued runs whose paths are looked at together, read from as many catalog files
-#: as hold them: a file holds too few (150 runs at 10,000) for the paths' `stat`s to be
-#: shared by two threads (`mtimes_of`).
+#: Catalogued runs checked and vouched for together, read from as many catalog files as
+#: hold them: a file holds too few (150 runs at 10,000) for the paths' `stat`s to be
+#: shared by two threads (`mtimes_of`), or for the checks' fixed cost to be worth paying
+#: per file (`catalog_shards.each_shard`).
 _VOUCHED_AT = 1024
 #: The catalog's columns read: a run's attempts, and the paths that vouch for them.
 _COLUMNS = ["project", "run", "watched", "attempts"]
@@ -113,7 +114,7 @@ def _starts(attempts: Iterator[pa.Table]) -> Iterator[pa.Table]:
 def runs_view_attempts(root: Path, project: str | None) -> Iterator[pa.Table] | None:
     """Every attempt of `root`'s runs (of `project`), as `run_attempts` rows with their
     statuses as recorded, a group of runs at a time (every attempt of a run in one): those
-    the catalog vouches for from its files read one at a time (a question on the runs
+    the catalog vouches for from its files read a few at a time (a question on the runs
     view holds its rows, not every run's catalog entry), then the others, read from
     their attempt files, as many as they are (a question on the runs view alone never
     catalogs them). None where the catalog cannot be used."""
@@ -150,12 +151,10 @@ def _projects(root: Path, project: str | None) -> set[str]:
 def _catalogued(root: Path, projects: set[str], vouched: dict[str, list[pa.Array]]
                 ) -> Iterator[pa.Table]:
     """The attempts (`ATTEMPTS_SCHEMA` rows: a run's are all in its file) of the runs of
-    `projects` the catalog vouches for, its files read one at a time and vouched for
+    `projects` the catalog vouches for, its files read, checked and vouched for
     `_VOUCHED_AT` runs at a time; their names, by project, added to `vouched` as they
     come."""
-    files = catalog_shards.each_shard(root, _SCHEMA, _COLUMNS)
-    for tables in gathered(files, _VOUCHED_AT):
-        table = pa.concat_tables(tables)
+    for table in catalog_shards.each_shard(root, _SCHEMA, _COLUMNS, _VOUCHED_AT):
         good = _vouched(root, table, projects)
         if not good.any():
             continue
