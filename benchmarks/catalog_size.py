@@ -6,7 +6,10 @@ them), writes their rows again as one Arrow IPC stream without compression, with
 with zstd, and prints for each the bytes per run and the best of ``--repeat`` decodes
 (``pa.ipc.open_stream(...).read_all()``, what a new process pays once per catalog file).
 The columns' share of the plain table's bytes per run is printed too, as that is what a
-smaller format would cut.
+smaller format would cut, and each column's bytes a run written alone with lz4, beside the
+watched paths written relative to their run's directories (``m/rank=0/...`` for
+``metrics/project=P/run=R/rank=0/...``, ``r/...`` for ``runs/...``): what a format that
+derives the paths' prefixes from the run's project and name would save.
 
 Usage (a store built by ``benchmarks/read_cost.py``, after one question)::
 
@@ -20,6 +23,7 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from tracklake._read.catalog_shards import CATALOG_DIR
 
@@ -41,6 +45,26 @@ def best_decode(data: bytes, repeat: int) -> float:
     return best
 
 
+def relative_watched(table: pa.Table) -> pa.Array:
+    """The `watched` column with each path's ``KIND/project=P/run=R`` written as ``m`` or
+    ``r`` (kept whole where it is not its run's)."""
+    watched = table.column("watched").combine_chunks()
+    flat = watched.flatten()
+    owner = pc.list_parent_indices(watched).to_pylist()
+    projects, runs = table.column("project").to_pylist(), table.column("run").to_pylist()
+    short = []
+    for path, row in zip(flat.field("path").to_pylist(), owner, strict=True):
+        for kind, mark in (("metrics", "m"), ("runs", "r")):
+            prefix = f"{kind}/project={projects[row]}/run={runs[row]}"
+            if path == prefix or path.startswith(prefix + "/"):
+                path = mark + path[len(prefix):]
+                break
+        short.append(path)
+    paths = pa.array(short, pa.string())
+    items = pa.StructArray.from_arrays([paths, flat.field("mtime_ns")], ["path", "mtime_ns"])
+    return pa.ListArray.from_arrays(watched.offsets, items)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", type=Path, required=True)
@@ -54,6 +78,16 @@ def main() -> None:
     print(f"{runs} runs catalogued in {len(files)} files in {args.root / CATALOG_DIR}")
     print("column shares of the plain table, bytes a run: " + ", ".join(
         f"{name} {table.column(name).nbytes / runs:.0f}" for name in table.column_names))
+    print("each column alone with lz4, bytes a run: " + ", ".join(
+        f"{name} {len(encoded(table.select([name]), 'lz4')) / runs:.0f}"
+        for name in table.column_names))
+    relative = pa.table({"watched": relative_watched(table)})
+    shorter = table.set_column(table.schema.get_field_index("watched"), "watched",
+                               relative.column("watched"))
+    print(f"watched paths relative to their run, lz4: "
+          f"{len(encoded(relative, 'lz4')) / runs:.0f} bytes a run; the whole table then "
+          f"{len(encoded(shorter, 'lz4')) / runs:.0f} against "
+          f"{len(encoded(table, 'lz4')) / runs:.0f}")
     print(f"{'encoding':<10}{'bytes a run':>12}{'decode, ms':>12}")
     for compression in (None, "lz4", "zstd"):
         data = encoded(table, compression)
