@@ -202,6 +202,37 @@ def test_a_bundle_holds_its_sources_rows(tmp_path: Path, few: None) -> None:
         assert pq.ParquetFile(path).metadata.row_group(0).sorting_columns
 
 
+def test_a_bundle_naming_a_directory_as_its_source_is_not_used(
+        tmp_path: Path, few: None) -> None:
+    """A bundle planted with its values forged, whose source is a run's directory with
+    the mtime it has: it covers no part, so had it been used its rows would have been
+    read beside the run's own parts. A bundle's sources are compared with the catalog's
+    parts alone."""
+    import json
+
+    from tracklake._read.bundles import BUNDLE_ORDER
+
+    root = tmp_path / "store"
+    _store(root)
+    expected = _unbundled(root, tmp_path)
+    tracklake.compact(root=root)
+    [b] = [read_bundle(p) for p in bundle_paths(root) if read_bundle(p).project == "b"]
+    table = pq.read_table(b.path)
+    table = table.set_column(table.schema.get_field_index("value"), "value",
+                             pc.multiply(table["value"], 1000.0))
+    directory = "metrics/project=b/run=0000"
+    manifest = json.dumps({"project": "b", "sources": [
+        [directory, (root / directory).stat().st_mtime_ns]]})
+    table = table.replace_schema_metadata({**table.schema.metadata,
+                                           bundle.BUNDLE_KEY.encode(): manifest.encode()})
+    b.path.unlink()
+    write_part_stream(b.path.with_name("bundle-planted.parquet"), table.schema, [table],
+                      "metrics", order=BUNDLE_ORDER)
+    assert read_bundle(b.path.with_name("bundle-planted.parquet")).sources[0][0] == directory
+    assert _answers(root) == expected
+    assert _read_through(root)[0] == 1  # project a's bundle, not the planted one
+
+
 def test_a_run_dropped_or_written_again_is_read_from_its_files(
         tmp_path: Path, few: None) -> None:
     root = tmp_path / "store"
