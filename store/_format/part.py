@@ -127,9 +127,9 @@ def write_part_stream(path: Path, schema: pa.Schema, chunks: Iterable[pa.Table],
     summary.
     `order`: the columns the records are sorted by, if not `PART_ORDER[kind]`.
     `few_pages`: a column chunk's pages cut by the page size alone, not also every 20,000
-    rows (pyarrow's default), where pyarrow can (`_few_pages`): for a file that is
-    scanned whole, never read a page at a time (a bundle), whose pages' headers every
-    reader walks before reading it (`page_headers`)."""
+    rows (pyarrow's default), where pyarrow can (`_few_pages`): for a file scanned
+    whole (a bundle), whose pages' headers every reader walks before reading it
+    (`page_headers`), and whose pages' own statistics prune nothing."""
     import pyarrow.parquet as pq
 
     metadata = {**{k.decode(): v.decode() for k, v in (schema.metadata or {}).items()},
