@@ -386,6 +386,9 @@ def print_rows(title: str, rows: list[dict[str, Any]]) -> None:
 
 
 def main() -> None:
+    # the readers' processes as users' installs run them: their bytecode cached (with it
+    # unwritten, each fresh process compiles whatever tracklake modules changed)
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     if len(sys.argv) > 1 and sys.argv[1] == "--trackio-child":
         _trackio_child(Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
         return
