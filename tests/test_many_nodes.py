@@ -84,7 +84,10 @@ def test_ranks_on_two_nodes_while_a_third_compacts_exports_and_retains(
                for rank, node in ((0, a), (1, b))]
     for writer in writers:  # every step written, the run not finished yet
         assert writer.stdout is not None and writer.stdout.readline().strip() == "written"
-    time.sleep(2)
+    # three passes of the watcher while the run is live, however long a pass takes on a
+    # busy machine (a fixed 2 s wait saw two there)
+    assert watcher.stdout is not None
+    early = [watcher.stdout.readline() for _ in range(3)]
     no_retention.touch()  # a finished run would rightly go at the next pass
     time.sleep(2)
     for writer in writers:
@@ -96,7 +99,7 @@ def test_ranks_on_two_nodes_while_a_third_compacts_exports_and_retains(
     assert watcher.returncode == 0, err
     _, err = follower.communicate(timeout=120)  # it ends once the run has finished
     assert follower.returncode == 0, err
-    passes = _lines(out)
+    passes = _lines("".join(early) + out)
     live = [p for p in passes if p["retained"] is not None]
     assert len(live) >= 3, "the watcher should have looked while the ranks wrote"
     written = len(KEYS) * STEPS
