@@ -287,10 +287,10 @@ def test_the_bundle_marker_as_a_fifo_hangs_no_reader(tmp_path: Path) -> None:
     (root / ".cache" / "bundles").mkdir(parents=True, exist_ok=True)
     os.mkfifo(root / ".cache" / "bundles" / ".checked")
     proc = subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; "
-                           "from tracklake._read.bundles import _left_out; "
-                           "print(_left_out(Path(sys.argv[1])))", str(root)],
+                           "from tracklake._read.bundles import checked_marker; "
+                           "print(checked_marker(Path(sys.argv[1])))", str(root)],
                           capture_output=True, text=True, timeout=60)
-    assert proc.stdout.strip() == "0", proc.stderr
+    assert proc.stdout.strip() == "{}", proc.stderr
 
 
 def test_a_cache_directory_planted_as_a_link_is_neither_read_nor_written(

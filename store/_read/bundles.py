@@ -202,11 +202,6 @@ def _count(marker: dict[str, Any], field: str) -> int:
     return value if isinstance(value, int) and value >= 0 else 0
 
 
-def _left_out(root: Path) -> int:
-    """How many settled runs the last builder left out of every bundle (0 if unknown)."""
-    return _count(checked_marker(root), "left_out")
-
-
 def start_builder(root: Path, unbundled_runs: int = 0, uncatalogued_runs: int = 0) -> bool:
     """Start a detached, low-priority builder for the store at `root` if `unbundled_runs`
     settled runs (bundles on), or `uncatalogued_runs` runs the run catalog does not vouch
