@@ -88,6 +88,139 @@ def test_a_users_own_sigterm_handler_still_runs_after_the_flush(root: Path) -> N
     assert _status_and_count(root) == ("killed", 1)
 
 
+THREADED_CHILD = """
+import os, signal, sys, threading, time, tracklake
+{before}
+run = tracklake.init(project="p", run_id="r", root=sys.argv[1], capture_identity=False,
+                     flush_interval=60)
+for step in range(50):
+    run.log({{"x": float(step)}}, step=step)
+{after}
+parked = threading.Event()
+worker = threading.Thread(target=parked.wait, daemon=True)
+worker.start()
+print(worker.native_id, flush=True)
+{wait}
+"""
+#: The main thread blocked in a read, as a training loop waiting on a queue or a socket.
+READ = "sys.stdin.read()"
+
+
+def _sigterm_to_a_thread(pid: int, thread: int) -> None:
+    """SIGTERM to one thread of `pid`, as the kernel may deliver a process's SIGTERM to
+    any thread that does not block it."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.tgkill(pid, thread, signal.SIGTERM) != 0:
+        raise OSError(ctypes.get_errno(), "tgkill")
+
+
+def _threaded_child(root: Path, before: str = "", after: str = "", wait: str = READ) -> tuple[
+        subprocess.Popen[str], int]:
+    """The child, its stdin left open, and its parked worker thread's id."""
+    code = THREADED_CHILD.format(before=textwrap.dedent(before), after=textwrap.dedent(after),
+                                 wait=wait)
+    proc = subprocess.Popen([sys.executable, "-c", code, str(root)], text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    assert proc.stdout is not None
+    return proc, int(proc.stdout.readline())
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="tgkill is Linux's")
+def test_sigterm_taken_by_another_thread_while_the_main_one_reads_still_finishes_the_run(
+        root: Path) -> None:
+    """Python runs signal handlers on the main thread only, when it next runs Python code:
+    blocked in a read, it never did, and the process neither finished its run nor ended."""
+    proc, worker = _threaded_child(root)
+    _sigterm_to_a_thread(proc.pid, worker)
+    try:  # stdin left open: the read ends only by the signal
+        proc.wait(timeout=60)
+    finally:
+        proc.kill()
+        _, err = proc.communicate()
+    assert proc.returncode == -signal.SIGTERM, err
+    assert _status_and_count(root) == ("killed", 50)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="tgkill is Linux's")
+def test_a_handler_installed_after_init_keeps_sigterm_to_itself_whichever_thread_takes_it(
+        root: Path) -> None:
+    """The program replaced tracklake's handler after init(): SIGTERM is its business, even
+    when the signal reaches the wakeup pipe from another thread. The run ends as the
+    program ends it (here, at exit: finished)."""
+    after = """
+        def handler(signum, frame):
+            print("program's handler", flush=True)
+            sys.exit(3)
+        signal.signal(signal.SIGTERM, handler)
+    """
+    proc, worker = _threaded_child(root, after=after, wait="""
+while True:
+    time.sleep(0.05)""")
+    _sigterm_to_a_thread(proc.pid, worker)
+    try:
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 3, err
+    assert "program's handler" in out
+    assert _status_and_count(root) == ("finished", 50)
+
+
+def test_sigterm_to_a_forked_child_leaves_the_parents_run_running(root: Path) -> None:
+    """A forked child (a data loader's worker) shares the finisher's pipe: the SIGTERM that
+    ends it must not finish its parent's run."""
+    code = textwrap.dedent("""
+        import os, signal, sys, time, tracklake
+        run = tracklake.init(project="p", run_id="r", root=sys.argv[1],
+                             capture_identity=False, flush_interval=60)
+        run.log({"x": 0.0}, step=0)
+        child = os.fork()
+        if child == 0:
+            time.sleep(60)
+            os._exit(0)
+        time.sleep(0.5)  # the child's at-fork hooks have run
+        os.kill(child, signal.SIGTERM)
+        _, status = os.waitpid(child, 0)
+        print("child", os.WTERMSIG(status) if os.WIFSIGNALED(status) else "exited",
+              flush=True)
+        time.sleep(1)  # time for a wrongly woken finisher to finish the run
+        run.log({"x": 1.0}, step=1)
+        print("logged after", flush=True)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code, str(root)], text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert out.split("\n")[:2] == [f"child {int(signal.SIGTERM)}", "logged after"], out
+    assert _status_and_count(root) == ("finished", 2)
+
+
+def test_a_wakeup_fd_the_program_set_before_init_stays_its_own(root: Path) -> None:
+    """asyncio sets Python's wakeup fd for its signal handlers: init() leaves it there
+    (SIGTERM then reaches the finisher through the handler alone)."""
+    before = """
+        theirs_r, theirs = os.pipe()
+        os.set_blocking(theirs, False)
+        signal.set_wakeup_fd(theirs)
+    """
+    after = """
+        if signal.set_wakeup_fd(theirs) != theirs:
+            sys.exit("init() replaced the wakeup fd")
+    """
+    proc, _ = _threaded_child(root, before, after)
+    proc.send_signal(signal.SIGTERM)  # to the process: the main thread takes it
+    try:
+        proc.wait(timeout=60)
+    finally:
+        proc.kill()
+        _, err = proc.communicate()
+    assert proc.returncode == -signal.SIGTERM, err
+    assert _status_and_count(root) == ("killed", 50)
+
+
 def test_finish_is_idempotent_and_logging_afterwards_raises(root: Path) -> None:
     run = tracklake.init(project="p", run_id="r", root=root, capture_identity=False)
     run.log({"x": 1.0})
