@@ -132,19 +132,31 @@ def test_a_question_about_one_run_reads_only_the_file_that_holds_it(
     assert _answers(root) == _from_files(root)
 
 
+@pytest.mark.parametrize("own_file", ["kept", "without it"])
 def test_a_file_that_holds_a_run_of_another_shard_is_ignored_and_written_anew(
-        root: Path) -> None:
-    """r1's entry planted in r0's file too, its values forged: were it read, r1 would be
-    answered twice, once with the forged values."""
+        root: Path, own_file: str) -> None:
+    """r1's entry planted in r0's file, its values forged: were it read, r1 would be
+    answered twice, once with the forged values; and with r1 taken out of its own file, a
+    question over every run would answer the forged values where one about r1 (reading
+    r1's own file) would not."""
     _store(root)
     expected = _from_files(root)  # and the catalog written again
     table = catalogued_table(root)
-    r0 = table.filter(pa.array([r == "r0" for r in table.column("run").to_pylist()]))
-    r1 = table.filter(pa.array([r == "r1" for r in table.column("run").to_pylist()]))
+    runs = table.column("run").to_pylist()
+    r0 = table.filter(pa.array([r == "r0" for r in runs]))
+    r1 = table.filter(pa.array([r == "r1" for r in runs]))
     summaries = r1.column("summaries").to_pylist()
     forged = r1.set_column(5, r1.schema.field("summaries"), pa.array(
         [[{**s, "last_value": -7.0} for s in ss] for ss in summaries],
         r1.schema.field("summaries").type))
+    assert shard_of("r0") != shard_of("r1")
+    if own_file == "without it":
+        beside = table.filter(pa.array([r != "r1" and shard_of(r) == shard_of("r1")
+                                        for r in runs]))
+        if beside.num_rows:
+            catalog_path(root, "r1").write_bytes(signed_catalog(beside))
+        else:
+            catalog_path(root, "r1").unlink()
     catalog_path(root, "r0").write_bytes(signed_catalog(pa.concat_tables([r0, forged])))
     catalog_shards._read_before.clear()
     assert _answers(root) == expected
