@@ -29,7 +29,8 @@ from _env import child_env
 PATIENCE = 120.0
 
 TRAINER = r"""
-import json, sys
+import faulthandler, json, signal, sys
+faulthandler.register(signal.SIGUSR1, all_threads=True)  # stacks, should it not end
 import tracklake
 root, export, steps, mode = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 run = tracklake.init(project="p", name="trainer", run_id="r1", root=root, export=export,
@@ -133,6 +134,17 @@ class Trainer:
         """Wait for the trainer to end; its stdout."""
         out, _ = self.process.communicate(timeout=PATIENCE)
         return out.decode()
+
+    def ended(self, timeout: float = PATIENCE) -> int:
+        """The trainer's exit status once it ends; if it has not within `timeout`,
+        AssertionError with its console and every thread's stack."""
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.send_signal(signal.SIGUSR1)
+            time.sleep(2)
+            raise AssertionError(f"the trainer did not end within {timeout} s; its console "
+                                 f"and stacks:\n{self.text()}") from None
 
     def wait_sidecars_exit(self) -> list[int]:
         """Wait until every sidecar started so far has exited; their pids."""

@@ -130,7 +130,7 @@ def test_a_trainer_ended_by_sigterm_leaves_sidecars_that_finish_the_run(
         t.wait_line("logged")
         wait_for("the sidecar", t.sidecars)
         t.process.send_signal(signal.SIGTERM)
-        t.process.wait(PATIENCE)
+        assert t.ended() == -signal.SIGTERM
         t.wait_sidecars_exit()
         assert "run p/r1 killed; sidecars export the rest" in t.text()
         assert "p/r1: 80 records, finished" in t.text()
