@@ -167,7 +167,21 @@ def test_an_empty_state_sets_aside_every_earlier_session(
     send(dest, _info(), tables, {})
     send(dest, _info(), tables, {})  # the export state was lost: export from the start
     assert len(_files(tmp_path)) == 1
-    assert wlog.points(wlog.history(_files(tmp_path))) == wlog.expected(tables["metrics"])
+    assert wlog.points(wlog.history(_files(tmp_path))) == wlog.expected(tables["metrics"]), \
+        _what_wandb_wrote(tmp_path)
+
+
+def _what_wandb_wrote(tmp_path: Path) -> str:
+    """Each session's records by type and the end of W&B's internal log: what a failure
+    of a test reading the transaction logs back needs to say (one failed once in CI with
+    no history in the second session's log)."""
+    said = []
+    for log in sorted((tmp_path / "out" / "wandb").glob("offline-run-*/*.wandb*")):
+        kinds = Counter(r.WhichOneof("record_type") for r in wlog.records(log))
+        internal = log.parent / "logs" / "debug-internal.log"
+        tail = internal.read_text(errors="replace")[-3000:] if internal.is_file() else ""
+        said.append(f"{log} ({log.stat().st_size} bytes): {dict(kinds)}\n{tail}")
+    return "\n".join(said)
 
 
 def test_a_state_this_exporter_did_not_write_is_refused(dest: WandbDestination) -> None:
