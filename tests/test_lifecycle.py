@@ -128,6 +128,19 @@ def _threaded_child(root: Path, before: str = "", after: str = "", wait: str = R
     return proc, int(proc.stdout.readline())
 
 
+def _assert_ended_by_sigterm_with_its_run_killed(proc: subprocess.Popen[str], root: Path
+                                                 ) -> None:
+    """`proc` (stdin left open: its read ends only by the signal) ends killed by SIGTERM,
+    its run `killed` with its 50 values."""
+    try:
+        proc.wait(timeout=60)
+    finally:
+        proc.kill()
+        _, err = proc.communicate()
+    assert proc.returncode == -signal.SIGTERM, err
+    assert _status_and_count(root) == ("killed", 50)
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="tgkill is Linux's")
 def test_sigterm_taken_by_another_thread_while_the_main_one_reads_still_finishes_the_run(
         root: Path) -> None:
@@ -135,13 +148,7 @@ def test_sigterm_taken_by_another_thread_while_the_main_one_reads_still_finishes
     blocked in a read, it never did, and the process neither finished its run nor ended."""
     proc, worker = _threaded_child(root)
     _sigterm_to_a_thread(proc.pid, worker)
-    try:  # stdin left open: the read ends only by the signal
-        proc.wait(timeout=60)
-    finally:
-        proc.kill()
-        _, err = proc.communicate()
-    assert proc.returncode == -signal.SIGTERM, err
-    assert _status_and_count(root) == ("killed", 50)
+    _assert_ended_by_sigterm_with_its_run_killed(proc, root)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="tgkill is Linux's")
@@ -212,13 +219,7 @@ def test_a_wakeup_fd_the_program_set_before_init_stays_its_own(root: Path) -> No
     """
     proc, _ = _threaded_child(root, before, after)
     proc.send_signal(signal.SIGTERM)  # to the process: the main thread takes it
-    try:
-        proc.wait(timeout=60)
-    finally:
-        proc.kill()
-        _, err = proc.communicate()
-    assert proc.returncode == -signal.SIGTERM, err
-    assert _status_and_count(root) == ("killed", 50)
+    _assert_ended_by_sigterm_with_its_run_killed(proc, root)
 
 
 def test_finish_is_idempotent_and_logging_afterwards_raises(root: Path) -> None:
