@@ -36,28 +36,29 @@ NOT_INSTALLED_THERE = torch,verl,ray,hydra
 #: what each of them runs (not the tests marked slow): writing, reading, compaction and
 #: packing, each destination's export, the command line, tracklake.wandb against that
 #: Python's wandb, and what differs by Python (tomli before 3.11, each Python's pyarrow,
-#: DuckDB, numpy and pandas: 3.10 gets DuckDB 1.5, whose fsum differs from 2.0's)
+#: DuckDB, numpy and pandas: 3.10 gets DuckDB 1.5, whose fsum differs from 2.0's). Not
+#: MLflow's exporter, W&B's parity, plain engines beside compaction, the dashboard's
+#: batched reads or key naming (4 of the 9 minutes of work, on 3 workers): 3.10 has the
+#: very MLflow, W&B, pyarrow and rich of the default Python, which runs them
 PYTHONS_TESTS ?= tests/test_run_api.py tests/test_segment.py tests/test_coerce.py \
 	tests/test_write_hardening.py tests/test_lifecycle.py tests/test_naming.py \
 	tests/test_identity.py tests/test_init_inputs.py tests/test_trace_decorator.py \
-	tests/test_deep_nesting.py tests/test_ui_series_batch.py \
+	tests/test_deep_nesting.py \
 	tests/test_ui_series.py::test_a_mean_is_the_same_each_time_it_is_asked \
 	tests/test_query.py tests/test_read_scope.py tests/test_run_list.py \
 	tests/test_golden_corpus.py tests/test_plain_engines.py tests/test_sql_readonly.py \
 	tests/test_cursor.py tests/test_live_tail.py tests/test_compact_merge.py \
 	tests/test_compact_sealed.py tests/test_compact_bytes.py tests/test_part_format.py \
-	tests/test_replaced_parts.py tests/test_system_metrics.py \
-	tests/test_part_summary.py tests/test_pack.py tests/test_retention_inputs.py \
-	tests/test_cli.py tests/test_exported_members.py tests/test_optional.py \
-	tests/exporters/test_tensorboard.py tests/exporters/test_mlflow.py \
+	tests/test_system_metrics.py tests/test_part_summary.py tests/test_pack.py \
+	tests/test_retention_inputs.py tests/test_cli.py tests/test_exported_members.py \
+	tests/test_optional.py tests/exporters/test_tensorboard.py \
 	tests/exporters/test_wandb.py tests/exporters/test_swanlab.py \
-	tests/exporters/test_loop.py tests/exporters/test_keys.py \
-	tests/exporters/test_rank_modes.py tests/exporters/test_supersession.py \
-	tests/exporters/test_cli_export.py tests/exporters/test_from_start.py \
-	tests/exporters/test_follow_pacing.py tests/exporters/test_verl_names.py \
-	tests/integrations/test_wandb_module.py tests/integrations/test_wandb_parity.py
+	tests/exporters/test_loop.py tests/exporters/test_rank_modes.py \
+	tests/exporters/test_supersession.py tests/exporters/test_cli_export.py \
+	tests/exporters/test_from_start.py tests/exporters/test_follow_pacing.py \
+	tests/exporters/test_verl_names.py tests/integrations/test_wandb_module.py
 
-.PHONY: demo test test-pythons typecheck bench clean
+.PHONY: demo test test-pythons other-venvs system-packages typecheck bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -105,32 +106,49 @@ $(VENV)/.test: pyproject.toml setup.py | $(BIN)/uv
 	# the TRL test (a GRPOTrainer on CPU): a 1 MB pure-Python wheel; what it imports
 	# (transformers, accelerate, datasets, pandas, pyyaml) is installed above
 	$(UV_INSTALL) --no-deps trl==1.16.0
-	# the report's tests open it in headless Chromium, the plot's run it in tmux, the
-	# many-nodes test bed mounts an SFTP export with sshfs (Debian's)
+	touch $@
+
+# the report's tests open it in headless Chromium, the plot's run it in tmux, the
+# many-nodes test bed mounts an SFTP export with sshfs (Debian's)
+system-packages:
 	command -v chromium >/dev/null && command -v tmux >/dev/null \
 		&& command -v sshfs >/dev/null && test -x /usr/sbin/sshd \
 		|| (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 			chromium tmux sshfs openssh-server)
-	touch $@
 
 demo: $(VENV)/.demo
 	$(BIN)/tracklake demo --root $(DEMO_ROOT) --export
 	$(BIN)/tracklake runs --root $(DEMO_ROOT)
 
+# Debian's packages install (downloads, dpkg) while ruff and mypy take the CPU, and the
+# other Pythons' venvs while the tests do (test-pythons makes again, and shows, any that
+# failed there)
 # --max-worker-restart=0: a worker that crashes (a signal in native code) fails the run
 # there, naming its test; replaced, it left pytest-xdist 3.8's loadgroup scheduler
 # waiting for ever at the end of the run (pytest-dev/pytest-xdist#1378)
 test: $(VENV)/.test
-	$(BIN)/ruff check store exporters tests benchmarks
-	$(MAKE) typecheck
-	$(BIN)/pytest --require-extras -n $(WORKERS) --dist loadgroup --max-worker-restart=0 \
-		--durations=25
+	mkdir -p build
+	$(MAKE) system-packages > build/system-packages.log 2>&1 & packages=$$!; \
+		$(BIN)/ruff check store exporters tests benchmarks && $(MAKE) typecheck; \
+		checked=$$?; wait $$packages || { cat build/system-packages.log; exit 1; }; \
+		exit $$checked
+	$(MAKE) other-venvs > build/other-venvs.log 2>&1 & venvs=$$!; \
+		$(BIN)/pytest --require-extras -n $(WORKERS) --dist loadgroup \
+			--max-worker-restart=0 --durations=25; \
+		tested=$$?; wait $$venvs; exit $$tested
 	$(MAKE) test-pythons
+
+#: the interpreter of Python $$v: python3.X on PATH, else pyenv's (empty: neither)
+FIND_PYTHON = for c in python$$v $${PYENV_ROOT:-$$HOME/.pyenv}/versions/$$v.*/bin/python$$v; do \
+	"$$c" -c '' 2>/dev/null && { echo "$$c"; break; }; done
+
+other-venvs:
+	@for v in $(OTHER_PYTHONS); do py=$$($(FIND_PYTHON)); \
+		[ -z "$$py" ] || $(MAKE) --no-print-directory .venv-$$v/.test PYTHON_X=$$py; done
 
 test-pythons:
 	@failed=; for v in $(OTHER_PYTHONS); do \
-		py=$$(for c in python$$v $${PYENV_ROOT:-$$HOME/.pyenv}/versions/$$v.*/bin/python$$v; do \
-			"$$c" -c '' 2>/dev/null && { echo "$$c"; break; }; done); \
+		py=$$($(FIND_PYTHON)); \
 		if [ -z "$$py" ]; then echo "Python $$v: not installed here, skipped"; continue; fi; \
 		echo "Python $$v: $$py"; \
 		$(MAKE) --no-print-directory .venv-$$v/.test PYTHON_X=$$py || { failed="$$failed $$v"; continue; }; \
