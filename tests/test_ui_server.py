@@ -180,7 +180,9 @@ def test_sql_that_would_write_is_refused_and_the_store_is_unchanged(
                       "SELECT 1; DELETE FROM metrics", "SET lock_configuration = false",
                       "INSTALL httpfs", "PRAGMA enable_external_access"):
         status, answer = sql(board, statement)
-        assert status == 400 and "refused" in answer["error"], statement
+        # DuckDB before 2.0 has no such PRAGMA, and says so before anything runs it
+        unknown = statement.startswith("PRAGMA") and "does not exist" in answer["error"]
+        assert status == 400 and ("refused" in answer["error"] or unknown), statement
     status, answer = sql(board, f"SELECT * FROM read_csv('{store}/../../etc/passwd')")
     assert status == 400
     for path in ("/api/runs", "/api/keys", "/api/series?key=loss&run=p/base&ranks=all"):
@@ -247,9 +249,11 @@ def test_the_command_gives_freed_memory_back_and_a_library_caller_keeps_defaults
         process.terminate()
         process.communicate(timeout=60)
     assert status == 200, body
-    assert json.loads(body)["rows"] == [[True, "8MiB"]], body
+    eight = ("8MiB", "8.0 MiB")  # as DuckDB 2.0 and DuckDB 1.5 write it
+    [[background, threshold]] = json.loads(body)["rows"]
+    assert background is True and threshold in eight, body
     here = tracklake.query(asked, root=store).to_pylist()[0]
-    assert here["background"] is False and here["threshold"] != "8MiB", here
+    assert here["background"] is False and here["threshold"] not in eight, here
 
 
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
@@ -273,6 +277,47 @@ def test_ctrl_c_or_sigterm_ends_the_command_cleanly(store: Path, stop: signal.Si
     _assert_ended_cleanly(process, out, err)
     # the port is free again: another server can take it
     Dashboard(store, port=port).close()
+
+
+def test_a_stop_answers_the_requests_that_arrived_whole_and_cuts_the_one_arriving(
+        store: Path) -> None:
+    """A stop while a slow question is answered waits for that answer (it used to cut
+    every open connection, so a question asked just before Ctrl-C got no answer at
+    all); a request still arriving is cut at once, and a question that arrived whole
+    but waits for its turn is told that the dashboard is stopping."""
+    slow = "SELECT count(*) AS n FROM range(100000000) t(i) WHERE i % 7 = 3"
+    board = Dashboard(store, read_deadline=0.5).start()
+    server = board._server
+    answers: dict[str, tuple[int, Any]] = {}
+
+    def ask(name: str) -> None:
+        answers[name] = sql(board, slow)
+
+    askers = [threading.Thread(target=ask, args=(f"q{i}",)) for i in range(3)]
+    try:
+        for asker in askers:
+            asker.start()
+        until(lambda: len(server.answering) == 3, "three questions to arrive whole")
+        with socket.create_connection(("127.0.0.1", board.port), timeout=60) as held:
+            held.sendall(b"POST /api/sql HTTP/1.1\r\n")  # still arriving
+            until(lambda: len(server.arriving) == 1, "the fourth connection to be taken")
+            board.close()  # MAX_QUERIES (2) answer; the third waits for its turn
+            try:
+                left = held.recv(100)
+            except ConnectionResetError:
+                left = b""
+            assert left == b""  # cut (closed or reset), not answered nor left hanging
+    finally:
+        board.close()
+        for asker in askers:
+            asker.join(60)
+    statuses = sorted(status for status, _ in answers.values())
+    assert statuses == [200, 200, 503], answers
+    for status, answer in answers.values():
+        if status == 200:
+            assert answer["rows"] == [[14285714]], answer
+        else:
+            assert answer == {"error": "the dashboard is stopping"}
 
 
 #: `tracklake ui` on argv[1], sent SIGTERM by itself the moment a connection has been handed

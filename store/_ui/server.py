@@ -61,6 +61,8 @@ MAX_QUERIES = 2
 #: answer's Python objects and DuckDB's query held, and the server stays at its peak.
 TRIM_AFTER_BYTES = 1 << 20
 READ_DEADLINE = 10.0
+#: Seconds a stop waits for the threads of answers it cut (their sends fail at once).
+_CUT_WAIT = 5.0
 COOKIE = "tracklake_token"
 
 _TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
@@ -116,7 +118,10 @@ class _Server(ThreadingHTTPServer):
         self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self.queries = threading.BoundedSemaphore(MAX_QUERIES)
         self.closing = threading.Event()
-        self.open: set[socket.socket] = set()
+        #: connections whose request is still arriving, and those whose request arrived
+        #: whole (being answered)
+        self.arriving: set[socket.socket] = set()
+        self.answering: set[socket.socket] = set()
         self.open_lock = threading.Lock()
         super().__init__(address, _Handler)
 
@@ -138,30 +143,52 @@ class _Server(ThreadingHTTPServer):
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         with self.open_lock:
-            self.open.add(request)
+            self.arriving.add(request)
         try:
             super().process_request_thread(request, client_address)
         finally:
             with self.open_lock:
-                self.open.discard(request)
+                self.arriving.discard(request)
+                self.answering.discard(request)
             self.slots.release()
 
-    def drain(self, timeout: float) -> None:
-        """Cut every open connection and wait (up to `timeout` seconds) for the threads
-        answering them: a query running in one ends by its own timeout or interruption,
-        and none waiting for its turn begins."""
-        self.closing.set()
+    def arrived(self, connection: socket.socket) -> None:
+        """The request on `connection` arrived whole: a stop waits for its answer."""
         with self.open_lock:
-            for connection in self.open:
-                with contextlib.suppress(OSError):  # closed by its client meanwhile
-                    connection.shutdown(socket.SHUT_RDWR)
+            if connection in self.arriving:  # not cut by a stop meanwhile
+                self.arriving.discard(connection)
+                self.answering.add(connection)
+
+    def drain(self, timeout: float) -> None:
+        """Cut the connections whose request is still arriving and wait (up to `timeout`
+        seconds) for the threads answering the others: a query running in one ends by
+        its own timeout or interruption, and none waiting for its turn begins. Answers
+        still being sent then (to a client that reads nothing) are cut too, and waited
+        for `_CUT_WAIT` seconds more."""
+        self.closing.set()
+        self._cut(self.arriving)
         deadline = time.monotonic() + timeout
-        taken = 0
-        while taken < MAX_CONNECTIONS and self.slots.acquire(
-                timeout=max(0.0, deadline - time.monotonic())):
-            taken += 1
+        taken = self._take_slots(deadline)
+        if taken < MAX_CONNECTIONS:
+            self._cut(self.answering)
+            taken += self._take_slots(time.monotonic() + _CUT_WAIT, MAX_CONNECTIONS - taken)
         for _ in range(taken):
             self.slots.release()
+
+    def _cut(self, connections: set[socket.socket]) -> None:
+        with self.open_lock:
+            for connection in connections:
+                with contextlib.suppress(OSError):  # closed by its client meanwhile
+                    connection.shutdown(socket.SHUT_RDWR)
+
+    def _take_slots(self, deadline: float, most: int = MAX_CONNECTIONS) -> int:
+        """How many connection slots were taken (at most `most`) by `deadline`: each is
+        one thread that ended or none that was running."""
+        taken = 0
+        while taken < most and self.slots.acquire(
+                timeout=max(0.0, deadline - time.monotonic())):
+            taken += 1
+        return taken
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -180,6 +207,12 @@ class _Handler(BaseHTTPRequestHandler):
             super().handle()
         finally:
             self._deadline.cancel()
+
+    def _arrived(self) -> None:
+        """The request arrived whole, within the read deadline: it is answered, and a
+        stop waits for that answer rather than cutting it."""
+        self._deadline.cancel()
+        self.server.arrived(self.connection)
 
     def _too_slow(self) -> None:
         # already closed by the client (OSError): nothing left to refuse
@@ -217,7 +250,7 @@ class _Handler(BaseHTTPRequestHandler):
     # -- methods --------------------------------------------------------------------
 
     def do_GET(self) -> None:
-        self._deadline.cancel()  # a GET has no body: the request is in
+        self._arrived()  # a GET has no body: the request is in
         if not self._admitted():
             return
         url = urlsplit(self.path)
@@ -303,8 +336,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body over {most} bytes")
             return
         body = self.rfile.read(length)
-        self._deadline.cancel()
-        if len(body) < length or not self._admitted():
+        if len(body) < length:
+            self._deadline.cancel()
+            return
+        self._arrived()
+        if not self._admitted():
             return
         if path != "/api/sql" and path not in QUERY_PATHS:
             self._error(HTTPStatus.NOT_FOUND, "no such page")
@@ -351,7 +387,7 @@ class _Handler(BaseHTTPRequestHandler):
         return query
 
     def _refuse_method(self) -> None:
-        self._deadline.cancel()
+        self._arrived()
         self._error(HTTPStatus.METHOD_NOT_ALLOWED, "the dashboard only reads")
 
     do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_HEAD = _refuse_method
@@ -362,7 +398,8 @@ class _Handler(BaseHTTPRequestHandler):
         refused: str | None = None
         with self.server.queries:  # MAX_QUERIES: what bounds the server's memory
             if self.server.closing.is_set():
-                return  # its connection is cut: nobody waits for the answer
+                self._error(HTTPStatus.SERVICE_UNAVAILABLE, "the dashboard is stopping")
+                return
             try:
                 value = work()
             except TracklakeError as exc:  # a refused or failed query, a damaged store
