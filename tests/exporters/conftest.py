@@ -22,7 +22,10 @@ from _reaper import reap_with_this_process
 # this is set, and that client would send usage data once something is logged.
 os.environ["MLFLOW_DISABLE_TELEMETRY"] = "true"
 
-STARTUP_TIMEOUT = 60.0
+#: A server that exits is seen at once; one that is slow to answer is waited for this
+#: long: the first processes to import mlflow after an install write its bytecode, and
+#: under a loaded machine a server took over 60 s to answer its first /health.
+STARTUP_TIMEOUT = 180.0
 STOP_TIMEOUT = 15.0
 
 
