@@ -20,43 +20,29 @@ WORKERS ?= 3
 #: and the CPU wheel on this kind of machine is for the default Python only; verl needs
 #: torch. Their tests skip there (--extras-not-required); any other missing extra fails.
 OTHER_PYTHONS ?= 3.10 3.12 3.13
-#: of them, those that run only SHORT_TESTS: 3.10 runs them all (it has no tomllib and gets
-#: older packages: DuckDB 1.5, NumPy 2.2, pandas 2), while 3.12 and 3.13, which get the
-#: packages the default Python gets (but NumPy 2.5, where the default's test extras hold
-#: 2.4), run the writer's, the signals', a reader's and the command line's tests, which
-#: keeps CI within its time
+#: of them, those that run only SHORT_TESTS: 3.10 runs PYTHONS_TESTS (it has no tomllib
+#: and gets older packages: DuckDB 1.5, NumPy 2.2, pandas 2), while 3.12 and 3.13, which
+#: get the packages the default Python gets (but NumPy 2.5, where the default's test
+#: extras hold 2.4), run the writer's, segments', coercion's, the signals', a reader's, the
+#: command line's and a destination's tests, which keeps CI within its time
 SHORT_PYTHONS ?= 3.12 3.13
 SHORT_TESTS ?= tests/test_run_api.py tests/test_segment.py tests/test_coerce.py \
 	tests/test_write_hardening.py tests/test_lifecycle.py tests/test_query.py \
-	tests/test_cli.py tests/test_pack.py tests/test_identity.py \
-	tests/exporters/test_tensorboard.py
+	tests/test_cli.py tests/test_identity.py tests/exporters/test_tensorboard.py
 PYTHON_X ?= python$*
 OTHER_EXTRAS = test,tensorboard,mlflow,wandb,swanlab,follow,gpu
 NOT_INSTALLED_THERE = torch,verl,ray,hydra
-#: what each of them runs (not the tests marked slow): writing, reading, compaction and
-#: packing, each destination's export, the command line, tracklake.wandb against that
-#: Python's wandb, and what differs by Python (tomli before 3.11, each Python's pyarrow,
-#: DuckDB, numpy and pandas: 3.10 gets DuckDB 1.5, whose fsum differs from 2.0's). Not
-#: MLflow's exporter, W&B's parity, plain engines beside compaction, the dashboard's
-#: batched reads or key naming (4 of the 9 minutes of work, on 3 workers): 3.10 has the
-#: very MLflow, W&B, pyarrow and rich of the default Python, which runs them
-PYTHONS_TESTS ?= tests/test_run_api.py tests/test_segment.py tests/test_coerce.py \
-	tests/test_write_hardening.py tests/test_lifecycle.py tests/test_naming.py \
-	tests/test_identity.py tests/test_init_inputs.py tests/test_trace_decorator.py \
-	tests/test_deep_nesting.py \
-	tests/test_ui_series.py::test_a_mean_is_the_same_each_time_it_is_asked \
-	tests/test_query.py tests/test_read_scope.py tests/test_run_list.py \
-	tests/test_golden_corpus.py tests/test_plain_engines.py tests/test_sql_readonly.py \
-	tests/test_cursor.py tests/test_live_tail.py tests/test_compact_merge.py \
-	tests/test_compact_sealed.py tests/test_compact_bytes.py tests/test_part_format.py \
-	tests/test_system_metrics.py tests/test_part_summary.py tests/test_pack.py \
-	tests/test_retention_inputs.py tests/test_cli.py tests/test_exported_members.py \
-	tests/test_optional.py tests/exporters/test_tensorboard.py \
-	tests/exporters/test_wandb.py tests/exporters/test_swanlab.py \
-	tests/exporters/test_loop.py tests/exporters/test_rank_modes.py \
-	tests/exporters/test_supersession.py tests/exporters/test_cli_export.py \
-	tests/exporters/test_from_start.py tests/exporters/test_follow_pacing.py \
-	tests/exporters/test_verl_names.py tests/integrations/test_wandb_module.py
+#: what 3.10 runs (not the tests marked slow): SHORT_TESTS, and what its older DuckDB,
+#: NumPy and pandas or the Python itself can change: reading (DuckDB 1.5's fsum differs
+#: from 2.0's), compaction, packing (tarfile), the dashboard's server, the TOML inputs
+#: (tomli before 3.11), the import boundary and W&B's export. Its MLflow, W&B, SwanLab,
+#: pyarrow and rich are those of the default Python, which runs every test with them
+PYTHONS_TESTS ?= $(SHORT_TESTS) tests/test_init_inputs.py tests/test_read_scope.py \
+	tests/test_run_list.py tests/test_golden_corpus.py tests/test_plain_engines.py \
+	tests/test_sql_readonly.py tests/test_cursor.py tests/test_compact_merge.py \
+	tests/test_compact_bytes.py tests/test_part_format.py tests/test_part_summary.py \
+	tests/test_pack.py tests/test_ui_server.py tests/test_import_boundary.py \
+	tests/exporters/test_wandb.py
 
 .PHONY: demo test test-pythons other-venvs system-packages typecheck bench clean
 
