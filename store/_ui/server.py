@@ -155,9 +155,8 @@ class _Server(ThreadingHTTPServer):
     def arrived(self, connection: socket.socket) -> None:
         """The request on `connection` arrived whole: a stop waits for its answer."""
         with self.open_lock:
-            if connection in self.arriving:  # not cut by a stop meanwhile
-                self.arriving.discard(connection)
-                self.answering.add(connection)
+            self.arriving.discard(connection)
+            self.answering.add(connection)
 
     def drain(self, timeout: float) -> None:
         """Cut the connections whose request is still arriving and wait (up to `timeout`
