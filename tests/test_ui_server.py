@@ -203,13 +203,13 @@ def test_methods_and_bodies_it_does_not_take(board: Dashboard) -> None:
     assert json.loads(request(board, "GET", "/api/generations?run=p/base")[2])["rows"] == []
 
 
-def _command_serving(store: Path, program: str | None = None
+def _command_serving(store: Path, program: str | None = None, *args: str
                      ) -> tuple[subprocess.Popen[str], int]:
     """`tracklake ui --port 0` on `store` in a process of its own (or the Python
-    `program`, given the store as its argument), and the port it took (from the URL it
-    printed)."""
+    `program`, given the store and `args` as its arguments), and the port it took (from
+    the URL it printed)."""
     argv = ["-m", "tracklake._cli", "ui", "--root", str(store), "--port", "0"] \
-        if program is None else ["-c", program, str(store)]
+        if program is None else ["-c", program, str(store), *args]
     process = subprocess.Popen(
         [sys.executable, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -343,12 +343,62 @@ def test_a_stop_as_a_connection_is_handed_over_still_ends_cleanly(store: Path) -
     thread inside DuckDB. The request that arrived whole is answered; the command exits 0."""
     process, port = _command_serving(store, STOPPED_AT_HANDOVER)
     try:
-        status, _, body = request(None, "GET", "/api/runs", port=port)  # type: ignore[arg-type]
+        try:
+            status, _, body = request(None, "GET", "/api/runs",  # type: ignore[arg-type]
+                                      port=port)
+        except ConnectionError:  # the stop came before the request was read: it was cut
+            status, body = 0, b""
         out, err = process.communicate(timeout=60)
     finally:
         _killed_if_running(process)
     _assert_ended_cleanly(process, out, err)
-    assert status == 200 and [r["run"] for r in json.loads(body)["runs"]] == ["base"]
+    if status != 0:  # read before the stop began: answered, never interrupted
+        assert status == 200 and [r["run"] for r in json.loads(body)["runs"]] == ["base"], body
+
+
+#: `tracklake ui` on argv[1], sent SIGTERM argv[2] times, half a second apart, once a
+#: request has arrived whole.
+STOPPED_AS_ANSWERED = """
+import os, signal, sys, threading, time
+from tracklake._ui import server
+arrived = server._Server.arrived
+def stop(times):
+    for _ in range(times):
+        time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGTERM)
+def arrived_then_stopped(self, connection):
+    arrived(self, connection)
+    threading.Thread(target=stop, args=(int(sys.argv[2]),), daemon=True).start()
+server._Server.arrived = arrived_then_stopped
+from tracklake._cli.main import main
+main(["ui", "--root", sys.argv[1], "--port", "0"])
+"""
+
+
+@pytest.mark.parametrize(("stops", "rows", "expected"), [
+    (1, 2 * 10**8, (200, {"columns": ["n"], "rows": [[28571429]]})),
+    (2, 10**13, (503, {"error": "the dashboard is stopping"})),
+], ids=["once", "twice"])
+def test_the_command_answers_the_question_in_progress_and_a_second_stop_interrupts_it(
+        store: Path, stops: int, rows: int, expected: tuple[int, Any]) -> None:
+    """One stop waits for the question in progress (it was interrupted, and its asker
+    told "query interrupted" as if the question were wrong); a second stop interrupts it
+    (rather than making its asker wait out the 30 s limit) and tells its asker that the
+    dashboard is stopping. Either way the command exits 0."""
+    process, port = _command_serving(store, STOPPED_AS_ANSWERED, str(stops))
+    slow = f"SELECT count(*) AS n FROM range({rows}) t(i) WHERE i % 7 = 3"
+    try:
+        status, _, body = request(None, "POST", "/api/sql",  # type: ignore[arg-type]
+                                  json.dumps({"sql": slow}).encode(),
+                                  {"Content-Type": "application/json"}, port=port)
+        out, err = process.communicate(timeout=60)
+    finally:
+        _killed_if_running(process)
+    _assert_ended_cleanly(process, out, err)
+    assert "answering 1 question(s) in progress (Ctrl-C again interrupts them)" in out, out
+    assert ("interrupting the questions in progress" in out) == (stops == 2), out
+    answer = json.loads(body)
+    assert (status, {k: answer.get(k) for k in expected[1]}) == expected, body
 
 
 def test_a_taken_port_or_a_url_root_is_an_error_at_once(store: Path) -> None:

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import signal
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
+
+if TYPE_CHECKING:
+    from tracklake._ui.server import Dashboard
 
 #: Not 8080 or 8888 (often taken by other local servers); --port 0 takes any free port.
 DEFAULT_PORT = 7373
@@ -27,7 +30,6 @@ def ui(root: str | None, host: str, port: int) -> None:
 
     from tracklake._cli.main import CliError, _store
     from tracklake._read.location import is_url
-    from tracklake._read.query import interrupt_queries
     from tracklake._read.readonly import free_memory_promptly
     from tracklake._ui.server import Dashboard
 
@@ -53,12 +55,28 @@ def ui(root: str | None, host: str, port: int) -> None:
     try:
         dashboard.start().wait()
     except KeyboardInterrupt:
-        interrupt_queries()
+        pass
     finally:
-        dashboard.close()
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        try:
+            _close(dashboard)
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
     click.echo("tracklake ui: stopped")
+
+
+def _close(dashboard: Dashboard) -> None:
+    """Close `dashboard`, which answers the questions that arrived whole (each within its
+    query limit); a second Ctrl-C or SIGTERM meanwhile interrupts them."""
+    if answering := dashboard.answering():
+        click.echo(f"tracklake ui: stopping; answering {answering} question(s) in progress "
+                   "(Ctrl-C again interrupts them)")
+    try:
+        dashboard.close()
+    except KeyboardInterrupt:
+        click.echo("tracklake ui: interrupting the questions in progress")
+        dashboard.interrupt()
+        dashboard.close()
 
 
 def _interrupt(signum: int, frame: object) -> None:

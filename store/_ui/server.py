@@ -118,6 +118,7 @@ class _Server(ThreadingHTTPServer):
         self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self.queries = threading.BoundedSemaphore(MAX_QUERIES)
         self.closing = threading.Event()
+        self.interrupting = threading.Event()  # the stop interrupts the running queries
         #: connections whose request is still arriving, and those whose request arrived
         #: whole (being answered)
         self.arriving: set[socket.socket] = set()
@@ -144,6 +145,9 @@ class _Server(ThreadingHTTPServer):
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         with self.open_lock:
             self.arriving.add(request)
+            if self.closing.is_set():  # handed over as a stop began: cut, as it would be
+                with contextlib.suppress(OSError):
+                    request.shutdown(socket.SHUT_RDWR)
         try:
             super().process_request_thread(request, client_address)
         finally:
@@ -166,13 +170,16 @@ class _Server(ThreadingHTTPServer):
         for `_CUT_WAIT` seconds more."""
         self.closing.set()
         self._cut(self.arriving)
-        deadline = time.monotonic() + timeout
-        taken = self._take_slots(deadline)
-        if taken < MAX_CONNECTIONS:
-            self._cut(self.answering)
-            taken += self._take_slots(time.monotonic() + _CUT_WAIT, MAX_CONNECTIONS - taken)
-        for _ in range(taken):
-            self.slots.release()
+        taken = 0
+        try:  # a second Ctrl-C ends the wait: the slots taken are given back for the next
+            taken = self._take_slots(time.monotonic() + timeout)
+            if taken < MAX_CONNECTIONS:
+                self._cut(self.answering)
+                taken += self._take_slots(time.monotonic() + _CUT_WAIT,
+                                          MAX_CONNECTIONS - taken)
+        finally:
+            for _ in range(taken):
+                self.slots.release()
 
     def _cut(self, connections: set[socket.socket]) -> None:
         with self.open_lock:
@@ -184,9 +191,14 @@ class _Server(ThreadingHTTPServer):
         """How many connection slots were taken (at most `most`) by `deadline`: each is
         one thread that ended or none that was running."""
         taken = 0
-        while taken < most and self.slots.acquire(
-                timeout=max(0.0, deadline - time.monotonic())):
-            taken += 1
+        try:
+            while taken < most and self.slots.acquire(
+                    timeout=max(0.0, deadline - time.monotonic())):
+                taken += 1
+        except BaseException:  # interrupted: what was taken is given back
+            for _ in range(taken):
+                self.slots.release()
+            raise
         return taken
 
 
@@ -406,6 +418,9 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 body = json_bytes(value)
                 del value  # only its JSON is sent
+        if refused is not None and self.server.interrupting.is_set():
+            self._error(HTTPStatus.SERVICE_UNAVAILABLE, "the dashboard is stopping")
+            return
         if refused is not None:
             self._error(HTTPStatus.BAD_REQUEST, refused)
             return
@@ -583,9 +598,23 @@ class Dashboard:
         while self._thread.is_alive():
             self._thread.join(0.5)
 
+    def answering(self) -> int:
+        """How many questions arrived whole and are being answered."""
+        with self._server.open_lock:
+            return len(self._server.answering)
+
+    def interrupt(self) -> None:
+        """Interrupt the queries running in this process (a second Ctrl-C while `close()`
+        waits for them): their questions are told that the dashboard is stopping."""
+        from tracklake._read.query import interrupt_queries
+
+        self._server.closing.set()
+        self._server.interrupting.set()
+        interrupt_queries()
+
     def close(self) -> None:
         """Stop listening, cut open connections and wait for the answers in progress, so
-        that no thread is left reading the store when the process ends."""
+        that no thread is left reading the store when the process ends. Idempotent."""
         if self._thread is not None:
             self._server.shutdown()
             self._thread.join()
