@@ -320,6 +320,52 @@ def test_a_stop_answers_the_requests_that_arrived_whole_and_cuts_the_one_arrivin
             assert answer == {"error": "the dashboard is stopping"}
 
 
+def test_a_stop_cuts_an_answer_its_client_never_reads_once_the_answers_had_their_time(
+        store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client that asks for a large answer and reads none of it holds its answering
+    thread in a send: the stop waits the queries' limit for it, then cuts it, and no
+    answering thread is left once `close()` returns."""
+    from tracklake._ui import answers
+    from tracklake._ui.server import MAX_CONNECTIONS
+
+    monkeypatch.setattr(answers, "QUERY_TIMEOUT", 1.0)
+    board = Dashboard(store).start()
+    server = board._server
+    large = json.dumps({"sql": "SELECT repeat('x', 20000) AS x FROM range(1000)"}).encode()
+    try:
+        with socket.socket() as silent:
+            silent.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            silent.connect(("127.0.0.1", board.port))
+            silent.sendall(b"POST /api/sql HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                           b"Content-Type: application/json\r\n"
+                           b"Content-Length: " + str(len(large)).encode() + b"\r\n\r\n"
+                           + large)
+            until(lambda: len(server.answering) == 1, "the request to arrive whole")
+            until(lambda: _no_query_running(server), "the query to end")
+            assert len(server.answering) == 1  # held in its send: 20 MB, none read
+            board.close()
+            answering = [t for t in threading.enumerate()
+                         if getattr(t, "_target", None) == server.process_request_thread]
+            assert answering == [] and not server.answering
+            for _ in range(MAX_CONNECTIONS):  # every connection's slot is free again
+                assert server.slots.acquire(blocking=False)
+            silent.settimeout(10)
+            with contextlib.suppress(ConnectionResetError):
+                while silent.recv(1 << 20):
+                    pass  # what was sent before the cut, then the end of the stream
+    finally:
+        board.close()
+
+
+def _no_query_running(server: Any) -> bool:
+    from tracklake._ui.server import MAX_QUERIES
+
+    taken = [server.queries.acquire(blocking=False) for _ in range(MAX_QUERIES)]
+    for _ in range(sum(taken)):
+        server.queries.release()
+    return all(taken)
+
+
 #: `tracklake ui` on argv[1], sent SIGTERM by itself the moment a connection has been handed
 #: to the thread that answers it (the stop arriving exactly then, as it can under load).
 STOPPED_AT_HANDOVER = """
