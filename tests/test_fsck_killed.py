@@ -15,6 +15,7 @@ import shutil
 import signal
 import time
 from pathlib import Path
+
 import pyarrow as pa
 import pytest
 from _crafted import message_spans
