@@ -12,9 +12,6 @@ DEMO_ROOT ?= tracklake-demo
 #: servers, kills), and the whole CI took 22:45 with 3 against 23:55 with 2 (the main
 #: suite 13:52 against 15:11); the suite passes beside two CPU-burning loops with 2
 WORKERS ?= 3
-#: pytest-xdist workers for each other Python's tests (`make test` runs them on one,
-#: beside the default Python's)
-PYTHONS_WORKERS ?= $(WORKERS)
 
 #: The other Pythons that pyproject.toml claims. `make test-pythons` gives each one that is
 #: installed here (python3.X on PATH, else pyenv's) a .venv-3.X with every extra that
@@ -47,7 +44,7 @@ PYTHONS_TESTS ?= $(SHORT_TESTS) tests/test_init_inputs.py tests/test_read_scope.
 	tests/test_pack.py tests/test_ui_server.py tests/test_import_boundary.py \
 	tests/exporters/test_wandb.py
 
-.PHONY: demo test test-pythons system-packages typecheck bench clean
+.PHONY: demo test test-pythons other-venvs system-packages typecheck bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -109,10 +106,9 @@ demo: $(VENV)/.demo
 	$(BIN)/tracklake demo --root $(DEMO_ROOT) --export
 	$(BIN)/tracklake runs --root $(DEMO_ROOT)
 
-# Debian's packages install (downloads, dpkg) while ruff and mypy take the CPU; the other
-# Pythons' venvs are built, and their tests run on one worker, beside the default
-# Python's tests, whose workers leave a third of a core idle on 2 cores (sleeps, waits on
-# subprocesses): their log is shown after the default Python's
+# Debian's packages install (downloads, dpkg) while ruff and mypy take the CPU, and the
+# other Pythons' venvs while the tests do (test-pythons makes again, and shows, any that
+# failed there)
 # --max-worker-restart=0: a worker that crashes (a signal in native code) fails the run
 # there, naming its test; replaced, it left pytest-xdist 3.8's loadgroup scheduler
 # waiting for ever at the end of the run (pytest-dev/pytest-xdist#1378)
@@ -122,15 +118,19 @@ test: $(VENV)/.test
 		$(BIN)/ruff check store exporters tests benchmarks && $(MAKE) typecheck; \
 		checked=$$?; wait $$packages || { cat build/system-packages.log; exit 1; }; \
 		exit $$checked
-	$(MAKE) test-pythons PYTHONS_WORKERS=1 > build/test-pythons.log 2>&1 & others=$$!; \
+	$(MAKE) other-venvs > build/other-venvs.log 2>&1 & venvs=$$!; \
 		$(BIN)/pytest --require-extras -n $(WORKERS) --dist loadgroup \
 			--max-worker-restart=0 --durations=25; \
-		tested=$$?; wait $$others; pythons=$$?; cat build/test-pythons.log; \
-		[ $$tested -eq 0 ] && [ $$pythons -eq 0 ]
+		tested=$$?; wait $$venvs; exit $$tested
+	$(MAKE) test-pythons
 
 #: the interpreter of Python $$v: python3.X on PATH, else pyenv's (empty: neither)
 FIND_PYTHON = for c in python$$v $${PYENV_ROOT:-$$HOME/.pyenv}/versions/$$v.*/bin/python$$v; do \
 	"$$c" -c '' 2>/dev/null && { echo "$$c"; break; }; done
+
+other-venvs:
+	@for v in $(OTHER_PYTHONS); do py=$$($(FIND_PYTHON)); \
+		[ -z "$$py" ] || $(MAKE) --no-print-directory .venv-$$v/.test PYTHON_X=$$py; done
 
 test-pythons:
 	@failed=; for v in $(OTHER_PYTHONS); do \
@@ -140,7 +140,7 @@ test-pythons:
 		$(MAKE) --no-print-directory .venv-$$v/.test PYTHON_X=$$py || { failed="$$failed $$v"; continue; }; \
 		tests="$(PYTHONS_TESTS)"; \
 		case " $(SHORT_PYTHONS) " in *" $$v "*) tests="$(SHORT_TESTS)";; esac; \
-		.venv-$$v/bin/pytest -q -n $(PYTHONS_WORKERS) --require-extras \
+		.venv-$$v/bin/pytest -q -n $(WORKERS) --require-extras \
 			--extras-not-required $(NOT_INSTALLED_THERE) -m 'not slow' $$tests \
 			|| failed="$$failed $$v"; \
 	done; \
