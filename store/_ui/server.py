@@ -63,6 +63,8 @@ TRIM_AFTER_BYTES = 1 << 20
 READ_DEADLINE = 10.0
 #: Seconds a stop waits for the threads of answers it cut (their sends fail at once).
 _CUT_WAIT = 5.0
+#: Seconds between two interruptions of the queries, once a second stop asked for them.
+_INTERRUPT_EVERY = 0.05
 COOKIE = "tracklake_token"
 
 _TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
@@ -608,9 +610,24 @@ class Dashboard:
         waits for them): their questions are told that the dashboard is stopping."""
         from tracklake._read.query import interrupt_queries
 
-        self._server.closing.set()
-        self._server.interrupting.set()
+        server = self._server
+        server.closing.set()
+        server.interrupting.set()
         interrupt_queries()
+
+        def keep_interrupting() -> None:
+            """A question whose query had not begun (still connecting, as under load) is
+            interrupted as soon as it does, not left to run to its limit."""
+            deadline = time.monotonic() + answers.QUERY_TIMEOUT
+            while time.monotonic() < deadline:
+                with server.open_lock:
+                    if not server.answering:
+                        return
+                interrupt_queries()
+                time.sleep(_INTERRUPT_EVERY)
+
+        threading.Thread(target=keep_interrupting, daemon=True,
+                         name="tracklake-ui-interrupt").start()
 
     def close(self) -> None:
         """Stop listening, cut open connections and wait for the answers in progress, so
