@@ -106,6 +106,12 @@ def is_loopback(host: str) -> bool:
         return False  # a host name: whatever it resolves to, it is not only this machine
 
 
+def _shut(connection: socket.socket) -> None:
+    """Cut `connection` both ways; one its client closed meanwhile (OSError) is left."""
+    with contextlib.suppress(OSError):
+        connection.shutdown(socket.SHUT_RDWR)
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True  # a stuck client never keeps the process from ending
 
@@ -148,8 +154,7 @@ class _Server(ThreadingHTTPServer):
         with self.open_lock:
             self.arriving.add(request)
             if self.closing.is_set():  # handed over as a stop began: cut, as it would be
-                with contextlib.suppress(OSError):
-                    request.shutdown(socket.SHUT_RDWR)
+                _shut(request)
         try:
             super().process_request_thread(request, client_address)
         finally:
@@ -186,8 +191,7 @@ class _Server(ThreadingHTTPServer):
     def _cut(self, connections: set[socket.socket]) -> None:
         with self.open_lock:
             for connection in connections:
-                with contextlib.suppress(OSError):  # closed by its client meanwhile
-                    connection.shutdown(socket.SHUT_RDWR)
+                _shut(connection)
 
     def _take_slots(self, deadline: float, most: int = MAX_CONNECTIONS) -> int:
         """How many connection slots were taken (at most `most`) by `deadline`: each is
@@ -228,9 +232,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.server.arrived(self.connection)
 
     def _too_slow(self) -> None:
-        # already closed by the client (OSError): nothing left to refuse
-        with contextlib.suppress(OSError):
-            self.connection.shutdown(socket.SHUT_RDWR)
+        _shut(self.connection)
 
     def log_message(self, format: str, *args: Any) -> None:
         """Quiet: a dashboard polled every second would flood the terminal."""
