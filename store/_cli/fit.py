@@ -8,8 +8,8 @@ column: its widest number; a name column: the width at which its names stay dist
 and a whole width. A table's *claims* say, most important first, which column gets its
 narrowest or its whole width; each claim is granted if the terminal has room for it, a
 column whose narrowest width finds no room is left out (and named), and the room left
-over goes to the kept columns in the order of the claims. rich draws the table at the
-widths chosen.
+over goes to the kept columns in the order of the claims. The table is drawn at the
+widths chosen as rich draws it (`drawn_table`).
 
 Off a terminal (a pipe, a file) nothing is fitted: every column is printed whole,
 folded over lines where the page is too narrow, as scripts and logs have always had it.
@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from rich.cells import cell_len
-from rich.table import Table
 
+from tracklake._cli.drawn_table import DrawnColumn, PlainTable
 from tracklake._cli.shorten import distinct_width, name_parts, shorten, wrap_name
 
 #: How a column narrows: "never" (numbers, times: whole or left out), "shorten" (names:
@@ -109,32 +109,27 @@ def allot(least: Sequence[int], whole: Sequence[int], claims: Sequence[Claim], r
 
 
 def fitted_table(columns: Sequence[Column], claims: Sequence[Claim], width: int | None,
-                 **options: Any) -> tuple[Table, list[str]]:
-    """A rich Table of `columns` (in their order) that fits `width` cells, and the
-    headers of the columns left out that had something in them; `width` None: every
-    column whole, folded where the page is too narrow (not a terminal). `options` go to
-    `Table`."""
-    table = Table(**options)
+                 title: str | None = None) -> tuple[PlainTable, list[str]]:
+    """A table of `columns` (in their order) that fits `width` cells, and the headers of
+    the columns left out that had something in them; `width` None: every column whole,
+    folded where the page is too narrow (not a terminal)."""
     if width is None:
-        for column in columns:
-            table.add_column(column.header, overflow="fold", justify=column.justify)
-        for row in zip(*(c.cells for c in columns), strict=True):
-            table.add_row(*row)
-        return table, []
+        return PlainTable([DrawnColumn(c.header, c.cells, None, c.justify, "fold",
+                                       no_wrap=False)
+                           for c in columns], title), []
     widths = allot([c.least for c in columns], [c.whole for c in columns], claims, width)
-    kept: list[list[str]] = []
+    kept = []
     for column, w in zip(columns, widths, strict=True):
         if w is None:
             continue
         wraps = column.narrow == "wrap"
-        table.add_column(wrap_name(column.header, w), width=w, no_wrap=not wraps,
-                         overflow="fold" if wraps else "ellipsis", justify=column.justify)
-        kept.append(shorten(column.cells, w) if column.narrow == "shorten" else column.cells)
-    for row in zip(*kept, strict=True):
-        table.add_row(*row)
+        kept.append(DrawnColumn(
+            wrap_name(column.header, w),
+            shorten(column.cells, w) if column.narrow == "shorten" else column.cells, w,
+            column.justify, "fold" if wraps else "ellipsis", no_wrap=not wraps))
     # a column with nothing in it is left out without a word: nothing is missing
-    return table, [c.header for c, w in zip(columns, widths, strict=True)
-                   if w is None and any(c.cells)]
+    return PlainTable(kept, title), [c.header for c, w in zip(columns, widths, strict=True)
+                                     if w is None and any(c.cells)]
 
 
 def hidden_note(hidden: Sequence[str], width: int, remedy: str = "") -> str:

@@ -17,6 +17,7 @@ from rich.text import Text
 
 from tracklake._cli.cells import cell
 from tracklake._cli.console import literal_console, terminal_width
+from tracklake._cli.drawn_table import PlainTable
 from tracklake._cli.fit import Column, Whole, fitted_table, hidden_note
 from tracklake._cli.present_media import histograms_table, media_rows, media_table
 from tracklake._cli.sparkline import UNICODE_LEVELS, trends
@@ -101,7 +102,7 @@ def print_run(root: Path, run_id: str, project: str | None, problems: ReadProble
                                                    title="config"))
 
 
-def _print_fitted(console: Console, width: int | None, fitted: tuple[Table, list[str]]
+def _print_fitted(console: Console, width: int | None, fitted: tuple[PlainTable, list[str]]
                   ) -> None:
     table, hidden = fitted
     console.print(table)
@@ -111,7 +112,7 @@ def _print_fitted(console: Console, width: int | None, fitted: tuple[Table, list
 
 
 def attempts_table(attempts: Sequence[dict[str, Any]], width: int | None, now: float
-                   ) -> tuple[Table, list[str]]:
+                   ) -> tuple[PlainTable, list[str]]:
     """Each attempt of each rank: status (as every reader shows it: a "running" attempt
     whose writer is gone is "crashed"), times, write problems. On a terminal the times
     are local and to the second, as `runs` shows its start; elsewhere as recorded."""
@@ -143,7 +144,7 @@ def _local_time(iso: str) -> str:
 
 
 def metrics_table(summary: list[dict[str, Any]], curves: dict[str, str], rank: int,
-                  width: int | None) -> tuple[Table, list[str]]:
+                  width: int | None) -> tuple[PlainTable, list[str]]:
     """Per key: steps, values, min, max, last value, trend. The key matters most: whole
     if the terminal has room, else cut in its middle (`critic/…/mean`), distinct."""
     rows = []

@@ -12,7 +12,8 @@ from tracklake._read.query import query
 
 if TYPE_CHECKING:
     import duckdb
-    from rich.table import Table
+
+    from tracklake._cli.drawn_table import PlainTable
 
 #: Bars at most in the drawing of a histogram (bins are summed in groups beyond it).
 BARS = 32
@@ -50,7 +51,7 @@ def bars(counts: list[int], unicode: bool = True) -> str:
 
 
 def histograms_table(rows: list[dict[str, Any]], rank: int, width: int | None,
-                     unicode: bool) -> tuple[Table, list[str]]:
+                     unicode: bool) -> tuple[PlainTable, list[str]]:
     """Per key: histograms, steps, and the last one: values, min, max, bins drawn."""
     cells = [[r["key"], cell(r["n"]), f"{r['first']}..{r['last']}", cell(r["values"]),
               cell(r["lo"]), cell(r["hi"]), bars(r["counts"] or [], unicode)] for r in rows]
@@ -62,7 +63,7 @@ def histograms_table(rows: list[dict[str, Any]], rank: int, width: int | None,
                         title=f"histograms (rank {rank}; the last of each key)")
 
 
-def media_table(rows: list[dict[str, Any]], width: int | None) -> tuple[Table, list[str]]:
+def media_table(rows: list[dict[str, Any]], width: int | None) -> tuple[PlainTable, list[str]]:
     """Per key and type: items, steps, bytes, distinct files, the last caption."""
     cells = [[r["key"], r["type"], cell(r["n"]), f"{r['first']}..{r['last']}",
               cell(r["bytes"]), cell(r["files"]), r["caption"] or ""] for r in rows]

@@ -28,7 +28,8 @@ from tracklake._read.scope import scope_of_views
 if TYPE_CHECKING:
     import duckdb
     import pyarrow as pa
-    from rich.table import Table
+
+    from tracklake._cli.drawn_table import PlainTable
 
 #: Keys shown by `tracklake runs` when none are chosen, if the runs have them.
 DEFAULT_RUN_METRICS = ("critic/score/mean", "actor/pg_loss", "val-core/*")
@@ -165,7 +166,7 @@ def _print_table(root: Path, runs: list[dict[str, Any]], chosen: list[str],
 
 def runs_table(root: Path, runs: list[dict[str, Any]], chosen: list[str],
                last: dict[tuple[str, str, str], Any], width: int | None
-               ) -> tuple[Table, list[str]]:
+               ) -> tuple[PlainTable, list[str]]:
     """The run table in `width` cells (None: not a terminal), and the columns left out.
 
     Most important first: the run id (cut in its middle if it must be, distinct), its
