@@ -18,8 +18,13 @@ from tracklake._cli.run_list import DEFAULT_LIMIT
 
 def _runs(root: Path, count: int) -> list[str]:
     """`count` finished runs, started one after the other; their ids, oldest first."""
-    ids = [f"r{i:03d}" for i in range(count)]
-    for i, run_id in enumerate(ids):
+    return _runs_named(root, [f"r{i:03d}" for i in range(count)], offset=0)
+
+
+def _runs_named(root: Path, ids: list[str], offset: int) -> list[str]:
+    """Finished runs `ids`, one after the other, the i-th logging `offset + i + 0.5` at
+    step `offset + i`."""
+    for i, run_id in enumerate(ids, start=offset):
         with tracklake.init(project="p", run_id=run_id, root=root,
                             capture_identity=False) as run:
             run.log({"critic/score/mean": i + 0.5}, step=i)
@@ -113,3 +118,27 @@ def test_tsv_keeps_one_line_per_run_when_a_key_holds_a_tab(root: Path) -> None:
     header, row = out.splitlines()
     assert header.split("\t")[-2:] == ["critic/a b", "critic/c d"]
     assert row.split("\t")[-2:] == ["1", "2"]
+
+
+def test_a_process_listing_again_asks_the_runs_view_and_sees_the_runs_added(
+        root: Path, many: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first listing of a process reads the newest runs alone (`newest_runs`); the
+    next ones ask the runs view, whose catalog the process keeps: the same table, and
+    the runs written in between."""
+    from tracklake._cli import run_list
+
+    asked: list[Path] = []
+    newest = run_list.newest_runs
+    monkeypatch.setattr(run_list, "newest_runs",
+                        lambda at, *args: asked.append(at) or newest(at, *args))
+    code, first = _cli("runs", "--root", str(root))
+    assert code == 0 and len(asked) == 1
+    code, again = _cli("runs", "--root", str(root))
+    assert code == 0 and len(asked) == 1  # not read alone again
+    assert again == first
+    added = _runs_named(root, ["s0", "s1"], offset=len(many))
+    code, later = _cli("runs", "--root", str(root))
+    assert code == 0 and len(asked) == 1
+    assert _table_runs(later, [*many, *added]) == [*many, *added][5:]
+    assert "(5 older runs not shown" in later
+    assert " s1 " in later and f"{len(many) + 1.5:.4g}" in later  # its last value

@@ -70,6 +70,8 @@ _VOUCHED_AT = 1024
 _COLUMNS = ["project", "run", "watched", "attempts"]
 #: Stores whose runs view this process answered by `runs_view_attempts` once.
 _streamed: set[str] = set()
+#: Stores this process listed the newest runs of (`first_listing`).
+_listed_once: set[str] = set()
 _streamed_lock = threading.Lock()
 #: Attempts' starts held before the newest are picked from them (`_Newest.pick`).
 _PICK_AT = 1 << 16
@@ -105,6 +107,19 @@ def newest_runs(root: Path, project: str | None, limit: int) -> NewestRuns | Non
     for group in gathered(_starts(_fresh_attempts(root, fresh)), _PICK_AT):
         newest.pick(group)
     return newest.counted()
+
+
+def first_listing(root: Path) -> bool:
+    """Whether this is the process's first listing of `root`'s newest runs (noted as
+    asked). A process that lists again (a notebook, a script's loop) had better keep
+    the catalog whole, as the runs view's second question does, and be told of changes
+    by the directory watch than `stat` three paths a run at each listing (`catalog`)."""
+    key = str(root)
+    with _streamed_lock:
+        if key in _listed_once:
+            return False
+        _listed_once.add(key)
+        return True
 
 
 def _starts(attempts: Iterator[pa.Table]) -> Iterator[pa.Table]:
