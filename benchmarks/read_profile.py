@@ -74,7 +74,7 @@ def instrument() -> None:
     _wrap(query, "_execute", "execute")
     _wrap(catalog_shards, "load", "catalog load")
     _wrap(catalog.RunCatalog, "settled", "catalog settled")
-    for method in ("parts", "files", "summaries", "attempts"):
+    for method in ("parts", "part_mtimes", "summaries", "attempts"):
         _wrap(catalog.RunCatalog, method, "catalog rows")
     _wrap(catalog.RunCatalog, "save", "caches saved")
     _wrap(decoded.DecodedCache, "save", "caches saved")
