@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import struct
 
+import numpy as np
+
 _U16 = struct.Struct("<H")
 _I16 = struct.Struct("<h")
 _U32 = struct.Struct("<I")
@@ -30,6 +32,7 @@ _BUFFER = struct.Struct("<qq")  # Buffer { offset: long; length: long; }
 _SCHEMA = 1  # MessageHeader.Schema
 _RECORD_BATCH = 3  # MessageHeader.RecordBatch
 _LITTLE_ENDIAN = 0  # Endianness.Little, also what an absent field means
+_INT64_BYTES = np.arange(8)
 
 
 def _field(buf: memoryview, table: int, index: int) -> int | None:
@@ -79,20 +82,23 @@ def decoded_size(message: memoryview) -> int | None:
             return 0
         vector = _indirect(fb, buffers_at)
         count = _U32.unpack_from(fb, vector)[0]
-        total = 0
-        for i in range(count):
-            offset, length = _BUFFER.unpack_from(fb, vector + 4 + 16 * i)
-            if length <= 0:
-                continue
-            if not compressed:
-                total += length
-                continue
-            if offset < 0 or offset + 8 > len(body):
-                return None  # past the body: an incomplete or damaged message
-            raw = _I64.unpack_from(body, offset)[0]
-            total += length - 8 if raw == -1 else max(raw, 0)
-        return total
-    except (struct.error, IndexError):
+        if not count:
+            return 0
+        # (offset, length) pairs, all at once: a catalog file's batch has hundreds
+        pairs = np.frombuffer(fb, dtype="<i8", count=2 * count, offset=vector + 4)
+        offsets, lengths = pairs[0::2], pairs[1::2]
+        held = lengths > 0
+        if not compressed:
+            return int(sum(lengths[held].tolist()))  # as Python ints: no sum wraps around
+        offsets, lengths = offsets[held], lengths[held]
+        if not len(offsets):
+            return 0
+        if np.any(offsets < 0) or np.any(offsets > len(body) - 8):
+            return None  # past the body: an incomplete or damaged message
+        raw = np.frombuffer(body, dtype=np.uint8)[offsets[:, None] + _INT64_BYTES]
+        raw = raw.view("<i8").ravel()
+        return int(sum(np.where(raw == -1, lengths - 8, np.maximum(raw, 0)).tolist()))
+    except (struct.error, IndexError, ValueError):
         return None
 
 
