@@ -33,7 +33,7 @@ def tables(draw: st.DrawFn, cells: st.SearchStrategy[str]) -> PlainTable:
     for _ in range(draw(st.integers(1, 6))):
         width = draw(st.none() | st.integers(1, 12))
         header = draw(st.lists(st.text(alphabet="ab cd/", max_size=12), min_size=1,
-                               max_size=3 if width else 1)).__iter__()
+                               max_size=3 if width else 1))
         wraps = width is None and draw(st.booleans())  # (off a terminal: folded if too wide)
         columns.append(DrawnColumn(
             "\n".join(header), draw(st.lists(cells, min_size=rows, max_size=rows)), width,
@@ -72,14 +72,11 @@ def test_a_plain_table_is_drawn_here_and_styled_as_rich_styles_it() -> None:
         "└────────────┴───────┴───────┘"]
 
 
-@pytest.mark.parametrize("why", ["wide", "odd", "title", "wraps"])
+@pytest.mark.parametrize("why", ["wide", "odd", "title", "wraps", "no columns"])
 def test_what_is_not_plain_is_drawn_by_rich(why: str) -> None:
-    column = DrawnColumn("key", ["漢字" if why == "odd" else "k"], None,
-                         overflow="fold" if why == "wraps" else "ellipsis",
-                         no_wrap=why != "wraps")
-    if why == "wraps":
-        column = DrawnColumn("key", ["k"], 5, overflow="fold", no_wrap=False)
-    table = PlainTable([column] * (40 if why == "wide" else 1),
+    column = DrawnColumn("key", ["k"], 5, overflow="fold", no_wrap=False) \
+        if why == "wraps" else DrawnColumn("key", ["漢字" if why == "odd" else "k"], None)
+    table = PlainTable([column] * {"wide": 40, "no columns": 0}.get(why, 1),
                        title="a title longer than the table" if why == "title" else None)
     console = Console(file=io.StringIO(), width=80)
     assert table._lines(console, console.options) is None

@@ -80,7 +80,7 @@ class PlainTable:
                ) -> list[list[Segment]] | None:
         """The table's lines, or None where rich must draw it (see the module)."""
         widths = _widths(self.columns)
-        if widths is None:
+        if not widths:  # (a table of no columns too: rich draws what it makes of it)
             return None
         table_width = sum(widths) + 3 * len(widths) + 1
         if table_width > options.max_width:

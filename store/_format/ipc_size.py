@@ -28,7 +28,6 @@ _I16 = struct.Struct("<h")
 _U32 = struct.Struct("<I")
 _I32 = struct.Struct("<i")
 _I64 = struct.Struct("<q")
-_BUFFER = struct.Struct("<qq")  # Buffer { offset: long; length: long; }
 _SCHEMA = 1  # MessageHeader.Schema
 _RECORD_BATCH = 3  # MessageHeader.RecordBatch
 _LITTLE_ENDIAN = 0  # Endianness.Little, also what an absent field means
@@ -84,7 +83,8 @@ def decoded_size(message: memoryview) -> int | None:
         count = _U32.unpack_from(fb, vector)[0]
         if not count:
             return 0
-        # (offset, length) pairs, all at once: a catalog file's batch has hundreds
+        # Buffer { offset: long; length: long; }, all at once: a catalog file's batch
+        # has hundreds
         pairs = np.frombuffer(fb, dtype="<i8", count=2 * count, offset=vector + 4)
         offsets, lengths = pairs[0::2], pairs[1::2]
         held = lengths > 0
