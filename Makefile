@@ -45,7 +45,7 @@ PYTHONS_TESTS ?= $(SHORT_TESTS) tests/test_init_inputs.py tests/test_read_scope.
 	tests/test_sql_readonly.py tests/test_cursor.py tests/test_compact_merge.py \
 	tests/test_compact_bytes.py tests/test_part_format.py tests/test_part_summary.py \
 	tests/test_pack.py tests/test_ui_server.py tests/test_import_boundary.py \
-	tests/exporters/test_wandb.py
+	tests/exporters/test_wandb.py tests/test_from_summaries.py
 
 .PHONY: demo test test-pythons other-venvs system-packages typecheck bench clean
 

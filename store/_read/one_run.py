@@ -28,7 +28,7 @@ _NARROWING = ("project", "run")
 
 
 
-def _parse_tree(sql: str) -> Any:
+def parse_tree(sql: str) -> Any:
     """DuckDB's parse tree of `sql` (`json_serialize_sql`), None if it gives none. The
     text is only parsed, on a private connection that reads no table."""
     import duckdb
@@ -49,7 +49,7 @@ def table_names(sql: str) -> set[str] | None:
     """The names (lower case) of every table `sql` reads, from its parse tree (which
     takes statements with parameters, where `duckdb.get_table_names` refuses them); None
     if DuckDB gives no tree."""
-    tree = _parse_tree(sql)
+    tree = parse_tree(sql)
     if tree is None:
         return None
     names: set[str] = set()
@@ -71,7 +71,7 @@ def narrowed_to(sql: str, views: set[str], params: Any = None) -> dict[str, str]
     the module says, or a SELECT of nothing but such a SELECT (as `first_rows_sql` wraps
     a statement); {} otherwise. A named parameter (``run = $r``) whose value in `params`
     (a dict, as the query is given it) is a text counts as that literal."""
-    tree = _parse_tree(sql)
+    tree = parse_tree(sql)
     statements = tree.get("statements") if tree else None
     if not isinstance(statements, list) or len(statements) != 1:
         return {}
@@ -83,7 +83,7 @@ def narrowed_to(sql: str, views: set[str], params: Any = None) -> dict[str, str]
 def _narrowed(node: Any, views: set[str], named: dict[str, str]) -> dict[str, str]:
     if not isinstance(node, dict) or node.get("type") != "SELECT_NODE" or \
             node.get("cte_map", {}).get("map") or node.get("sample") or \
-            _holds_subquery(node):
+            holds_subquery(node):
         return {}
     table = node.get("from_table")
     if isinstance(table, dict) and table.get("type") == "SUBQUERY" and \
@@ -110,7 +110,7 @@ def _narrowed(node: Any, views: set[str], named: dict[str, str]) -> dict[str, st
     return found
 
 
-def _holds_subquery(node: Any) -> bool:
+def holds_subquery(node: Any) -> bool:
     """True if any expression or table below `node` is a subquery, or a table other than
     the one in FROM (a table function, a join)."""
     stack = [v for k, v in node.items() if k != "from_table"] if isinstance(node, dict) \

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 from tracklake._format import KINDS, PARTITION_SCHEMA, SCHEMAS
 from tracklake._read import kept_connections
 from tracklake._read.attempt_rows import FIRST_OF_RANK, LATEST, attempts_view
+from tracklake._read.from_summaries import summaries_sql
 from tracklake._read.location import existing_root, is_url, read_root
 from tracklake._read.reader import (
     Part,
@@ -324,6 +325,7 @@ def query(sql: str, *, root: str | os.PathLike[str] | None = None,
     damaged part raises `QueryError` naming it.
     """
     check_read_only(sql)
+    sql, scope = _asked(sql, params)
     if connection is not None:
         try:
             return _execute(connection, sql, params, timeout)
@@ -340,10 +342,21 @@ def query(sql: str, *, root: str | os.PathLike[str] | None = None,
             raise QueryError(f"{exc}; damaged: {names}") from exc
     found = ReadProblems() if problems is None else problems
     table = with_connection(root, found, lambda con: _execute(con, sql, params, timeout),
-                            scope_of_sql(sql, params))
+                            scope)
     if problems is None:
         _warn(found)
     return table
+
+
+def _asked(sql: str, params: Any) -> tuple[str, Scope]:
+    """What is asked for `sql` (`from_summaries`: of the summaries, if they answer it)
+    and what it reaches of the store (the one run or project `sql` is narrowed to, if
+    any: the summaries' answer is the same)."""
+    scope = scope_of_sql(sql, params)
+    summarised = summaries_sql(sql)
+    if summarised is None:
+        return sql, scope
+    return summarised, scope_of_sql(summarised, params).for_run(scope.project, scope.run)
 
 
 def with_connection(root: str | os.PathLike[str] | None, problems: ReadProblems,
@@ -534,6 +547,7 @@ def stream_query(sql: str, write: Callable[[pa.RecordBatch], None],
     True, or returns False when it cannot (then QueryError says the store changed
     while the answer was written)."""
     check_read_only(sql)
+    sql, scope = _asked(sql, params)
     found = ReadProblems() if problems is None else problems
     written = 0
     started = False  # something was given to `write`
@@ -574,8 +588,7 @@ def stream_query(sql: str, write: Callable[[pa.RecordBatch], None],
             written += batch.num_rows
 
     rows = with_connection(root, found,
-                           lambda con: _execute(con, sql, params, timeout, deliver),
-                           scope_of_sql(sql, params))
+                           lambda con: _execute(con, sql, params, timeout, deliver), scope)
     if problems is None:
         _warn(found)
     return rows
