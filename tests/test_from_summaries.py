@@ -255,3 +255,31 @@ def test_a_part_whose_values_alone_are_damaged_counts_in_the_summaries_answer(
                            ).to_pylist() == [{"run": "b", "max": 1999 * 1.25}]
     assert [path for path, _ in problems.damaged] == [part]
     assert any(problem.path == part for problem in fsck(root).problems)
+
+
+@pytest.mark.parametrize(("sql", "params"), [
+    ("SELECT run, max(value) AS m FROM metrics WHERE key = $k GROUP BY run "
+     "ORDER BY run LIMIT $n", {"k": "k0", "n": 2}),
+    ("SELECT run, max(value) AS m FROM metrics WHERE key = ? GROUP BY run "
+     "ORDER BY run LIMIT ?", ["k0", 2]),
+    ("SELECT RUN, MAX(VALUE) AS M FROM METRICS WHERE \"key\" = $1 GROUP BY RUN "
+     "ORDER BY RUN LIMIT $2", ["k0", 2]),
+])
+def test_parameters_reach_the_summaries_question(summarised_store: Path, sql: str,
+                                                 params: Any) -> None:
+    assert summaries_sql(sql) is not None
+    answer = tracklake.query(sql, root=summarised_store, params=params)
+    assert _rows(answer) == _rows(tracklake.query(_AS_WRITTEN + sql, root=summarised_store,
+                                                  params=params))
+    assert answer.num_rows == 2
+
+
+def test_a_callers_connection_is_asked_as_written(root: Path) -> None:
+    """A connection of the caller's may hold a `metrics` table and no summaries."""
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute("CREATE TABLE metrics AS SELECT 'x' AS run, 2.5 AS value")
+    answer = tracklake.query("SELECT run, max(value) AS m FROM metrics GROUP BY run",
+                             connection=con)
+    assert answer.to_pylist() == [{"run": "x", "m": 2.5}]

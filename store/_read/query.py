@@ -323,9 +323,12 @@ def query(sql: str, *, root: str | os.PathLike[str] | None = None,
     A file found damaged is left out of the answer and noted in `problems` (a
     `RuntimeWarning` without it); with a `connection` of the caller's, a query that hits a
     damaged part raises `QueryError` naming it.
+
+    Without a `connection`, a question over `metrics` that the summaries answer is asked
+    of `metric_summaries` (`from_summaries`); a caller's connection is asked `sql` as
+    written (it may hold no such view).
     """
     check_read_only(sql)
-    sql, scope = _asked(sql, params)
     if connection is not None:
         try:
             return _execute(connection, sql, params, timeout)
@@ -341,6 +344,7 @@ def query(sql: str, *, root: str | os.PathLike[str] | None = None,
             names = "; ".join(f"{path}: {why}" for path, why in damaged)
             raise QueryError(f"{exc}; damaged: {names}") from exc
     found = ReadProblems() if problems is None else problems
+    sql, scope = _asked(sql, params)
     table = with_connection(root, found, lambda con: _execute(con, sql, params, timeout),
                             scope)
     if problems is None:
