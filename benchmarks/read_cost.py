@@ -19,8 +19,11 @@ Questions (``RUN`` is the run in the middle of the store):
                                  DuckDB: the attempt files (``read_json``) joined with
                                  each run's last step
 
-Each is answered by three readers: tracklake (``tracklake.query(sql, root=ROOT)``; the
-run table through the CLI's own ``print_runs``), DuckDB over the parts
+Each is answered by four readers: tracklake (``tracklake.query(sql, root=ROOT)``; the
+run table through the CLI's own ``print_runs``; the first two questions are answered
+from ``metric_summaries``, docs/concepts.md), tracklake over the values (``values``: the
+same with a CTE before those two, which keeps them from the summaries; the other two are
+asked as tracklake asks them), DuckDB over the parts
 (``read_parquet('ROOT/metrics/**/*.parquet', hive_partitioning = true)``; for one run's
 history, that run's parts only: ``ROOT/metrics/project=*/run=RUN/**/*.parquet``) and DuckDB over
 the bundles tracklake built (``read_parquet('ROOT/.cache/bundles/bundle-*.parquet')``,
@@ -74,7 +77,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-READERS = ("tracklake", "parts", "bundles", "trackio")
+READERS = ("tracklake", "values", "parts", "bundles", "trackio")
+#: What keeps a question from `metric_summaries`: asked so, it reads the values.
+AS_WRITTEN = "WITH as_written AS (SELECT 1) "
+#: The questions `metric_summaries` answers (the others are asked alike by both).
+SUMMARY_QUESTIONS = ("last k0 per run", "max k3 per run")
 QUESTIONS = ("last k0 per run", "max k3 per run", "one run's k5", "tracklake runs")
 _SQL = {
     "last k0 per run": "SELECT run, arg_max(value, step) AS last FROM {src} WHERE key = 'k0' "
@@ -107,7 +114,7 @@ _TRACKIO_SQL = {
 
 
 def source(root: Path, reader: str) -> str:
-    if reader == "tracklake":
+    if reader in ("tracklake", "values"):
         return "metrics"
     if reader == "parts":
         return f"read_parquet('{root}/metrics/**/*.parquet', hive_partitioning = true)"
@@ -134,7 +141,8 @@ def sql_of(root: Path, reader: str, question: str, run: str) -> str:
               "hive_partitioning = true)"
     if question == "tracklake runs":
         return _RUNS_SQL.format(root=root, src=src)
-    return _SQL[question].format(src=src, run=run)
+    as_written = reader == "values" and question in SUMMARY_QUESTIONS
+    return (AS_WRITTEN if as_written else "") + _SQL[question].format(src=src, run=run)
 
 
 # -- one reader's questions in a fresh process (this script run with --child) ----------
@@ -169,7 +177,7 @@ def duckdb_asker(sql: str, tables: dict[str, Any] | None = None
 def _child(reader: str, root: Path, question: str, run: str, repeat: int) -> None:
     """Print, as JSON, the import time, the first and the warm times of `question`."""
     started = time.perf_counter()
-    if reader == "tracklake":
+    if reader in ("tracklake", "values"):
         import tracklake
 
         if question == "tracklake runs":
@@ -232,7 +240,7 @@ def _cpu() -> float:
 
 
 def process_argv(reader: str, root: Path, question: str, run: str) -> list[str]:
-    if reader == "tracklake":
+    if reader in ("tracklake", "values"):
         cli = [sys.executable, "-m", "tracklake._cli.main"]
         args = ["runs"] if question == "tracklake runs" else \
             ["sql", sql_of(root, reader, question, run)]

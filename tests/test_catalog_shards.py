@@ -119,7 +119,7 @@ def test_a_question_about_one_run_reads_only_the_file_that_holds_it(
     _answers(root)  # every file read, and kept
     opened.clear()
     assert tracklake.query(sql, root=root).to_pylist() == expected
-    assert opened == [own]
+    assert opened == []  # its file is the one kept: known the same by lstat alone
     with tracklake.init(project="p", run_id="r4", root=root, capture_identity=False,
                         system_metrics=False) as run:
         run.log({"loss": -1.0}, step=99)
@@ -269,3 +269,30 @@ def test_a_file_repeating_one_run_a_hundred_thousand_times_is_refused_at_once(
     loaded = catalog_shards.load(root, _SCHEMA)
     assert sorted(loaded.table.column("run").to_pylist()) == RUNS[1:]
     assert _answers(root) == expected
+
+
+@pytest.mark.parametrize("planted", ["fifo", "link to the file itself"])
+def test_a_kept_file_replaced_by_a_fifo_or_a_link_is_neither_opened_nor_followed(
+        root: Path, planted: str) -> None:
+    """A process keeps every catalog file it read and knows one unchanged by `lstat`
+    alone: a FIFO, or a link to that very file moved out of the store, put in a kept
+    file's place is not waited on, the answers stay those of the files, and a regular
+    catalog file is written in its place."""
+    import os
+
+    _store(root)
+    expected = _from_files(root)
+    _answers(root)  # every file read, and kept
+    assert catalog_shards._read_before
+    own = root / shard_file(shard_of("r4"))
+    if planted == "fifo":
+        own.unlink()
+        os.mkfifo(own)
+    else:
+        outside = root.parent / "outside.catalog"
+        own.rename(outside)
+        os.symlink(outside, own)
+    assert _answers(root) == expected
+    assert own.is_file() and not own.is_symlink()
+    assert tracklake.query("SELECT step, value FROM metrics WHERE run = 'r4' ORDER BY step",
+                           root=root).num_rows == 7

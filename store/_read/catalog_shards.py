@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import threading
 import zlib
 from collections.abc import Callable, Iterator
@@ -35,6 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tracklake._format import bounded_json
+from tracklake._format.bounded import touch
 from tracklake._format.columns import booleans, numpy_of, scalar_of
 from tracklake._format.files import no_link_on_the_way, open_regular, write_state
 from tracklake._format.ipc_size import declares_other_than_little_endian
@@ -77,6 +79,9 @@ def shard_of(run: str) -> int:
 def shard_file(shard: int) -> Path:
     """The file of `shard`, relative to the store root."""
     return CATALOG_DIR / f"{shard:02x}.catalog"
+
+
+_SHARD_FILES = [str(shard_file(shard)) for shard in range(SHARDS)]
 
 
 def catalog_file(run: str) -> Path:
@@ -312,8 +317,22 @@ def _read_shard(root: Path, shard: int, schema: pa.Schema, kept: _Kept, budget: 
     if the file is the same, else read and checked (None if it is not to be trusted).
     `budget`: the bytes the catalog's files may still decode to, lowered by this one's.
     `fields`: only the columns at these indices of `schema` are decoded."""
+    path = os.path.join(root, _SHARD_FILES[shard])  # a str: 64 Path joins cost 1 ms
+    if shard in kept.keys:
+        # the file this process read, unchanged: known by `lstat` alone (no link is
+        # followed, no FIFO opened), 64 opens fewer a question (3 ms at any size)
+        touch(path)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            pass  # gone or unreadable: told apart below
+        else:
+            key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+            if stat.S_ISREG(st.st_mode) and kept.keys[shard] == key:
+                budget[0] -= kept.sizes[shard]  # counted with the files read now
+                return key, kept.tables[shard]
     try:
-        with open_regular(root / shard_file(shard)) as f:
+        with open_regular(Path(path)) as f:
             st = os.fstat(f.fileno())
             key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
             if kept.keys.get(shard) == key:
