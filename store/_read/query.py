@@ -216,10 +216,17 @@ def _make_views(con: duckdb.DuckDBPyConnection, root_path: Path, snap: Snapshot,
     else:
         _BEHIND[con] = behind
     summaries = _summaries_needed(snap, scope)
+    # a question of the summaries alone, no run resumed: no view reads the values (each
+    # statement costs about a millisecond)
+    values = scope.metric_values or bool(snap.resumed)
     for kind in snap.kinds:
         cols = ", ".join(f'"{n}"' for n in [*SCHEMAS[kind].names, *PARTITION_SCHEMA.names])
         parts = snap.parts[kind]
         live = bool(snap.live[kind].num_rows) or not parts
+        if kind == "metrics" and not values:
+            if snap.live[kind].num_rows:
+                con.register(f"_live_{kind}", snap.live[kind])
+            continue
         if live or (kind == "metrics" and summaries):
             con.register(f"_live_{kind}", snap.live[kind])
         sources = [f"SELECT {cols} FROM _live_{kind}"] if live else []
@@ -240,7 +247,7 @@ def _make_views(con: duckdb.DuckDBPyConnection, root_path: Path, snap: Snapshot,
             sources.insert(0, f"SELECT {cols} FROM _bundles_metrics")
         con.execute(f"CREATE TEMP VIEW {kind}_all AS {' UNION ALL '.join(sources)}")
     if "metrics" in snap.kinds:
-        _summary_views(con, snap, summaries)
+        _summary_views(con, snap, summaries, values)
     else:
         _step_views(con, snap.kinds, "")
     if scope.attempts and snap.runs is not None:  # the runs view alone, its rows made
@@ -262,24 +269,25 @@ def _step_views(con: duckdb.DuckDBPyConnection, kinds: tuple[str, ...], where: s
                     + (where if kind in STEP_KINDS else ""))
 
 
-def _summary_views(con: duckdb.DuckDBPyConnection, snap: Snapshot, summaries: bool
-                   ) -> None:
+def _summary_views(con: duckdb.DuckDBPyConnection, snap: Snapshot, summaries: bool,
+                   values: bool = True) -> None:
     """metric_summaries(_all) if `summaries` (each statement costs a question about
-    0.3 ms), and the default views of `snap`'s kinds without the steps a later attempt
-    logged again."""
+    a millisecond), and the default views of `snap`'s kinds without the steps a later
+    attempt logged again (not `metrics` unless `values`)."""
     cutoffs: list[tuple[str, str, int, int, int]] = []
     if summaries:
         con.register("_summaries_parts", snap.summaries)
-        con.execute("""
-            CREATE TEMP VIEW metric_summaries_all AS
-            SELECT * FROM _summaries_parts
+        live = """
             UNION ALL
             SELECT project, run, rank, attempt, key, count(*), min(value), max(value),
                    min(step), max(step), arg_max(value, (step, seq)), max(seq),
                    epoch_us(arg_max(time, (step, seq)))
-            FROM _live_metrics GROUP BY ALL""")
+            FROM _live_metrics GROUP BY ALL""" if snap.live["metrics"].num_rows else ""
+        con.execute(f"CREATE TEMP VIEW metric_summaries_all AS SELECT * FROM "
+                    f"_summaries_parts{live}")
         cutoffs = _Cutoffs.compute(con, snap.resumed)
-    _step_views(con, snap.kinds, _superseded_filter(cutoffs))
+    _step_views(con, snap.kinds if values else tuple(k for k in snap.kinds if k != "metrics"),
+                _superseded_filter(cutoffs))
     if "configs" in snap.kinds:
         con.execute(_RUN_CONFIGS_VIEW)
     if not summaries:
