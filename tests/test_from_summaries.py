@@ -84,9 +84,10 @@ def _store(root: Path, *, compacted: bool) -> tracklake.Run:
     """Runs a (ranks 0 and 1, project p), b (project q) and r (resumed: its second
     attempt logs steps 5 to 7 again with other values, hiding the first's), with NaN,
     infinities and a negative zero among the values; and live run `live`, left open
-    (returned) so that its values are read from its tail. Whatever a question groups or
-    filters by, its groups' last steps are each logged once (run a's rank 0 logs the
-    last step of every key), so that `arg_max(value, step)` has one answer."""
+    (returned): its first steps compacted into a part, the others read from its tail.
+    Whatever a question groups or filters by, its groups' last steps are each logged
+    once (run a's rank 0 logs the last step of every key), so that
+    `arg_max(value, step)` has one answer."""
     specials = [math.nan, math.inf, -math.inf, -0.0, 1e308, -1e-300]
     for project, run_id, rank, steps in (("p", "a", 0, range(12)), ("p", "a", 1, range(7)),
                                          ("q", "b", 0, range(9))):
@@ -103,8 +104,18 @@ def _store(root: Path, *, compacted: bool) -> tracklake.Run:
                         step=step)
     if compacted:
         tracklake.compact(root=root)
-    live = tracklake.init(project="p", run_id="live", root=root, capture_identity=False)
+    # segments sealed at a few hundred bytes: the first steps' segment, sealed by the
+    # next flush, goes to a part, the last steps stay in the live tail
+    live = tracklake.init(project="p", run_id="live", root=root, capture_identity=False,
+                          segment_bytes=256, compact=False)
     for step in range(5):
+        live.log({"k0": float(-step), "k1": 2.0 ** step}, step=step)
+    live.flush()
+    live.log({"k0": -5.0, "k1": 32.0}, step=5)
+    live.flush()
+    compacted_live = tracklake.compact(root=root, project="p", run="live")
+    assert compacted_live.parts_written
+    for step in range(6, 8):
         live.log({"k0": float(-step), "k1": 2.0 ** step}, step=step)
     live.flush()
     return live
