@@ -85,9 +85,9 @@ def _store(root: Path, *, compacted: bool) -> tracklake.Run:
     attempt logs steps 5 to 7 again with other values, hiding the first's), with NaN,
     infinities and a negative zero among the values; and live run `live`, left open
     (returned): its first steps compacted into a part, the others read from its tail.
-    Whatever a question groups or filters by, its groups' last steps are each logged
-    once (run a's rank 0 logs the last step of every key), so that
-    `arg_max(value, step)` has one answer."""
+    Of one key, each group of runs, ranks or projects has its last step logged once
+    (last steps: a 11 and 6 by rank, b 8, r 7, live 9, late 2), so that
+    `arg_max(value, step)` over one key has one answer."""
     specials = [math.nan, math.inf, -math.inf, -0.0, 1e308, -1e-300]
     for project, run_id, rank, steps in (("p", "a", 0, range(12)), ("p", "a", 1, range(7)),
                                          ("q", "b", 0, range(9))):
@@ -115,7 +115,7 @@ def _store(root: Path, *, compacted: bool) -> tracklake.Run:
     live.flush()
     compacted_live = tracklake.compact(root=root, project="p", run="live")
     assert compacted_live.parts_written
-    for step in range(6, 8):
+    for step in range(6, 10):
         live.log({"k0": float(-step), "k1": 2.0 ** step}, step=step)
     live.flush()
     return live
@@ -219,6 +219,9 @@ def summarised_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_any_summary_question_gets_the_answer_its_values_give(
         summarised_store: Path, groups: list[str], aggregates: list[str],
         filters: list[str], having: bool, limit: int | None, named: bool) -> None:
+    if "arg_max(value, step)" in aggregates and "key" not in groups:
+        # keys are logged at the same steps: the last value of one key alone is one value
+        filters = [f for f in filters if "key" not in f] + ["key = 'k0'"]
     items = [*groups, *(f"{a} AS a{i}" if named else a for i, a in enumerate(aggregates))]
     sql = f"SELECT {', '.join(items)} FROM metrics"
     if filters:
