@@ -47,6 +47,10 @@ _AGGREGATES = {
     ("count_star", ()): "CAST(coalesce(sum(__summary_count), 0) AS BIGINT)",
     ("arg_max", ("value", "step")): "arg_max(__summary_last_value, __summary_last_step)",
 }
+#: Aggregates by name: those above and others (which a question of the shape has none of).
+_AGGREGATE_NAMES = frozenset({f for f, _ in _AGGREGATES} | {
+    "sum", "avg", "count", "arg_min", "first", "last", "list", "any_value", "median",
+    "quantile", "mode", "string_agg", "bool_and", "bool_or", "stddev", "variance"})
 #: What a question asks instead of `metrics`: the summaries, under names no question of
 #: the shape reads (an alias such as `max` stays the question's own).
 _SUMMARIES = (
@@ -69,14 +73,10 @@ class _Refused(Exception):
     """The question is not of the shape: it is asked as written."""
 
 
+@functools.lru_cache(maxsize=256)
 def summaries_sql(sql: str) -> str | None:
     """`sql` asked of `metric_summaries`, if it is of the module's shape; None
     otherwise. Kept for the last texts asked (parsing one takes about a millisecond)."""
-    return _summaries_sql(sql)
-
-
-@functools.lru_cache(maxsize=256)
-def _summaries_sql(sql: str) -> str | None:
     if "metrics" not in sql.lower():
         return None  # no parse for a question that cannot be of the shape
     tree = parse_tree(sql)
@@ -170,16 +170,25 @@ def _is_order_by_all(expr: Any) -> bool:
                                   "qualified_exclude_list"))
 
 
-def _key_column(ref: Any, tables: set[str]) -> str:
-    """The summary key column `ref` names (unqualified or qualified by the table)."""
+def _column_name(ref: Any, tables: set[str]) -> str:
+    """The column `ref` names, unqualified or qualified by one of `tables`; `_Refused`
+    for anything else."""
     if not isinstance(ref, dict) or ref.get("class") != "COLUMN_REF":
         raise _Refused
     names = [str(n).lower() for n in ref["column_names"]]
     if len(names) == 2 and names[0] in tables:
         names = names[1:]
-    if len(names) != 1 or names[0] not in _SUMMARY_KEYS:
+    if len(names) != 1:
         raise _Refused
     return names[0]
+
+
+def _key_column(ref: Any, tables: set[str]) -> str:
+    """The summary key column `ref` names (unqualified or qualified by the table)."""
+    name = _column_name(ref, tables)
+    if name not in _SUMMARY_KEYS:
+        raise _Refused
+    return name
 
 
 def _check_filter(expr: Any, tables: set[str], columns: frozenset[str]) -> None:
@@ -215,15 +224,8 @@ def _mapped(expr: Any, tables: set[str], keys: set[str], aliases: frozenset[str]
         if expr.get("distinct") or expr.get("filter") is not None or \
                 (expr.get("order_bys") or {}).get("orders") or expr.get("export_state"):
             raise _Refused
-        columns = []
-        for argument in _arguments(expr):
-            if not isinstance(argument, dict) or argument.get("class") != "COLUMN_REF":
-                raise _Refused
-            names = [str(n).lower() for n in argument["column_names"]]
-            if len(names) == 2 and names[0] in tables:
-                names = names[1:]
-            columns.append(names[-1] if len(names) == 1 else "")
-        replacement = _AGGREGATES.get((str(expr["function_name"]).lower(), tuple(columns)))
+        columns = tuple(_column_name(argument, tables) for argument in _arguments(expr))
+        replacement = _AGGREGATES.get((str(expr["function_name"]).lower(), columns))
         if replacement is None:
             raise _Refused
         new = _expression(replacement)
@@ -258,9 +260,7 @@ def _is_plain(expr: dict[str, Any]) -> bool:
 
 
 def _is_aggregate_call(expr: dict[str, Any]) -> bool:
-    return str(expr.get("function_name", "")).lower() in {f for f, _ in _AGGREGATES} | {
-        "sum", "avg", "count", "arg_min", "first", "last", "list", "any_value", "median",
-        "quantile", "mode", "string_agg", "bool_and", "bool_or", "stddev", "variance"}
+    return str(expr.get("function_name", "")).lower() in _AGGREGATE_NAMES
 
 
 def _arguments(expr: dict[str, Any]) -> list[Any]:

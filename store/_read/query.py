@@ -224,10 +224,10 @@ def _make_views(con: duckdb.DuckDBPyConnection, root_path: Path, snap: Snapshot,
         parts = snap.parts[kind]
         live = bool(snap.live[kind].num_rows) or not parts
         if kind == "metrics" and not values:
-            if snap.live[kind].num_rows:
+            if snap.live[kind].num_rows:  # for metric_summaries_all
                 con.register(f"_live_{kind}", snap.live[kind])
             continue
-        if live or (kind == "metrics" and summaries):
+        if live:  # (metric_summaries_all reads it only if it has rows: then `live`)
             con.register(f"_live_{kind}", snap.live[kind])
         sources = [f"SELECT {cols} FROM _live_{kind}"] if live else []
         whole = wholes.get(kind)
