@@ -162,3 +162,26 @@ def test_reading_statements_still_run(store: Path, statement: str) -> None:
     before = _snapshot(store)
     assert tracklake.query(statement, root=store).num_rows >= 1
     assert _snapshot(store) == before
+
+
+def test_a_statement_asked_again_with_other_parameters_gets_its_own_answer(
+        store: Path) -> None:
+    """A statement is parsed once and its parse run again (`parsed_statements`): asked
+    with other parameters, named or positional, from threads at once, each answer is that
+    of its own values."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    named = "SELECT step FROM metrics WHERE run = $run AND step >= $lo ORDER BY step"
+    positional = "SELECT step FROM metrics WHERE run = ? AND step >= ? ORDER BY step"
+
+    def ask(i: int) -> bool:
+        run, lo = "ab"[i % 2], i % 20
+        if i % 3:
+            table = tracklake.query(named, root=store, params={"run": run, "lo": lo})
+        else:
+            table = tracklake.query(positional, root=store, params=[run, lo])
+        return table.column("step").to_pylist() == list(range(lo, 20))
+
+    with ThreadPoolExecutor(6) as pool:
+        answers = list(pool.map(ask, range(60)))
+    assert all(answers)

@@ -43,6 +43,7 @@ from tracklake._read.readonly import (
     check_read_only,
     lock_down,
     memory_limit,
+    parsed_statements,
     question_connection,
     statements_of,
 )
@@ -635,10 +636,12 @@ def _execute(con: duckdb.DuckDBPyConnection, sql: str,
     with _running_lock:
         _running.add(con)
     try:
-        statements = statements_of(sql)
-        for _, text in statements[:-1]:
-            con.execute(text, params).fetchall()  # run to completion before the next
-        relation = con.sql(statements[-1][1], params=params)
+        # parsed once for the question (`check_read_only`), not again by the connection:
+        # a tenth of a question about one run
+        statements = parsed_statements(sql)
+        for statement in statements[:-1]:
+            con.execute(statement, params).fetchall()  # run to completion before the next
+        relation = con.sql(statements[-1], params=params)
         if relation is None:
             return table_of({}) if deliver is None else 0
         return relation.to_arrow_table() if deliver is None else deliver(relation)

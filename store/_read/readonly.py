@@ -133,12 +133,20 @@ os.register_at_fork(after_in_child=_forget_database)
 
 
 @functools.lru_cache(maxsize=256)
-def statements_of(sql: str) -> tuple[tuple[str, str], ...]:
-    """(kind, text) of each statement of `sql` by DuckDB's parser (`duckdb.Error` if it
-    does not parse); kept for the last texts asked (a question asked again, as a
-    dashboard asks, is parsed once)."""
+def parsed_statements(sql: str) -> tuple[duckdb.Statement, ...]:
+    """Each statement of `sql` as DuckDB's parser gives it (`duckdb.Error` if it does not
+    parse), kept for the last texts asked: a question asked again, as a dashboard asks,
+    is parsed once. A connection given a parsed statement runs a copy of it (it binds
+    that copy), so one is run again, and from many threads at once, as its text would
+    be."""
     with parsing() as parser:
-        return tuple((st.type.name, st.query) for st in parser.extract_statements(sql))
+        return tuple(parser.extract_statements(sql))
+
+
+@functools.lru_cache(maxsize=256)
+def statements_of(sql: str) -> tuple[tuple[str, str], ...]:
+    """(kind, text) of each statement of `sql` (`parsed_statements`)."""
+    return tuple((st.type.name, st.query) for st in parsed_statements(sql))
 
 
 def check_read_only(sql: str) -> None:
