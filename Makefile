@@ -10,8 +10,11 @@ DEMO_ROOT ?= tracklake-demo
 #: pytest workers: tests run side by side, except those of one xdist_group (tests/conftest.py).
 #: One more than the 2 cores CI has: many tests wait on processes they start (writers,
 #: servers, kills), and the whole CI took 22:45 with 3 against 23:55 with 2 (the main
-#: suite 13:52 against 15:11); the suite passes beside two CPU-burning loops with 2
+#: suite 13:52 against 15:11); the suite passes beside two CPU-burning loops with 2. With 4
+#: it took 32:53 against 29:04 with 3 (more CPU in all: 164 % of the cores for longer)
 WORKERS ?= 3
+#: workers of the other Pythons' tests while the main suite runs (`make test`)
+SIDE_WORKERS ?= 1
 
 #: The other Pythons that pyproject.toml claims. `make test-pythons` gives each one that is
 #: installed here (python3.X on PATH, else pyenv's) a .venv-3.X with every extra that
@@ -47,7 +50,7 @@ PYTHONS_TESTS ?= $(SHORT_TESTS) tests/test_init_inputs.py tests/test_read_scope.
 	tests/test_pack.py tests/test_ui_server.py tests/test_import_boundary.py \
 	tests/exporters/test_wandb.py tests/test_from_summaries.py
 
-.PHONY: demo test test-pythons other-venvs system-packages typecheck bench clean
+.PHONY: demo test test-pythons system-packages typecheck bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -109,31 +112,32 @@ demo: $(VENV)/.demo
 	$(BIN)/tracklake demo --root $(DEMO_ROOT) --export
 	$(BIN)/tracklake runs --root $(DEMO_ROOT)
 
-# Debian's packages install (downloads, dpkg) while ruff and mypy take the CPU, and the
-# other Pythons' venvs while the tests do (test-pythons makes again, and shows, any that
-# failed there)
+# Debian's packages install (downloads, dpkg) while ruff checks. The type check and the
+# other Pythons' venvs and tests (SIDE_WORKERS workers, one Python after the other) run
+# beside the main suite, in sessions of their own, and their output is shown after it:
+# the main suite leaves a fifth of the 2 cores idle (many tests wait on processes they
+# start), which they take instead of 4 minutes after it. Each part fails the target.
 # --max-worker-restart=0: a worker that crashes (a signal in native code) fails the run
 # there, naming its test; replaced, it left pytest-xdist 3.8's loadgroup scheduler
 # waiting for ever at the end of the run (pytest-dev/pytest-xdist#1378)
 test: $(VENV)/.test
 	mkdir -p build
 	$(MAKE) system-packages > build/system-packages.log 2>&1 & packages=$$!; \
-		$(BIN)/ruff check store exporters tests benchmarks && $(MAKE) typecheck; \
+		$(BIN)/ruff check store exporters tests benchmarks; \
 		checked=$$?; wait $$packages || { cat build/system-packages.log; exit 1; }; \
 		exit $$checked
-	$(MAKE) other-venvs > build/other-venvs.log 2>&1 & venvs=$$!; \
+	setsid $(MAKE) typecheck > build/typecheck.log 2>&1 & types=$$!; \
+		setsid $(MAKE) test-pythons WORKERS=$(SIDE_WORKERS) > build/test-pythons.log 2>&1 & \
+		pythons=$$!; trap 'kill -TERM -- -$$types -$$pythons 2>/dev/null' INT TERM; \
 		$(BIN)/pytest --require-extras -n $(WORKERS) --dist loadgroup \
-			--max-worker-restart=0 --durations=25; \
-		tested=$$?; wait $$venvs; exit $$tested
-	$(MAKE) test-pythons
+			--max-worker-restart=0 --durations=25; tested=$$?; \
+		wait $$types; typed=$$?; cat build/typecheck.log; \
+		wait $$pythons; others=$$?; cat build/test-pythons.log; \
+		[ $$tested = 0 ] && [ $$typed = 0 ] && [ $$others = 0 ]
 
 #: the interpreter of Python $$v: python3.X on PATH, else pyenv's (empty: neither)
 FIND_PYTHON = for c in python$$v $${PYENV_ROOT:-$$HOME/.pyenv}/versions/$$v.*/bin/python$$v; do \
 	"$$c" -c '' 2>/dev/null && { echo "$$c"; break; }; done
-
-other-venvs:
-	@for v in $(OTHER_PYTHONS); do py=$$($(FIND_PYTHON)); \
-		[ -z "$$py" ] || $(MAKE) --no-print-directory .venv-$$v/.test PYTHON_X=$$py; done
 
 test-pythons:
 	@failed=; for v in $(OTHER_PYTHONS); do \
