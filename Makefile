@@ -117,8 +117,8 @@ demo: $(VENV)/.demo
 # beside the main suite, in sessions of their own, and their output is shown after it:
 # the main suite leaves a fifth of the 2 cores idle (many tests wait on processes they
 # start), which they take instead of running 4 minutes before and after it: the whole run
-# took 26:41 against 29:04 here (the main suite 26:07 against 24:16). Each part fails the
-# target.
+# took 25:21 and 26:41 against 29:04 here (the main suite 24:45 and 26:07 against 24:16).
+# Each part fails the target.
 # --max-worker-restart=0: a worker that crashes (a signal in native code) fails the run
 # there, naming its test; replaced, it left pytest-xdist 3.8's loadgroup scheduler
 # waiting for ever at the end of the run (pytest-dev/pytest-xdist#1378)
